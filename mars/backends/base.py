@@ -1,0 +1,98 @@
+"""The one interface every generation backend implements (synthetic, transformers, SGLang).
+
+A backend starts a *batch*: N traces of one question advanced together. The driver
+(:mod:`mars.generate`) moves the batch checkpoint by checkpoint, probes every running trace at
+each checkpoint, and either runs everything to completion (offline pool generation) or stops the
+batch when a stopping rule fires (live mode). Offline generation and live MARS therefore take the
+very same path through a backend.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A question to solve."""
+
+    qid: int
+    question: str
+    answer: str  # ground truth
+    dataset: str = ""
+
+
+@dataclass
+class ProbeResult:
+    """What a probe of a partial trace returned, and what it cost when the engine says."""
+
+    answer: str | None  # normalised answer, None when nothing parseable came out
+    raw_text: str | None = None
+    conf: float | None = None  # mean token confidence of the window before the probe
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    generated_tokens: int | None = None
+
+
+@dataclass
+class TraceResult:
+    """A trace as it ended (finished, cut at the cap, or stopped early in live mode)."""
+
+    length: int
+    final_answer: str | None
+    finished: bool  # True: the model ended the trace itself
+    confs: np.ndarray | None = None  # float16 per-token confidence, or None
+    text: str | None = None
+
+
+class TraceBatch(ABC):
+    """N traces of one question that advance together."""
+
+    n: int
+
+    @abstractmethod
+    def advance(self, target: int) -> None:
+        """Generate until every running trace holds ``target`` tokens or has ended."""
+
+    @property
+    @abstractmethod
+    def lengths(self) -> np.ndarray:
+        """Tokens generated so far per trace (int64 [n])."""
+
+    @property
+    @abstractmethod
+    def ended(self) -> np.ndarray:
+        """True where a trace has ended: end of text, token cap, or stopped (bool [n])."""
+
+    @abstractmethod
+    def probe(self, idx: np.ndarray) -> list[ProbeResult]:
+        """Ask the given running traces for their current answer, without disturbing them."""
+
+    @abstractmethod
+    def stop(self, idx: np.ndarray) -> None:
+        """Stop the given traces now (live early stopping); they keep what they generated."""
+
+    @abstractmethod
+    def result(self, j: int) -> TraceResult:
+        """The record of trace ``j`` once it has ended (or been stopped)."""
+
+    def close(self) -> None:
+        """Release engine resources."""
+
+
+class Backend(ABC):
+    """A generation engine."""
+
+    name: str = "backend"
+    model: str = ""
+
+    @abstractmethod
+    def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> TraceBatch:
+        """Launch traces ``first_trace .. first_trace + n_traces - 1`` of ``problem``.
+
+        Trace ``t`` of a question must be reproducible from (seed, qid, t) alone wherever the
+        engine allows it, so shards and resumed runs give the same traces.
+        """

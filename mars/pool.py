@@ -1,0 +1,492 @@
+"""Trace pools: read one question at a time, validate, write atomically.
+
+A pool is either the authors' published parquet (one file, one row per trace) or our pool layout
+(see :mod:`mars.schema`). Both are read question by question with pyarrow; list columns are
+turned into flat numpy buffers plus offsets, never into per-token Python objects, so peak memory is
+bounded by one question.
+
+Answer conventions, the same for both formats once loaded: an empty answer string means "no
+answer" and is read as ``None``. In our layout a probe with a null answer is an *abstention* (the
+probe ran but nothing parsed); in the published format the authors' loader drops such probes, so a
+running trace left without a probe at a grid point is an error there, as in the reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import schema
+
+
+class PoolError(ValueError):
+    """Bad pool input. The message is one line naming the file, question and trace."""
+
+
+@dataclass
+class QuestionData:
+    """One question's traces as flat numpy buffers (the output of the pool readers)."""
+
+    qid: int
+    ground_truth: str
+    trace_idx: np.ndarray  # int64 [n]
+    lengths: np.ndarray  # int64 [n], generated tokens
+    final_answers: list  # [n] str | None
+    probe_offsets: np.ndarray  # int64 [n+1] into the flat probe arrays
+    probe_positions: np.ndarray  # int64 [total probes]
+    probe_codes: np.ndarray  # int32 [total probes], index into probe_strings, -1 = abstained
+    probe_strings: list  # unique probe answer strings
+    conf_offsets: np.ndarray | None = None  # int64 [n+1]
+    conf_values: np.ndarray | None = None  # float16 [total tokens]
+    probe_cost: np.ndarray | None = None  # int64 [total probes, 3]: prompt, cached, generated; -1 unknown
+    question: str | None = None
+    source: str = "<memory>"
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def n_traces(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def has_confs(self) -> bool:
+        return self.conf_values is not None
+
+    def confs(self, j: int) -> np.ndarray:
+        """Per-token confidences of trace ``j`` (float16 view)."""
+        return self.conf_values[self.conf_offsets[j] : self.conf_offsets[j + 1]]
+
+    def content_hash(self) -> str:
+        """Digest of everything the simulator reads; keys caches and result provenance."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(json.dumps([self.qid, self.ground_truth, self.final_answers, self.probe_strings]).encode())
+        for arr in (self.trace_idx, self.lengths, self.probe_offsets, self.probe_positions, self.probe_codes):
+            h.update(np.ascontiguousarray(arr).tobytes())
+        if self.conf_values is not None:
+            h.update(np.ascontiguousarray(self.conf_offsets).tobytes())
+            h.update(np.ascontiguousarray(self.conf_values).tobytes())
+        return h.hexdigest()
+
+    def where(self, j: int | None = None) -> str:
+        """Location prefix for error messages."""
+        loc = f"{self.source}: question {self.qid}"
+        if j is not None:
+            loc += f", trace {int(self.trace_idx[j])}"
+        return loc
+
+
+def _none_if_empty(values: list) -> list:
+    return [v if v else None for v in values]
+
+
+def _list_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """Offsets (int64, starting at 0) and flat values of a list column; nulls count as empty."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets, pc.list_flatten(arr)
+
+
+def _encode_answers(values: pa.Array) -> tuple[np.ndarray, list]:
+    """Dictionary-encode answer strings: codes (-1 for null/empty) and unique strings."""
+    values = pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
+    enc = pc.dictionary_encode(values)
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+    return codes, enc.dictionary.to_pylist()
+
+
+def _require_columns(table_schema: pa.Schema, expected: pa.Schema, source: str) -> None:
+    names = set(table_schema.names)
+    for f in expected:
+        if f.name not in names:
+            raise PoolError(f"{source}: missing column {f.name!r}")
+        actual = table_schema.field(f.name).type
+        if not _type_compatible(actual, f.type):
+            raise PoolError(f"{source}: column {f.name!r} has type {actual}, expected {f.type}")
+
+
+def _type_compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    if pa.types.is_integer(expected):
+        return pa.types.is_integer(actual)
+    if pa.types.is_floating(expected):
+        return pa.types.is_floating(actual)
+    if pa.types.is_string(expected):
+        return pa.types.is_string(actual) or pa.types.is_large_string(actual) or pa.types.is_null(actual)
+    if pa.types.is_list(expected) or pa.types.is_large_list(expected):
+        if not (pa.types.is_list(actual) or pa.types.is_large_list(actual)):
+            return pa.types.is_null(actual)
+        return _type_compatible(actual.value_type, expected.value_type)
+    if pa.types.is_struct(expected):
+        if not pa.types.is_struct(actual):
+            return False
+        names = {actual.field(i).name: actual.field(i).type for i in range(actual.num_fields)}
+        for i in range(expected.num_fields):
+            f = expected.field(i)
+            if f.name in names and not _type_compatible(names[f.name], f.type):
+                return False
+        return "position" in names and "answer" in names
+    return actual.equals(expected) or pa.types.is_null(actual)
+
+
+def _check_traces(q: QuestionData) -> None:
+    """Structural checks shared by both formats."""
+    if q.n_traces == 0:
+        raise PoolError(f"{q.where()}: no traces")
+    order = np.argsort(q.trace_idx, kind="stable")
+    sorted_idx = q.trace_idx[order]
+    dup = np.flatnonzero(np.diff(sorted_idx) == 0)
+    if dup.size:
+        raise PoolError(f"{q.where()}, trace {int(sorted_idx[dup[0]])}: duplicate (qid, trace_idx)")
+    expected = np.arange(q.n_traces)
+    if not np.array_equal(sorted_idx, expected):
+        bad = int(np.flatnonzero(sorted_idx != expected)[0])
+        raise PoolError(
+            f"{q.where()}: trace ids are not contiguous 0..{q.n_traces - 1} (first gap at {bad}, "
+            f"found trace {int(sorted_idx[bad])})"
+        )
+    if (q.lengths < 0).any():
+        j = int(np.flatnonzero(q.lengths < 0)[0])
+        raise PoolError(f"{q.where(j)}: negative length")
+    if q.conf_values is not None and q.conf_values.size:
+        finite = np.isfinite(q.conf_values)
+        if not finite.all():
+            pos = int(np.flatnonzero(~finite)[0])
+            j = int(np.searchsorted(q.conf_offsets, pos, side="right") - 1)
+            raise PoolError(f"{q.where(j)}: non-finite confidence (NaN or inf) at token {pos - q.conf_offsets[j]}")
+
+
+def _sort_by_trace(q: QuestionData) -> QuestionData:
+    """Reorder traces by trace_idx (readers keep flat buffers consistent)."""
+    order = np.argsort(q.trace_idx, kind="stable")
+    if np.array_equal(order, np.arange(len(order))):
+        return q
+    take_p = np.concatenate([np.arange(q.probe_offsets[j], q.probe_offsets[j + 1]) for j in order])
+    counts = np.diff(q.probe_offsets)[order]
+    q.probe_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    q.probe_positions = q.probe_positions[take_p]
+    q.probe_codes = q.probe_codes[take_p]
+    if q.probe_cost is not None:
+        q.probe_cost = q.probe_cost[take_p]
+    if q.conf_values is not None:
+        take_c = np.concatenate([np.arange(q.conf_offsets[j], q.conf_offsets[j + 1]) for j in order])
+        ccounts = np.diff(q.conf_offsets)[order]
+        q.conf_offsets = np.concatenate([[0], np.cumsum(ccounts)]).astype(np.int64)
+        q.conf_values = q.conf_values[take_c]
+    q.trace_idx = q.trace_idx[order]
+    q.lengths = q.lengths[order]
+    q.final_answers = [q.final_answers[j] for j in order]
+    return q
+
+
+class Pool:
+    """Common interface of the two pool formats."""
+
+    source: str
+    qids: list[int]
+
+    def read_question(self, qid: int) -> QuestionData:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def questions(self) -> Iterator[QuestionData]:
+        for qid in self.qids:
+            yield self.read_question(qid)
+
+    def fingerprint(self) -> str:
+        """Cheap identity of the input (size + mtime of every file); content hashes are per question."""
+        h = hashlib.blake2b(digest_size=16)
+        for p in sorted(self._files()):
+            st = os.stat(p)
+            h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+        return h.hexdigest()
+
+    def _files(self) -> list[Path]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class PublishedPool(Pool):
+    """The authors' published parquet, read per question through row-group statistics."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.source = str(path)
+        try:
+            self._pf = pq.ParquetFile(self.path)
+        except Exception as exc:  # noqa: BLE001 - any reader failure is bad input
+            raise PoolError(f"{self.source}: not a readable parquet file ({exc})") from None
+        _require_columns(self._pf.schema_arrow, schema.PUBLISHED_SCHEMA.remove(4).remove(2), self.source)
+        names = set(self._pf.schema_arrow.names)
+        self._has_confs = "confs" in names
+        if self._has_confs:
+            _require_columns(self._pf.schema_arrow, pa.schema([schema.PUBLISHED_SCHEMA.field("confs")]), self.source)
+        self._has_gt = "ground_truth" in names
+        if not self._has_gt:
+            raise PoolError(f"{self.source}: missing column 'ground_truth'")
+        self._row_groups: dict[int, list[int]] = {}
+        for rg in range(self._pf.num_row_groups):
+            qids = self._pf.read_row_group(rg, columns=["qid"]).column("qid")
+            if qids.null_count:
+                raise PoolError(f"{self.source}: null qid in row group {rg}")
+            for q in pc.unique(qids).to_pylist():
+                self._row_groups.setdefault(int(q), []).append(rg)
+        if not self._row_groups:
+            raise PoolError(f"{self.source}: empty pool (no rows)")
+        self.qids = sorted(self._row_groups)
+
+    def _files(self) -> list[Path]:
+        return [self.path]
+
+    def read_question(self, qid: int) -> QuestionData:
+        if qid not in self._row_groups:
+            raise PoolError(f"{self.source}: no question {qid} (questions: {self.qids[0]}..{self.qids[-1]})")
+        cols = ["qid", "trace_idx", "ground_truth", "extracted_answer", "probes"]
+        if self._has_confs:
+            cols.append("confs")
+        t = self._pf.read_row_groups(self._row_groups[qid], columns=cols)
+        t = t.filter(pc.equal(t.column("qid"), qid))
+        return _question_from_table(t, qid, self.source, published=True)
+
+
+def _question_from_table(t: pa.Table, qid: int, source: str, published: bool, ground_truth: str | None = None,
+                         question: str | None = None) -> QuestionData:
+    where = f"{source}: question {qid}"
+    if t.num_rows == 0:
+        raise PoolError(f"{where}: no traces")
+    trace_idx = t.column("trace_idx")
+    if trace_idx.null_count:
+        raise PoolError(f"{where}: null trace_idx")
+    trace_idx = trace_idx.to_numpy().astype(np.int64)
+    if ground_truth is None:
+        gts = t.column("ground_truth")
+        if gts.null_count == t.num_rows:
+            raise PoolError(f"{where}: no ground truth")
+        # the reference takes the ground truth of the first trace after sorting by trace_idx
+        ground_truth = gts[int(np.argmin(trace_idx))].as_py()
+        if ground_truth is None:
+            raise PoolError(f"{where}: null ground truth")
+    final_col = "extracted_answer" if published else "final_answer"
+    finals = _none_if_empty(t.column(final_col).to_pylist())
+
+    probes = t.column("probes")
+    p_offsets, p_flat = _list_buffers(probes)
+    if isinstance(p_flat, pa.ChunkedArray):
+        p_flat = p_flat.combine_chunks()
+    positions = p_flat.field("position")
+    if positions.null_count:
+        raise PoolError(f"{where}: probe with null position")
+    positions = positions.to_numpy(zero_copy_only=False).astype(np.int64)
+    answers = p_flat.field("answer")
+    cost = None
+    if published:
+        # The authors' loader drops probes whose answer is None; '' stays (and later maps to no group).
+        keep = np.asarray(pc.is_valid(answers).to_numpy(zero_copy_only=False), dtype=bool)
+        if not keep.all():
+            counts = np.add.reduceat(keep.astype(np.int64), p_offsets[:-1]) if len(keep) else np.zeros(0, np.int64)
+            counts = np.where(np.diff(p_offsets) == 0, 0, counts)
+            positions = positions[keep]
+            answers = answers.filter(pa.array(keep))
+            p_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    else:
+        names = {p_flat.type.field(i).name for i in range(p_flat.type.num_fields)}
+        if {"prompt_tokens", "cached_tokens", "generated_tokens"} <= names:
+            cost = np.stack(
+                [pc.fill_null(p_flat.field(n), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+                 for n in ("prompt_tokens", "cached_tokens", "generated_tokens")], axis=1)
+            if cost.size == 0 or (cost < 0).all():
+                cost = None
+    codes, strings = _encode_answers(answers)
+
+    conf_offsets = conf_values = None
+    if "confs" in t.column_names:
+        confs = t.column("confs")
+        if confs.null_count == 0:
+            conf_offsets, c_flat = _list_buffers(confs)
+            if isinstance(c_flat, pa.ChunkedArray):
+                c_flat = c_flat.combine_chunks()
+            if c_flat.null_count:
+                raise PoolError(f"{where}: null inside confs")
+            conf_values = c_flat.to_numpy(zero_copy_only=False)
+            if conf_values.dtype != np.float16:
+                conf_values = conf_values.astype(np.float16)
+        elif confs.null_count != t.num_rows:
+            j = int(np.flatnonzero(~np.asarray(pc.is_valid(confs).to_numpy(zero_copy_only=False)))[0])
+            raise PoolError(f"{where}, trace {int(trace_idx[j])}: confs missing for some traces only")
+
+    if published:
+        if conf_offsets is None:
+            raise PoolError(f"{where}: published pools need confs (trace length is len(confs))")
+        lengths = np.diff(conf_offsets)
+    else:
+        lengths = t.column("length")
+        if lengths.null_count:
+            raise PoolError(f"{where}: null length")
+        lengths = lengths.to_numpy().astype(np.int64)
+        if conf_offsets is not None:
+            bad = np.flatnonzero(np.diff(conf_offsets) != lengths)
+            if bad.size:
+                j = int(bad[0])
+                raise PoolError(f"{where}, trace {int(trace_idx[j])}: {int(np.diff(conf_offsets)[j])} confidences "
+                                f"for length {int(lengths[j])}")
+    q = QuestionData(
+        qid=int(qid), ground_truth=str(ground_truth), trace_idx=trace_idx, lengths=lengths,
+        final_answers=finals, probe_offsets=p_offsets, probe_positions=positions, probe_codes=codes,
+        probe_strings=strings, conf_offsets=conf_offsets, conf_values=conf_values, probe_cost=cost,
+        question=question, source=source,
+    )
+    _check_traces(q)
+    return _sort_by_trace(q)
+
+
+class LayoutPool(Pool):
+    """Our per-question pool directory (see :mod:`mars.schema`)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.source = str(path)
+        manifest = self.path / schema.POOL_MANIFEST
+        try:
+            self.manifest = json.loads(manifest.read_text())
+        except FileNotFoundError:
+            raise PoolError(f"{self.source}: not a pool directory (no {schema.POOL_MANIFEST})") from None
+        except json.JSONDecodeError as exc:
+            raise PoolError(f"{manifest}: invalid JSON ({exc})") from None
+        if self.manifest.get("format") != schema.POOL_FORMAT:
+            raise PoolError(f"{manifest}: not a {schema.POOL_FORMAT} manifest")
+        qfile = self.path / schema.POOL_QUESTIONS
+        try:
+            qt = pq.read_table(qfile)
+        except Exception as exc:  # noqa: BLE001
+            raise PoolError(f"{qfile}: unreadable ({exc})") from None
+        _require_columns(qt.schema, pa.schema([schema.QUESTION_SCHEMA.field(n) for n in ("qid", "ground_truth")]), str(qfile))
+        self._questions = {r["qid"]: r for r in qt.to_pylist()}
+        if not self._questions:
+            raise PoolError(f"{qfile}: empty pool (no questions)")
+        self.qids = sorted(self._questions)
+
+    def _files(self) -> list[Path]:
+        return [self.path / schema.POOL_QUESTIONS] + [self.path / schema.trace_file_name(q) for q in self.qids]
+
+    def question_meta(self, qid: int) -> dict:
+        return dict(self._questions[qid])
+
+    def read_question(self, qid: int) -> QuestionData:
+        if qid not in self._questions:
+            raise PoolError(f"{self.source}: no question {qid}")
+        f = self.path / schema.trace_file_name(qid)
+        try:
+            t = pq.read_table(f)
+        except FileNotFoundError:
+            raise PoolError(f"{f}: missing trace file for question {qid}") from None
+        except Exception as exc:  # noqa: BLE001
+            raise PoolError(f"{f}: unreadable ({exc})") from None
+        required = pa.schema([schema.TRACE_SCHEMA.field(n) for n in ("trace_idx", "final_answer", "length", "probes")])
+        _require_columns(t.schema, required, str(f))
+        meta = self._questions[qid]
+        q = _question_from_table(t, qid, str(f), published=False, ground_truth=meta["ground_truth"],
+                                 question=meta.get("question"))
+        q.meta = {k: meta.get(k) for k in ("dataset", "model")}
+        return q
+
+
+def open_pool(path: str | Path) -> Pool:
+    """Open a published parquet file or a pool directory."""
+    p = Path(path)
+    if p.is_dir():
+        return LayoutPool(p)
+    if not p.exists():
+        raise PoolError(f"{path}: no such file or directory")
+    return PublishedPool(p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+class PoolWriter:
+    """Write a pool directory atomically: everything goes to a temporary sibling, renamed on close.
+
+    Use as a context manager; an exception leaves no partial pool behind.
+    """
+
+    def __init__(self, out: str | Path, manifest: dict | None = None, overwrite: bool = False):
+        self.out = Path(out)
+        if self.out.exists() and not overwrite:
+            raise PoolError(f"{self.out}: already exists (refusing to overwrite)")
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        (self._tmp / schema.POOL_TRACES_DIR).mkdir()
+        self.manifest = {"format": schema.POOL_FORMAT, "version": schema.POOL_FORMAT_VERSION, **(manifest or {})}
+        self._questions: list[dict] = []
+        self._overwrite = overwrite
+
+    def write_question(self, meta: dict, traces: pa.Table | dict) -> None:
+        """Write one question: ``meta`` has qid, ground_truth (+ question, dataset, model)."""
+        qid = int(meta["qid"])
+        table = traces if isinstance(traces, pa.Table) else pa.Table.from_pydict(traces, schema=schema.TRACE_SCHEMA)
+        table = table.cast(schema.TRACE_SCHEMA) if not table.schema.equals(schema.TRACE_SCHEMA) else table
+        pq.write_table(table, self._tmp / schema.trace_file_name(qid), compression="zstd")
+        self._questions.append({n: meta.get(n) for n in schema.QUESTION_SCHEMA.names})
+
+    def close(self) -> Path:
+        qt = pa.Table.from_pylist(sorted(self._questions, key=lambda r: r["qid"]), schema=schema.QUESTION_SCHEMA)
+        pq.write_table(qt, self._tmp / schema.POOL_QUESTIONS)
+        self.manifest["n_questions"] = len(self._questions)
+        (self._tmp / schema.POOL_MANIFEST).write_text(json.dumps(self.manifest, indent=2, sort_keys=True) + "\n")
+        if self.out.exists() and self._overwrite:
+            shutil.rmtree(self.out)
+        os.replace(self._tmp, self.out)
+        return self.out
+
+    def abort(self) -> None:
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> "PoolWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def question_to_table(q: QuestionData) -> pa.Table:
+    """Our trace table for a loaded question (the inverse of the readers)."""
+    n = q.n_traces
+    p_ans = pa.array([q.probe_strings[c] if c >= 0 else None for c in q.probe_codes.tolist()], pa.string())
+    cost = q.probe_cost
+    def cost_col(i):
+        if cost is None:
+            return pa.nulls(len(q.probe_positions), pa.int32())
+        v = cost[:, i]
+        return pa.array(v, mask=v < 0).cast(pa.int32())
+    probe_struct = pa.StructArray.from_arrays(
+        [pa.array(q.probe_positions, pa.int64()), p_ans, pa.nulls(len(p_ans), pa.string()),
+         pa.nulls(len(p_ans), pa.float32()), cost_col(0), cost_col(1), cost_col(2)],
+        fields=list(schema.PROBE_TYPE),
+    )
+    probes = pa.ListArray.from_arrays(pa.array(q.probe_offsets, pa.int32()), probe_struct)
+    if q.conf_values is not None:
+        confs = pa.ListArray.from_arrays(pa.array(q.conf_offsets, pa.int64()).cast(pa.int32()),
+                                         pa.array(q.conf_values, pa.float16()))
+    else:
+        confs = pa.nulls(n, pa.list_(pa.float16()))
+    return pa.Table.from_arrays(
+        [pa.array(np.full(n, q.qid), pa.int64()), pa.array(q.trace_idx, pa.int64()),
+         pa.array(q.final_answers, pa.string()), pa.array(q.lengths, pa.int64()),
+         pa.nulls(n, pa.bool_()), confs, probes, pa.nulls(n, pa.string())],
+        schema=schema.TRACE_SCHEMA,
+    )

@@ -1,0 +1,116 @@
+"""Every on-disk schema of the project, defined once.
+
+Two pool formats exist:
+
+* the *published* MARS trace-pool parquet (the authors' release, one row per trace), which we read
+  and write for interoperability;
+* our *pool layout*, a directory partitioned per question so one question reads alone::
+
+      POOL/
+        pool.json                 format marker + provenance (model, dataset, backend, seed, ...)
+        questions.parquet         one row per question (QUESTION_SCHEMA)
+        traces/q000007.parquet    one file per question, one row per trace (TRACE_SCHEMA)
+
+Trace rows carry an explicit token ``length`` (the published format infers it from ``len(confs)``),
+nullable per-token confidences (a pool without them is valid; confidence methods then refuse), and
+per-probe cost (prompt, cached and generated tokens) when the engine reported it.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+POOL_FORMAT = "mars-pool"
+POOL_FORMAT_VERSION = 1
+POOL_MANIFEST = "pool.json"
+POOL_QUESTIONS = "questions.parquet"
+POOL_TRACES_DIR = "traces"
+
+#: Token spacing of the checkpoint grid (the reference hard-codes it).
+CHECKPOINT_SPACING = 2048
+
+
+def trace_file_name(qid: int) -> str:
+    """Relative path of one question's trace table inside a pool directory."""
+    return f"{POOL_TRACES_DIR}/q{qid:06d}.parquet"
+
+
+PROBE_TYPE = pa.struct(
+    [
+        pa.field("position", pa.int64(), nullable=False),
+        pa.field("answer", pa.string()),  # None: the probe produced no parseable answer
+        pa.field("raw_text", pa.string()),
+        pa.field("conf", pa.float32()),  # mean token confidence of the window before the probe
+        pa.field("prompt_tokens", pa.int32()),  # probe cost, null when unknown
+        pa.field("cached_tokens", pa.int32()),
+        pa.field("generated_tokens", pa.int32()),
+    ]
+)
+
+TRACE_SCHEMA = pa.schema(
+    [
+        pa.field("qid", pa.int64(), nullable=False),
+        pa.field("trace_idx", pa.int64(), nullable=False),
+        pa.field("final_answer", pa.string()),  # None: no final answer (no \boxed{}, or cut off)
+        pa.field("length", pa.int64(), nullable=False),  # generated tokens
+        pa.field("finished", pa.bool_()),  # False: hit the token cap
+        pa.field("confs", pa.list_(pa.float16())),  # per-token confidence, null when unknown
+        pa.field("probes", pa.list_(PROBE_TYPE), nullable=False),
+        pa.field("text", pa.string()),  # full trace text, optional
+    ]
+)
+
+QUESTION_SCHEMA = pa.schema(
+    [
+        pa.field("qid", pa.int64(), nullable=False),
+        pa.field("ground_truth", pa.string(), nullable=False),
+        pa.field("question", pa.string()),
+        pa.field("dataset", pa.string()),
+        pa.field("model", pa.string()),
+    ]
+)
+
+PUBLISHED_PROBE_TYPE = pa.struct(
+    [
+        pa.field("position", pa.int64()),
+        pa.field("answer", pa.string()),
+        pa.field("is_correct", pa.bool_()),
+        pa.field("raw_text", pa.string()),
+        pa.field("avg_conf", pa.float64()),
+    ]
+)
+
+#: The authors' published trace-pool parquet (reference-protocol §1.1).
+PUBLISHED_SCHEMA = pa.schema(
+    [
+        pa.field("qid", pa.int64()),
+        pa.field("trace_idx", pa.int64()),
+        pa.field("ground_truth", pa.string()),
+        pa.field("extracted_answer", pa.string()),
+        pa.field("confs", pa.list_(pa.float16())),
+        pa.field("probes", pa.list_(PUBLISHED_PROBE_TYPE)),
+    ]
+)
+
+#: Columns of a simulator's per-iteration output, in order.
+PER_ITERATION_COLUMNS = [
+    "qid",
+    "iteration",
+    "answer",
+    "correct",
+    "tokens",
+    "baseline_tokens",
+    "stop_position",
+    "stopped_by",
+    "probe_tokens",
+]
+
+#: The first columns of per_question.csv, exactly (more may follow).
+PER_QUESTION_LEADING_COLUMNS = [
+    "qid",
+    "accuracy",
+    "tokens_mean",
+    "baseline_tokens_mean",
+    "savings_pct",
+    "stop_position_mean",
+]
