@@ -1,0 +1,246 @@
+"""Per-question arrays: answer ids per trace and checkpoint, lengths, confidence statistics.
+
+Everything the simulator needs from a question, computed once (reference-protocol §1.3–§3):
+
+* the checkpoint grid (sorted union of probe positions that are multiples of the spacing);
+* ``ids[j, k]``: the answer group of trace ``j`` at checkpoint ``k`` (its final answer once
+  ``grid[k] >= length``, else its probe answer; -1 = no answer / abstained);
+* confidence statistics with the reference's numerics: checkpoint confidence (float64 cumulative
+  sum, stored float32, window ending *at* token ``p``), sliding-window group confidences (float32
+  cumulative sum), lowest group confidence, and the running-minimum "records" of the group
+  confidences, which give DeepConf's truncation point for any threshold without keeping the
+  dense window array.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from .answers import AnswerGroups, group_answers, is_correct
+from .pool import PoolError, QuestionData
+from .schema import CHECKPOINT_SPACING
+
+ARRAYS_VERSION = 1
+
+
+@dataclass
+class QuestionArrays:
+    qid: int
+    ground_truth: str
+    grid: np.ndarray  # int64 [m]
+    lengths: np.ndarray  # int64 [n]
+    final_ids: np.ndarray  # int32 [n]
+    ids: np.ndarray  # int32 [n, m]
+    representatives: list  # [n_answers] representative string per group id
+    correct: np.ndarray  # bool [n_answers]
+    conf_at_pos: np.ndarray | None = None  # float32 [n, m]
+    min_group: np.ndarray | None = None  # float32 [n]
+    rec_offsets: np.ndarray | None = None  # int64 [n+1] running-min records of group confidence
+    rec_index: np.ndarray | None = None  # int64 first window index reaching each record
+    rec_value: np.ndarray | None = None  # float32 record values (strictly decreasing per trace)
+    probe_tokens: np.ndarray | None = None  # int64 [n, m] probe cost at each checkpoint (-1 unknown)
+    window: int = 2048
+    content_hash: str = ""
+
+    @property
+    def n_traces(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def n_checkpoints(self) -> int:
+        return len(self.grid)
+
+    @property
+    def n_answers(self) -> int:
+        return len(self.representatives)
+
+    @property
+    def has_confs(self) -> bool:
+        return self.conf_at_pos is not None
+
+    def pool_ids(self) -> np.ndarray:
+        """Traces eligible for bootstrap sampling: those with a final answer, in trace order."""
+        return np.flatnonzero(self.final_ids >= 0)
+
+    def truncation(self, tau) -> np.ndarray:
+        """DeepConf-online truncation point of every trace for threshold ``tau`` (§3.4).
+
+        ``length`` where no group confidence falls below ``tau``, else (first such window) + W.
+        Records strictly decrease within a trace, so the first record below ``tau`` marks it.
+        """
+        pos = np.flatnonzero(self.rec_value < tau)
+        if len(pos) == 0:
+            return self.lengths.copy()
+        i = np.searchsorted(pos, self.rec_offsets[:-1])
+        first = pos[np.minimum(i, len(pos) - 1)]
+        hit = (i < len(pos)) & (first < self.rec_offsets[1:])
+        return np.where(hit, self.rec_index[first] + self.window, self.lengths)
+
+    def with_answer_order(self, order: list[int]) -> "QuestionArrays":
+        """A copy whose group ids follow ``order`` (old ids, new id = position in ``order``).
+
+        Group ids only break ties (lowest id wins), so this replays a run under another id order,
+        e.g. the hash-seed-dependent order of the reference implementation.
+        """
+        order = np.asarray(order, dtype=np.int64)
+        if sorted(order.tolist()) != list(range(self.n_answers)):
+            raise ValueError("order must be a permutation of the answer ids")
+        new_of_old = np.empty(self.n_answers + 1, dtype=np.int32)
+        new_of_old[order] = np.arange(self.n_answers, dtype=np.int32)
+        new_of_old[-1] = -1  # -1 stays -1 (index -1 picks the last slot)
+        out = QuestionArrays(**{f.name: getattr(self, f.name) for f in fields(self)})
+        out.ids = new_of_old[self.ids]
+        out.final_ids = new_of_old[self.final_ids]
+        out.representatives = [self.representatives[i] for i in order]
+        out.correct = self.correct[order]
+        return out
+
+    # -- caching -------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        arrays = {}
+        meta = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, np.ndarray):
+                arrays[f.name] = v
+            elif f.name == "representatives":
+                meta[f.name] = v
+            else:
+                meta[f.name] = v
+        arrays["_meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        Path(path).write_bytes(buf.getvalue())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "QuestionArrays":
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(z["_meta"].tobytes().decode())
+            kwargs = {k: z[k] for k in z.files if k != "_meta"}
+        kwargs.update(meta)
+        return cls(**kwargs)
+
+
+def cache_key(q: QuestionData, spacing: int, window: int) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"v{ARRAYS_VERSION}:{q.content_hash()}:{spacing}:{window}".encode())
+    return h.hexdigest()
+
+
+def _collect_strings(q: QuestionData) -> list:
+    """Answer strings in the order the grouping sees them (finals, then each trace's probes + final)."""
+    out = [a for a in q.final_answers if a]
+    codes = q.probe_codes
+    for j in range(q.n_traces):
+        seg = codes[q.probe_offsets[j] : q.probe_offsets[j + 1]]
+        out.extend(q.probe_strings[c] for c in seg[seg >= 0].tolist())
+        if q.final_answers[j]:
+            out.append(q.final_answers[j])
+    return out
+
+
+def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int):
+    """conf_at_pos (float32 [n, m]), min_group (float32 [n]) and running-min records."""
+    n, m = q.n_traces, len(grid)
+    conf_at_pos = np.empty((n, m), dtype=np.float32)
+    min_group = np.empty(n, dtype=np.float32)
+    rec_idx, rec_val, rec_cnt = [], [], np.zeros(n, dtype=np.int64)
+    W = window
+    for j in range(n):
+        c32 = q.confs(j).astype(np.float32)
+        L = len(c32)
+        # checkpoint confidence: float64 cumulative sum, window of W tokens ending at index p
+        cs = np.zeros(L + 1, dtype=np.float64)
+        np.cumsum(c32, dtype=np.float64, out=cs[1:])
+        ends = np.minimum(grid, L - 1) + 1  # exclusive end index
+        starts = np.maximum(ends - W, 0)
+        vals = (cs[ends] - cs[starts]) / (ends - starts) if L else np.zeros(m)
+        whole = cs[L] / L if L else 0.0
+        vals = np.where(grid >= L, whole, vals)
+        conf_at_pos[j] = vals.astype(np.float32)
+        # group confidences: float32 running sum, sliding windows of W tokens
+        if L < W:
+            gc = np.array([c32.mean(dtype=np.float32) if L else 0.0], dtype=np.float32)
+        else:
+            cs32 = np.zeros(L + 1, dtype=np.float32)
+            np.cumsum(c32, dtype=np.float32, out=cs32[1:])
+            gc = (cs32[W:] - cs32[:-W]) / np.float32(W)
+        run = np.minimum.accumulate(gc)
+        starts_rec = np.flatnonzero(np.concatenate(([True], run[1:] < run[:-1])))
+        rec_idx.append(starts_rec)
+        rec_val.append(run[starts_rec])
+        rec_cnt[j] = len(starts_rec)
+        min_group[j] = run[-1]
+    rec_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(rec_cnt, out=rec_offsets[1:])
+    return (conf_at_pos, min_group, rec_offsets,
+            np.concatenate(rec_idx).astype(np.int64), np.concatenate(rec_val).astype(np.float32))
+
+
+def build_arrays(q: QuestionData, spacing: int = CHECKPOINT_SPACING, window: int = 2048,
+                 groups: AnswerGroups | None = None) -> QuestionArrays:
+    """Turn one question's traces into the simulator's arrays, validating as it goes."""
+    n = q.n_traces
+    if groups is None:
+        groups = group_answers(_collect_strings(q))
+    probe_ids_by_code = np.array([groups.id_of(s) for s in q.probe_strings] + [-1], dtype=np.int32)
+    final_ids = np.array([groups.id_of(a) if a else -1 for a in q.final_answers], dtype=np.int32)
+
+    pos = q.probe_positions
+    on_grid = (pos % spacing == 0) & (pos >= 0)
+    grid = np.unique(pos[on_grid]).astype(np.int64)
+    m = len(grid)
+    if m == 0:
+        raise PoolError(f"{q.where()}: no probe on the {spacing}-token checkpoint grid")
+    trace_of_probe = np.repeat(np.arange(n), np.diff(q.probe_offsets))
+    MISSING = -2
+    probe_ids = np.full((n, m), MISSING, dtype=np.int32)
+    k_of = np.searchsorted(grid, pos[on_grid])
+    probe_ids[trace_of_probe[on_grid], k_of] = probe_ids_by_code[q.probe_codes[on_grid]]
+    finished_at = grid[None, :] >= q.lengths[:, None]
+    ids = np.where(finished_at, final_ids[:, None], probe_ids).astype(np.int32)
+    missing = np.argwhere(ids == MISSING)
+    if missing.size:
+        j, k = missing[0]
+        raise PoolError(f"{q.where(j)}: running trace (length {int(q.lengths[j])}) has no probe at "
+                        f"checkpoint {int(grid[k])}")
+    correct = np.array([is_correct(r, q.ground_truth) for r in groups.representatives], dtype=bool)
+
+    probe_tokens = None
+    if q.probe_cost is not None:
+        probe_tokens = np.full((n, m), -1, dtype=np.int64)
+        c = q.probe_cost[on_grid]
+        tok = np.where((c >= 0).all(axis=1), c[:, 2] + np.maximum(c[:, 0] - c[:, 1], 0), -1)
+        probe_tokens[trace_of_probe[on_grid], k_of] = tok
+
+    arr = QuestionArrays(
+        qid=q.qid, ground_truth=q.ground_truth, grid=grid, lengths=q.lengths.astype(np.int64),
+        final_ids=final_ids, ids=ids, representatives=list(groups.representatives), correct=correct,
+        probe_tokens=probe_tokens, window=window, content_hash=q.content_hash(),
+    )
+    if q.has_confs:
+        (arr.conf_at_pos, arr.min_group, arr.rec_offsets, arr.rec_index, arr.rec_value) = _confidence_stats(q, grid, window)
+    return arr
+
+
+def load_arrays(q: QuestionData, cache_dir: str | Path | None = None, spacing: int = CHECKPOINT_SPACING,
+                window: int = 2048) -> QuestionArrays:
+    """build_arrays with an on-disk cache keyed by the question's content and the settings."""
+    if cache_dir is None:
+        return build_arrays(q, spacing, window)
+    cache_dir = Path(cache_dir)
+    path = cache_dir / f"q{q.qid:06d}-{cache_key(q, spacing, window)}.npz"
+    if path.exists():
+        return QuestionArrays.load(path)
+    arr = build_arrays(q, spacing, window)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{np.random.default_rng().integers(1 << 30)}")
+    arr.save(tmp)
+    tmp.replace(path)
+    return arr

@@ -1,0 +1,53 @@
+"""Switch-model features for every (trace, checkpoint) of a question (reference-protocol §6).
+
+Five columns: checkpoint position, checkpoint confidence, flips so far, current streak length and
+confidence trend. Computed for every trace and checkpoint (finished or not) from the per-question
+arrays, so training rows (warmup traces) and prediction rows come from one function.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .arrays import QuestionArrays
+
+FEATURE_NAMES = ("position", "confidence", "flips", "streak", "conf_trend")
+
+
+def flips_and_streaks(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Number of answer changes up to each checkpoint, and the run length ending there."""
+    n, m = ids.shape
+    change = np.zeros((n, m), dtype=bool)
+    change[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    flips = np.cumsum(change, axis=1)
+    # streak: checkpoints since the last change (inclusive)
+    k = np.broadcast_to(np.arange(m), (n, m))
+    last_change = np.maximum.accumulate(np.where(change, k, 0), axis=1)
+    streaks = k - last_change + 1
+    return flips.astype(np.int64), streaks.astype(np.int64)
+
+
+def question_features(arr: QuestionArrays) -> np.ndarray:
+    """Feature tensor float64 [n_traces, n_checkpoints, 5]."""
+    n, m = arr.ids.shape
+    flips, streaks = flips_and_streaks(arr.ids)
+    if arr.conf_at_pos is not None:
+        conf = arr.conf_at_pos
+    else:
+        conf = np.zeros((n, m), dtype=np.float32)  # no confidences: a constant column, coefficient 0
+    trend = np.zeros((n, m), dtype=np.float64)
+    trend[:, 1:] = conf[:, 1:].astype(np.float64) - conf[:, :-1].astype(np.float64)
+    X = np.empty((n, m, 5), dtype=np.float64)
+    X[..., 0] = arr.grid[None, :]
+    X[..., 1] = conf
+    X[..., 2] = flips
+    X[..., 3] = streaks
+    X[..., 4] = trend
+    return X
+
+
+def switch_labels(arr: QuestionArrays, traces: np.ndarray | None = None) -> np.ndarray:
+    """1 where the trace's answer at a checkpoint differs from its final answer (oracle q)."""
+    ids = arr.ids if traces is None else arr.ids[traces]
+    final = arr.final_ids if traces is None else arr.final_ids[traces]
+    return (ids != final[:, None]).astype(np.float32)

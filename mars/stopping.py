@@ -1,0 +1,203 @@
+"""Stopping rules, each evaluated for many bootstrap iterations at once.
+
+Every rule sees a :class:`Snapshot` (one checkpoint, the still-active iterations) and answers, per
+iteration, whether to stop now. Rules with memory (Parallel-Probe) keep it per iteration.
+
+* :class:`Mars` — the margin test of the paper (unseen challenger + every challenger with votes,
+  strict inequalities, probe-0 guard), as the reference runs it; with ``certified=True`` the
+  paper's theorem instead: finished traces carry q = 0, the Hoeffding term
+  ε = w_max·sqrt(2·N_active·ln(N/δ)) is added, and the inequalities are ≥ as in Eq. (4).
+* :class:`ParallelProbe` — consensus + deviation pruning, as the MARS reference runs it (pruning
+  changes neither tokens nor answer) or as Parallel-Probe's authors define it (pruned traces stop
+  voting and stop costing tokens).
+* :class:`Consensus` — stop once the leader holds a given share of the votes.
+* :class:`Never` — the full-budget baselines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .voting import tally
+
+
+@dataclass
+class Snapshot:
+    """One checkpoint for the active iterations ``rows``; arrays are [len(rows), B]."""
+
+    k: int
+    position: int
+    rows: np.ndarray
+    ids: np.ndarray
+    eligible: np.ndarray
+    weights: np.ndarray
+    votes: np.ndarray  # [len(rows), n_answers] float64
+    lead: np.ndarray
+    has_votes: np.ndarray
+    running: np.ndarray  # trace still generating at this checkpoint
+    n_answers: int
+    q: np.ndarray | None = None  # switch probabilities, float32
+
+
+def _challengers(votes: np.ndarray, lead: np.ndarray) -> np.ndarray:
+    """Answers with votes other than the leader, per row, padded with -1: [R, K]."""
+    has = votes > 0
+    has[np.arange(len(lead)), np.maximum(lead, 0)] &= lead < 0
+    rows, cols = np.nonzero(has)
+    R = votes.shape[0]
+    counts = np.bincount(rows, minlength=R)
+    K = int(counts.max()) if R else 0
+    out = np.full((R, K), -1, dtype=np.int64)
+    if K:
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        out[rows, np.arange(len(rows)) - starts[rows]] = cols
+    return out
+
+
+def margin_test(votes, lead, has_votes, ids, weights, eligible, q, gamma, epsilon=None, strict=True) -> np.ndarray:
+    """The MARS certificate for every row: leader safe against the unseen and every voted challenger.
+
+    Costs follow reference-protocol §5.1 term by term (γ·2w for leader voters, −w for the
+    challenger's own voters, γ·w otherwise, times eligibility) and each threshold is summed over the
+    B traces with numpy's pairwise summation, so floating-point results match the reference.
+    ``epsilon`` (per row) adds the Hoeffding term of the certified rule.
+    """
+    R = len(lead)
+    if R == 0:
+        return np.zeros(0, dtype=bool)
+    base = gamma * weights
+    is_lead = ids == lead[:, None]
+    cost_unseen = np.where(is_lead, base * 2, base) * eligible
+    thr_unseen = np.sum(q * cost_unseen, axis=-1)
+    v_lead = votes[np.arange(R), np.maximum(lead, 0)]
+    eps = 0.0 if epsilon is None else epsilon
+    cmp = np.greater if strict else np.greater_equal
+    ok = has_votes & cmp(v_lead, thr_unseen + eps)
+    chal = _challengers(votes, lead)
+    if chal.shape[1]:
+        own = ids[:, None, :] == chal[:, :, None]
+        neg = -weights
+        cost = np.where(is_lead[:, None, :], (base * 2)[:, None, :] if np.ndim(base) else base * 2,
+                        np.where(own, neg[:, None, :] if np.ndim(neg) else neg,
+                                 base[:, None, :] if np.ndim(base) else base)) * eligible[:, None, :]
+        thr = np.sum(q[:, None, :] * cost, axis=-1)
+        v_chal = np.take_along_axis(votes, np.maximum(chal, 0), axis=1)
+        eps_k = eps if np.ndim(eps) == 0 else eps[:, None]
+        passed = cmp(v_lead[:, None] - v_chal, thr + eps_k) | (chal < 0)
+        ok &= passed.all(axis=1)
+    return ok
+
+
+class Rule:
+    label = "none"
+    needs_q = False
+
+    def reset(self, n_iterations: int, budget: int) -> None:
+        pass
+
+    def check(self, snap: Snapshot) -> np.ndarray:
+        raise NotImplementedError
+
+
+class Never(Rule):
+    """Full-budget baseline: never stops early."""
+
+    label = "budget"
+
+    def check(self, snap: Snapshot) -> np.ndarray:
+        return np.zeros(len(snap.rows), dtype=bool)
+
+
+@dataclass
+class Mars(Rule):
+    """The MARS margin rule (see module docstring)."""
+
+    gamma: object = 1.0  # kept as given: a Python float and a numpy float64 promote differently
+    guard_answer: int = -1  # probe-0 guard: warmup majority, checked at the first checkpoint only
+    certified: bool = False
+    delta: float = 0.05
+    label: str = "margin"
+    needs_q = True
+
+    def reset(self, n_iterations: int, budget: int) -> None:
+        self._budget = budget
+
+    def check(self, snap: Snapshot) -> np.ndarray:
+        q = snap.q
+        if self.certified:
+            q = np.where(snap.running, q, np.float32(0))  # finished traces cannot switch
+            active = snap.eligible & snap.running
+            n_active = np.maximum(active.sum(axis=1), 1)
+            w_el = np.where(snap.eligible, np.broadcast_to(snap.weights, snap.ids.shape), 0)
+            w_max = np.maximum(w_el.max(axis=1), 0) if w_el.size else np.ones(len(snap.rows))
+            eps = w_max * np.sqrt(2.0 * n_active * np.log(max(self._budget, 1) / self.delta))
+            ok = margin_test(snap.votes, snap.lead, snap.has_votes, snap.ids, snap.weights, snap.eligible, q,
+                             self.gamma, epsilon=eps, strict=False)
+        else:
+            ok = margin_test(snap.votes, snap.lead, snap.has_votes, snap.ids, snap.weights, snap.eligible, q,
+                             self.gamma)
+        if snap.k == 0 and self.guard_answer >= 0 and not self.certified:
+            ok &= snap.lead == self.guard_answer
+        return ok
+
+
+@dataclass
+class ParallelProbe(Rule):
+    """Parallel-Probe: stop after ``conv`` equal winners; prune traces off-track ``patience`` times.
+
+    ``faithful=False`` is the MARS reference's emulation (pruning only steers PP's own winner);
+    ``faithful=True`` follows Parallel-Probe's authors: pruned traces stop voting and stop costing
+    tokens, and the answer is the vote of the unpruned traces.
+    """
+
+    conv: int = 3
+    warmup: int = 4
+    patience: int = 2
+    faithful: bool = False
+    label: str = "pp_consensus"
+    pruned: np.ndarray = field(default=None, repr=False)
+    pruned_at: np.ndarray = field(default=None, repr=False)  # position where a trace was pruned
+
+    def reset(self, n_iterations: int, budget: int) -> None:
+        self.stable = np.zeros(n_iterations, dtype=np.int64)
+        self.prev = np.full(n_iterations, -1, dtype=np.int64)
+        self.pruned = np.zeros((n_iterations, budget), dtype=bool)
+        self.off = np.zeros((n_iterations, budget), dtype=np.int64)
+        self.pruned_at = np.full((n_iterations, budget), np.iinfo(np.int64).max, dtype=np.int64)
+        self.winner = np.full(n_iterations, -1, dtype=np.int64)
+
+    def check(self, snap: Snapshot) -> np.ndarray:
+        r = snap.rows
+        voting = snap.eligible & ~self.pruned[r]
+        votes = tally(snap.ids, np.ones(1), voting, snap.n_answers)
+        has = votes.sum(axis=1) > 0
+        win = np.where(has, np.argmax(votes, axis=1), -1)
+        same = (win == self.prev[r]) & (win >= 0)
+        self.stable[r] = np.where(same, self.stable[r] + 1, 1)
+        self.prev[r] = win
+        self.winner[r] = win
+        if snap.k >= self.warmup and self.patience > 0:
+            agrees = (snap.ids == win[:, None]) | ~voting
+            off = np.where(agrees, 0, self.off[r] + 1)
+            self.off[r] = off
+            newly = (off >= self.patience) & ~self.pruned[r]
+            pr = self.pruned[r] | newly
+            self.pruned[r] = pr
+            self.pruned_at[r] = np.where(newly, snap.position, self.pruned_at[r])
+        return (self.stable[r] >= self.conv) & has & (snap.k >= self.warmup)
+
+
+@dataclass
+class Consensus(Rule):
+    """Stop once the leader holds at least ``share`` of the eligible vote (after ``min_checkpoint``)."""
+
+    share: float = 0.9
+    min_checkpoint: int = 0
+    label: str = "consensus"
+
+    def check(self, snap: Snapshot) -> np.ndarray:
+        total = snap.votes.sum(axis=1)
+        lead_votes = snap.votes[np.arange(len(snap.rows)), np.maximum(snap.lead, 0)]
+        return snap.has_votes & (lead_votes >= self.share * total) & (snap.k >= self.min_checkpoint)
