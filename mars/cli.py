@@ -1,0 +1,212 @@
+"""The ``mars`` command line: one subcommand per pipeline stage (the Snakemake rules call these)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from . import __version__
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="MARS: margin-adversarial risk-controlled stopping for parallel LLM reasoning.")
+err = Console(stderr=True, width=110)
+
+#: errors that are the user's input, reported in one line with exit code 2
+USER_ERRORS: tuple = ()
+
+
+def _user_errors() -> tuple:
+    from .pool import PoolError
+    from .simulate import SimulationError
+
+    return (PoolError, SimulationError, ValueError, FileNotFoundError)
+
+
+def _fail(exc: BaseException) -> None:
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    err.print(f"[bold red]error:[/] {msg}", markup=True, highlight=False)
+    raise typer.Exit(2)
+
+
+def _parse_qids(spec: Optional[str]):
+    from .generate import parse_qids
+
+    return parse_qids(spec)
+
+
+@app.command()
+def simulate(
+    pool: Path = typer.Argument(..., help="published-schema parquet file or a pool directory"),
+    method: str = typer.Option("reference", "--method", "-m", help="comma-separated methods, 'reference' (the 14 reference methods) or 'all'"),
+    out: Path = typer.Option(..., "--out", "-o", help="output directory (one sub-directory per method)"),
+    budget: int = typer.Option(512, help="traces per bootstrap sample"),
+    iterations: int = typer.Option(64, help="bootstrap iterations per question"),
+    warmup: int = typer.Option(16, help="warmup traces (q-model, γ, probe-0 guard; DeepConf threshold)"),
+    seed: int = typer.Option(42),
+    window: int = typer.Option(2048, help="confidence window (tokens)"),
+    gamma: float = typer.Option(1.0, help="γ for the uncalibrated MARS methods"),
+    ucb_z: float = typer.Option(1.0, "--ucb-z", help="UCB bump z/√n of γ calibration (0 = off)"),
+    gamma_min: float = typer.Option(0.5, "--gamma-min", help="floor of calibrated γ"),
+    pp_conv: int = typer.Option(3, "--pp-conv", help="Parallel-Probe: equal winners in a row to stop (u)"),
+    pp_warmup: int = typer.Option(4, "--pp-warmup", help="Parallel-Probe: checkpoints before stopping/pruning"),
+    pp_patience: int = typer.Option(2, "--pp-patience", help="Parallel-Probe: off-track checkpoints before pruning (k)"),
+    delta: float = typer.Option(0.05, help="risk level δ of the certified MARS methods"),
+    consensus: float = typer.Option(0.9, help="vote share at which sc-consensus stops"),
+    questions: Optional[str] = typer.Option(None, help="question ids, e.g. 0,3,5-9 (default: all)"),
+    workers: int = typer.Option(1, help="questions simulated in parallel (processes)"),
+    cache: Optional[Path] = typer.Option(None, help="per-question array cache directory (e.g. from `mars fit`)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
+):
+    """Bootstrap-simulate stopping methods on a trace pool (the paper's evaluation)."""
+    from rich.progress import Progress
+
+    from .methods import parse_methods
+    from .results import summary_table, write_method
+    from .simulate import Settings, settings_dict, simulate_pool
+
+    try:
+        methods = parse_methods(method)
+        settings = Settings(budget=budget, iterations=iterations, warmup=warmup, seed=seed, window=window, gamma=gamma,
+                            ucb_z=ucb_z, gamma_min=gamma_min, pp_conv=pp_conv, pp_warmup=pp_warmup,
+                            pp_patience=pp_patience, delta=delta, consensus=consensus).validate()
+        qids = _parse_qids(questions)
+        t0 = time.perf_counter()
+        with Progress(console=err, disable=quiet, transient=True) as progress:
+            task = progress.add_task("simulating questions", total=len(qids) if qids else None)
+            results = simulate_pool(pool, methods, settings, questions=qids, workers=workers, cache_dir=cache,
+                                    progress=lambda: progress.advance(task))
+        overalls = [write_method(out, m.name, results, settings_dict(settings), str(pool)) for m in methods]
+    except _user_errors() as exc:
+        _fail(exc)
+    if not quiet:
+        err.print(summary_table(overalls))
+        err.print(f"{len(results)} questions × {len(methods)} methods in {time.perf_counter() - t0:.1f} s → {out}/")
+
+
+@app.command("import")
+def import_(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help="mars-parquet | mars-pickle | parallel-probe"),
+    src: Path = typer.Argument(..., help="input file"),
+    out: Path = typer.Argument(..., help="output pool directory (must not exist)"),
+):
+    """Convert published MARS data or Parallel-Probe matrices into a pool directory."""
+    from .convert import import_pool
+
+    try:
+        import_pool(fmt, src, out)
+    except _user_errors() as exc:
+        _fail(exc)
+    err.print(f"pool written to {out}")
+
+
+@app.command()
+def export(pool: Path = typer.Argument(...), out: Path = typer.Argument(..., help="output .parquet")):
+    """Write a pool in the authors' published parquet schema."""
+    from .convert import export_published
+
+    try:
+        export_published(pool, out)
+    except _user_errors() as exc:
+        _fail(exc)
+    err.print(f"published-schema parquet written to {out}")
+
+
+@app.command()
+def fit(
+    pool: Path = typer.Argument(...),
+    out: Path = typer.Option(..., "--out", "-o", help="cache directory for per-question arrays"),
+    window: int = typer.Option(2048),
+    questions: Optional[str] = typer.Option(None),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+):
+    """Precompute per-question arrays (answer groups, confidences) into a cache `simulate --cache` reuses."""
+    import json
+
+    from rich.progress import track
+
+    from .arrays import load_arrays
+    from .pool import open_pool
+
+    try:
+        p = open_pool(pool)
+        qids = _parse_qids(questions) or p.qids
+        summary = []
+        for qid in track(qids, description="fitting questions", console=err, disable=quiet, transient=True):
+            arr = load_arrays(p.read_question(qid), out, window=window)
+            summary.append({"qid": qid, "n_traces": arr.n_traces, "n_checkpoints": arr.n_checkpoints,
+                            "n_answers": arr.n_answers, "content_hash": arr.content_hash})
+        (Path(out) / "fit.json").write_text(json.dumps({"pool": str(pool), "window": window, "questions": summary}, indent=2) + "\n")
+    except _user_errors() as exc:
+        _fail(exc)
+
+
+@app.command()
+def generate(
+    out: Path = typer.Option(..., "--out", "-o", help="output pool (or shard) directory"),
+    problems: str = typer.Option(..., help="jsonl file or bundled set: aime_2025, hmmt_feb_2025, brumo_2025"),
+    traces: int = typer.Option(..., help="traces per question (whole pool)"),
+    backend: str = typer.Option("synthetic", help="synthetic | transformers | sglang"),
+    preset: Optional[str] = typer.Option(None, help="synthetic preset"),
+    model: Optional[str] = typer.Option(None, help="model path (transformers/sglang)"),
+    seed: int = typer.Option(0),
+    skill: Optional[float] = typer.Option(None, help="synthetic: override the preset's skill"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens"),
+    spacing: int = typer.Option(2048, help="probe every this many tokens"),
+    questions: Optional[str] = typer.Option(None, help="e.g. 0-4,7"),
+    shard: Optional[int] = typer.Option(None),
+    n_shards: int = typer.Option(1, "--n-shards"),
+    no_confs: bool = typer.Option(False, "--no-confs", help="do not store per-token confidences"),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+):
+    """Generate traces and probe them every `spacing` tokens (resumable; sharded)."""
+    from .generate import generate_pool, make_backend
+
+    try:
+        be = make_backend(backend, preset, skill, max_tokens, with_confs=not no_confs) if backend == "synthetic" \
+            else _real_backend(backend, model, max_tokens)
+        generate_pool(be, problems, traces, seed, out, questions=_parse_qids(questions), shard=shard,
+                      n_shards=n_shards, progress=not quiet, spacing=spacing, max_tokens=max_tokens)
+    except _user_errors() as exc:
+        _fail(exc)
+
+
+def _real_backend(name: str, model: Optional[str], max_tokens: Optional[int]):
+    raise ValueError(f"backend {name!r} is not available in this build")
+
+
+@app.command()
+def consolidate(
+    shards: list[Path] = typer.Argument(..., help="shard directories of one generation"),
+    out: Path = typer.Option(..., "--out", "-o"),
+    overwrite: bool = typer.Option(False),
+):
+    """Merge generated shards into one pool directory."""
+    from .generate import consolidate as _consolidate
+
+    try:
+        _consolidate(shards, out, overwrite=overwrite)
+    except _user_errors() as exc:
+        _fail(exc)
+
+
+@app.command()
+def version():
+    """Print the version."""
+    print(__version__)
+
+
+def main(argv=None) -> int:
+    try:
+        app(args=argv, standalone_mode=True)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

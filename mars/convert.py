@@ -1,0 +1,204 @@
+"""Importers into our pool layout and the exporter back to the published MARS parquet schema.
+
+* ``mars-parquet`` — the authors' published parquet (one row per trace; length = len(confs)).
+* ``mars-pickle`` — the authors' pickle: a dict keyed by (qid, trace_idx) of dicts with
+  ``ground_truth``, ``confs``, ``probes`` ({position: {answer, ...}}) and optional
+  ``extracted_answer``. Pickles execute code when loaded: import only files you trust.
+* ``parallel-probe`` — Parallel-Probe's probe matrices (JSON: per question ``gold_answer`` and
+  ``each_branch`` = [probe_list, branch_tokens, final_answer], a probe every ``probe_freq``
+  tokens), mapped onto the 2048-token grid: for k = 1, 2, … while 2048·k < branch_tokens the
+  answer at 2048·k is ``probe_list[min(2048·k // probe_freq − 1, len − 1)]``; ``"ERR"`` or empty
+  means no answer. There are no confidences (the column is null).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import schema
+from .answers import is_correct
+from .pool import LayoutPool, PoolError, PoolWriter, PublishedPool, open_pool, question_to_table
+
+FORMATS = ("mars-parquet", "mars-pickle", "parallel-probe")
+
+
+def _probe_rows(positions, answers) -> list[dict]:
+    return [{"position": int(p), "answer": a if a else None, "raw_text": None, "conf": None,
+             "prompt_tokens": None, "cached_tokens": None, "generated_tokens": None}
+            for p, a in zip(positions, answers)]
+
+
+def _write(out, manifest, questions) -> Path:
+    """questions: iterable of (meta dict, trace table)."""
+    with PoolWriter(out, manifest) as w:
+        for meta, table in questions:
+            w.write_question(meta, table)
+    return Path(out)
+
+
+def import_mars_parquet(src, out, **manifest) -> Path:
+    pool = PublishedPool(src)
+
+    def gen():
+        for qid in pool.qids:
+            q = pool.read_question(qid)
+            yield {"qid": qid, "ground_truth": q.ground_truth}, question_to_table(q)
+
+    return _write(out, {"imported_from": "mars-parquet", "source": str(src), **manifest}, gen())
+
+
+def import_mars_pickle(src, out, **manifest) -> Path:
+    try:
+        with open(src, "rb") as f:
+            data = pickle.load(f)  # noqa: S301 - documented: trusted files only
+    except Exception as exc:  # noqa: BLE001
+        raise PoolError(f"{src}: not a readable pickle ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise PoolError(f"{src}: expected a non-empty dict keyed by (qid, trace_idx)")
+    by_q: dict[int, list] = {}
+    for key, entry in data.items():
+        try:
+            qid, tidx = (int(key[0]), int(key[1]))
+            by_q.setdefault(qid, []).append((tidx, entry))
+        except Exception:  # noqa: BLE001
+            raise PoolError(f"{src}: key {key!r} is not (qid, trace_idx)") from None
+
+    def gen():
+        for qid in sorted(by_q):
+            rows = sorted(by_q[qid], key=lambda r: r[0])
+            cols = {n: [] for n in schema.TRACE_SCHEMA.names}
+            for tidx, e in rows:
+                for req in ("ground_truth", "confs", "probes"):
+                    if req not in e:
+                        raise PoolError(f"{src}: question {qid}, trace {tidx}: missing {req!r}")
+                confs = np.asarray(e["confs"], dtype=np.float16)
+                probes = e["probes"]
+                cols["qid"].append(qid)
+                cols["trace_idx"].append(tidx)
+                cols["final_answer"].append(e.get("extracted_answer") or None)
+                cols["length"].append(len(confs))
+                cols["finished"].append(None)
+                cols["confs"].append(confs)
+                # the reference drops probes whose answer is None
+                kept = [(p, v.get("answer")) for p, v in probes.items() if v.get("answer") is not None]
+                cols["probes"].append(_probe_rows([p for p, _ in kept], [a for _, a in kept]))
+                cols["text"].append(None)
+            yield {"qid": qid, "ground_truth": rows[0][1]["ground_truth"]}, pa.Table.from_pydict(cols, schema=schema.TRACE_SCHEMA)
+
+    return _write(out, {"imported_from": "mars-pickle", "source": str(src), **manifest}, gen())
+
+
+def parallel_probe_question(qid: int, item: dict, spacing: int = schema.CHECKPOINT_SPACING, src: str = "") -> tuple[dict, pa.Table]:
+    """One Parallel-Probe question → (meta, trace table) on the ``spacing`` grid."""
+    try:
+        freq = int(item["probe_freq"])
+        branches = item["each_branch"]
+        gold = str(item["gold_answer"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PoolError(f"{src}: question {qid}: missing or bad field ({exc})") from None
+    cols = {n: [] for n in schema.TRACE_SCHEMA.names}
+    for t, br in enumerate(branches):
+        try:
+            probe_list, n_tok, final = br[0], int(br[1]), br[2]
+        except (IndexError, TypeError, ValueError):
+            raise PoolError(f"{src}: question {qid}, trace {t}: branch is not [probe_list, tokens, final]") from None
+        positions, answers = [], []
+        k = 1
+        while spacing * k < n_tok:
+            if not probe_list:
+                raise PoolError(f"{src}: question {qid}, trace {t}: no probes for a {n_tok}-token trace")
+            a = probe_list[min(spacing * k // freq - 1, len(probe_list) - 1)]
+            positions.append(spacing * k)
+            answers.append(None if a in ("ERR", "", None) else str(a))
+            k += 1
+        cols["qid"].append(qid)
+        cols["trace_idx"].append(t)
+        cols["final_answer"].append(None if final in ("ERR", "", None) else str(final))
+        cols["length"].append(n_tok)
+        cols["finished"].append(None)
+        cols["confs"].append(None)
+        cols["probes"].append(_probe_rows(positions, answers))
+        cols["text"].append(None)
+    meta = {"qid": qid, "ground_truth": gold, "question": item.get("question")}
+    return meta, pa.Table.from_pydict(cols, schema=schema.TRACE_SCHEMA)
+
+
+def import_parallel_probe(src, out, spacing: int = schema.CHECKPOINT_SPACING, **manifest) -> Path:
+    try:
+        data = json.loads(Path(src).read_text())
+    except FileNotFoundError:
+        raise PoolError(f"{src}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise PoolError(f"{src}: invalid JSON ({exc})") from None
+    if not isinstance(data, list) or not data:
+        raise PoolError(f"{src}: expected a non-empty list of questions")
+    gen = (parallel_probe_question(qid, item, spacing, str(src)) for qid, item in enumerate(data))
+    return _write(out, {"imported_from": "parallel-probe", "source": str(src), "confidences": False, **manifest}, gen)
+
+
+def import_pool(fmt: str, src, out) -> Path:
+    if Path(out).exists():
+        raise PoolError(f"{out}: already exists (refusing to overwrite)")
+    if fmt == "mars-parquet":
+        return import_mars_parquet(src, out)
+    if fmt == "mars-pickle":
+        return import_mars_pickle(src, out)
+    if fmt == "parallel-probe":
+        return import_parallel_probe(src, out)
+    raise PoolError(f"unknown import format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def export_published(pool_path, out) -> Path:
+    """Write a pool in the published MARS parquet schema (one row group per question).
+
+    Pools without confidences get a constant 1.0 array of each trace's length (the published
+    format infers length from ``len(confs)``), as the reference fixtures do.
+    """
+    pool = open_pool(pool_path)
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with pq.ParquetWriter(tmp, schema.PUBLISHED_SCHEMA, compression="zstd") as w:
+            for qid in pool.qids:
+                q = pool.read_question(qid)
+                w.write_table(_published_table(q))
+        tmp.replace(out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _published_table(q) -> pa.Table:
+    n = q.n_traces
+    if q.conf_values is not None:
+        confs = pa.ListArray.from_arrays(pa.array(q.conf_offsets, pa.int64()).cast(pa.int32()),
+                                         pa.array(q.conf_values, pa.float16()))
+    else:
+        offs = np.concatenate([[0], np.cumsum(q.lengths)])
+        confs = pa.ListArray.from_arrays(pa.array(offs, pa.int32()), pa.array(np.ones(int(offs[-1]), np.float16)))
+    strings = q.probe_strings
+    ans = [strings[c] if c >= 0 else "" for c in q.probe_codes.tolist()]
+    correct_of = {s: is_correct(s, q.ground_truth) for s in set(ans)}
+    probe_struct = pa.StructArray.from_arrays(
+        [pa.array(q.probe_positions, pa.int64()), pa.array(ans, pa.string()),
+         pa.array([correct_of[a] for a in ans], pa.bool_()),
+         pa.array([f"\\boxed{{{a}}}" for a in ans], pa.string()), pa.nulls(len(ans), pa.float64())],
+        fields=list(schema.PUBLISHED_PROBE_TYPE),
+    )
+    probes = pa.ListArray.from_arrays(pa.array(q.probe_offsets, pa.int32()), probe_struct)
+    return pa.Table.from_arrays(
+        [pa.array(np.full(n, q.qid), pa.int64()), pa.array(q.trace_idx, pa.int64()),
+         pa.array([q.ground_truth] * n, pa.string()), pa.array(q.final_answers, pa.string()), confs, probes],
+        schema=schema.PUBLISHED_SCHEMA,
+    )
+
+
+__all__ = ["FORMATS", "import_pool", "export_published", "parallel_probe_question", "LayoutPool"]

@@ -1,0 +1,151 @@
+"""Simulation outputs: per-iteration and per-question CSVs, overall.json, a summary table.
+
+``DIR/<method>/per_iteration.csv``, ``per_question.csv`` (first columns exactly
+``qid,accuracy,tokens_mean,baseline_tokens_mean,savings_pct,stop_position_mean``) and
+``overall.json``. Every method directory is written to a temporary sibling and renamed into place,
+so a failed run leaves no partial output and earlier results of other methods stay untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
+
+PACKAGES = ("mars", "numpy", "scipy", "scikit-learn", "pandas", "pyarrow", "math-verify")
+
+
+def package_versions() -> dict:
+    out = {}
+    for p in PACKAGES:
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def per_iteration_frame(results, method: str) -> pd.DataFrame:
+    parts = []
+    for qr in results:
+        r = qr.methods[method]
+        reps = qr.representatives
+        parts.append(pd.DataFrame({
+            "qid": qr.qid,
+            "iteration": np.arange(len(r.answer)),
+            "answer": [reps[a] if a >= 0 else "" for a in r.answer.tolist()],
+            "correct": r.correct,
+            "tokens": r.tokens,
+            "baseline_tokens": r.baseline,
+            "stop_position": r.position,
+            "stopped_by": r.stopped_by.astype(str),
+            "probe_tokens": r.probe_tokens,
+        }))
+    df = pd.concat(parts, ignore_index=True)
+    return df[PER_ITERATION_COLUMNS]
+
+
+def per_question_frame(results, method: str) -> pd.DataFrame:
+    rows = []
+    for qr in results:
+        r = qr.methods[method]
+        base = r.baseline.astype(np.float64)
+        ratio = np.divide(r.tokens, base, out=np.ones_like(base), where=base > 0)
+        with_probe = np.divide(r.tokens + r.probe_tokens, base, out=np.ones_like(base), where=base > 0)
+        labels = r.stopped_by.astype(str)
+        rows.append({
+            "qid": qr.qid,
+            "accuracy": float(np.mean(r.correct)),
+            "tokens_mean": float(np.mean(r.tokens)),
+            "baseline_tokens_mean": float(np.mean(r.baseline)),
+            "savings_pct": float(100.0 * np.mean(1.0 - ratio)),
+            "stop_position_mean": float(np.mean(r.position)),
+            "accuracy_std": float(np.std(r.correct.astype(float), ddof=1)) if len(r.correct) > 1 else 0.0,
+            "n_iterations": len(r.answer),
+            "savings_with_probes_pct": float(100.0 * np.mean(1.0 - with_probe)),
+            "probe_tokens_mean": float(np.mean(r.probe_tokens)),
+            "gamma": r.gamma,
+            "stopped_early": int(np.sum(labels != "budget")),
+            "stopped_by_budget": int(np.sum(labels == "budget")),
+            "ground_truth": qr.ground_truth,
+        })
+    df = pd.DataFrame(rows)
+    assert list(df.columns[: len(PER_QUESTION_LEADING_COLUMNS)]) == PER_QUESTION_LEADING_COLUMNS
+    return df
+
+
+def input_checksum(results) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for qr in sorted(results, key=lambda r: r.qid):
+        h.update(f"{qr.qid}:{qr.content_hash};".encode())
+    return h.hexdigest()
+
+
+def overall(per_question: pd.DataFrame, method: str, settings: dict, checksum: str, source: str) -> dict:
+    return {
+        "method": method,
+        "n_questions": int(len(per_question)),
+        "accuracy_pct": float(100.0 * per_question.accuracy.mean()),
+        "savings_pct": float(per_question.savings_pct.mean()),
+        "savings_with_probes_pct": _nan_to_none(per_question.savings_with_probes_pct.mean()),
+        "tokens_mean": float(per_question.tokens_mean.mean()),
+        "baseline_tokens_mean": float(per_question.baseline_tokens_mean.mean()),
+        "stop_position_mean": float(per_question.stop_position_mean.mean()),
+        "settings": settings,
+        "input": {"source": source, "checksum": checksum},
+        "versions": package_versions(),
+    }
+
+
+def _nan_to_none(x):
+    x = float(x)
+    return None if np.isnan(x) else x
+
+
+def write_method(out_dir: Path, method: str, results, settings: dict, source: str) -> dict:
+    """Write one method's three files atomically; returns the overall dict."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    it = per_iteration_frame(results, method)
+    pq_ = per_question_frame(results, method)
+    ov = overall(pq_, method, settings, input_checksum(results), source)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{method}.tmp-", dir=out_dir))
+    try:
+        it.to_csv(tmp / "per_iteration.csv", index=False)
+        pq_.to_csv(tmp / "per_question.csv", index=False)
+        (tmp / "overall.json").write_text(json.dumps(ov, indent=2, sort_keys=True) + "\n")
+        final = out_dir / method
+        if final.exists():
+            old = out_dir / f".{method}.old-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ov
+
+
+def summary_table(overalls: list[dict]):
+    """A rich table: one row per method."""
+    from rich.table import Table
+
+    t = Table(title="MARS simulation summary (mean over questions)")
+    for col in ("method", "accuracy %", "savings %", "w/ probes %", "tokens/question", "stop position"):
+        t.add_column(col, justify="right" if col != "method" else "left", no_wrap=True)
+    for ov in overalls:
+        wp = ov["savings_with_probes_pct"]
+        t.add_row(ov["method"], f"{ov['accuracy_pct']:.1f}", f"{ov['savings_pct']:.1f}",
+                  "–" if wp is None else f"{wp:.1f}", f"{ov['tokens_mean']:,.0f}", f"{ov['stop_position_mean']:,.0f}")
+    return t
