@@ -29,7 +29,7 @@ def _user_errors() -> tuple:
 
 def _fail(exc: BaseException) -> None:
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    err.print(f"[bold red]error:[/] {msg}", markup=True, highlight=False)
+    print(f"error: {msg}", file=sys.stderr)
     raise typer.Exit(2)
 
 
@@ -192,6 +192,45 @@ def consolidate(
         _consolidate(shards, out, overwrite=overwrite)
     except _user_errors() as exc:
         _fail(exc)
+
+
+@app.command()
+def report(
+    results: list[Path] = typer.Argument(..., help="results root(s) or `mars simulate --out` directories; every "
+                                         "directory with <method>/overall.json below is a run, labelled by its path "
+                                         "(model/dataset/setting, an optional trailing sim/ dropped)"),
+    out: Path = typer.Option(..., "--out", "-o", help="output directory (report.md, tables/, figures/)"),
+    label: Optional[list[str]] = typer.Option(None, "--label", help="model/dataset or model/dataset/setting for each RESULTS path, in "
+                                              "order (prefix of the discovered labels)"),
+    pool: Optional[list[str]] = typer.Option(None, "--pool", help="model/dataset=POOL: trace pool for the trace-level "
+                                             "figures (default: overall.json input.source)"),
+    main_setting: str = typer.Option("default", "--main-setting", help="setting whose runs fill the main tables"),
+    example: Optional[str] = typer.Option(None, help="Fig. 1 right question: model/dataset:qid or model/dataset:qid:iteration"),
+    q_questions: int = typer.Option(10, "--q-questions", help="questions per pool for the learned-vs-oracle q panels "
+                                    "(0 = all)"),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="render figures (tables are always written)"),
+    tradeoff: Optional[list[str]] = typer.Option(None, "--tradeoff", help="POOL or label=POOL: simulate accuracy–savings "
+                                                 "trade-off curves in-process on this pool (repeatable)"),
+    tradeoff_budget: int = typer.Option(128, "--tradeoff-budget", help="traces per bootstrap sample for --tradeoff"),
+    tradeoff_iterations: int = typer.Option(8, "--tradeoff-iterations", help="bootstrap samples per question for --tradeoff"),
+    tradeoff_questions: int = typer.Option(0, "--tradeoff-questions", help="first N questions of each --tradeoff pool "
+                                           "(0 = all)"),
+    cache: Optional[Path] = typer.Option(None, help="per-question array cache directory (e.g. from `mars fit`)"),
+):
+    """Render the paper's tables and figures (and the new ones) from simulate outputs."""
+    import shlex
+
+    from .report import ReportError, render_report
+
+    try:
+        rep = render_report(results, out, labels=label, pools=pool, main_setting=main_setting, example=example,
+                            q_questions=q_questions or None, figures=figures, tradeoff=tradeoff,
+                            tradeoff_budget=tradeoff_budget, tradeoff_iterations=tradeoff_iterations,
+                            tradeoff_questions=tradeoff_questions or None, cache_dir=cache,
+                            command=shlex.join(["mars", "report", *sys.argv[2:]]) if sys.argv[1:2] == ["report"] else None)
+    except (ReportError, *_user_errors()) as exc:
+        _fail(exc)
+    err.print(f"{len(rep.results.runs)} runs → {len(rep.tables)} tables, {len(rep.figures)} figures: {rep.index}")
 
 
 @app.command()

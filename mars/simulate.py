@@ -197,16 +197,18 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
     def snapshot(k: int, rows: np.ndarray) -> Snapshot:
         Sk = S[rows]
         ids = arr.ids[Sk, k]
-        e = ids >= 0
+        kept = np.ones(ids.shape, dtype=bool)
         if method.deepconf:
-            e &= runmin[Sk, k] >= taus[rows, None]
-            e &= ~(truncated[rows] & (grid[k] >= trunc[rows]))
+            kept &= runmin[Sk, k] >= taus[rows, None]
+            kept &= ~(truncated[rows] & (grid[k] >= trunc[rows]))
+        e = kept & (ids >= 0)
+        running = lens[rows] > grid[k]
         w = arr.conf_at_pos[Sk, k] if method.conf_weights else np.ones(ids.shape)
         votes = tally(ids, w, e, arr.n_answers)
         lead, has = leader(votes)
         return Snapshot(k=k, position=int(grid[k]), rows=rows, ids=ids, eligible=e, weights=w, votes=votes,
-                        lead=lead, has_votes=has, running=lens[rows] > grid[k], n_answers=arr.n_answers,
-                        q=None if q_matrix is None else q_matrix[Sk, k])
+                        lead=lead, has_votes=has, running=running, n_answers=arr.n_answers,
+                        q=None if q_matrix is None else q_matrix[Sk, k], pending=kept & running & (ids < 0))
 
     answer = np.full(I, -1, dtype=np.int64)
     stop_k = np.full(I, m, dtype=np.int64)  # m = ran to the full budget

@@ -39,6 +39,7 @@ class Snapshot:
     running: np.ndarray  # trace still generating at this checkpoint
     n_answers: int
     q: np.ndarray | None = None  # switch probabilities, float32
+    pending: np.ndarray | None = None  # running, otherwise eligible, but no answer yet (abstained probe)
 
 
 def _challengers(votes: np.ndarray, lead: np.ndarray) -> np.ndarray:
@@ -128,12 +129,16 @@ class Mars(Rule):
         q = snap.q
         if self.certified:
             q = np.where(snap.running, q, np.float32(0))  # finished traces cannot switch
-            active = snap.eligible & snap.running
+            # a running trace whose probe abstained may still vote later: charge it as a neutral
+            # voter (cost w against every challenger); the reference ignores such traces
+            pending = snap.pending if snap.pending is not None else np.zeros_like(snap.eligible)
+            charged = snap.eligible | pending
+            active = charged & snap.running
             n_active = np.maximum(active.sum(axis=1), 1)
-            w_el = np.where(snap.eligible, np.broadcast_to(snap.weights, snap.ids.shape), 0)
+            w_el = np.where(charged, np.broadcast_to(snap.weights, snap.ids.shape), 0)
             w_max = np.maximum(w_el.max(axis=1), 0) if w_el.size else np.ones(len(snap.rows))
             eps = w_max * np.sqrt(2.0 * n_active * np.log(max(self._budget, 1) / self.delta))
-            ok = margin_test(snap.votes, snap.lead, snap.has_votes, snap.ids, snap.weights, snap.eligible, q,
+            ok = margin_test(snap.votes, snap.lead, snap.has_votes, snap.ids, snap.weights, charged, q,
                              self.gamma, epsilon=eps, strict=False)
         else:
             ok = margin_test(snap.votes, snap.lead, snap.has_votes, snap.ids, snap.weights, snap.eligible, q,

@@ -72,18 +72,27 @@ def reference(pool: str, folder: str) -> pd.DataFrame:
 
 
 def run(arr, pool: str, folder: str) -> pd.DataFrame:
+    """Our results for one fixture folder on one question; folders sharing settings run together."""
     from mars.methods import get_method
     from mars.simulate import simulate_question
 
-    method = get_method(FOLDER_METHOD[folder])
-    r = simulate_question(arr, [method], fixture_settings(pool, folder)).methods[method.name]
+    cache = arr.__dict__.setdefault("_runs", {})
+    if folder in cache:
+        return cache[folder]
+    settings = fixture_settings(pool, folder)
+    group = [f for f in folders(pool) if fixture_settings(pool, f) == settings]
+    methods = list({FOLDER_METHOD[f]: get_method(FOLDER_METHOD[f]) for f in group}.values())
+    res = simulate_question(arr, methods, settings)
     reps = arr.representatives
-    return pd.DataFrame({
-        "question_id": arr.qid, "iteration": np.arange(len(r.answer)),
-        "voted_answer": [reps[a] if a >= 0 else "" for a in r.answer], "is_correct": r.correct,
-        "total_tokens": r.tokens, "baseline_tokens": r.baseline, "position": r.position,
-        "stopped_by": r.stopped_by, "group": r.answer,
-    }).set_index(["question_id", "iteration"])
+    for f in group:
+        r = res.methods[FOLDER_METHOD[f]]
+        cache[f] = pd.DataFrame({
+            "question_id": arr.qid, "iteration": np.arange(len(r.answer)),
+            "voted_answer": [reps[a] if a >= 0 else "" for a in r.answer], "is_correct": r.correct,
+            "total_tokens": r.tokens, "baseline_tokens": r.baseline, "position": r.position,
+            "stopped_by": r.stopped_by, "group": r.answer,
+        }).set_index(["question_id", "iteration"])
+    return cache[folder]
 
 
 def mismatches(ours: pd.DataFrame, ref: pd.DataFrame, arr) -> pd.DataFrame:
@@ -125,16 +134,22 @@ def _group_of(arr, s: str) -> int:
     return idx[s]
 
 
-def compare_pool(pool: str, folder_list=None) -> dict:
-    """{folder: mismatching rows} under our own answer order."""
+@lru_cache(maxsize=None)
+def _compare_all(pool: str) -> dict:
     out = {}
-    for folder in folder_list or folders(pool):
+    for folder in folders(pool):
         ref = reference(pool, folder)
-        parts = [mismatches(run(arr, pool, folder), ref, arr) for arr in arrays(pool).values()]
-        out[folder] = pd.concat(parts)
+        out[folder] = pd.concat([mismatches(run(arr, pool, folder), ref, arr) for arr in arrays(pool).values()])
     return out
 
 
+def compare_pool(pool: str, folder_list=None) -> dict:
+    """{folder: mismatching rows} under our own answer order."""
+    allm = _compare_all(pool)
+    return {f: allm[f] for f in (folder_list or folders(pool))}
+
+
+@lru_cache(maxsize=None)
 def explain(pool: str, qid: int, max_answers: int = 7):
     """An id order under which every method matches the reference on question ``qid``, or None.
 

@@ -1,0 +1,81 @@
+"""Simulator benchmark: all 14 reference methods from a cold start, time and peak memory.
+
+    python benchmarks/bench_simulate.py               # 10 questions × 1,024 traces (≈15k tokens)
+    python benchmarks/bench_simulate.py --scaling     # + per-question cost at 1,024 / 2,048 / 4,096 traces
+
+The pool is generated once with our synthetic backend (DeepSeek-R1-8B preset on AIME 2025, traces of
+about 15k tokens with per-token confidences) into benchmarks/out/. Each measurement runs
+`mars simulate` in a fresh process (cold: no cache) and reads its peak RSS from the OS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out"
+
+
+def build_pool(path: Path, n_questions: int, n_traces: int) -> Path:
+    if (path / "pool.json").exists():
+        return path
+    from mars.backends.synthetic import SyntheticBackend
+    from mars.generate import generate_pool
+
+    backend = SyntheticBackend("deepseek-r1-0528-qwen3-8b")
+    t0 = time.perf_counter()
+    generate_pool(backend, "aime_2025", n_traces, seed=1, out=path, questions=range(n_questions), progress=True)
+    print(f"generated {path.name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return path
+
+
+def disk_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+def run_simulate(pool: Path, out: Path, workers: int, extra=()) -> dict:
+    cmd = [sys.executable, "-m", "mars.cli", "simulate", str(pool), "-m", "reference", "--out", str(out),
+           "--workers", str(workers), "-q", *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # ru_maxrss of children is the max over all waited-for descendants (KiB on Linux)
+    return {"wall_s": round(wall, 2), "peak_rss_mb": round(after.ru_maxrss / 1024, 1),
+            "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--questions", type=int, default=10)
+    ap.add_argument("--traces", type=int, default=1024)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--scaling", action="store_true")
+    a = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    report = {}
+    pool = build_pool(OUT / f"pool-{a.questions}x{a.traces}", a.questions, a.traces)
+    report["main"] = {"pool": pool.name, "disk_mb": round(disk_mb(pool), 1),
+                      **run_simulate(pool, OUT / "sim-main", a.workers)}
+    print(json.dumps(report["main"]), file=sys.stderr)
+    if a.scaling:
+        for n in (1024, 2048, 4096):
+            p = build_pool(OUT / f"pool-2x{n}", 2, n)
+            r = run_simulate(p, OUT / f"sim-2x{n}", 1)
+            r["per_question_s"] = round(r["wall_s"] / 2, 2)
+            report[f"2x{n}"] = {"disk_mb": round(disk_mb(p), 1), **r}
+            print(n, json.dumps(report[f"2x{n}"]), file=sys.stderr)
+    (OUT / "bench_simulate.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Properties of the bootstrap simulator on random pools."""
+
+from __future__ import annotations
+
+import filecmp
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from mars.arrays import build_arrays
+from mars.methods import parse_methods
+from mars.pool import open_pool
+from mars.results import write_method
+from mars.simulate import Settings, SimulationError, simulate_pool, simulate_question
+from mars.voting import leader, tally
+from util import write_layout_pool
+
+FAST = Settings(budget=24, iterations=6, warmup=8)
+
+
+def _arrays(tmp_path, seed, **kw):
+    import tempfile
+
+    path = write_layout_pool(Path(tempfile.mkdtemp(dir=tmp_path)) / "pool", seed=seed, n_questions=1, **kw)
+    return build_arrays(open_pool(path).read_question(0))
+
+
+def _full_budget_vote(arr, samples):
+    votes = tally(arr.final_ids[samples], np.ones(samples.shape), arr.final_ids[samples] >= 0, arr.n_answers)
+    return leader(votes)[0]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), n_answers=st.integers(2, 5))
+def test_oracle_q_gamma1_keeps_full_budget_answer(tmp_path, seed, n_answers):
+    """Without abstaining probes, MARS with oracle q and γ = 1 never changes the SC answer."""
+    from mars.simulate import bootstrap_samples
+
+    arr = _arrays(tmp_path, seed, n_answers=n_answers, abstain=0.0)
+    res = simulate_question(arr, parse_methods("sc,sc-mars-oracle"), FAST)
+    full = _full_budget_vote(arr, bootstrap_samples(arr, FAST))
+    assert np.array_equal(res.methods["sc"].answer, full)
+    assert np.array_equal(res.methods["sc-mars-oracle"].answer, full)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000))
+def test_certified_oracle_keeps_answer_even_with_abstentions(tmp_path, seed):
+    """The certified rule charges abstaining running traces, so oracle q never flips the answer."""
+    arr = _arrays(tmp_path, seed, abstain=0.3)
+    res = simulate_question(arr, parse_methods("sc,sc-mars-oracle-cert"), FAST)
+    assert np.array_equal(res.methods["sc-mars-oracle-cert"].answer, res.methods["sc"].answer)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000))
+def test_tokens_never_exceed_baseline(tmp_path, seed):
+    arr = _arrays(tmp_path, seed, abstain=0.1)
+    res = simulate_question(arr, parse_methods("all"), FAST)
+    for name, r in res.methods.items():
+        assert (r.tokens <= r.baseline).all(), name
+        assert (r.tokens > 0).all(), name
+        stopped = r.stopped_by != "budget"
+        assert (r.position[stopped] <= arr.grid[-1]).all()
+        if name in ("sc", "dco"):
+            assert (r.tokens == r.baseline).all()
+
+
+def test_results_independent_of_workers_and_reproducible(tmp_path):
+    pool = write_layout_pool(tmp_path / "pool", seed=3, n_questions=4)
+    methods = parse_methods("sc,sc-mars-cal,dco-mars-cal,sc-pp")
+    outs = []
+    for workers, name in ((1, "a"), (2, "b"), (1, "c")):
+        res = simulate_pool(pool, methods, FAST, workers=workers)
+        for m in methods:
+            write_method(tmp_path / name, m.name, res, {}, "pool")
+        outs.append(tmp_path / name)
+    for m in methods:
+        for f in ("per_iteration.csv", "per_question.csv"):
+            assert filecmp.cmp(outs[0] / m.name / f, outs[1] / m.name / f, shallow=False)
+            assert filecmp.cmp(outs[0] / m.name / f, outs[2] / m.name / f, shallow=False)
+
+
+def test_seed_changes_samples(tmp_path):
+    arr = _arrays(tmp_path, 5)
+    a = simulate_question(arr, parse_methods("sc"), FAST).methods["sc"]
+    b = simulate_question(arr, parse_methods("sc"), Settings(budget=24, iterations=6, warmup=8, seed=7)).methods["sc"]
+    assert not np.array_equal(a.baseline, b.baseline)
+
+
+def test_dco_needs_confidences(tmp_path):
+    pool = write_layout_pool(tmp_path / "pool", seed=1, n_questions=1, confs=False)
+    with pytest.raises(SimulationError, match="needs per-token confidences"):
+        simulate_pool(pool, parse_methods("dco"), FAST)
+    # SC methods run without confidences
+    simulate_pool(pool, parse_methods("sc,sc-mars-cal,sc-pp"), FAST)
+
+
+def test_settings_validation():
+    with pytest.raises(SimulationError, match="--budget"):
+        Settings(budget=10**9).validate()
+    with pytest.raises(SimulationError, match="draws"):
+        Settings(budget=60000, iterations=100000).validate()
+
+
+def test_faithful_pp_charges_less_than_reference_pp(tmp_path):
+    arr = _arrays(tmp_path, 11, n_answers=5)
+    res = simulate_question(arr, parse_methods("sc-pp,sc-pp-faithful"), Settings(budget=24, iterations=6, warmup=8,
+                                                                                 pp_warmup=0, pp_patience=1))
+    ref, faithful = res.methods["sc-pp"], res.methods["sc-pp-faithful"]
+    same_stop = ref.position == faithful.position
+    assert (faithful.tokens[same_stop] <= ref.tokens[same_stop]).all()

@@ -1,0 +1,63 @@
+"""Small random pools for tests: built in memory, written as published parquet or our layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mars import schema
+from mars.pool import PoolWriter
+
+
+def random_traces(rng: np.random.Generator, qid: int, n: int = 40, max_len: int = 9000, spacing: int = 2048,
+                  n_answers: int = 4, abstain: float = 0.0, confs: bool = True, p_none: float = 0.05) -> dict:
+    """Columns of one question in TRACE_SCHEMA form: traces drift towards a final answer."""
+    cols = {k: [] for k in schema.TRACE_SCHEMA.names}
+    answers = [str(100 + a) for a in range(n_answers)]
+    for t in range(n):
+        length = int(rng.integers(spacing // 2, max_len))
+        final = answers[int(rng.integers(0, n_answers))] if rng.random() > p_none else None
+        probes = []
+        cur = answers[int(rng.integers(0, n_answers))]
+        for p in range(spacing, length, spacing):
+            if rng.random() < 0.35:
+                cur = final if (final and rng.random() < 0.6) else answers[int(rng.integers(0, n_answers))]
+            ans = None if rng.random() < abstain else cur
+            probes.append({"position": p, "answer": ans, "raw_text": None, "conf": None, "prompt_tokens": 50 + p,
+                           "cached_tokens": p, "generated_tokens": 6})
+        cols["qid"].append(qid)
+        cols["trace_idx"].append(t)
+        cols["final_answer"].append(final)
+        cols["length"].append(length)
+        cols["finished"].append(True)
+        cols["confs"].append((rng.random(length) * 4 + 8).astype(np.float16) if confs else None)
+        cols["probes"].append(probes)
+        cols["text"].append(None)
+    return cols
+
+
+def write_layout_pool(path, seed: int = 0, n_questions: int = 3, **kw):
+    rng = np.random.default_rng(seed)
+    with PoolWriter(path, {"backend": "test"}) as w:
+        for q in range(n_questions):
+            w.write_question({"qid": q, "ground_truth": "101"}, random_traces(rng, q, **kw))
+    return path
+
+
+def write_published_pool(path, seed: int = 0, n_questions: int = 3, rows_hook=None, **kw):
+    """Published-schema parquet; ``rows_hook(list_of_row_dicts)`` may corrupt rows first."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for q in range(n_questions):
+        cols = random_traces(rng, q, **kw)
+        for j in range(len(cols["qid"])):
+            rows.append({"qid": q, "trace_idx": cols["trace_idx"][j], "ground_truth": "101",
+                         "extracted_answer": cols["final_answer"][j], "confs": cols["confs"][j],
+                         "probes": [{"position": p["position"], "answer": p["answer"] if p["answer"] else "",
+                                     "is_correct": False, "raw_text": "", "avg_conf": 1.0} for p in cols["probes"][j]]})
+    if rows_hook:
+        rows = rows_hook(rows)
+    table = pa.Table.from_pylist(rows, schema=schema.PUBLISHED_SCHEMA)
+    pq.write_table(table, path)
+    return path
