@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +47,8 @@ class QuestionArrays:
     probe_tokens: np.ndarray | None = None  # int64 [n, m] probe cost at each checkpoint (-1 unknown)
     window: int = 2048
     content_hash: str = ""
+    #: results derived from these arrays that do not depend on the answer-id order (e.g. learned q)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_traces(self) -> int:
@@ -107,6 +109,8 @@ class QuestionArrays:
         meta = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name == "derived":
+                continue
             if isinstance(v, np.ndarray):
                 arrays[f.name] = v
             elif f.name == "representatives":

@@ -122,6 +122,15 @@ class QuestionContext:
 
     @cached_property
     def q_learned(self) -> np.ndarray:
+        """Learned switch probabilities [n, m]; shared by reorderings of the same arrays (ids only break ties)."""
+        arr = self.arr
+        key = ("q_learned", self.s.warmup)
+        if key in arr.derived:
+            return arr.derived[key]
+        arr.derived[key] = q = self._fit_q()
+        return q
+
+    def _fit_q(self) -> np.ndarray:
         arr = self.arr
         X = question_features(arr)
         n, m, f = X.shape

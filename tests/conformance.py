@@ -150,33 +150,46 @@ def compare_pool(pool: str, folder_list=None) -> dict:
 
 
 @lru_cache(maxsize=None)
-def explain(pool: str, qid: int, max_answers: int = 7):
+def explain(pool: str, qid: int, max_rounds: int = 12):
     """An id order under which every method matches the reference on question ``qid``, or None.
 
-    Only the answers that appear in differing rows are permuted (staged: a permutation must fix
-    the cheapest methods before the next ones are run).
+    Local search over the order of the answers involved in differing rows (or tied for the lead in
+    them): move one answer in front of another while that lowers the number of differing rows,
+    until none differ. Learned q does not depend on the id order, so candidates share it.
     """
     arr = arrays(pool)[qid]
     fl = folders(pool)
-    differing, tied = set(), set()
+
+    def n_bad(a) -> int:
+        return sum(len(mismatches(run(a, pool, f), reference(pool, f), a)) for f in fl)
+
+    involved = set()
     for folder in fl:
         bad = mismatches(run(arr, pool, folder), reference(pool, folder), arr)
-        differing |= {g for g in bad.group if g >= 0}
-        differing |= {_group_of(arr, s) for s in bad.voted_answer_ref if s}
-        tied |= _tied_leaders(arr, pool, folder, sorted(set(bad.index.get_level_values(1))))
-    cheap_first = sorted(fl, key=lambda f: ("mars" in f, "cal" in f))
-    for involved in (differing, differing | tied):
-        involved = sorted(g for g in involved if g >= 0)
-        if len(involved) > max_answers:
-            continue
-        for perm in itertools.permutations(involved):
-            order = list(range(arr.n_answers))
-            for slot, g in zip(involved, perm):
-                order[slot] = g
-            cand = arr.with_answer_order(order)
-            if all(len(mismatches(run(cand, pool, f), reference(pool, f), cand)) == 0 for f in cheap_first):
-                return [arr.representatives[g] for g in perm]
-    return None
+        involved |= {g for g in bad.group if g >= 0}
+        involved |= {_group_of(arr, s) for s in bad.voted_answer_ref if s}
+        involved |= _tied_leaders(arr, pool, folder, sorted(set(bad.index.get_level_values(1))))
+    involved = sorted(g for g in involved if g >= 0)
+    order = list(range(arr.n_answers))
+    best = n_bad(arr)
+    for _ in range(max_rounds):
+        if best == 0:
+            break
+        improved = False
+        for a in involved:
+            for b in involved:
+                ia, ib = order.index(a), order.index(b)
+                if ia <= ib:
+                    continue
+                cand_order = order[:ib] + [a] + [x for x in order[ib:] if x != a]
+                score = n_bad(arr.with_answer_order(cand_order))
+                if score < best:
+                    best, order, improved = score, cand_order, True
+        if not improved:
+            break
+    if best:
+        return None
+    return [arr.representatives[g] for g in order if g in involved]
 
 
 def _tied_leaders(arr, pool: str, folder: str, iterations) -> set:
