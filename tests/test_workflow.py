@@ -1,0 +1,464 @@
+"""The Snakemake workflow: DAGs, resources, profiles, a real run, partial reruns, lint, format.
+
+Snakemake runs in a subprocess (``python -m snakemake``) against the repository's Snakefile with
+``--directory`` pointing at a temporary directory, so nothing is written into the checkout. The
+rules call ``mars``: the interpreter's bin directory is put first on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "Snakefile"
+BIN = Path(sys.executable).parent
+TEST_CONFIG = REPO / "config" / "test.yaml"
+
+
+def _has_report() -> bool:
+    try:
+        r = subprocess.run([sys.executable, "-m", "mars.cli", "report", "--help"], capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+HAS_REPORT = _has_report()
+
+
+def _env(extra_path: Path | None = None) -> dict:
+    env = dict(os.environ)
+    parts = ([str(extra_path)] if extra_path else []) + [str(BIN), env.get("PATH", "")]
+    env["PATH"] = os.pathsep.join(parts)
+    env.pop("SNAKEMAKE_PROFILE", None)
+    return env
+
+
+def smk(workdir: Path, *args, configfile: Path | None = None, profile: str | Path = "none",
+        path: Path | None = None, check: bool = True, cores: int | None = 2,
+        timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run snakemake on the repository's Snakefile in ``workdir``; stdout and stderr together."""
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
+           "--workflow-profile", str(profile), "--printshellcmds"]
+    cmd += [str(a) for a in args]  # before the nargs options --configfile (and -R's values end there)
+    if configfile is not None:
+        cmd += ["--configfile", str(configfile)]
+    if cores is not None:
+        cmd += ["--cores", str(cores)]
+    r = subprocess.run(cmd, cwd=workdir, env=_env(path), capture_output=False, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"snakemake failed (rc {r.returncode}): {' '.join(cmd)}\n{r.stdout[-6000:]}")
+    return r
+
+
+def job_stats(out: str) -> dict[str, int]:
+    """The "Job stats" table of a snakemake run (rule -> count), without the total."""
+    lines = out.splitlines()
+    try:
+        i = lines.index("Job stats:")
+    except ValueError:
+        return {}
+    stats = {}
+    for line in lines[i + 3:]:
+        m = re.fullmatch(r"(\S+)\s+(\d+)", line.strip())
+        if not m:
+            break
+        stats[m.group(1)] = int(m.group(2))
+    stats.pop("total", None)
+    return stats
+
+
+def write_config(path: Path, base: Path | dict = TEST_CONFIG, **changes) -> Path:
+    cfg = yaml.safe_load(base.read_text()) if isinstance(base, Path) else dict(base)
+    for key, value in changes.items():
+        cfg[key] = value
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def tiny_config(tmp: Path, **changes) -> Path:
+    """config/test.yaml, with the report switched off where `mars report` does not exist yet."""
+    cfg = yaml.safe_load(TEST_CONFIG.read_text())
+    if not HAS_REPORT:
+        cfg["report"] = {"enabled": False}
+    cfg.update(changes)
+    return write_config(tmp / "config.yaml", cfg)
+
+
+def job_blocks(out: str, rule: str) -> list[str]:
+    """The text of each job of ``rule`` printed by a (dry) run."""
+    blocks = re.split(r"\n(?=\s*\[[A-Z][a-z]{2} .*\]\n)", out)
+    return [b for b in blocks if re.search(rf"^\s*(local)?rule {re.escape(rule)}:$", b, re.M)]
+
+
+# ---------------------------------------------------------------------------------------------
+# dry runs: the DAG of the default and the paper configs, resources, SLURM
+
+
+def test_default_config_dag(tmp_path):
+    out = smk(tmp_path, "-n").stdout
+    assert "config/config.yaml" in out
+    stats = job_stats(out)
+    # 3 synthetic models x 3 datasets, 2 shards each; 3 simulation settings
+    expected = {"questions": 3, "generate": 18, "consolidate": 9, "fit": 9, "simulate": 27, "all": 1,
+                "tables_figures": 1}
+    assert stats == expected
+    gen = job_blocks(out, "generate")
+    assert len(gen) == 18
+    assert all("gpu=0" in b for b in gen)  # synthetic: no GPU
+    assert any("--preset qwen3-next-80b-a3b-thinking --traces 64 --n-shards 2" in b for b in gen)
+    sim = job_blocks(out, "simulate")
+    assert any("--method all " in b and "--budget 48 --iterations 32 --warmup 16 --seed 42" in b for b in sim)
+    assert any("--method sc-pp,sc-pp-faithful" in b and "--pp-conv 14" in b for b in sim)
+
+
+def test_paper_config_dag_and_resources(tmp_path):
+    out = smk(tmp_path, "-n", configfile=REPO / "config" / "paper.yaml").stdout
+    stats = job_stats(out)
+    # shards: 16 (DeepSeek-R1-8B), 32 (Qwen3-32B), 16 (Qwen3-Next) per dataset
+    assert stats["generate"] == 3 * (16 + 32 + 16)
+    assert stats["consolidate"] == 9 and stats["fit"] == 9 and stats["simulate"] == 27
+    gen = job_blocks(out, "generate")
+    nxt = [b for b in gen if "model=qwen3-next-80b," in b]
+    assert len(nxt) == 3 * 16
+    b = nxt[0]
+    for res in ("gpu=4", "gpu_model=h100", "mem_mb=256000", "runtime=1440"):
+        assert res in b
+    assert "--backend sglang --model Qwen/Qwen3-Next-80B-A3B-Thinking --traces 4096 --n-shards 16 --seed 42" in b
+    assert "--max-tokens 81920 --temperature 0.6 --top-p 0.95 --top-k 20 --tp-size 4" in b
+    r1 = [b for b in gen if "model=deepseek-r1-8b," in b][0]
+    assert "gpu=1" in r1 and "--max-tokens 64000 --temperature 0.6 --top-p 0.95" in r1
+    assert "--top-k" not in r1
+    q32 = [b for b in gen if "model=qwen3-32b," in b][0]
+    assert "--model Qwen/Qwen3-32B" in q32 and "--max-tokens 32768" in q32 and "--top-k 20" in q32
+    sim = job_blocks(out, "simulate")
+    assert any("--budget 512 --iterations 64 --warmup 16 --seed 42" in b for b in sim)
+
+
+def test_slurm_profile_dry_run(tmp_path):
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    out = smk(tmp_path, "-n", configfile=REPO / "config" / "paper.yaml",
+              profile=REPO / "profiles" / "slurm", cores=None).stdout
+    assert "Using workflow specific profile" in out
+    gen = job_blocks(out, "generate")
+    assert gen and all("slurm_partition=gpu" in b and "slurm_account=my_account" in b for b in gen)
+    assert all("cpus_per_gpu=8" in b for b in gen)
+    assert any("gpu=4" in b and "gpu_model=h100" in b for b in gen)
+    sim = job_blocks(out, "simulate")
+    assert len(sim) == 27 and all("slurm_partition=cpu" in b and "mem_mb=32000" in b for b in sim)
+    # the small per-pool CPU jobs (consolidate -> fit) of three pools share one SLURM job
+    assert out.count("Group job pool") == 3
+    assert len(job_blocks(out, "fit")) == 9
+
+
+def _with(base: dict, **sections) -> dict:
+    cfg = {**base}
+    for key, value in sections.items():
+        cfg[key] = {**base[key], **value} if key in ("simulation", "generation") else value
+    return cfg
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"simulation": {"budget": 0}}, "budget"),  # the schema
+    ({"models": {"m": {"backend": "synthetic", "preset": "no-such-preset"}}}, "unknown synthetic preset"),
+    ({"simulation": {"methods": ["sc", "no-such-method"]}}, "unknown method"),
+], ids=["schema", "preset", "method"])
+def test_bad_config_fails_at_parse_time(tmp_path, change, message):
+    cfg = _with(yaml.safe_load(TEST_CONFIG.read_text()), **change)
+    r = smk(tmp_path, "-n", configfile=write_config(tmp_path / "bad.yaml", cfg), check=False)
+    assert r.returncode != 0
+    assert message in r.stdout, r.stdout[-2000:]
+    assert "Building DAG" not in r.stdout  # it failed while the Snakefile was parsed
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"simulation": {"budgte": 64}}, "budgte"),
+    ({"simulation": {"settings": {"x": {"pp_conv": "four"}}}}, "'four' is not of type 'integer'"),
+    ({"models": {"m": {"backend": "sglang"}}}, "'model' is a required property"),
+    ({"models": {"m": {"backend": "synthetic"}}}, "'preset' is a required property"),
+    ({"models": {"m/1": {"backend": "synthetic", "preset": "qwen3-8b"}}}, "does not match"),
+    ({"generation": {"questions": "0-1,x"}}, "does not match"),
+    ({"imports": [{"model": "m", "dataset": "d", "format": "csv", "path": "x"}]}, "is not one of"),
+])
+def test_schema_rejects(change, message):
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    cfg = _with(yaml.safe_load(TEST_CONFIG.read_text()), **change)
+    with pytest.raises(WorkflowError) as exc:
+        validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    assert message in str(exc.value) + "".join(map(str, exc.value.args))
+
+
+def test_schema_fills_defaults():
+    from snakemake.utils import validate
+
+    cfg = {"datasets": {"a": "aime_2025"}, "models": {"m": {"backend": "synthetic", "preset": "qwen3-8b"}}}
+    validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    assert cfg["generation"] == {"traces": 128, "shards": 1, "seed": 0, "spacing": 2048, "questions": None,
+                                 "datasets": None, "confs": True}
+    assert cfg["simulation"]["settings"] == {"default": {}}
+    assert (cfg["simulation"]["budget"], cfg["simulation"]["iterations"]) == (512, 64)
+    assert cfg["models"]["m"]["resources"] == {} and cfg["imports"] == [] and cfg["report"] == {"enabled": True}
+
+
+def test_schema_defaults_fill_a_minimal_config(tmp_path):
+    """A config with a user's jsonl dataset and nothing else: the schema's defaults fill the rest."""
+    problems = tmp_path / "mine.jsonl"
+    problems.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": "4"}\n')
+    path = write_config(tmp_path / "min.yaml", {"datasets": {"mine": str(problems)},
+                                                 "models": {"m": {"backend": "synthetic", "preset": "qwen3-8b"}}})
+    out = smk(tmp_path, "-n", configfile=path).stdout
+    assert job_stats(out) == {"questions": 1, "generate": 1, "consolidate": 1, "fit": 1, "simulate": 1,
+                              "tables_figures": 1, "all": 1}
+    assert f"input: {problems}" in job_blocks(out, "questions")[0]  # an edit of the file reruns it
+    assert "--budget 512 --iterations 64 --warmup 16 --seed 42" in out
+    assert "--traces 128 --n-shards 1 --seed 0 --spacing 2048" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# a real run of the whole DAG on the tiny config
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The whole DAG of config/test.yaml, run once, with the default profile (global gpu cap)."""
+    root = tmp_path_factory.mktemp("wf")
+    work = root / "work"
+    work.mkdir()
+    # `mars` behind a wrapper: a stand-in for the library code the rules call
+    bindir = root / "bin"
+    bindir.mkdir()
+    wrapper = bindir / "mars"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m mars.cli \"$@\"\n")
+    wrapper.chmod(0o755)
+    # the synthetic model claims a GPU so that the default profile's `gpu: 1` cap is exercised
+    cfg = tiny_config(root, models={"tiny": {"backend": "synthetic", "preset": "qwen3-32b",
+                                             "resources": {"gpu": 1}}})
+    r = smk(work, configfile=cfg, profile=REPO / "profiles" / "default", path=bindir)
+    return {"work": work, "config": cfg, "bin": bindir, "out": r.stdout}
+
+
+def _copy_run(run, dest: Path) -> Path:
+    work = dest / "work"
+    shutil.copytree(run["work"], work, symlinks=True)
+    return work
+
+
+def test_tiny_run_outputs(tiny_run):
+    work, out = tiny_run["work"], tiny_run["out"]
+    stats = job_stats(out)
+    expected = {"questions": 1, "generate": 2, "consolidate": 1, "fit": 1, "simulate": 2, "all": 1}
+    if HAS_REPORT:
+        expected["tables_figures"] = 1
+    assert stats == expected
+    res = work / "results"
+    assert (res / "questions" / "aime_2025.jsonl").read_text().count("\n") == 30
+    for s in (0, 1):
+        assert (res / "traces" / "tiny" / "aime_2025" / f"shard{s}" / "pool.json").is_file()
+    assert (res / "pools" / "tiny" / "aime_2025" / "pool.json").is_file()
+    assert any((res / "fit" / "tiny" / "aime_2025").glob("q*.npz"))
+    default = res / "simulate" / "tiny" / "aime_2025" / "default"
+    methods = sorted(p.name for p in default.iterdir() if (p / "overall.json").is_file())
+    assert len(methods) >= 19 and "sc" in methods and "sc-mars-cal" in methods and "sc-pp" in methods
+    for f in ("per_question.csv", "per_iteration.csv", "overall.json"):
+        assert (default / "sc" / f).is_file()
+    assert [p.name for p in (res / "simulate" / "tiny" / "aime_2025" / "pp-u4").iterdir()
+            if p.is_dir()] == ["sc-pp"]
+    # every job logged and benchmarked
+    for rule in ("generate", "consolidate", "fit", "simulate"):
+        assert list((res / "logs" / rule).rglob("*.log")), rule
+        bench = list((res / "benchmarks" / rule).rglob("*.tsv"))
+        assert bench and bench[0].read_text().startswith("s\th:m:s"), rule
+    if HAS_REPORT:
+        assert any((res / "report").rglob("*.png")) or any((res / "report").rglob("*.md"))
+
+
+def test_generated_traces_are_write_protected(tiny_run):
+    manifest = tiny_run["work"] / "results" / "traces" / "tiny" / "aime_2025" / "shard0" / "pool.json"
+    assert not manifest.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+
+
+def test_gpu_jobs_never_share_the_card(tiny_run):
+    """With the default profile's global `gpu: 1`, two GPU jobs never run at the same time."""
+    out = tiny_run["out"]
+    running, peak = set(), 0
+    gpu_jobs = set()
+    for block in re.split(r"\n(?=\[[A-Z][a-z]{2} .*\]\n)", out):
+        m = re.search(r"^(?:local)?rule generate:$", block, re.M)
+        jid = re.search(r"^\s+jobid: (\d+)$", block, re.M)
+        if m and jid:
+            gpu_jobs.add(jid.group(1))
+            running.add(jid.group(1))
+            peak = max(peak, len(running))
+        for done in re.findall(r"Finished jobid: (\d+) \(Rule: generate\)", block):
+            running.discard(done)
+    assert len(gpu_jobs) == 2 and peak == 1
+
+
+def test_rerun_nothing_to_do_and_library_edits(tiny_run, tmp_path):
+    work = _copy_run(tiny_run, tmp_path)
+    r = smk(work, "-n", configfile=tiny_run["config"], path=tiny_run["bin"])
+    assert "Nothing to be done" in r.stdout
+    # "edit the library": the code behind the `mars` command changes -> nothing reruns
+    wrapper = tmp_path / "bin" / "mars"
+    wrapper.parent.mkdir()
+    wrapper.write_text(tiny_run["bin"].joinpath("mars").read_text() + "# edited\n")
+    wrapper.chmod(0o755)
+    r = smk(work, "-n", configfile=tiny_run["config"], path=wrapper.parent)
+    assert "Nothing to be done" in r.stdout
+    r = smk(work, "--list-changes", "code", configfile=tiny_run["config"], path=wrapper.parent)
+    assert "results/" not in r.stdout.split("Building DAG of jobs...")[-1]
+
+
+def test_simulation_parameter_change_reruns_only_downstream(tiny_run, tmp_path):
+    work = _copy_run(tiny_run, tmp_path)
+    cfg = yaml.safe_load(tiny_run["config"].read_text())
+    downstream = {"tables_figures": 1} if HAS_REPORT else {}
+    # a simulation default: every setting's simulate job, and what follows
+    cfg["simulation"]["budget"] = 6
+    path = write_config(tmp_path / "budget.yaml", cfg)
+    r = smk(work, "-n", configfile=path)
+    assert job_stats(r.stdout) == {"simulate": 2, "all": 1, **downstream}
+    assert "Params have changed since last execution" in r.stdout
+    # one setting's own parameter: that setting only
+    cfg["simulation"]["budget"] = 8
+    cfg["simulation"]["settings"]["pp-u4"]["pp_conv"] = 5
+    path = write_config(tmp_path / "ppconv.yaml", cfg)
+    r = smk(work, "-n", configfile=path)
+    assert job_stats(r.stdout) == {"simulate": 1, "all": 1, **downstream}
+    assert "setting=pp-u4" in r.stdout
+    # and running it really touches nothing upstream
+    r = smk(work, "--omit-from", "tables_figures", configfile=path, path=tiny_run["bin"])
+    assert job_stats(r.stdout) == {"simulate": 1}
+    pp = work / "results" / "simulate" / "tiny" / "aime_2025" / "pp-u4" / "sc-pp" / "overall.json"
+    assert '"pp_conv": 5' in pp.read_text()
+
+
+def test_forcerun_and_until(tiny_run, tmp_path):
+    work = _copy_run(tiny_run, tmp_path)
+    cfg = tiny_run["config"]
+    downstream = {"tables_figures": 1} if HAS_REPORT else {}
+    # -R fit: the fit and everything after it, never the generation
+    r = smk(work, "-n", "-R", "fit", configfile=cfg)
+    assert job_stats(r.stdout) == {"fit": 1, "simulate": 2, "all": 1, **downstream}
+    # -R simulate, restricted to one target file
+    r = smk(work, "-n", "-f", "results/simulate/tiny/aime_2025/pp-u4", configfile=cfg)
+    assert job_stats(r.stdout) == {"simulate": 1}
+    # --until / per-stage targets on a fresh directory
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    r = smk(fresh, "-n", "--until", "consolidate", configfile=cfg)
+    assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "consolidate": 1}
+    r = smk(fresh, "-n", "all_traces", configfile=cfg)
+    assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "all_traces": 1}
+    r = smk(fresh, "-n", "all_fits", configfile=cfg)
+    assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "consolidate": 1, "fit": 1, "all_fits": 1}
+    r = smk(fresh, "-n", "--omit-from", "simulate", configfile=cfg)
+    assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "consolidate": 1, "fit": 1}
+
+
+def test_forcing_generation_keeps_the_traces(tiny_run, tmp_path):
+    """-R generate: refused (write-protected; as root, `mars generate` refuses to overwrite)."""
+    work = _copy_run(tiny_run, tmp_path)
+    shard = work / "results" / "traces" / "tiny" / "aime_2025" / "shard0"
+    before = sorted(p.name for p in (shard / "traces").iterdir())
+    r = smk(work, "-R", "generate", "--until", "generate", configfile=tiny_run["config"], path=tiny_run["bin"],
+            check=False)
+    assert r.returncode != 0
+    if os.geteuid() != 0:
+        assert "Write-protected output files" in r.stdout or "ProtectedOutputException" in r.stdout
+    else:  # root ignores file modes; the generator itself refuses to overwrite finished traces
+        log = (work / "results" / "logs" / "generate" / "tiny" / "aime_2025" / "shard0.log").read_text()
+        assert "refusing to overwrite" in log
+    assert sorted(p.name for p in (shard / "traces").iterdir()) == before
+
+
+def test_second_entry_from_existing_pools(tiny_run, tmp_path):
+    """Published parquet (mars export) and an existing pool directory: only the downstream stages."""
+    pool = tiny_run["work"] / "results" / "pools" / "tiny" / "aime_2025"
+    published = tmp_path / "published.parquet"
+    subprocess.run([sys.executable, "-m", "mars.cli", "export", str(pool), str(published)], check=True,
+                   env=_env(), capture_output=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = {
+        "datasets": {}, "models": {},
+        "imports": [
+            {"model": "published", "dataset": "aime_2025", "format": "mars-parquet", "path": str(published)},
+            {"model": "ours", "dataset": "aime_2025", "format": "pool", "path": str(pool)},
+        ],
+        "simulation": {"methods": ["sc", "sc-mars", "sc-pp"], "budget": 8, "iterations": 4, "warmup": 4,
+                       "workers": 1},
+        "report": {"enabled": HAS_REPORT},
+    }
+    path = write_config(tmp_path / "pools.yaml", cfg)
+    r = smk(work, "-n", configfile=path)
+    stats = job_stats(r.stdout)
+    assert stats.pop("tables_figures", 0) == int(HAS_REPORT)
+    assert stats == {"import_pool": 1, "fit": 2, "simulate": 2, "all": 1}
+    r = smk(work, "all_simulations", configfile=path, path=tiny_run["bin"])
+    for model in ("published", "ours"):
+        ov = work / "results" / "simulate" / model / "aime_2025" / "default" / "sc" / "overall.json"
+        assert ov.is_file(), model
+    assert (work / "results" / "imported" / "published" / "aime_2025" / "pool.json").is_file()
+
+
+def test_import_parallel_probe_dag(tmp_path):
+    out = smk(tmp_path, "-n", configfile=REPO / "config" / "pools.yaml", check=False).stdout
+    # the example points at data the user downloads: a missing input, not a config error
+    assert "Invalid MARS workflow config" not in out
+    assert "import_pool" in out
+
+
+PP_DATA = REPO.parent / "shared" / "data" / "parallel-probe-qwen3-8b" / "aime24.json"
+
+
+@pytest.mark.reference
+@pytest.mark.skipif(not PP_DATA.is_file(), reason="needs ../shared/data (Parallel-Probe traces)")
+def test_import_parallel_probe_pool(tmp_path):
+    """config/pools.yaml pointed at the real Parallel-Probe matrices: import_pool runs."""
+    cfg = yaml.safe_load((REPO / "config" / "pools.yaml").read_text())
+    cfg["imports"][0]["path"] = str(PP_DATA)
+    path = write_config(tmp_path / "pp.yaml", cfg)
+    r = smk(tmp_path, "all_pools", configfile=path)
+    assert job_stats(r.stdout) == {"import_pool": 1, "all_pools": 1}
+    assert (tmp_path / "results" / "imported" / "qwen3-8b" / "aime_2024" / "pool.json").is_file()
+
+
+@pytest.mark.skipif(not HAS_REPORT, reason="`mars report` is not available yet")
+def test_html_report(tiny_run, tmp_path):
+    work = _copy_run(tiny_run, tmp_path)
+    smk(work, "--report", "report.html", configfile=tiny_run["config"])
+    assert (work / "report.html").stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------------------------------
+# lint and format
+
+
+def test_lint_only_the_deliberate_conda_lint(tmp_path):
+    """`snakemake --lint` finds nothing but the per-rule conda lint (one environment: mars's own)."""
+    r = smk(tmp_path, "--lint", configfile=TEST_CONFIG, check=False, cores=None)
+    lints = re.findall(r"^\s+\* (.+?):?$", r.stdout, re.M)
+    assert lints, r.stdout[-3000:]
+    assert set(lints) == {"Specify a conda environment or container for each rule."}, r.stdout[-3000:]
+
+
+def test_snakefmt():
+    snakefmt = shutil.which("snakefmt", path=str(BIN)) or shutil.which("snakefmt")
+    if snakefmt is None:
+        pytest.skip("snakefmt is not installed")
+    files = [str(SNAKEFILE), str(REPO / "workflow")]
+    r = subprocess.run([snakefmt, "--check", *files], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -1,0 +1,62 @@
+# questions -> generate (+ probe, the same engine job) -> consolidate
+
+
+rule questions:
+    """Pin a dataset's problems (bundled set or jsonl) as results/questions/{dataset}.jsonl."""
+    input:
+        questions_source,
+    output:
+        protected("results/questions/{dataset}.jsonl"),
+    log:
+        "results/logs/questions/{dataset}.log",
+    benchmark:
+        "results/benchmarks/questions/{dataset}.tsv"
+    params:
+        source=dataset_source,
+    script:
+        "../scripts/questions.py"
+
+
+rule generate:
+    """Generate one shard of a model x dataset pool and probe its traces every `spacing` tokens.
+
+    The shard directory is resumable: a job that dies leaves its finished questions behind and
+    the next run picks up from there. Its pool.json (written last) marks it complete and is
+    write-protected, so Snakemake never regenerates finished traces.
+    """
+    input:
+        problems=ancient("results/questions/{dataset}.jsonl"),
+    output:
+        protected("results/traces/{model}/{dataset}/shard{shard}/pool.json"),
+    log:
+        "results/logs/generate/{model}/{dataset}/shard{shard}.log",
+    benchmark:
+        "results/benchmarks/generate/{model}/{dataset}/shard{shard}.tsv"
+    retries: 1
+    resources:
+        gpu=gen_gpu,
+        gpu_model=gen_gpu_model,
+        mem_mb=gen_mem_mb,
+        runtime=gen_runtime,
+    params:
+        out=subpath(output[0], parent=True),
+        args=generate_args,
+    shell:
+        "mars generate --problems {input.problems} --out {params.out}"
+        " --shard {wildcards.shard} {params.args} > {log} 2>&1"
+
+
+rule consolidate:
+    """Merge the shards of a model x dataset into one pool directory."""
+    input:
+        shard_inputs,
+    output:
+        directory("results/pools/{model}/{dataset}"),
+    log:
+        "results/logs/consolidate/{model}/{dataset}.log",
+    benchmark:
+        "results/benchmarks/consolidate/{model}/{dataset}.tsv"
+    params:
+        shards=shard_dirs,
+    shell:
+        "mars consolidate {params.shards} --out {output} > {log} 2>&1"
