@@ -1,0 +1,203 @@
+"""The generation driver: run_batch, trace tables, pool writing, sharding, resume, consolidation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from mars import schema
+from mars.backends.synthetic import SyntheticBackend
+from mars.generate import (
+    consolidate,
+    generate_pool,
+    load_problems,
+    main,
+    parse_qids,
+    records_to_table,
+    run_batch,
+    shard_range,
+)
+from mars.pool import PoolError, open_pool
+
+TOY = {"name": "toy", "base": "qwen3-8b", "params": {"len_median": 2000.0, "max_tokens": 6144, "len_hard_slope": 0.5}}
+QS = [0, 1, 2, 3]
+SPACING = 1024
+
+
+def backend():
+    return SyntheticBackend(TOY)
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return load_problems("aime_2025")
+
+
+def gen(problems, out, seed=0, n=8, **kw):
+    return generate_pool(backend(), problems, n, seed, out, questions=QS, spacing=SPACING, progress=False, **kw)
+
+
+def trace_bytes(pool_dir):
+    return {q: (pool_dir / schema.trace_file_name(q)).read_bytes() for q in QS}
+
+
+def test_generated_pool_validates(tmp_path, problems):
+    out = gen(problems, tmp_path / "pool")
+    pool = open_pool(out)
+    assert pool.qids == QS
+    m = json.loads((out / schema.POOL_MANIFEST).read_text())
+    for key, val in {"backend": "synthetic", "preset": "toy", "seed": 0, "n_traces": 8, "spacing": SPACING,
+                     "max_tokens": 6144, "format": schema.POOL_FORMAT, "n_questions": 4}.items():
+        assert m[key] == val
+    assert m["model"]
+    assert not (out / ".generate.json").exists()
+    for q in pool.qids:
+        d = pool.read_question(q)
+        assert d.n_traces == 8 and list(d.trace_idx) == list(range(8))
+        assert d.has_confs and d.probe_cost is not None
+        assert d.ground_truth == problems[q].answer
+        assert (d.probe_positions % SPACING == 0).all()
+        # probes only while running: position < length
+        tr = np.repeat(np.arange(d.n_traces), np.diff(d.probe_offsets))
+        assert (d.probe_positions < d.lengths[tr]).all()
+        # every running trace is probed at every grid point (no gaps)
+        for j in range(d.n_traces):
+            pos = d.probe_positions[d.probe_offsets[j]:d.probe_offsets[j + 1]]
+            expect = np.arange(SPACING, d.lengths[j], SPACING)
+            assert np.array_equal(pos, expect[expect <= 6144])
+    t = pq.read_table(out / schema.trace_file_name(0))
+    assert t.schema.equals(schema.TRACE_SCHEMA)
+
+
+def test_same_seed_same_bytes_other_seed_differs(tmp_path, problems):
+    a = trace_bytes(gen(problems, tmp_path / "a", seed=3))
+    b = trace_bytes(gen(problems, tmp_path / "b", seed=3))
+    c = trace_bytes(gen(problems, tmp_path / "c", seed=4))
+    d = trace_bytes(gen(problems, tmp_path / "d", seed=3, workers=2))
+    assert a == b == d
+    assert all(a[q] != c[q] for q in QS)
+    qa = (tmp_path / "a" / schema.POOL_QUESTIONS).read_bytes()
+    assert qa == (tmp_path / "b" / schema.POOL_QUESTIONS).read_bytes()
+
+
+def test_shards_consolidate_to_the_unsharded_pool(tmp_path, problems):
+    whole = gen(problems, tmp_path / "whole")
+    s0 = gen(problems, tmp_path / "s0", shard=0, n_shards=2)
+    s1 = gen(problems, tmp_path / "s1", shard=1, n_shards=2)
+    m1 = json.loads((s1 / schema.POOL_MANIFEST).read_text())
+    assert m1["shard"] == {"index": 1, "n_shards": 2, "first_trace": 4, "n_traces": 4}
+    merged = consolidate([s1, s0], tmp_path / "merged")  # order of the arguments does not matter
+    pool = open_pool(merged)
+    assert pool.qids == QS
+    for q in QS:
+        ta = pq.read_table(whole / schema.trace_file_name(q))
+        tb = pq.read_table(merged / schema.trace_file_name(q))
+        assert ta.equals(tb)
+    m = json.loads((merged / schema.POOL_MANIFEST).read_text())
+    assert "shard" not in m and len(m["consolidated_from"]) == 2 and m["n_traces"] == 8
+
+
+def test_consolidate_rejects_bad_shard_sets(tmp_path, problems):
+    s0 = gen(problems, tmp_path / "s0", shard=0, n_shards=3)
+    s2 = gen(problems, tmp_path / "s2", shard=2, n_shards=3)
+    with pytest.raises(PoolError, match="gap"):
+        consolidate([s0, s2], tmp_path / "m1")
+    with pytest.raises(PoolError, match="overlaps"):
+        consolidate([s0, s0], tmp_path / "m2")
+    other = gen(problems, tmp_path / "o1", seed=9, shard=1, n_shards=3)
+    with pytest.raises(PoolError, match="other parameters"):
+        consolidate([s0, other, s2], tmp_path / "m3")
+    with pytest.raises(PoolError, match="missing shards"):
+        consolidate([s0], tmp_path / "m4")
+    assert not (tmp_path / "m1").exists()
+
+
+def test_resume_after_deleting_a_question(tmp_path, problems):
+    out = gen(problems, tmp_path / "s", shard=1, n_shards=2)
+    before = trace_bytes(out)
+    (out / schema.trace_file_name(2)).unlink()
+    gen(problems, tmp_path / "s", shard=1, n_shards=2)
+    assert trace_bytes(out) == before
+    assert (out / schema.POOL_MANIFEST).exists()
+
+
+def test_resume_after_interruption(tmp_path, problems):
+    clean = trace_bytes(gen(problems, tmp_path / "clean"))
+
+    class Boom(RuntimeError):
+        pass
+
+    def die_after_two(qid, table):
+        if qid == 1:
+            raise Boom
+
+    with pytest.raises(Boom):
+        gen(problems, tmp_path / "run", on_question=die_after_two)
+    run = tmp_path / "run"
+    assert (run / ".generate.json").exists() and not (run / schema.POOL_MANIFEST).exists()
+    assert sorted(p.name for p in (run / "traces").iterdir()) == ["q000000.parquet", "q000001.parquet"]
+    seen = []
+    gen(problems, run, on_question=lambda q, t: seen.append(q))
+    assert seen == [2, 3]  # finished questions are skipped
+    assert trace_bytes(run) == clean
+    open_pool(run)
+
+
+def test_refuses_other_parameters_or_foreign_dirs(tmp_path, problems):
+    out = gen(problems, tmp_path / "p")
+    with pytest.raises(PoolError, match="other parameters"):
+        gen(problems, out, seed=1)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "x.txt").write_text("hi")
+    with pytest.raises(PoolError, match="refusing"):
+        gen(problems, foreign)
+    with pytest.raises(ValueError, match="not in problems"):
+        generate_pool(backend(), problems, 4, 0, tmp_path / "q", questions=[99], progress=False)
+
+
+def test_run_batch_hook_and_records_table(problems):
+    b = backend()
+    batch = b.start(problems[0], 6, 0, first_trace=10)
+    seen = []
+
+    def hook(p, bt, probes):
+        seen.append((p, sorted(probes)))
+        assert all(bt.lengths[j] == p for j in probes)
+        return False
+
+    recs = run_batch(batch, SPACING, max_tokens=b.max_tokens, on_checkpoint=hook)
+    assert [p for p, _ in seen] == [SPACING * (k + 1) for k in range(len(seen))]
+    t = records_to_table(0, 10, recs)
+    assert t.schema.equals(schema.TRACE_SCHEMA)
+    assert t.column("trace_idx").to_pylist() == list(range(10, 16))
+    assert t.column("length").to_pylist() == [r.result.length for r in recs]
+    n_probes = sum(len(r.probes) for r in recs)
+    assert n_probes == sum(len(x) for _, x in seen)
+
+
+def test_shard_ranges():
+    assert [shard_range(10, s, 3) for s in range(3)] == [(0, 3), (3, 6), (6, 10)]
+    with pytest.raises(ValueError):
+        shard_range(10, 3, 3)
+    assert parse_qids("0-2,5") == [0, 1, 2, 5] and parse_qids(None) is None
+
+
+def test_cli(tmp_path):
+    out = tmp_path / "cli"
+    assert main(["--backend", "synthetic", "--preset", "qwen3-32b", "--problems", "brumo_2025", "--traces", "4",
+                 "--seed", "2", "--out", str(out), "--questions", "0-1", "--max-tokens", "8192", "--quiet"]) == 0
+    pool = open_pool(out)
+    assert pool.qids == [0, 1] and pool.manifest["preset"] == "qwen3-32b" and pool.manifest["max_tokens"] == 8192
+    assert pool.read_question(1).lengths.max() <= 8192
+    s = [main(["--problems", "brumo_2025", "--traces", "4", "--out", str(tmp_path / f"s{i}"), "--questions", "0",
+               "--shard", str(i), "--n-shards", "2", "--no-confs", "--quiet"]) for i in range(2)]
+    assert s == [0, 0]
+    assert main(["consolidate", "--out", str(tmp_path / "m"), str(tmp_path / "s0"), str(tmp_path / "s1")]) == 0
+    d = open_pool(tmp_path / "m").read_question(0)
+    assert d.n_traces == 4 and not d.has_confs
+    shutil.rmtree(tmp_path / "m")
