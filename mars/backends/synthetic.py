@@ -308,16 +308,6 @@ def wrong_answer(truth: str, salt: int) -> str:
     return truth + "+1"
 
 
-def normalise_answer(s: str | None) -> str | None:
-    """Strip whitespace and an enclosing ``\\boxed{}``; empty -> None."""
-    if s is None:
-        return None
-    s = s.strip()
-    if s.startswith("\\boxed{") and s.endswith("}"):
-        s = s[7:-1].strip()
-    return s or None
-
-
 # ---------------------------------------------------------------------------------------------
 # Question latents
 
