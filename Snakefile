@@ -77,3 +77,10 @@ rule all_simulations:
     """Every model x dataset x setting simulation."""
     input:
         all_simulations(),
+
+
+onsuccess:
+    print(
+        "\nDone. Tables: results/report/tables/, figures: results/report/figures/, "
+        "index: results/report/report.md (HTML report: snakemake --report report.html)\n"
+    )

@@ -161,6 +161,11 @@ def generate(
     shard: Optional[int] = typer.Option(None),
     n_shards: int = typer.Option(1, "--n-shards"),
     no_confs: bool = typer.Option(False, "--no-confs", help="do not store per-token confidences"),
+    temperature: Optional[float] = typer.Option(None, help="real backends: sampling temperature"),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="real backends: nucleus sampling"),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="real backends: top-k sampling"),
+    tp_size: Optional[int] = typer.Option(None, "--tp-size", help="SGLang: tensor-parallel GPUs"),
+    dp_size: Optional[int] = typer.Option(None, "--dp-size", help="SGLang: data-parallel replicas"),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
     """Generate traces and probe them every `spacing` tokens (resumable; sharded)."""
@@ -168,15 +173,56 @@ def generate(
 
     try:
         be = make_backend(backend, preset, skill, max_tokens, with_confs=not no_confs) if backend == "synthetic" \
-            else _real_backend(backend, model, max_tokens)
+            else _real_backend(backend, model, max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                               tp_size=tp_size, dp_size=dp_size)
         generate_pool(be, problems, traces, seed, out, questions=_parse_qids(questions), shard=shard,
                       n_shards=n_shards, progress=not quiet, spacing=spacing, max_tokens=max_tokens)
     except _user_errors() as exc:
         _fail(exc)
 
 
-def _real_backend(name: str, model: Optional[str], max_tokens: Optional[int]):
-    raise ValueError(f"backend {name!r} is not available in this build")
+def _real_backend(name: str, model: Optional[str], max_tokens: Optional[int], **options):
+    """The transformers or SGLang backend for ``--model`` (a model directory, hub id or .gguf file).
+
+    Backend options (sampling, engine, batch size…: the keyword arguments of
+    :class:`mars.backends.transformers.TransformersBackend` / :class:`mars.backends.sglang.SGLangBackend`)
+    come from ``options`` (None values ignored) over the JSON object in the environment variable
+    ``MARS_BACKEND_OPTIONS``, e.g. ``MARS_BACKEND_OPTIONS='{"top_k": 20, "batch_size": 8}'``.
+    """
+    import json
+    import os
+
+    if name not in ("transformers", "sglang"):
+        raise ValueError(f"unknown backend {name!r} (synthetic | transformers | sglang)")
+    if not model:
+        raise ValueError(f"--backend {name} needs --model (a model directory, hub id or .gguf file)")
+    raw = os.environ.get("MARS_BACKEND_OPTIONS", "").strip()
+    try:
+        opts = json.loads(raw) if raw else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"MARS_BACKEND_OPTIONS is not valid JSON ({exc})") from None
+    if not isinstance(opts, dict):
+        raise ValueError("MARS_BACKEND_OPTIONS must be a JSON object")
+    opts.update({k: v for k, v in options.items() if v is not None})
+    if max_tokens is not None:
+        opts["max_tokens"] = int(max_tokens)
+    try:
+        if name == "transformers":
+            from .backends.transformers import TransformersBackend as cls
+        else:
+            from .backends.sglang import SGLangBackend as cls
+        import inspect
+
+        known = set(inspect.signature(cls.__init__).parameters) - {"self", "model_path", "engine", "model", "tokenizer"}
+        bad = sorted(set(opts) - known)
+        if bad:
+            raise ValueError(f"unknown {name} backend options {bad} (known: {', '.join(sorted(known))})")
+        return cls(model, **opts)
+    except ImportError as exc:
+        raise ValueError(f"backend {name!r} is not installed ({exc}); pip install 'mars[{name}]'") from None
+    except OSError as exc:  # transformers: no such model directory / hub id not cached offline
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"cannot load model {model!r}: {first}") from None
 
 
 @app.command()

