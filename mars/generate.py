@@ -56,14 +56,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 PROBLEMS_DIR = DATA_DIR / "problems"
 PARTIAL_MANIFEST = ".generate.json"
 
-#: Parquet options of trace files written here: confidences are float16 noise, so no dictionary
-#: for them and byte-stream-split (≈10 % smaller, faster) instead.
-PARQUET_OPTIONS = dict(
-    compression="zstd",
-    use_dictionary=["final_answer", "text"],
-    use_byte_stream_split=["confs.list.element"],
-    write_statistics=["qid", "trace_idx", "length"],
-)
+PARQUET_OPTIONS = schema.TRACE_PARQUET_OPTIONS
 
 
 # ---------------------------------------------------------------------------------------------

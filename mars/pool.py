@@ -71,10 +71,10 @@ class QuestionData:
         h = hashlib.blake2b(digest_size=16)
         h.update(json.dumps([self.qid, self.ground_truth, self.final_answers, self.probe_strings]).encode())
         for arr in (self.trace_idx, self.lengths, self.probe_offsets, self.probe_positions, self.probe_codes):
-            h.update(np.ascontiguousarray(arr).tobytes())
+            h.update(memoryview(np.ascontiguousarray(arr)).cast("B"))
         if self.conf_values is not None:
-            h.update(np.ascontiguousarray(self.conf_offsets).tobytes())
-            h.update(np.ascontiguousarray(self.conf_values).tobytes())
+            h.update(memoryview(np.ascontiguousarray(self.conf_offsets)).cast("B"))
+            h.update(memoryview(np.ascontiguousarray(self.conf_values).view(np.uint16)).cast("B"))
         return h.hexdigest()
 
     def where(self, j: int | None = None) -> str:
@@ -261,7 +261,7 @@ class PublishedPool(Pool):
 
 
 def _question_from_table(t: pa.Table, qid: int, source: str, published: bool, ground_truth: str | None = None,
-                         question: str | None = None) -> QuestionData:
+                         question: str | None = None, confs: tuple | None = None) -> QuestionData:
     where = f"{source}: question {qid}"
     if t.num_rows == 0:
         raise PoolError(f"{where}: no traces")
@@ -310,7 +310,9 @@ def _question_from_table(t: pa.Table, qid: int, source: str, published: bool, gr
     codes, strings = _encode_answers(answers)
 
     conf_offsets = conf_values = None
-    if "confs" in t.column_names:
+    if confs is not None:
+        conf_offsets, conf_values = confs
+    elif "confs" in t.column_names:
         confs = t.column("confs")
         if confs.null_count == 0:
             conf_offsets, c_flat = _list_buffers(confs)
@@ -387,7 +389,8 @@ class LayoutPool(Pool):
             raise PoolError(f"{self.source}: no question {qid}")
         f = self.path / schema.trace_file_name(qid)
         try:
-            t = pq.read_table(f)
+            names = pq.read_schema(f).names
+            t = pq.read_table(f, columns=[n for n in names if n not in ("confs", "text")])
         except FileNotFoundError:
             raise PoolError(f"{f}: missing trace file for question {qid}") from None
         except Exception as exc:  # noqa: BLE001
@@ -396,9 +399,52 @@ class LayoutPool(Pool):
         _require_columns(t.schema, required, str(f))
         meta = self._questions[qid]
         q = _question_from_table(t, qid, str(f), published=False, ground_truth=meta["ground_truth"],
-                                 question=meta.get("question"))
+                                 question=meta.get("question"), confs=_read_confs(f, t))
         q.meta = {k: meta.get(k) for k in ("dataset", "model")}
         return q
+
+
+def _read_confs(path: Path, t: pa.Table, batch_rows: int = 256) -> tuple | None:
+    """Per-token confidences of a trace file as (offsets, float16 values), streamed in row batches.
+
+    Decoding a whole list<float16> column at once costs several times its size in temporary
+    buffers; batches keep the peak near the size of the result.
+    """
+    pf = pq.ParquetFile(path)
+    if "confs" not in pf.schema_arrow.names:
+        return None
+    _require_columns(pf.schema_arrow, pa.schema([schema.TRACE_SCHEMA.field("confs")]), str(path))
+    offsets = np.zeros(t.num_rows + 1, dtype=np.int64)
+    values = None
+    row = 0
+    n_null = 0
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=["confs"], use_threads=False):
+        col = batch.column(0)
+        if col.null_count == len(col) and values is None:
+            n_null += len(col)  # a pool without confidences has nulls in every row
+            row += len(col)
+            continue
+        if col.null_count or n_null:
+            valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False))
+            j = row + int(np.flatnonzero(~valid)[0]) if col.null_count else 0
+            raise PoolError(f"{path}: trace {j}: confs missing for some traces only")
+        off, flat = _list_buffers(col)
+        if isinstance(flat, pa.ChunkedArray):
+            flat = flat.combine_chunks()
+        if flat.null_count:
+            raise PoolError(f"{path}: null inside confs")
+        if values is None:
+            values = np.empty(int(pc.sum(t.column("length")).as_py() or 0), dtype=np.float16)
+        start = offsets[row]
+        n_new = int(off[-1])
+        if start + n_new > len(values):
+            raise PoolError(f"{path}: more confidences than the lengths say (trace {row + len(col) - 1})")
+        values[start : start + n_new] = flat.to_numpy(zero_copy_only=False)
+        offsets[row + 1 : row + len(col) + 1] = start + off[1:]
+        row += len(col)
+    if values is None:
+        return None
+    return offsets, values[: offsets[-1]]
 
 
 def open_pool(path: str | Path) -> Pool:
@@ -437,7 +483,7 @@ class PoolWriter:
         qid = int(meta["qid"])
         table = traces if isinstance(traces, pa.Table) else pa.Table.from_pydict(traces, schema=schema.TRACE_SCHEMA)
         table = table.cast(schema.TRACE_SCHEMA) if not table.schema.equals(schema.TRACE_SCHEMA) else table
-        pq.write_table(table, self._tmp / schema.trace_file_name(qid), compression="zstd")
+        pq.write_table(table, self._tmp / schema.trace_file_name(qid), **schema.TRACE_PARQUET_OPTIONS)
         self._questions.append({n: meta.get(n) for n in schema.QUESTION_SCHEMA.names})
 
     def close(self) -> Path:
