@@ -16,11 +16,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="MARS: margin-adversarial risk-controlled stopping for parallel LLM reasoning.")
 err = Console(stderr=True, width=110)
 
-#: errors that are the user's input, reported in one line with exit code 2
-USER_ERRORS: tuple = ()
-
-
 def _user_errors() -> tuple:
+    """Errors caused by the user's input: reported in one line with exit code 2."""
     from .pool import PoolError
     from .simulate import SimulationError
 

@@ -228,8 +228,6 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
     if method.deepconf:
         e_f &= runmin[S, m - 1] >= taus[:, None]
         e_f &= ~(truncated & (trunc <= grid[-1]))
-    if method.faithful:
-        pass  # pruned traces are excluded below, once pruning is known
     w_f = arr.conf_at_pos[S, m - 1] if method.conf_weights else np.ones(S.shape)
 
     if method.stopping in ("oracle-first", "oracle-last"):
