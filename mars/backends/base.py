@@ -89,6 +89,12 @@ class Backend(ABC):
     name: str = "backend"
     model: str = ""
 
+    @staticmethod
+    def check_start(n_traces: int, seed: int, first_trace: int) -> None:
+        """The argument checks every ``start`` shares."""
+        if n_traces < 0 or first_trace < 0 or seed < 0:
+            raise ValueError("n_traces, first_trace and seed must be non-negative")
+
     @abstractmethod
     def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> TraceBatch:
         """Launch traces ``first_trace .. first_trace + n_traces - 1`` of ``problem``.

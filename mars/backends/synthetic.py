@@ -700,8 +700,7 @@ class SyntheticBackend(Backend):
                                                        "max_tokens": self._max_tokens})
 
     def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> SyntheticTraceBatch:
-        if n_traces < 0 or first_trace < 0 or seed < 0:
-            raise ValueError("n_traces, first_trace and seed must be non-negative")
+        self.check_start(n_traces, seed, first_trace)
         return SyntheticTraceBatch(self, problem, n_traces, seed, first_trace)
 
     def describe(self) -> dict:

@@ -359,8 +359,7 @@ class TransformersBackend(Backend):
     # -- interface -------------------------------------------------------------------------------
 
     def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> "TransformersTraceBatch":
-        if n_traces < 0 or first_trace < 0 or seed < 0:
-            raise ValueError("n_traces, first_trace and seed must be non-negative")
+        self.check_start(n_traces, seed, first_trace)
         return TransformersTraceBatch(self, problem, n_traces, seed, first_trace)
 
     def describe(self) -> dict:
