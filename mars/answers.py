@@ -643,6 +643,46 @@ def group_answers(strings: Iterable[str | None]) -> AnswerGroups:
     )
 
 
+def group_answers_online(strings: Iterable[str | None]) -> AnswerGroups:
+    """Group answer strings one at a time, never revisiting a string's group (live mode).
+
+    A live run sees answers as they arrive and must give each the group id it will keep, so the
+    groups of a prefix of ``strings`` are a prefix of the groups of all of them (ids keep their
+    order). A numeric string joins the group of its numeric key; a symbolic string (and a numeric
+    one with a new key) joins the first of the up-to-20 largest groups whose representative is
+    equivalent to it, else opens a group. After 50 distinct symbolic strings, new ones each open a
+    group without comparison, as in :func:`group_answers`.
+    """
+    members: list[list[str]] = []
+    index: dict[str, int] = {}
+    key_group: dict[str, int] = {}
+    symbolic_led: set[int] = set()
+    n_symbolic = 0
+    for s in strings:
+        if not s or not isinstance(s, str) or s in index:
+            continue
+        key = numeric_key(s)
+        g = key_group.get(key, -1) if key is not None else -1
+        if g < 0 and (key is not None or n_symbolic < MAX_SYMBOLIC_PAIRWISE):
+            candidates = sorted(range(len(members)), key=lambda h: -len(members[h]))[:MAX_GROUPS_COMPARED]
+            for h in candidates:
+                if (key is None or h in symbolic_led) and _safe_equivalent(s, members[h][0]):
+                    g = h
+                    break
+        if key is None:
+            n_symbolic += 1
+        if g < 0:
+            g = len(members)
+            members.append([])
+            if key is None:
+                symbolic_led.add(g)
+        if key is not None:
+            key_group.setdefault(key, g)
+        members[g].append(s)
+        index[s] = g
+    return AnswerGroups(representatives=[ms[0] for ms in members], index=index, members=members)
+
+
 def _safe_equivalent(a: str, b: str) -> bool:
     try:
         return answers_equivalent(a, b)

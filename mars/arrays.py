@@ -45,6 +45,7 @@ class QuestionArrays:
     rec_index: np.ndarray | None = None  # int64 first window index reaching each record
     rec_value: np.ndarray | None = None  # float32 record values (strictly decreasing per trace)
     probe_tokens: np.ndarray | None = None  # int64 [n, m] probe cost at each checkpoint (-1 unknown)
+    stopped: np.ndarray | None = None  # bool [n]: stopped early by a live run (still running at its length)
     window: int = 2048
     content_hash: str = ""
     #: results derived from these arrays that do not depend on the answer-id order (e.g. learned q)
@@ -65,6 +66,12 @@ class QuestionArrays:
     @property
     def has_confs(self) -> bool:
         return self.conf_at_pos is not None
+
+    @property
+    def run_lengths(self) -> np.ndarray:
+        """A trace runs at checkpoint p while p < run_lengths: its length, and one more for a trace
+        stopped early (live), which was probed and still running at the checkpoint it stopped at."""
+        return self.lengths if self.stopped is None else self.lengths + self.stopped
 
     def pool_ids(self) -> np.ndarray:
         """Traces eligible for bootstrap sampling: those with a final answer, in trace order."""
@@ -149,8 +156,13 @@ def _collect_strings(q: QuestionData) -> list:
     return out
 
 
-def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int):
-    """conf_at_pos (float32 [n, m]), min_group (float32 [n]) and running-min records."""
+def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int, finished_at: np.ndarray,
+                      conf_window: str = "at"):
+    """conf_at_pos (float32 [n, m]), min_group (float32 [n]) and running-min records.
+
+    ``conf_window="at"`` (the reference): the window ends at token p inclusive; ``"before"``
+    (live runs): the W tokens before the probe, all a live engine holds when it probes at p.
+    """
     n, m = q.n_traces, len(grid)
     conf_at_pos = np.empty((n, m), dtype=np.float32)
     min_group = np.empty(n, dtype=np.float32)
@@ -162,11 +174,11 @@ def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int):
         # checkpoint confidence: float64 cumulative sum, window of W tokens ending at index p
         cs = np.zeros(L + 1, dtype=np.float64)
         np.cumsum(c32, dtype=np.float64, out=cs[1:])
-        ends = np.minimum(grid, L - 1) + 1  # exclusive end index
+        ends = np.minimum(grid, L - 1) + 1 if conf_window == "at" else np.minimum(grid, L)  # exclusive end
         starts = np.maximum(ends - W, 0)
-        vals = (cs[ends] - cs[starts]) / (ends - starts) if L else np.zeros(m)
+        vals = (cs[ends] - cs[starts]) / np.maximum(ends - starts, 1) if L else np.zeros(m)
         whole = cs[L] / L if L else 0.0
-        vals = np.where(grid >= L, whole, vals)
+        vals = np.where(finished_at[j], whole, vals)
         conf_at_pos[j] = vals.astype(np.float32)
         # group confidences: float32 running sum, sliding windows of W tokens
         if L < W:
@@ -187,29 +199,63 @@ def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int):
             np.concatenate(rec_idx).astype(np.int64), np.concatenate(rec_val).astype(np.float32))
 
 
+_MISSING = -2  # no probe where a running trace needs one
+
+
+def _layout(q: QuestionData, spacing: int, grid, stopped):
+    """(grid, probe string code per trace and checkpoint [n, m] (-1 abstained, -2 missing),
+    finished_at [n, m], on_grid mask and checkpoint index of every probe)."""
+    pos = q.probe_positions
+    if grid is None:
+        on_grid = (pos % spacing == 0) & (pos >= 0)
+        grid = np.unique(pos[on_grid]).astype(np.int64)
+        if len(grid) == 0:
+            raise PoolError(f"{q.where()}: no probe on the {spacing}-token checkpoint grid")
+    else:
+        grid = np.asarray(grid, dtype=np.int64)
+        on_grid = np.isin(pos, grid)
+    n, m = q.n_traces, len(grid)
+    trace_of_probe = np.repeat(np.arange(n), np.diff(q.probe_offsets))
+    k_of = np.searchsorted(grid, pos[on_grid])
+    codes = np.full((n, m), _MISSING, dtype=np.int32)
+    codes[trace_of_probe[on_grid], k_of] = q.probe_codes[on_grid]
+    run_lengths = q.lengths if stopped is None else q.lengths + np.asarray(stopped, dtype=bool)
+    finished_at = grid[None, :] >= run_lengths[:, None]
+    return grid, codes, finished_at, on_grid, trace_of_probe[on_grid], k_of
+
+
+def checkpoint_answers(q: QuestionData, grid: np.ndarray, stopped: np.ndarray | None = None) -> np.ndarray:
+    """The answer string (or None) of every trace at every checkpoint of ``grid``: object [n, m].
+
+    Its final answer once it has finished, else its probe answer (live runs order answers by it).
+    """
+    grid, codes, finished_at, *_ = _layout(q, CHECKPOINT_SPACING, grid, stopped)
+    probe = np.array(list(q.probe_strings) + [None, None], dtype=object)  # -1, -2 -> None
+    final = np.array(list(q.final_answers), dtype=object)
+    return np.where(finished_at, final[:, None], probe[codes])
+
+
 def build_arrays(q: QuestionData, spacing: int = CHECKPOINT_SPACING, window: int = 2048,
-                 groups: AnswerGroups | None = None) -> QuestionArrays:
-    """Turn one question's traces into the simulator's arrays, validating as it goes."""
+                 groups: AnswerGroups | None = None, *, grid: np.ndarray | None = None,
+                 stopped: np.ndarray | None = None, conf_window: str = "at") -> QuestionArrays:
+    """Turn one question's traces into the simulator's arrays, validating as it goes.
+
+    Live runs (:mod:`mars.live`) pass a fixed ``grid``, the traces they ``stopped`` early (probed
+    at their last checkpoint, no final answer), online ``groups`` and ``conf_window="before"``.
+    """
     n = q.n_traces
     if groups is None:
         groups = group_answers(_collect_strings(q))
+    if conf_window not in ("at", "before"):
+        raise ValueError(f"conf_window must be 'at' or 'before', got {conf_window!r}")
     probe_ids_by_code = np.array([groups.id_of(s) for s in q.probe_strings] + [-1], dtype=np.int32)
     final_ids = np.array([groups.id_of(a) if a else -1 for a in q.final_answers], dtype=np.int32)
 
-    pos = q.probe_positions
-    on_grid = (pos % spacing == 0) & (pos >= 0)
-    grid = np.unique(pos[on_grid]).astype(np.int64)
+    grid, codes, finished_at, on_grid, trace_of_probe, k_of = _layout(q, spacing, grid, stopped)
     m = len(grid)
-    if m == 0:
-        raise PoolError(f"{q.where()}: no probe on the {spacing}-token checkpoint grid")
-    trace_of_probe = np.repeat(np.arange(n), np.diff(q.probe_offsets))
-    MISSING = -2
-    probe_ids = np.full((n, m), MISSING, dtype=np.int32)
-    k_of = np.searchsorted(grid, pos[on_grid])
-    probe_ids[trace_of_probe[on_grid], k_of] = probe_ids_by_code[q.probe_codes[on_grid]]
-    finished_at = grid[None, :] >= q.lengths[:, None]
+    probe_ids = np.where(codes == _MISSING, _MISSING, probe_ids_by_code[codes]).astype(np.int32)
     ids = np.where(finished_at, final_ids[:, None], probe_ids).astype(np.int32)
-    missing = np.argwhere(ids == MISSING)
+    missing = np.argwhere(ids == _MISSING)
     if missing.size:
         j, k = missing[0]
         raise PoolError(f"{q.where(j)}: running trace (length {int(q.lengths[j])}) has no probe at "
@@ -221,15 +267,17 @@ def build_arrays(q: QuestionData, spacing: int = CHECKPOINT_SPACING, window: int
         probe_tokens = np.full((n, m), -1, dtype=np.int64)
         c = q.probe_cost[on_grid]
         tok = np.where((c >= 0).all(axis=1), c[:, 2] + np.maximum(c[:, 0] - c[:, 1], 0), -1)
-        probe_tokens[trace_of_probe[on_grid], k_of] = tok
+        probe_tokens[trace_of_probe, k_of] = tok
 
     arr = QuestionArrays(
         qid=q.qid, ground_truth=q.ground_truth, grid=grid, lengths=q.lengths.astype(np.int64),
         final_ids=final_ids, ids=ids, representatives=list(groups.representatives), correct=correct,
         probe_tokens=probe_tokens, window=window, content_hash=q.content_hash(),
+        stopped=None if stopped is None else np.asarray(stopped, dtype=bool),
     )
     if q.has_confs:
-        (arr.conf_at_pos, arr.min_group, arr.rec_offsets, arr.rec_index, arr.rec_value) = _confidence_stats(q, grid, window)
+        (arr.conf_at_pos, arr.min_group, arr.rec_offsets, arr.rec_index,
+         arr.rec_value) = _confidence_stats(q, grid, window, finished_at, conf_window)
     return arr
 
 

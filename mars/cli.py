@@ -223,6 +223,91 @@ def _real_backend(name: str, model: Optional[str], max_tokens: Optional[int], **
 
 
 @app.command()
+def solve(
+    out: Path = typer.Option(..., "--out", "-o", help="output directory (a pool + live/ records; resumable)"),
+    problems: str = typer.Option(..., help="jsonl file or bundled set: aime_2025, hmmt_feb_2025, brumo_2025"),
+    traces: int = typer.Option(64, help="traces run in parallel per question (N)"),
+    warmup: int = typer.Option(16, help="warmup traces run to completion first (q-model, γ)"),
+    method: str = typer.Option("sc-mars-cal", "--method", "-m", help="sc, sc-mars, sc-mars-cal, sc-mars-cert, sc-pp, "
+                               "sc-pp-faithful or sc-consensus"),
+    backend: str = typer.Option("synthetic", help="synthetic | transformers | sglang"),
+    preset: Optional[str] = typer.Option(None, help="synthetic preset"),
+    model: Optional[str] = typer.Option(None, help="model path (transformers/sglang)"),
+    seed: int = typer.Option(0),
+    skill: Optional[float] = typer.Option(None, help="synthetic: override the preset's skill"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens"),
+    spacing: int = typer.Option(2048, help="checkpoint (probe) spacing in tokens"),
+    questions: Optional[str] = typer.Option(None, help="e.g. 0-4,7"),
+    compare_full: bool = typer.Option(False, "--compare-full", help="also run the same traces to completion: "
+                                      "tokens, wall time and answer of plain SC"),
+    gamma: Optional[float] = typer.Option(None, help="γ of the uncalibrated MARS methods (default 1)"),
+    delta: Optional[float] = typer.Option(None, help="risk level of sc-mars-cert (default 0.05)"),
+    temperature: Optional[float] = typer.Option(None, help="real backends: sampling temperature"),
+    top_p: Optional[float] = typer.Option(None, "--top-p"),
+    top_k: Optional[int] = typer.Option(None, "--top-k"),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+):
+    """Answer questions live: stop the parallel traces the moment the method fires."""
+    from .generate import make_backend
+    from .live import solve_pool
+
+    knobs = {k: v for k, v in (("gamma", gamma), ("delta", delta)) if v is not None}
+    try:
+        be = make_backend(backend, preset, skill, max_tokens) if backend == "synthetic" \
+            else _real_backend(backend, model, max_tokens, temperature=temperature, top_p=top_p, top_k=top_k)
+        rows = solve_pool(be, problems, out, method, n_traces=traces, warmup=warmup, seed=seed, spacing=spacing,
+                          max_tokens=max_tokens, questions=_parse_qids(questions), compare_full=compare_full,
+                          progress=not quiet, **knobs)
+    except _user_errors() as exc:
+        _fail(exc)
+    if not quiet:
+        _print_live(rows)
+
+
+def _print_live(rows: list) -> None:
+    from rich.table import Table
+
+    t = Table(title="live runs", show_lines=False)
+    for c in ("q", "answer", "ok", "stopped", "at", "tokens", "full", "saved", "wall", "full wall"):
+        t.add_column(c, justify="right")
+    for r in rows:
+        full = r.get("full") or {}
+        saved = f"{1 - r['tokens'] / full['tokens']:.0%}" if full.get("tokens") else ""
+        t.add_row(str(r["qid"]), str(r["answer"]), "✓" if r["correct"] else "✗", r["stopped_by"],
+                  str(r["stop_position"] or ""), f"{r['tokens']:,}", f"{full['tokens']:,}" if full else "", saved,
+                  f"{r['wall_s']['main']:.1f}s", f"{full['wall_s']:.1f}s" if full else "")
+    err.print(t)
+    n = len(rows)
+    acc = sum(r["correct"] for r in rows) / n
+    line = f"{n} questions, accuracy {acc:.1%}, tokens {sum(r['tokens'] for r in rows):,} (+ warmup {sum(r['warmup_tokens'] for r in rows):,})"
+    if all(r.get("full") for r in rows):
+        ft = sum(r["full"]["tokens"] for r in rows)
+        line += (f"; run to completion: {ft:,} tokens, accuracy {sum(r['full']['correct'] for r in rows) / n:.1%}, "
+                 f"saved {1 - sum(r['tokens'] for r in rows) / ft:.1%}")
+    err.print(line)
+
+
+@app.command()
+def replay(
+    run: Path = typer.Argument(..., help="a `mars solve` output directory"),
+    questions: Optional[str] = typer.Option(None, help="e.g. 0-4,7"),
+):
+    """Re-simulate a live run from its records; exit 1 if any question differs from what ran live."""
+    from .live import replay as _replay
+
+    try:
+        rows = _replay(run, _parse_qids(questions))
+    except _user_errors() as exc:
+        _fail(exc)
+    bad = [r for r in rows if not r["match"]]
+    for r in bad:
+        print(f"question {r['qid']}: live {r['live']} != replay {r['replay']}", file=sys.stderr)
+    print(f"{len(rows) - len(bad)}/{len(rows)} questions replay exactly")
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
 def consolidate(
     shards: list[Path] = typer.Argument(..., help="shard directories of one generation"),
     out: Path = typer.Option(..., "--out", "-o"),

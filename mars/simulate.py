@@ -8,6 +8,7 @@ iteration when its rule fires. Several methods share loading, arrays, samples an
 
 from __future__ import annotations
 
+import hashlib
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -85,6 +86,7 @@ class MethodResult:
     stopped_by: np.ndarray  # str labels
     probe_tokens: np.ndarray  # float (NaN: unknown)
     gamma: float = float("nan")
+    pruned_at: np.ndarray | None = None  # [I, B] Parallel-Probe (faithful): position a trace was pruned at
 
 
 @dataclass
@@ -107,14 +109,21 @@ def bootstrap_samples(arr: QuestionArrays, s: Settings) -> np.ndarray:
 
 
 class QuestionContext:
-    """What every method of one question shares: samples, warmup, q-models, DeepConf state."""
+    """What every method of one question shares: samples, warmup, q-models, DeepConf state.
 
-    def __init__(self, arr: QuestionArrays, settings: Settings):
+    ``samples`` and ``warm`` default to the bootstrap protocol; a live run's replay passes its own
+    (one iteration: the traces it ran; the warmup traces it ran first). ``memo`` (a dict kept by
+    the caller) reuses fitted q-models and calibrated γ across contexts whose warmup inputs are
+    byte-identical, as at every checkpoint of a live run.
+    """
+
+    def __init__(self, arr: QuestionArrays, settings: Settings, samples: np.ndarray | None = None,
+                 warm: np.ndarray | None = None, memo: dict | None = None):
         self.arr = arr
         self.s = settings
-        self.samples = bootstrap_samples(arr, settings)
-        pool = arr.pool_ids()
-        self.warm = pool[: settings.warmup]
+        self.memo = memo
+        self.samples = bootstrap_samples(arr, settings) if samples is None else np.asarray(samples, dtype=np.int64)
+        self.warm = arr.pool_ids()[: settings.warmup] if warm is None else np.asarray(warm, dtype=np.int64)
         if len(self.warm):
             self.warm_ref = int(np.argmax(np.bincount(arr.final_ids[self.warm])))
         else:
@@ -124,7 +133,7 @@ class QuestionContext:
     def q_learned(self) -> np.ndarray:
         """Learned switch probabilities [n, m]; shared by reorderings of the same arrays (ids only break ties)."""
         arr = self.arr
-        key = ("q_learned", self.s.warmup)
+        key = ("q_learned", self.warm.tobytes())
         if key in arr.derived:
             return arr.derived[key]
         arr.derived[key] = q = self._fit_q()
@@ -136,7 +145,13 @@ class QuestionContext:
         n, m, f = X.shape
         if len(self.warm) == 0:
             return np.ones((n, m), dtype=np.float32)
-        model = SwitchModel().fit(X[self.warm].reshape(-1, f), switch_labels(arr, self.warm).reshape(-1))
+        Xw, yw = X[self.warm].reshape(-1, f), switch_labels(arr, self.warm).reshape(-1)
+        key = ("q", _digest(Xw, yw))
+        model = self.memo.get(key) if self.memo is not None else None
+        if model is None:
+            model = SwitchModel().fit(Xw, yw)
+            if self.memo is not None:
+                self.memo[key] = model
         self.q_model = model
         return model.predict_proba(X.reshape(-1, f))[:, 1].astype(np.float32).reshape(n, m)
 
@@ -165,8 +180,23 @@ class QuestionContext:
             weights = arr.conf_at_pos[warm]
         else:
             weights = np.ones(ids.shape)
-        return calibrate_gamma(ids, arr.final_ids[warm], weights, eligible, self.q_oracle[warm], arr.n_answers,
-                               ucb_z=s.ucb_z, gamma_min=s.gamma_min)
+        args = (ids, arr.final_ids[warm], weights, eligible, self.q_oracle[warm])
+        key = ("gamma", method.deepconf, arr.n_answers, s.ucb_z, s.gamma_min, _digest(*args))
+        if self.memo is not None and key in self.memo:
+            return self.memo[key]
+        gamma = calibrate_gamma(*args, arr.n_answers, ucb_z=s.ucb_z, gamma_min=s.gamma_min)
+        if self.memo is not None:
+            self.memo[key] = gamma
+        return gamma
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
 
 
 def _rule_for(method: Method, ctx: QuestionContext, gamma):
@@ -189,6 +219,7 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
     if method.needs_confs and not arr.has_confs:
         raise SimulationError(f"method {method.name} needs per-token confidences; question {arr.qid} has none")
     lens = arr.lengths[S]
+    run_lens = arr.run_lengths[S]
     if method.deepconf:
         taus, trunc, runmin = ctx.dco
     else:
@@ -211,7 +242,7 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
             kept &= runmin[Sk, k] >= taus[rows, None]
             kept &= ~(truncated[rows] & (grid[k] >= trunc[rows]))
         e = kept & (ids >= 0)
-        running = lens[rows] > grid[k]
+        running = run_lens[rows] > grid[k]
         w = arr.conf_at_pos[Sk, k] if method.conf_weights else np.ones(ids.shape)
         votes = tally(ids, w, e, arr.n_answers)
         lead, has = leader(votes)
@@ -276,7 +307,9 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
         if arr.probe_tokens is None:
             probe_tokens[:] = np.nan
         else:
-            probed = (grid[None, None, :] < charged[:, :, None]) & (np.arange(m)[None, None, :] <= stop_k[:, None, None])
+            # probed while running, up to the decision; a pruned trace was probed where it was pruned
+            probed_until = np.minimum(run_lens, np.minimum(rule.pruned_at, run_lens) + 1) if method.faithful else run_lens
+            probed = (grid[None, None, :] < probed_until[:, :, None]) & (np.arange(m)[None, None, :] <= stop_k[:, None, None])
             cost = arr.probe_tokens[S]
             unknown = (probed & (cost < 0)).any(axis=(1, 2))
             probe_tokens = np.where(probed, np.maximum(cost, 0), 0).sum(axis=(1, 2)).astype(np.float64)
@@ -285,7 +318,8 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
     correct = np.where(answer >= 0, arr.correct[np.maximum(answer, 0)] if arr.n_answers else False, False)
     return MethodResult(answer=answer, correct=correct.astype(bool), tokens=tokens.astype(np.int64),
                         baseline=baseline.astype(np.int64), position=position.astype(np.int64),
-                        stopped_by=label, probe_tokens=probe_tokens, gamma=float(gamma))
+                        stopped_by=label, probe_tokens=probe_tokens, gamma=float(gamma),
+                        pruned_at=rule.pruned_at if method.faithful else None)
 
 
 def simulate_question(arr: QuestionArrays, methods: list[Method], settings: Settings) -> QuestionResult:

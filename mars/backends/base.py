@@ -79,6 +79,13 @@ class TraceBatch(ABC):
     def result(self, j: int) -> TraceResult:
         """The record of trace ``j`` once it has ended (or been stopped)."""
 
+    def confs_so_far(self, j: int) -> np.ndarray | None:
+        """Per-token confidences trace ``j`` has generated so far (float16), None without them.
+
+        Live mode reads them at every checkpoint; backends override this with a cheap copy.
+        """
+        return self.result(j).confs
+
     def close(self) -> None:
         """Release engine resources."""
 

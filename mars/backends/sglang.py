@@ -368,5 +368,8 @@ class SGLangTraceBatch(TraceBatch):
         return TraceResult(length=len(ids), final_answer=parse_answer(text), finished=bool(self._eos[j]),
                            confs=confs, text=text)
 
+    def confs_so_far(self, j: int) -> np.ndarray | None:
+        return np.asarray(self._confs[int(j)], np.float64).astype(np.float16) if self._has_confs else None
+
     def token_ids(self, j: int) -> list[int]:
         return list(self._ids[int(j)])

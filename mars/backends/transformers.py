@@ -647,6 +647,9 @@ class TransformersTraceBatch(TraceBatch):
         return TraceResult(length=len(ids), final_answer=parse_answer(text), finished=bool(self._eos[j]),
                            confs=confs, text=text)
 
+    def confs_so_far(self, j: int) -> np.ndarray | None:
+        return np.asarray(self._confs[int(j)], np.float64).astype(np.float16)
+
     def token_ids(self, j: int) -> list[int]:
         """Generated token ids of trace ``j`` so far (EOS included when generated)."""
         return list(self._ids[int(j)])
