@@ -28,7 +28,10 @@ Per question (drawn from ``(seed, dataset, qid)``):
   a large share of traces hold first and abandon later (the consensus-stopping failure of the
   paper's Fig. 2); half the time (``attractor_distractor_prob``) it is the top distractor, so
   some traces also end on it;
-* a median trace length that grows with hardness (its per-question noise is stratified too).
+* a median trace length that grows with hardness (its per-question noise is stratified too);
+* a typical convergence point ``c_q = expit(conv_logit + conv_hard_slope * hardness + conv_q_sd * z)``
+  as a fraction of the trace length (``z`` stratified too): easy questions are often solved within
+  the first probe and then checked at length, hard ones are worked out late.
 
 Per trace (drawn from ``SeedSequence([seed, qid, trace_idx, crc32(dataset)])`` only, so trace
 ``t`` is identical whatever the batch, shard or resume it is generated in):
@@ -36,10 +39,12 @@ Per trace (drawn from ``SeedSequence([seed, qid, trace_idx, crc32(dataset)])`` o
 * its final answer (correct / distractor / one-off; "no answer" with a hardness-scaled rate);
 * its natural length (log-normal; wrong traces longer), cut at ``max_tokens`` -- a cut trace is
   unfinished and keeps a boxed answer only with probability ``cut_boxed_prob``;
-* a convergence point ``C = f * length`` with ``f ~ Beta(conv_a, conv_b)``; after ``C`` the trace
-  holds its final answer; before it, an attractor phase (if any) then sticky exploratory segments
-  of mean ``seg_tokens`` tokens, each holding the trace's own final answer (more likely the closer
-  to ``C``), a pool answer or a one-off;
+* a convergence point ``C = f * length``: ``logit f = logit c_q + conv_trace_sd * z`` around the
+  question's typical fraction ``c_q`` (traces of one question converge at similar token counts, as
+  real ones do); after ``C`` the trace holds its final answer; before it, an attractor phase (if
+  any) then sticky exploratory segments of mean ``seg_tokens`` tokens, each holding the trace's own
+  final answer (more likely the closer to ``C``, shape ``explore_own_pow``), a pool answer or a
+  one-off;
 * probes read the timeline; a probe is unparseable (``None``) with probability ``err_explore``
   before ``C``, ``err_converged`` after, plus an early bump ``err_early * (t/T) exp(1 - t/T)``
   peaking at ``T = err_early_tokens``; with probability ``probe_noise`` it returns a pool answer
@@ -99,10 +104,13 @@ PARAMS: dict[str, tuple[float, str]] = {
     "max_tokens": (41472, "token cap; longer traces are cut (unfinished)"),
     "cut_boxed_prob": (0.9, "P(a cut trace still has a boxed answer: the answer it held at the cap)"),
     # dynamics
-    "conv_a": (1.2, "Beta(a, b) of the convergence point as a fraction of the natural length"),
-    "conv_b": (1.0, "Beta(a, b) of the convergence point as a fraction of the natural length"),
+    "conv_logit": (0.5, "mean logit of a question's convergence point as a fraction of the natural length"),
+    "conv_hard_slope": (1.0, "its change per unit hardness (hard questions are worked out later)"),
+    "conv_q_sd": (1.2, "sd over questions of that logit (some questions are solved at once, then checked)"),
+    "conv_trace_sd": (0.6, "sd over a question's traces of the logit of their convergence fraction"),
     "seg_tokens": (1500.0, "mean tokens an exploratory answer is held (sticky exploration)"),
-    "explore_own_final": (0.25, "mean P(an exploratory segment holds the trace's final answer); grows linearly from 0 at token 0 to twice this at the convergence point"),
+    "explore_own_final": (0.25, "mean P(an exploratory segment holds the trace's final answer) before the convergence point; grows from 0 at token 0 as (t / C) ** explore_own_pow"),
+    "explore_own_pow": (1.0, "shape of that growth (1: linear, to twice the mean at C; larger: the final answer turns up only shortly before C)"),
     "explore_unique": (0.15, "P(an exploratory segment holds a one-off answer)"),
     "n_explore": (5, "exploratory answers per question"),
     "explore_alpha": (0.8, "Dirichlet concentration of the exploratory answer weights"),
@@ -143,6 +151,7 @@ _PROBE_SUFFIX_TOKENS = 24
 _PROBE_MAX_NEW = 50
 _GOLDEN = 0.6180339887498949
 _SILVER = 0.41421356237309515
+_PLASTIC = 0.7548776662466927  # 1 / the plastic number
 _M64 = (1 << 64) - 1
 _UNPARSED = ("Let me", "\\frac{", "I think the", "the answer is", "\\text{", "")
 
@@ -327,6 +336,7 @@ class QuestionLatent:
     explore_codes: np.ndarray
     attractor: int  # answer code, -1 when none
     attractor_share: float
+    conv_frac: float  # the question's typical convergence point as a fraction of the trace length
     vocab: dict  # code -> answer string (codes < _UNIQ)
     question_tokens: int
 
@@ -339,10 +349,11 @@ def question_latent(problem: Problem, seed: int, prm: dict) -> QuestionLatent:
     """The question-level latent model, deterministic in (seed, dataset, qid)."""
     dkey = dataset_key(problem.dataset)
     # stratified difficulty: golden-ratio Weyl sequence over qids with a per-(seed, dataset) offset
-    u0, u1 = np.random.default_rng(np.random.SeedSequence([seed, dkey], spawn_key=(2,))).random(2)
+    u0, u1, u2 = np.random.default_rng(np.random.SeedSequence([seed, dkey], spawn_key=(2,))).random(3)
     u = min(max((u0 + problem.qid * _GOLDEN) % 1.0, 1e-6), 1 - 1e-6)
-    # the per-question length noise is stratified the same way (another irrational step)
+    # the per-question length and convergence noise are stratified the same way (other irrational steps)
     z_len = float(special.ndtri(min(max((u1 + problem.qid * _SILVER) % 1.0, 1e-6), 1 - 1e-6)))
+    z_conv = float(special.ndtri(min(max((u2 + problem.qid * _PLASTIC) % 1.0, 1e-6), 1 - 1e-6)))
     p_correct = float(special.expit(question_logit(u, prm)))
     hard = 1.0 - p_correct
     rng = np.random.default_rng(np.random.SeedSequence([seed, dkey, problem.qid], spawn_key=(1,)))
@@ -376,6 +387,7 @@ def question_latent(problem: Problem, seed: int, prm: dict) -> QuestionLatent:
         qid=problem.qid, dataset=problem.dataset, truth=truth, p_correct=p_correct, hardness=hard,
         len_median=len_median, eta=eta, p_none=min(1.0, prm["none_rate"] * hard), distractor_w=dw,
         explore_w=ew, explore_codes=explore_codes, attractor=attractor, attractor_share=share,
+        conv_frac=float(special.expit(prm["conv_logit"] + prm["conv_hard_slope"] * hard + prm["conv_q_sd"] * z_conv)),
         vocab=vocab, question_tokens=max(16, len(problem.question) // 3),
     )
 
@@ -446,7 +458,9 @@ class SyntheticTraceBatch(TraceBatch):
         self._natural = natural
         self._Lfin = np.minimum(natural, cap)
         self._cut = natural > cap
-        conv = special.betaincinv(prm["conv_a"], prm["conv_b"], U[:, 4]) * natural
+        # convergence point: the question's typical fraction, logit-normal spread over its traces
+        z_conv = special.ndtri(np.clip(U[:, 4], 1e-12, 1 - 1e-12))
+        conv = special.expit(special.logit(q.conv_frac) + prm["conv_trace_sd"] * z_conv) * natural
         self._conv = conv
 
         # answer timeline: optional attractor segment, exploratory segments, then the final answer
@@ -457,7 +471,9 @@ class SyntheticTraceBatch(TraceBatch):
         starts = offset[:, None] + np.concatenate([np.zeros((n, 1)), np.cumsum(dur[:, :-1], axis=1)], axis=1)
         ua = U[:, 16 + _MAXSEG:16 + 2 * _MAXSEG]
         pu = prm["explore_unique"]
-        pf = np.minimum(2 * prm["explore_own_final"] * starts / np.maximum(conv, 1.0)[:, None], 1 - pu)
+        kp = max(prm["explore_own_pow"], 1e-3)
+        rel_t = np.clip(starts / np.maximum(conv, 1.0)[:, None], 0.0, 1.0)
+        pf = np.minimum((kp + 1) * prm["explore_own_final"] * rel_t ** kp, 1 - pu)
         ecum = np.cumsum(q.explore_w)
         ue = np.clip((ua - pf - pu) / np.maximum(1e-12, 1 - pf - pu), 0, 1 - 1e-12)
         pool = q.explore_codes[np.minimum(np.searchsorted(ecum / ecum[-1], ue, side="right"), len(ecum) - 1)]
