@@ -193,9 +193,8 @@ class QuestionContext:
 def _digest(*arrays: np.ndarray) -> str:
     h = hashlib.blake2b(digest_size=16)
     for a in arrays:
-        a = np.ascontiguousarray(a)
         h.update(f"{a.dtype}{a.shape}".encode())
-        h.update(memoryview(a).cast("B"))
+        h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
 
 

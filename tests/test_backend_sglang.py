@@ -295,3 +295,23 @@ def test_cli_without_sglang_is_a_clean_error(tmp_path, monkeypatch):
         res = CliRunner().invoke(app, ["generate", "--backend", "sglang", "--model", "org/model", "--problems",
                                        "aime_2025", "--traces", "2", "--out", str(tmp_path / "o"), "-q"])
         assert res.exit_code == 2
+
+
+def test_solve_live_stops_the_engine_and_replays():
+    """`mars solve`'s path on the SGLang adapter: the rule fires at the first checkpoint, no request follows."""
+    from mars.live import solve
+
+    be = make_backend()
+    run = solve(be, PROBLEM, "sc-consensus", n_traces=SESSION["n_traces"], warmup=0, seed=SESSION["seed"],
+                spacing=SESSION["spacing"], consensus=0.5)
+    assert len(be.engine.calls) == 2  # generate to 8, probe at 8, then nothing
+    assert (run.stopped_by, run.stop_position, run.tokens, run.answer) == ("consensus", 8, 24, "5")
+    assert run.stopped_traces == [0, 1, 2] and run.replay_ok and run.correct
+    # probe cost = what the engine reported: generated + prompt tokens the radix cache did not serve
+    st = be.stats
+    assert run.n_probes == 3 and run.probe_tokens == (st["probe_completion_tokens"] + st["probe_prompt_tokens"]
+                                                       - st["probe_cached_tokens"]) > 0
+
+    full = solve(make_backend(), PROBLEM, "sc", n_traces=SESSION["n_traces"], warmup=0, seed=SESSION["seed"],
+                 spacing=SESSION["spacing"])
+    assert (full.stopped_by, full.tokens, full.answer) == ("budget", 15 + 24 + 16, "5") and full.replay_ok
