@@ -244,28 +244,34 @@ def test_real_sc64_reproduces_parallel_probe():
     assert len(problems) == 30 and st["n_traces"] == 30 * 128
 
 
-@pytest.mark.parametrize("preset, seed", [("qwen3-8b", 1), ("deepseek-r1-0528-qwen3-8b", 2)])
-def test_mars_saves_tokens_and_keeps_sc_accuracy_on_a_generated_pool(tmp_path, aime, preset, seed):
-    """Issue #3: on a generated pool calibrated MARS saves tokens and keeps SC accuracy.
+@pytest.mark.parametrize("preset", ["qwen3-8b", "deepseek-r1-0528-qwen3-8b"])
+def test_mars_saves_tokens_and_keeps_sc_accuracy_on_generated_pools(tmp_path, aime, preset):
+    """Issue #3: on generated pools calibrated MARS saves tokens and keeps SC accuracy.
 
     The paper: calibrated MARS stays within 0.6 points of full-budget SC in all 18 settings and
-    saves 25-47 % of the tokens. Here 30 AIME 2025 questions x 96 traces, budget 64, 32 bootstrap
-    iterations: the tolerance is 1.5 points (one question of 30 lost in a quarter of the
-    iterations is 0.8 points) and savings must be at least 25 %. MARS at gamma = 1 must keep SC
-    accuracy as well, and Parallel-Probe must save tokens too.
+    saves 25-47 % of the tokens. Here three pools (seeds 0-2) of 30 AIME 2025 questions x 96
+    traces, budget 64, 32 bootstrap iterations, accuracies pooled over the 90 questions. Slack for
+    the small sample: 1.5 points (a single near-tie question of 90, where SC's own answer is a coin
+    flip, moves the mean by up to 1.1 points). Savings must be at least 25 %. MARS at gamma = 1
+    must keep SC accuracy as well, and Parallel-Probe must save tokens too.
     """
     from mars.generate import generate_pool
     from mars.methods import parse_methods
     from mars.simulate import Settings, simulate_pool
 
-    pool = generate_pool(SyntheticBackend(preset, with_confs=False), aime, 96, seed, tmp_path / "pool", progress=False)
     methods = parse_methods("sc,sc-mars,sc-mars-cal,sc-pp")
-    results = simulate_pool(pool, methods, Settings(budget=64, iterations=32))
-    acc, sav = {}, {}
-    for m in methods:
-        rs = [r.methods[m.name] for r in results]
-        acc[m.name] = 100 * np.mean([r.correct.mean() for r in rs])
-        sav[m.name] = 100 * np.mean([np.mean(1 - r.tokens / r.baseline) for r in rs])
+    acc = {m.name: [] for m in methods}
+    sav = {m.name: [] for m in methods}
+    for seed in (0, 1, 2):
+        pool = generate_pool(SyntheticBackend(preset, with_confs=False), aime, 96, seed, tmp_path / f"pool{seed}",
+                             progress=False)
+        for r in simulate_pool(pool, methods, Settings(budget=64, iterations=32)):
+            for m in methods:
+                x = r.methods[m.name]
+                acc[m.name].append(100 * x.correct.mean())
+                sav[m.name].append(100 * np.mean(1 - x.tokens / x.baseline))
+    acc = {k: float(np.mean(v)) for k, v in acc.items()}
+    sav = {k: float(np.mean(v)) for k, v in sav.items()}
     assert sav["sc"] == 0
     assert acc["sc-mars-cal"] >= acc["sc"] - 1.5, (acc, sav)
     assert acc["sc-mars"] >= acc["sc"] - 1.0, (acc, sav)
