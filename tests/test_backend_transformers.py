@@ -212,3 +212,26 @@ def test_run_batch_live_stop_keeps_the_tokens(smol):
     records = run_batch(batch, 8, max_tokens=16, on_checkpoint=lambda p, bt, probes: True)
     assert [r.result.length for r in records] == [8, 8] and batch.ended.all()
     assert all(len(r.probes) == 1 and len(r.result.confs) == 8 for r in records)
+
+
+def test_live_mars_stops_a_real_model_early(smol):
+    """`mars solve`'s path on SmolLM2: MARS fires at a checkpoint and the engine decodes no more.
+
+    SmolLM2-135M never writes a \\boxed{} final answer, so its warmup cannot train q (q = 1 for
+    every trace); with γ = 0.3 the margin rule still certifies a clear probe majority.
+    """
+    from mars.live import solve
+
+    be, _ = smol
+    kw = dict(n_traces=4, warmup=2, seed=5, spacing=SPACING)
+    live_be, full_be = with_settings(be), with_settings(be)
+    live = solve(live_be, Q, "sc-mars", gamma=0.3, **kw)
+    full = solve(full_be, Q, "sc", **kw)
+    assert live.stopped_by == "margin" and live.stop_position < MAX_TOKENS and live.replay_ok
+    assert live.stopped_traces and live.tokens < full.tokens
+    rows = [r for r in live.table.to_pylist() if r["trace_idx"] in live.stopped_traces]
+    assert all(r["length"] == live.stop_position and r["final_answer"] is None for r in rows)
+    assert all(r["probes"][-1]["position"] == live.stop_position for r in rows)
+    # the engine really decoded fewer tokens: same warmup, the main traces stopped
+    assert full_be.stats["trace_tokens"] - live_be.stats["trace_tokens"] == full.tokens - live.tokens > 0
+    assert live.wall_s["main"] < full.wall_s["main"]

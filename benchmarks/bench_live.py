@@ -1,0 +1,115 @@
+"""Live MARS (`mars solve`): tokens and wall time against running every trace to completion.
+
+    python benchmarks/bench_live.py [--backend synthetic|transformers] [--model PATH] [--preset qwen3-8b]
+                                    [--problems aime_2025] [--questions 0-29] [--traces 64] [--warmup 16]
+                                    [--method sc-mars-cal] [--spacing 2048] [--max-tokens N] [--overhead]
+
+Per question: the live run (warmup, then N traces stopped when the method fires) and the same N
+traces run to completion (``compare_full``). Prints one line of JSON: accuracy of both, tokens
+(main traces; warmup apart), token savings, wall time of the main phase live vs to completion, and
+the decision overhead (time spent deciding, per checkpoint). ``--overhead`` instead measures the
+decision overhead alone on the synthetic engine for N = 64, 256, 1,024 and 4,096 traces.
+
+With ``--backend transformers`` (a directory or .gguf file; CUDA when available) the wall times
+are those of real generation; on the synthetic engine generation is nearly free, so there only the
+tokens and the decision overhead mean something.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mars.backends.synthetic import SyntheticBackend  # noqa: E402
+from mars.generate import load_problems, parse_qids  # noqa: E402
+from mars.live import solve  # noqa: E402
+
+
+def _backend(a):
+    if a.backend == "synthetic":
+        return SyntheticBackend(a.preset, max_tokens=a.max_tokens)
+    from mars.backends.transformers import TransformersBackend
+
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return TransformersBackend(a.model, device=device, max_tokens=a.max_tokens or 4096, batch_size=a.batch_size)
+
+
+def overhead(a) -> dict:
+    """Decision time per checkpoint vs N on the synthetic engine (generation there costs ~nothing)."""
+    be = SyntheticBackend(a.preset)
+    problem = load_problems(a.problems)[a.overhead_question]
+    out = {}
+    for n in (64, 256, 1024, 4096):
+        run = solve(be, problem, "sc", n_traces=n, warmup=a.warmup, seed=a.seed, spacing=a.spacing)
+        out[n] = {"checkpoints": run.checkpoints, "decide_s": run.wall_s["decide"],
+                  "per_checkpoint_s": round(run.wall_s["decide"] / max(run.checkpoints, 1), 4),
+                  "main_s": run.wall_s["main"], "tokens": run.tokens}
+        print(n, out[n], file=sys.stderr)
+    return {"bench": "live-overhead", "preset": a.preset, "question": a.overhead_question, "by_traces": out}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backend", default="synthetic", choices=["synthetic", "transformers"])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--preset", default="qwen3-8b")
+    ap.add_argument("--problems", default="aime_2025")
+    ap.add_argument("--questions", default="0-29")
+    ap.add_argument("--traces", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=16)
+    ap.add_argument("--method", default="sc-mars-cal")
+    ap.add_argument("--spacing", type=int, default=2048)
+    ap.add_argument("--max-tokens", type=int, default=None)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--overhead", action="store_true")
+    ap.add_argument("--overhead-question", type=int, default=8)
+    a = ap.parse_args(argv)
+    if a.overhead:
+        print(json.dumps(overhead(a)))
+        return 0
+    be = _backend(a)
+    problems = load_problems(a.problems)
+    by_qid = {p.qid: p for p in problems}
+    qids = parse_qids(a.questions) or sorted(by_qid)
+    runs = []
+    t0 = time.perf_counter()
+    for q in qids:
+        run = solve(be, by_qid[q], a.method, n_traces=a.traces, warmup=a.warmup, seed=a.seed, spacing=a.spacing,
+                    compare_full=True)
+        runs.append(run)
+        print(f"q{q}: {run.stopped_by} at {run.stop_position}, {run.tokens} vs {run.full['tokens']} tokens, "
+              f"{run.wall_s['main']:.2f} vs {run.full['wall_s']:.2f} s, replay_ok={run.replay_ok}", file=sys.stderr)
+    n = len(runs)
+    tok, full_tok = sum(r.tokens for r in runs), sum(r.full["tokens"] for r in runs)
+    wall, full_wall = sum(r.wall_s["main"] for r in runs), sum(r.full["wall_s"] for r in runs)
+    checkpoints = sum(r.checkpoints for r in runs)
+    print(json.dumps({
+        "bench": "live", "backend": a.backend, "model": a.model or a.preset, "method": a.method,
+        "problems": a.problems, "questions": n, "traces": a.traces, "warmup": a.warmup, "spacing": a.spacing,
+        "accuracy_live": round(sum(r.correct for r in runs) / n, 4),
+        "accuracy_full": round(sum(r.full["correct"] for r in runs) / n, 4),
+        "same_answer": sum(r.answer == r.full["answer"] for r in runs),
+        "tokens_live": tok, "tokens_full": full_tok, "token_savings": round(1 - tok / full_tok, 4),
+        "warmup_tokens": sum(r.warmup_tokens for r in runs),
+        "wall_main_live_s": round(wall, 2), "wall_full_s": round(full_wall, 2),
+        "wall_savings": round(1 - wall / full_wall, 4) if full_wall else None,
+        "decide_s": round(sum(r.wall_s["decide"] for r in runs), 2),
+        "decide_per_checkpoint_s": round(sum(r.wall_s["decide"] for r in runs) / max(checkpoints, 1), 4),
+        "replay_ok": all(r.replay_ok for r in runs), "total_s": round(time.perf_counter() - t0, 1),
+        "load_avg_1min": round(os.getloadavg()[0], 2), "machine": platform.machine(),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
