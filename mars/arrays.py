@@ -157,11 +157,12 @@ def _collect_strings(q: QuestionData) -> list:
 
 
 def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int, finished_at: np.ndarray,
-                      conf_window: str = "at"):
+                      conf_window: str = "at", group_stats: bool = True):
     """conf_at_pos (float32 [n, m]), min_group (float32 [n]) and running-min records.
 
     ``conf_window="at"`` (the reference): the window ends at token p inclusive; ``"before"``
     (live runs): the W tokens before the probe, all a live engine holds when it probes at p.
+    ``group_stats=False`` skips DeepConf's group confidences (min_group and records are None).
     """
     n, m = q.n_traces, len(grid)
     conf_at_pos = np.empty((n, m), dtype=np.float32)
@@ -180,6 +181,8 @@ def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int, finished_a
         whole = cs[L] / L if L else 0.0
         vals = np.where(finished_at[j], whole, vals)
         conf_at_pos[j] = vals.astype(np.float32)
+        if not group_stats:
+            continue
         # group confidences: float32 running sum, sliding windows of W tokens
         if L < W:
             gc = np.array([c32.mean(dtype=np.float32) if L else 0.0], dtype=np.float32)
@@ -193,6 +196,8 @@ def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int, finished_a
         rec_val.append(run[starts_rec])
         rec_cnt[j] = len(starts_rec)
         min_group[j] = run[-1]
+    if not group_stats:
+        return conf_at_pos, None, None, None, None
     rec_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(rec_cnt, out=rec_offsets[1:])
     return (conf_at_pos, min_group, rec_offsets,
@@ -237,11 +242,13 @@ def checkpoint_answers(q: QuestionData, grid: np.ndarray, stopped: np.ndarray | 
 
 def build_arrays(q: QuestionData, spacing: int = CHECKPOINT_SPACING, window: int = 2048,
                  groups: AnswerGroups | None = None, *, grid: np.ndarray | None = None,
-                 stopped: np.ndarray | None = None, conf_window: str = "at") -> QuestionArrays:
+                 stopped: np.ndarray | None = None, conf_window: str = "at",
+                 group_stats: bool = True) -> QuestionArrays:
     """Turn one question's traces into the simulator's arrays, validating as it goes.
 
     Live runs (:mod:`mars.live`) pass a fixed ``grid``, the traces they ``stopped`` early (probed
-    at their last checkpoint, no final answer), online ``groups`` and ``conf_window="before"``.
+    at their last checkpoint, no final answer), online ``groups``, ``conf_window="before"`` and
+    ``group_stats=False`` (no DeepConf statistics: DeepConf does not run live).
     """
     n = q.n_traces
     if groups is None:
@@ -277,7 +284,7 @@ def build_arrays(q: QuestionData, spacing: int = CHECKPOINT_SPACING, window: int
     )
     if q.has_confs:
         (arr.conf_at_pos, arr.min_group, arr.rec_offsets, arr.rec_index,
-         arr.rec_value) = _confidence_stats(q, grid, window, finished_at, conf_window)
+         arr.rec_value) = _confidence_stats(q, grid, window, finished_at, conf_window, group_stats)
     return arr
 
 

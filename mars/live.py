@@ -96,7 +96,8 @@ def decide(q: QuestionData, method: Method, settings: Settings, grid: np.ndarray
     finals = q.final_answers
     arrival = [*answers[warm].T.ravel(), *finals[:n_warm], *answers[main].T.ravel(), *finals[n_warm:]]
     groups = group_answers_online(arrival)
-    arr = build_arrays(q, settings.spacing, settings.window, groups, grid=grid, stopped=stopped, conf_window="before")
+    arr = build_arrays(q, settings.spacing, settings.window, groups, grid=grid, stopped=stopped, conf_window="before",
+                       group_stats=False)
     ctx = QuestionContext(arr, settings, samples=main[None, :], warm=warm[arr.final_ids[warm] >= 0], memo=memo)
     return run_method(ctx, method), arr
 
