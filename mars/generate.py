@@ -270,6 +270,22 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def claim_output_dir(out: Path, params: dict, partial_name: str, what: str) -> None:
+    """Start or resume writing a run into ``out`` (the partial manifest ``partial_name`` holds its
+    parameters); refuse a run with other parameters or a directory that is not one."""
+    partial_path = out / partial_name
+    if partial_path.exists():
+        prev = json.loads(partial_path.read_text())
+        if prev != params:
+            diff = sorted(k for k in set(prev) | set(params) if prev.get(k) != params.get(k))
+            raise PoolError(f"{out}: holds an interrupted {what} with other parameters ({', '.join(diff)})")
+    elif out.exists() and any(out.iterdir()):
+        raise PoolError(f"{out}: exists and is not an interrupted {what} (refusing to overwrite)")
+    (out / schema.POOL_TRACES_DIR).mkdir(parents=True, exist_ok=True)
+    if not partial_path.exists():
+        _write_json_atomic(partial_path, params)
+
+
 def _generate_question(backend: Backend, problem: Problem, lo: int, hi: int, seed: int, spacing: int,
                        max_tokens: int, path: Path, return_table: bool = True) -> pa.Table | None:
     """Generate traces lo..hi-1 of one question and write its trace file atomically."""
@@ -364,16 +380,7 @@ def generate_pool(backend: Backend, problems: Sequence[Problem] | str | Path, n_
         # trace files were deleted since: regenerate them (the manifest is rewritten at the end)
         manifest_path.unlink()
         _write_json_atomic(partial_path, params)
-    if partial_path.exists():
-        prev = json.loads(partial_path.read_text())
-        if prev != params:
-            diff = sorted(k for k in set(prev) | set(params) if prev.get(k) != params.get(k))
-            raise PoolError(f"{out}: holds an interrupted run with other parameters ({', '.join(diff)})")
-    elif out.exists() and any(out.iterdir()):
-        raise PoolError(f"{out}: exists and is not an interrupted generation (refusing to overwrite)")
-    (out / schema.POOL_TRACES_DIR).mkdir(parents=True, exist_ok=True)
-    if not partial_path.exists():
-        _write_json_atomic(partial_path, params)
+    claim_output_dir(out, params, PARTIAL_MANIFEST, "generation")
     for stale in (out / schema.POOL_TRACES_DIR).glob(".*.tmp-*"):
         stale.unlink()
 

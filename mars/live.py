@@ -54,7 +54,7 @@ from . import schema
 from .answers import group_answers_online, is_correct
 from .arrays import QuestionArrays, build_arrays, checkpoint_answers
 from .backends.base import Backend, Problem, TraceBatch, TraceResult
-from .generate import (TraceRecord, _backend_info, _problems_digest, _progress, _write_json_atomic,
+from .generate import (TraceRecord, _backend_info, claim_output_dir, _problems_digest, _progress, _write_json_atomic,
                        load_problems, records_to_table, run_batch, write_trace_table)
 from .methods import Method, get_method
 from .pool import PoolError, QuestionData, _question_from_table, open_pool
@@ -337,23 +337,14 @@ def solve_pool(backend: Backend, problems: Sequence[Problem] | str | Path, out: 
         "problems_digest": _problems_digest(sel),
     }
     out = Path(out)
-    manifest_path, partial_path = out / schema.POOL_MANIFEST, out / PARTIAL_MANIFEST
+    manifest_path = out / schema.POOL_MANIFEST
     if manifest_path.exists():
         done = json.loads(manifest_path.read_text()).get("live", {})
         if done != params:
             raise PoolError(f"{out}: holds a finished live run with other parameters")
         return [json.loads(_live_path(out, q).read_text()) for q in qids]
-    if partial_path.exists():
-        prev = json.loads(partial_path.read_text())
-        if prev != params:
-            diff = sorted(k for k in set(prev) | set(params) if prev.get(k) != params.get(k))
-            raise PoolError(f"{out}: holds an interrupted live run with other parameters ({', '.join(diff)})")
-    elif out.exists() and any(out.iterdir()):
-        raise PoolError(f"{out}: exists and is not an interrupted live run (refusing to overwrite)")
-    (out / schema.POOL_TRACES_DIR).mkdir(parents=True, exist_ok=True)
+    claim_output_dir(out, params, PARTIAL_MANIFEST, "live run")
     (out / LIVE_DIR).mkdir(exist_ok=True)
-    if not partial_path.exists():
-        _write_json_atomic(partial_path, params)
 
     todo = [q for q in qids if not _live_path(out, q).exists()]
     for qid in _progress(todo, len(todo), f"solve {m.name}", progress):
@@ -375,7 +366,7 @@ def solve_pool(backend: Backend, problems: Sequence[Problem] | str | Path, out: 
                 **{k: v for k, v in params.items() if k not in ("settings", "method", "warmup", "compare_full")},
                 "n_traces": int(warmup + n_traces), "n_questions": len(qids), "live": params}
     _write_json_atomic(manifest_path, manifest)
-    partial_path.unlink()
+    (out / PARTIAL_MANIFEST).unlink()
     return summaries
 
 
