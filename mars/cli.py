@@ -242,6 +242,8 @@ def solve(
                                       "tokens, wall time and answer of plain SC"),
     gamma: Optional[float] = typer.Option(None, help="γ of the uncalibrated MARS methods (default 1)"),
     delta: Optional[float] = typer.Option(None, help="risk level of sc-mars-cert (default 0.05)"),
+    consensus: Optional[float] = typer.Option(None, help="vote share at which sc-consensus stops (default 0.9)"),
+    pp_conv: Optional[int] = typer.Option(None, "--pp-conv", help="Parallel-Probe: equal winners in a row (default 3)"),
     temperature: Optional[float] = typer.Option(None, help="real backends: sampling temperature"),
     top_p: Optional[float] = typer.Option(None, "--top-p"),
     top_k: Optional[int] = typer.Option(None, "--top-k"),
@@ -251,7 +253,8 @@ def solve(
     from .generate import make_backend
     from .live import solve_pool
 
-    knobs = {k: v for k, v in (("gamma", gamma), ("delta", delta)) if v is not None}
+    knobs = {k: v for k, v in (("gamma", gamma), ("delta", delta), ("consensus", consensus), ("pp_conv", pp_conv))
+             if v is not None}
     try:
         be = make_backend(backend, preset, skill, max_tokens) if backend == "synthetic" \
             else _real_backend(backend, model, max_tokens, temperature=temperature, top_p=top_p, top_k=top_k)
