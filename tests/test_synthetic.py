@@ -173,7 +173,8 @@ def test_latent_behaviour_is_qualitatively_right(aime):
     assert 0 < early_none < early_probes
     assert np.mean(dip) < np.mean(base) - 0.5
     gap = np.mean(conf_c) - np.mean(conf_w)
-    assert 0 < gap < 2.0  # only mildly higher for correct traces
+    # higher for correct traces (DeepConf: low-confidence traces are more often wrong), not absurdly so
+    assert 0.5 < gap < 4.0
 
 
 def test_attractor_questions_exist(aime):

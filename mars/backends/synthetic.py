@@ -50,9 +50,11 @@ Per trace (drawn from ``SeedSequence([seed, qid, trace_idx, crc32(dataset)])`` o
   peaking at ``T = err_early_tokens``; with probability ``probe_noise`` it returns a pool answer
   instead (sampled probes are noisy). Probe
   randomness is a hash of (trace, position): probing twice, or on another grid, is consistent;
-* per-token confidence: a block level (64 tokens) = ``conf_level`` + trace effect + small bonus for
-  correct traces + penalty while exploring + AR(1) drift + Gaussian dips at every change of answer,
-  minus an exponential per-token deficit; clipped, float16. Confidences are generated lazily per
+* per-token confidence: a block level (64 tokens) = ``conf_level`` + trace effect (higher for traces
+  that converge early, ``conf_conv_corr``) + bonus for
+  correct traces + penalty while exploring + AR(1) drift + Gaussian dips at every change of answer
+  (centred ``conf_dip_lead`` tokens before it), minus an exponential per-token deficit; clipped,
+  float16. Confidences are generated lazily per
   trace (only when a probe or the result needs them).
 
 Probe cost fields are synthetic: ``prompt_tokens = question_tokens + position + 24`` (the forcing
@@ -131,13 +133,15 @@ PARAMS: dict[str, tuple[float, str]] = {
     "conf_level": (17.0, "block confidence level (the top of the token distribution)"),
     "conf_token_scale": (3.5, "scale of the exponential per-token deficit"),
     "conf_trace_sd": (0.6, "per-trace sd of the level"),
-    "conf_correct_bonus": (0.3, "level bonus of traces whose final answer is correct (mild)"),
+    "conf_conv_corr": (0.0, "correlation of the per-trace level with how early the trace converges (fluent traces find their answer sooner)"),
+    "conf_correct_bonus": (0.3, "level bonus of traces whose final answer is correct"),
     "conf_hard_slope": (-1.0, "level change per unit hardness"),
     "conf_explore_penalty": (-0.8, "level change before the convergence point"),
     "conf_ar_phi": (0.97, "AR(1) coefficient of the level drift, per 64-token block"),
     "conf_ar_sd": (0.5, "stationary sd of the level drift"),
     "conf_dip_depth": (2.5, "mean depth of the dip at a change of answer"),
     "conf_dip_tokens": (300.0, "width (sd, tokens) of the dip"),
+    "conf_dip_lead": (0.0, "tokens by which the dip's centre precedes the change of answer (doubt comes before the revision)"),
     "conf_floor": (0.1, "smallest token confidence"),
     "conf_ceil": (25.0, "largest token confidence"),
 }
@@ -625,7 +629,11 @@ class SyntheticTraceBatch(TraceBatch):
             [self.seed, self.problem.qid, self.first_trace + j, self._dkey], spawn_key=(1,)))
         nb = -(-L // _BLOCK)
         x = (np.arange(nb) + 0.5) * _BLOCK
-        level = (prm["conf_level"] + prm["conf_trace_sd"] * special.ndtri(min(max(self._U[j, 9], 1e-9), 1 - 1e-9))
+        rho = prm["conf_conv_corr"]
+        z_t = special.ndtri(min(max(self._U[j, 9], 1e-9), 1 - 1e-9))
+        if rho:
+            z_t = math.sqrt(1 - rho * rho) * z_t - rho * special.ndtri(min(max(self._U[j, 4], 1e-12), 1 - 1e-12))
+        level = (prm["conf_level"] + prm["conf_trace_sd"] * z_t
                  + prm["conf_correct_bonus"] * float(self._correct[j]) + prm["conf_hard_slope"] * self.q.hardness)
         lv = np.full(nb, level)
         lv += prm["conf_explore_penalty"] * (x < self._conv[j])
@@ -638,6 +646,7 @@ class SyntheticTraceBatch(TraceBatch):
         if ch.size:
             depth = prm["conf_dip_depth"] * (0.5 + rng.random(ch.size))
             w = prm["conf_dip_tokens"]
+            ch = ch - prm["conf_dip_lead"]
             lo = np.searchsorted(x, ch - 4 * w)
             hi = np.searchsorted(x, ch + 4 * w)
             for c0, d, a, b in zip(ch.tolist(), depth.tolist(), lo.tolist(), hi.tolist()):
