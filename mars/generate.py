@@ -270,6 +270,30 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def select_problems(problems: Sequence[Problem] | str | Path,
+                    questions: Iterable[int] | None) -> tuple[dict[int, Problem], list[int]]:
+    """(problems by qid, the sorted qids asked for: all by default); unknown qids are an error."""
+    if isinstance(problems, (str, Path)):
+        problems = load_problems(problems)
+    by_qid = {p.qid: p for p in problems}
+    if len(by_qid) != len(problems):
+        raise ValueError("duplicate qids in problems")
+    qids = sorted(by_qid) if questions is None else sorted(set(int(q) for q in questions))
+    missing = [q for q in qids if q not in by_qid]
+    if missing:
+        raise ValueError(f"questions {missing} not in problems (qids {min(by_qid)}..{max(by_qid)})")
+    return by_qid, qids
+
+
+def token_cap(backend: Backend, max_tokens: int | None) -> int:
+    """``max_tokens``, by default the backend's own cap."""
+    if max_tokens is None:
+        max_tokens = getattr(backend, "max_tokens", None)
+        if max_tokens is None:
+            raise ValueError("max_tokens not given and the backend has no max_tokens")
+    return int(max_tokens)
+
+
 def claim_output_dir(out: Path, params: dict, partial_name: str, what: str) -> None:
     """Start or resume writing a run into ``out`` (the partial manifest ``partial_name`` holds its
     parameters); refuse a run with other parameters or a directory that is not one."""
@@ -330,15 +354,7 @@ def generate_pool(backend: Backend, problems: Sequence[Problem] | str | Path, n_
     max_tokens, the problems digest and, for shards, ``shard = {index, n_shards, first_trace,
     n_traces}``. See the module docstring for the resume protocol.
     """
-    if isinstance(problems, (str, Path)):
-        problems = load_problems(problems)
-    by_qid = {p.qid: p for p in problems}
-    if len(by_qid) != len(problems):
-        raise ValueError("duplicate qids in problems")
-    qids = sorted(by_qid) if questions is None else sorted(set(int(q) for q in questions))
-    missing = [q for q in qids if q not in by_qid]
-    if missing:
-        raise ValueError(f"questions {missing} not in problems (qids {min(by_qid)}..{max(by_qid)})")
+    by_qid, qids = select_problems(problems, questions)
     if n_traces <= 0:
         raise ValueError(f"n_traces must be positive, got {n_traces}")
     if shard is None:
@@ -348,10 +364,7 @@ def generate_pool(backend: Backend, problems: Sequence[Problem] | str | Path, n_
     lo, hi = shard_range(n_traces, shard, n_shards)
     if hi <= lo:
         raise ValueError(f"shard {shard} of {n_shards} is empty for {n_traces} traces")
-    if max_tokens is None:
-        max_tokens = getattr(backend, "max_tokens", None)
-        if max_tokens is None:
-            raise ValueError("max_tokens not given and the backend has no max_tokens")
+    max_tokens = token_cap(backend, max_tokens)
     sel = [by_qid[q] for q in qids]
     datasets = sorted({p.dataset for p in sel})
     params = {

@@ -54,8 +54,9 @@ from . import schema
 from .answers import group_answers_online, is_correct
 from .arrays import QuestionArrays, build_arrays, checkpoint_answers
 from .backends.base import Backend, Problem, TraceBatch, TraceResult
-from .generate import (TraceRecord, _backend_info, claim_output_dir, _problems_digest, _progress, _write_json_atomic,
-                       load_problems, records_to_table, run_batch, write_trace_table)
+from .generate import (TraceRecord, _backend_info, _problems_digest, _progress, _write_json_atomic,
+                       claim_output_dir, records_to_table, run_batch, select_problems, token_cap,
+                       write_trace_table)
 from .methods import Method, get_method
 from .pool import PoolError, QuestionData, _question_from_table, open_pool
 from .simulate import MethodResult, QuestionContext, Settings, SimulationError, run_method
@@ -221,10 +222,7 @@ def solve(backend: Backend, problem: Problem, method: str | Method = "sc-mars-ca
     completion and reports its tokens, wall time and answer in ``.full``.
     """
     m = live_method(method)
-    if max_tokens is None:
-        max_tokens = getattr(backend, "max_tokens", None)
-        if max_tokens is None:
-            raise ValueError("max_tokens not given and the backend has no max_tokens")
+    max_tokens = token_cap(backend, max_tokens)
     if n_traces < 1:
         raise ValueError(f"n_traces must be at least 1, got {n_traces}")
     bad = sorted(set(knobs) - set(Settings.__dataclass_fields__) | set(knobs) & {"budget", "iterations", "warmup", "spacing", "seed"})
@@ -315,18 +313,9 @@ def solve_pool(backend: Backend, problems: Sequence[Problem] | str | Path, out: 
     Resumable: a question is done once its ``live/qNNNNNN.json`` exists (written after its trace
     file); re-running the same command skips it. Other parameters into the same directory are refused.
     """
-    if isinstance(problems, (str, Path)):
-        problems = load_problems(problems)
-    by_qid = {p.qid: p for p in problems}
-    qids = sorted(by_qid) if questions is None else sorted(set(int(q) for q in questions))
-    missing = [q for q in qids if q not in by_qid]
-    if missing:
-        raise ValueError(f"questions {missing} not in problems (qids {min(by_qid)}..{max(by_qid)})")
+    by_qid, qids = select_problems(problems, questions)
     m = live_method(method)
-    if max_tokens is None:
-        max_tokens = getattr(backend, "max_tokens", None)
-        if max_tokens is None:
-            raise ValueError("max_tokens not given and the backend has no max_tokens")
+    max_tokens = token_cap(backend, max_tokens)
     sel = [by_qid[q] for q in qids]
     datasets = sorted({p.dataset for p in sel})
     params = {

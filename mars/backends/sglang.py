@@ -45,16 +45,16 @@ from typing import Any
 
 import numpy as np
 
-from .base import Backend, Problem, ProbeResult, TraceBatch, TraceResult
+from .base import Backend, Problem, ProbeResult
 from .transformers import (
     CONF_TOP_K,
     DEFAULT_PROMPT_TEMPLATE,
     PROBE_MAX_NEW_TOKENS,
     PROBE_SUFFIX,
+    TokenTraceBatch,
     build_prompt_ids,
     derive_seed,
     encode_suffix,
-    parse_answer,
     parse_probe,
     token_confidence,
     window_conf,
@@ -271,30 +271,12 @@ class SGLangBackend(Backend):
         self.shutdown()
 
 
-class SGLangTraceBatch(TraceBatch):
+class SGLangTraceBatch(TokenTraceBatch):
     """``n`` traces of one question, continued checkpoint by checkpoint through the engine."""
 
     def __init__(self, backend: SGLangBackend, problem: Problem, n: int, seed: int, first_trace: int):
-        self.backend = backend
-        self.problem = problem
-        self.n = int(n)
-        self.seed = int(seed)
-        self.first_trace = int(first_trace)
-        self.prompt = backend.prompt_ids(problem.question)
-        self._ids: list[list[int]] = [[] for _ in range(self.n)]
-        self._confs: list[list[float]] = [[] for _ in range(self.n)]
-        self._texts: list[list[str]] = [[] for _ in range(self.n)]
-        self._eos = np.zeros(self.n, bool)
-        self._stopped = np.zeros(self.n, bool)
-        self._has_confs = True
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.array([len(x) for x in self._ids], np.int64)
-
-    @property
-    def ended(self) -> np.ndarray:
-        return self._eos | self._stopped | (self.lengths >= self.backend.max_tokens)
+        super().__init__(backend, problem, n, seed, first_trace)
+        self._texts: list[list[str]] = [[] for _ in range(self.n)]  # engine text, without a tokenizer
 
     def _seed(self, j: int, position: int, probe: bool = False) -> int | None:
         if not self.backend.seed_per_trace:
@@ -328,9 +310,6 @@ class SGLangTraceBatch(TraceBatch):
             be.stats["generate_cached_tokens"] += g["cached_tokens"] or 0
             be.stats["generate_completion_tokens"] += g["completion_tokens"] or 0
 
-    def stop(self, idx) -> None:
-        self._stopped[np.asarray(idx, np.int64)] = True
-
     def probe(self, idx) -> list[ProbeResult]:
         be = self.backend
         idx = np.asarray(idx, np.int64)
@@ -359,17 +338,6 @@ class SGLangTraceBatch(TraceBatch):
                                    cached_tokens=g["cached_tokens"], generated_tokens=g["completion_tokens"]))
         return res
 
-    def result(self, j: int) -> TraceResult:
-        j = int(j)
-        ids = self._ids[j]
+    def _text(self, j: int) -> str:
         tok = self.backend.tokenizer
-        text = tok.decode(ids, skip_special_tokens=True) if tok is not None else "".join(self._texts[j])
-        confs = np.asarray(self._confs[j], np.float64).astype(np.float16) if self._has_confs else None
-        return TraceResult(length=len(ids), final_answer=parse_answer(text), finished=bool(self._eos[j]),
-                           confs=confs, text=text)
-
-    def confs_so_far(self, j: int) -> np.ndarray | None:
-        return np.asarray(self._confs[int(j)], np.float64).astype(np.float16) if self._has_confs else None
-
-    def token_ids(self, j: int) -> list[int]:
-        return list(self._ids[int(j)])
+        return tok.decode(self._ids[j], skip_special_tokens=True) if tok is not None else "".join(self._texts[j])

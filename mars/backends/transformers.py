@@ -479,21 +479,58 @@ class _Chunk:
         self.rows = self.rows[keep]
 
 
-class TransformersTraceBatch(TraceBatch):
-    """``n`` traces of one question, decoded in chunks of ``backend.batch_size``."""
+class TokenTraceBatch(TraceBatch):
+    """What the token-level engines' batches share (transformers, SGLang): per-trace token ids and
+    confidences, end of text, stops, and the trace record decoded from the ids."""
 
-    def __init__(self, backend: TransformersBackend, problem: Problem, n: int, seed: int, first_trace: int):
-        torch = _torch()
-        self.backend = be = backend
+    def __init__(self, backend, problem: Problem, n: int, seed: int, first_trace: int):
+        self.backend = backend
         self.problem = problem
         self.n = int(n)
         self.seed = int(seed)
         self.first_trace = int(first_trace)
-        self.prompt = be.prompt_ids(problem.question)
+        self.prompt = backend.prompt_ids(problem.question)
         self._ids: list[list[int]] = [[] for _ in range(self.n)]
         self._confs: list[list[float]] = [[] for _ in range(self.n)]
         self._eos = np.zeros(self.n, bool)
         self._stopped = np.zeros(self.n, bool)
+        self._has_confs = True
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([len(x) for x in self._ids], np.int64)
+
+    @property
+    def ended(self) -> np.ndarray:
+        return self._eos | self._stopped | (self.lengths >= self.backend.max_tokens)
+
+    def stop(self, idx) -> None:
+        self._stopped[np.asarray(idx, np.int64)] = True
+
+    def _text(self, j: int) -> str:
+        return self.backend.tokenizer.decode(self._ids[j], skip_special_tokens=True)
+
+    def result(self, j: int) -> TraceResult:
+        j = int(j)
+        text = self._text(j)
+        return TraceResult(length=len(self._ids[j]), final_answer=parse_answer(text), finished=bool(self._eos[j]),
+                           confs=self.confs_so_far(j), text=text)
+
+    def confs_so_far(self, j: int) -> np.ndarray | None:
+        return np.asarray(self._confs[int(j)], np.float64).astype(np.float16) if self._has_confs else None
+
+    def token_ids(self, j: int) -> list[int]:
+        """Generated token ids of trace ``j`` so far (EOS included when generated)."""
+        return list(self._ids[int(j)])
+
+
+class TransformersTraceBatch(TokenTraceBatch):
+    """``n`` traces of one question, decoded in chunks of ``backend.batch_size``."""
+
+    def __init__(self, backend: TransformersBackend, problem: Problem, n: int, seed: int, first_trace: int):
+        torch = _torch()
+        super().__init__(backend, problem, n, seed, first_trace)
+        be = backend
         self._streams = [_Stream(derive_seed(self.seed, problem.qid, self.first_trace + j)) for j in range(self.n)]
         self._chunk_of = np.full(self.n, -1, np.int64)
         self._chunks: list[_Chunk] = []
@@ -515,14 +552,6 @@ class TransformersTraceBatch(TraceBatch):
         be.stats["generate_s"] += time.perf_counter() - t0
 
     # -- interface -------------------------------------------------------------------------------
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.array([len(x) for x in self._ids], np.int64)
-
-    @property
-    def ended(self) -> np.ndarray:
-        return self._eos | self._stopped | (self.lengths >= self.backend.max_tokens)
 
     def advance(self, target: int) -> None:
         import time
@@ -562,7 +591,7 @@ class TransformersTraceBatch(TraceBatch):
 
     def stop(self, idx) -> None:
         idx = np.asarray(idx, np.int64)
-        self._stopped[idx] = True
+        super().stop(idx)
         for ch in self._chunks:
             if ch.rows.size:
                 ch.select(~np.isin(ch.rows, idx))
@@ -638,21 +667,6 @@ class TransformersTraceBatch(TraceBatch):
                                    prompt_tokens=len(self.prompt) + p + len(be.suffix_ids),
                                    cached_tokens=cached, generated_tokens=len(out[i])))
         return res
-
-    def result(self, j: int) -> TraceResult:
-        j = int(j)
-        ids = self._ids[j]
-        text = self.backend.tokenizer.decode(ids, skip_special_tokens=True)
-        confs = np.asarray(self._confs[j], np.float64).astype(np.float16)
-        return TraceResult(length=len(ids), final_answer=parse_answer(text), finished=bool(self._eos[j]),
-                           confs=confs, text=text)
-
-    def confs_so_far(self, j: int) -> np.ndarray | None:
-        return np.asarray(self._confs[int(j)], np.float64).astype(np.float16)
-
-    def token_ids(self, j: int) -> list[int]:
-        """Generated token ids of trace ``j`` so far (EOS included when generated)."""
-        return list(self._ids[int(j)])
 
     def close(self) -> None:
         self._chunks = []
