@@ -312,11 +312,9 @@ class SGLangTraceBatch(TokenTraceBatch):
 
     def probe(self, idx) -> list[ProbeResult]:
         be = self.backend
-        idx = np.asarray(idx, np.int64)
+        idx = self._probe_targets(idx)
         if idx.size == 0:
             return []
-        if self.ended[idx].any():
-            raise ValueError("probe() of a trace that has ended")
         js = idx.tolist()
         pos = [len(self._ids[j]) for j in js]
         outs = be.generate([self.prompt + self._ids[j][:p] + be.suffix_ids for j, p in zip(js, pos)],

@@ -507,6 +507,13 @@ class TokenTraceBatch(TraceBatch):
     def stop(self, idx) -> None:
         self._stopped[np.asarray(idx, np.int64)] = True
 
+    def _probe_targets(self, idx) -> np.ndarray:
+        """The traces to probe, as an index array; probing a trace that has ended is an error."""
+        idx = np.asarray(idx, np.int64)
+        if idx.size and self.ended[idx].any():
+            raise ValueError("probe() of a trace that has ended")
+        return idx
+
     def _text(self, j: int) -> str:
         return self.backend.tokenizer.decode(self._ids[j], skip_special_tokens=True)
 
@@ -601,11 +608,9 @@ class TransformersTraceBatch(TokenTraceBatch):
 
         torch = _torch()
         be = self.backend
-        idx = np.asarray(idx, np.int64)
+        idx = self._probe_targets(idx)
         if idx.size == 0:
             return []
-        if self.ended[idx].any():
-            raise ValueError("probe() of a trace that has ended")
         t0 = time.perf_counter()
         results: dict[int, ProbeResult] = {}
         with torch.inference_mode():
