@@ -8,7 +8,8 @@
   ``each_branch`` = [probe_list, branch_tokens, final_answer], a probe every ``probe_freq``
   tokens), mapped onto the 2048-token grid: for k = 1, 2, … while 2048·k < branch_tokens the
   answer at 2048·k is ``probe_list[min(2048·k // probe_freq − 1, len − 1)]``; ``"ERR"`` or empty
-  means no answer. There are no confidences (the column is null).
+  means no answer. Like the authors' pools, every trace also gets a terminal probe at its length
+  carrying its final answer. There are no confidences (the column is null).
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ def parallel_probe_question(qid: int, item: dict, spacing: int = schema.CHECKPOI
             positions.append(spacing * k)
             answers.append(None if a in ("ERR", "", None) else str(a))
             k += 1
+        # the terminal probe at the trace's end carries its final answer, as in the authors' pools
+        positions.append(n_tok)
+        answers.append(None if final in ("ERR", "", None) else str(final))
         cols["qid"].append(qid)
         cols["trace_idx"].append(t)
         cols["final_answer"].append(None if final in ("ERR", "", None) else str(final))
