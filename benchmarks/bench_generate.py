@@ -25,14 +25,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mars.backends.synthetic import SyntheticBackend  # noqa: E402
-from mars.generate import generate_pool, load_problems, parse_qids  # noqa: E402
-from mars.pool import open_pool  # noqa: E402
+from mars.backends.synthetic import SyntheticBackend
+from mars.generate import generate_pool, load_problems, parse_qids
+from mars.pool import open_pool
 
 
 def _cpu() -> float:
     """CPU seconds (user + system) of this process and its finished children (workers)."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
@@ -56,8 +59,16 @@ def main(argv=None) -> int:
     try:
         t0 = time.perf_counter()
         cpu0 = _cpu()
-        generate_pool(backend, problems, a.traces, a.seed, out, questions=parse_qids(a.questions),
-                      progress=False, workers=a.workers)
+        generate_pool(
+            backend,
+            problems,
+            a.traces,
+            a.seed,
+            out,
+            questions=parse_qids(a.questions),
+            progress=False,
+            workers=a.workers,
+        )
         wall = time.perf_counter() - t0
         cpu = _cpu() - cpu0
         pool = open_pool(out)
@@ -69,15 +80,30 @@ def main(argv=None) -> int:
         read = time.perf_counter() - t1
         trace_bytes = sum(f.stat().st_size for f in (out / "traces").iterdir())
         total_bytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-        print(json.dumps({
-            "preset": a.preset, "problems": a.problems, "questions": len(pool.qids), "traces": traces,
-            "confs": not a.no_confs, "workers": a.workers, "tokens": tokens,
-            "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "load_avg_1min": round(os.getloadavg()[0], 2),
-            "traces_per_s": round(traces / wall), "mtokens_per_s": round(tokens / wall / 1e6, 2),
-            "trace_files_mb": round(trace_bytes / 1e6, 1), "pool_mb": round(total_bytes / 1e6, 1),
-            "bytes_per_token": round(trace_bytes / max(1, tokens), 3), "read_back_s": round(read, 2),
-            "cpus": os.cpu_count(), "python": platform.python_version(),
-        }))
+        print(
+            json.dumps(
+                {
+                    "preset": a.preset,
+                    "problems": a.problems,
+                    "questions": len(pool.qids),
+                    "traces": traces,
+                    "confs": not a.no_confs,
+                    "workers": a.workers,
+                    "tokens": tokens,
+                    "wall_s": round(wall, 2),
+                    "cpu_s": round(cpu, 2),
+                    "load_avg_1min": round(os.getloadavg()[0], 2),
+                    "traces_per_s": round(traces / wall),
+                    "mtokens_per_s": round(tokens / wall / 1e6, 2),
+                    "trace_files_mb": round(trace_bytes / 1e6, 1),
+                    "pool_mb": round(total_bytes / 1e6, 1),
+                    "bytes_per_token": round(trace_bytes / max(1, tokens), 3),
+                    "read_back_s": round(read, 2),
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                }
+            )
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

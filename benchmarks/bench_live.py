@@ -27,20 +27,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mars.backends.synthetic import SyntheticBackend  # noqa: E402
-from mars.generate import load_problems, parse_qids  # noqa: E402
-from mars.live import solve  # noqa: E402
+from mars.backends.synthetic import SyntheticBackend
+from mars.generate import load_problems, parse_qids
+from mars.live import solve
 
 
 def _backend(a):
     if a.backend == "synthetic":
         return SyntheticBackend(a.preset, max_tokens=a.max_tokens)
-    from mars.backends.transformers import TransformersBackend
-
     import torch
 
+    from mars.backends.transformers import TransformersBackend
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return TransformersBackend(a.model, device=device, max_tokens=a.max_tokens or 4096, batch_size=a.batch_size)
+    return TransformersBackend(
+        a.model, device=device, max_tokens=a.max_tokens or 4096, batch_size=a.batch_size
+    )
 
 
 def overhead(a) -> dict:
@@ -50,11 +52,20 @@ def overhead(a) -> dict:
     out = {}
     for n in (64, 256, 1024, 4096):
         run = solve(be, problem, "sc", n_traces=n, warmup=a.warmup, seed=a.seed, spacing=a.spacing)
-        out[n] = {"checkpoints": run.checkpoints, "decide_s": run.wall_s["decide"],
-                  "per_checkpoint_s": round(run.wall_s["decide"] / max(run.checkpoints, 1), 4),
-                  "main_s": run.wall_s["main"], "tokens": run.tokens}
+        out[n] = {
+            "checkpoints": run.checkpoints,
+            "decide_s": run.wall_s["decide"],
+            "per_checkpoint_s": round(run.wall_s["decide"] / max(run.checkpoints, 1), 4),
+            "main_s": run.wall_s["main"],
+            "tokens": run.tokens,
+        }
         print(n, out[n], file=sys.stderr)
-    return {"bench": "live-overhead", "preset": a.preset, "question": a.overhead_question, "by_traces": out}
+    return {
+        "bench": "live-overhead",
+        "preset": a.preset,
+        "question": a.overhead_question,
+        "by_traces": out,
+    }
 
 
 def main(argv=None) -> int:
@@ -84,30 +95,59 @@ def main(argv=None) -> int:
     runs = []
     t0 = time.perf_counter()
     for q in qids:
-        run = solve(be, by_qid[q], a.method, n_traces=a.traces, warmup=a.warmup, seed=a.seed, spacing=a.spacing,
-                    compare_full=True)
+        run = solve(
+            be,
+            by_qid[q],
+            a.method,
+            n_traces=a.traces,
+            warmup=a.warmup,
+            seed=a.seed,
+            spacing=a.spacing,
+            compare_full=True,
+        )
         runs.append(run)
-        print(f"q{q}: {run.stopped_by} at {run.stop_position}, {run.tokens} vs {run.full['tokens']} tokens, "
-              f"{run.wall_s['main']:.2f} vs {run.full['wall_s']:.2f} s, replay_ok={run.replay_ok}", file=sys.stderr)
+        print(
+            f"q{q}: {run.stopped_by} at {run.stop_position}, {run.tokens} vs {run.full['tokens']} tokens, "
+            f"{run.wall_s['main']:.2f} vs {run.full['wall_s']:.2f} s, replay_ok={run.replay_ok}",
+            file=sys.stderr,
+        )
     n = len(runs)
     tok, full_tok = sum(r.tokens for r in runs), sum(r.full["tokens"] for r in runs)
     wall, full_wall = sum(r.wall_s["main"] for r in runs), sum(r.full["wall_s"] for r in runs)
     checkpoints = sum(r.checkpoints for r in runs)
-    print(json.dumps({
-        "bench": "live", "backend": a.backend, "model": a.model or a.preset, "method": a.method,
-        "problems": a.problems, "questions": n, "traces": a.traces, "warmup": a.warmup, "spacing": a.spacing,
-        "accuracy_live": round(sum(r.correct for r in runs) / n, 4),
-        "accuracy_full": round(sum(r.full["correct"] for r in runs) / n, 4),
-        "same_answer": sum(r.answer == r.full["answer"] for r in runs),
-        "tokens_live": tok, "tokens_full": full_tok, "token_savings": round(1 - tok / full_tok, 4),
-        "warmup_tokens": sum(r.warmup_tokens for r in runs),
-        "wall_main_live_s": round(wall, 2), "wall_full_s": round(full_wall, 2),
-        "wall_savings": round(1 - wall / full_wall, 4) if full_wall else None,
-        "decide_s": round(sum(r.wall_s["decide"] for r in runs), 2),
-        "decide_per_checkpoint_s": round(sum(r.wall_s["decide"] for r in runs) / max(checkpoints, 1), 4),
-        "replay_ok": all(r.replay_ok for r in runs), "total_s": round(time.perf_counter() - t0, 1),
-        "load_avg_1min": round(os.getloadavg()[0], 2), "machine": platform.machine(),
-    }))
+    print(
+        json.dumps(
+            {
+                "bench": "live",
+                "backend": a.backend,
+                "model": a.model or a.preset,
+                "method": a.method,
+                "problems": a.problems,
+                "questions": n,
+                "traces": a.traces,
+                "warmup": a.warmup,
+                "spacing": a.spacing,
+                "accuracy_live": round(sum(r.correct for r in runs) / n, 4),
+                "accuracy_full": round(sum(r.full["correct"] for r in runs) / n, 4),
+                "same_answer": sum(r.answer == r.full["answer"] for r in runs),
+                "tokens_live": tok,
+                "tokens_full": full_tok,
+                "token_savings": round(1 - tok / full_tok, 4),
+                "warmup_tokens": sum(r.warmup_tokens for r in runs),
+                "wall_main_live_s": round(wall, 2),
+                "wall_full_s": round(full_wall, 2),
+                "wall_savings": round(1 - wall / full_wall, 4) if full_wall else None,
+                "decide_s": round(sum(r.wall_s["decide"] for r in runs), 2),
+                "decide_per_checkpoint_s": round(
+                    sum(r.wall_s["decide"] for r in runs) / max(checkpoints, 1), 4
+                ),
+                "replay_ok": all(r.replay_ok for r in runs),
+                "total_s": round(time.perf_counter() - t0, 1),
+                "load_avg_1min": round(os.getloadavg()[0], 2),
+                "machine": platform.machine(),
+            }
+        )
+    )
     return 0
 
 

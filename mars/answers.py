@@ -103,7 +103,7 @@ def extract_boxed(text: str) -> str | None:
     pos = text.rfind("boxed")
     if pos < 0:
         return None
-    rest = text[pos + len("boxed"):]
+    rest = text[pos + len("boxed") :]
     if not rest.startswith("{"):
         return rest.split("$", 1)[0].strip()
     depth = 0
@@ -164,8 +164,8 @@ def _unwrap_text(s: str) -> str:
         if end < 0:
             out.append(s[i:])
             break
-        out.append(s[i:m.start()])
-        out.append(s[m.end():end])
+        out.append(s[i : m.start()])
+        out.append(s[m.end() : end])
         i = end + 1
     return "".join(out)
 
@@ -211,7 +211,7 @@ def _run_limited(fn, *args, seconds: float | None = None):
         return fn(*args)
     armed = [True]
 
-    def _handler(signum, frame):  # noqa: ARG001
+    def _handler(signum, frame):
         if armed[0]:
             raise _SymbolicTimeout()
 
@@ -329,7 +329,7 @@ def _plausible(s: str) -> bool:
 
 
 class _SuppressTimeoutDisabledWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:  # noqa: A003
+    def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Timeout is disabled")
 
 
@@ -638,9 +638,7 @@ def group_answers(strings: Iterable[str | None]) -> AnswerGroups:
                 members.append(cluster)
 
     index = {s: g for g, ms in enumerate(members) for s in ms}
-    return AnswerGroups(
-        representatives=[ms[0] for ms in members], index=index, members=members
-    )
+    return AnswerGroups(representatives=[ms[0] for ms in members], index=index, members=members)
 
 
 def group_answers_online(strings: Iterable[str | None]) -> AnswerGroups:
@@ -664,7 +662,9 @@ def group_answers_online(strings: Iterable[str | None]) -> AnswerGroups:
         key = numeric_key(s)
         g = key_group.get(key, -1) if key is not None else -1
         if g < 0 and (key is not None or n_symbolic < MAX_SYMBOLIC_PAIRWISE):
-            candidates = sorted(range(len(members)), key=lambda h: -len(members[h]))[:MAX_GROUPS_COMPARED]
+            candidates = sorted(range(len(members)), key=lambda h: -len(members[h]))[
+                :MAX_GROUPS_COMPARED
+            ]
             for h in candidates:
                 if (key is None or h in symbolic_led) and _safe_equivalent(s, members[h][0]):
                     g = h

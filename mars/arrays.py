@@ -44,8 +44,12 @@ class QuestionArrays:
     rec_offsets: np.ndarray | None = None  # int64 [n+1] running-min records of group confidence
     rec_index: np.ndarray | None = None  # int64 first window index reaching each record
     rec_value: np.ndarray | None = None  # float32 record values (strictly decreasing per trace)
-    probe_tokens: np.ndarray | None = None  # int64 [n, m] probe cost at each checkpoint (-1 unknown)
-    stopped: np.ndarray | None = None  # bool [n]: stopped early by a live run (still running at its length)
+    probe_tokens: np.ndarray | None = (
+        None  # int64 [n, m] probe cost at each checkpoint (-1 unknown)
+    )
+    stopped: np.ndarray | None = (
+        None  # bool [n]: stopped early by a live run (still running at its length)
+    )
     window: int = 2048
     content_hash: str = ""
     #: results derived from these arrays that do not depend on the answer-id order (e.g. learned q)
@@ -91,7 +95,7 @@ class QuestionArrays:
         hit = (i < len(pos)) & (first < self.rec_offsets[1:])
         return np.where(hit, self.rec_index[first] + self.window, self.lengths)
 
-    def with_answer_order(self, order: list[int]) -> "QuestionArrays":
+    def with_answer_order(self, order: list[int]) -> QuestionArrays:
         """A copy whose group ids follow ``order`` (old ids, new id = position in ``order``).
 
         Group ids only break ties (lowest id wins), so this replays a run under another id order,
@@ -130,7 +134,7 @@ class QuestionArrays:
         Path(path).write_bytes(buf.getvalue())
 
     @classmethod
-    def load(cls, path: str | Path) -> "QuestionArrays":
+    def load(cls, path: str | Path) -> QuestionArrays:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(z["_meta"].tobytes().decode())
             kwargs = {k: z[k] for k in z.files if k != "_meta"}
@@ -156,8 +160,14 @@ def _collect_strings(q: QuestionData) -> list:
     return out
 
 
-def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int, finished_at: np.ndarray,
-                      conf_window: str = "at", group_stats: bool = True):
+def _confidence_stats(
+    q: QuestionData,
+    grid: np.ndarray,
+    window: int,
+    finished_at: np.ndarray,
+    conf_window: str = "at",
+    group_stats: bool = True,
+):
     """conf_at_pos (float32 [n, m]), min_group (float32 [n]) and running-min records.
 
     ``conf_window="at"`` (the reference): the window ends at token p inclusive; ``"before"``
@@ -175,7 +185,9 @@ def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int, finished_a
         # checkpoint confidence: float64 cumulative sum, window of W tokens ending at index p
         cs = np.zeros(L + 1, dtype=np.float64)
         np.cumsum(c32, dtype=np.float64, out=cs[1:])
-        ends = np.minimum(grid, L - 1) + 1 if conf_window == "at" else np.minimum(grid, L)  # exclusive end
+        ends = (
+            np.minimum(grid, L - 1) + 1 if conf_window == "at" else np.minimum(grid, L)
+        )  # exclusive end
         starts = np.maximum(ends - W, 0)
         vals = (cs[ends] - cs[starts]) / np.maximum(ends - starts, 1) if L else np.zeros(m)
         whole = cs[L] / L if L else 0.0
@@ -200,8 +212,13 @@ def _confidence_stats(q: QuestionData, grid: np.ndarray, window: int, finished_a
         return conf_at_pos, None, None, None, None
     rec_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(rec_cnt, out=rec_offsets[1:])
-    return (conf_at_pos, min_group, rec_offsets,
-            np.concatenate(rec_idx).astype(np.int64), np.concatenate(rec_val).astype(np.float32))
+    return (
+        conf_at_pos,
+        min_group,
+        rec_offsets,
+        np.concatenate(rec_idx).astype(np.int64),
+        np.concatenate(rec_val).astype(np.float32),
+    )
 
 
 _MISSING = -2  # no probe where a running trace needs one
@@ -229,21 +246,30 @@ def _layout(q: QuestionData, spacing: int, grid, stopped):
     return grid, codes, finished_at, on_grid, trace_of_probe[on_grid], k_of
 
 
-def checkpoint_answers(q: QuestionData, grid: np.ndarray, stopped: np.ndarray | None = None) -> np.ndarray:
+def checkpoint_answers(
+    q: QuestionData, grid: np.ndarray, stopped: np.ndarray | None = None
+) -> np.ndarray:
     """The answer string (or None) of every trace at every checkpoint of ``grid``: object [n, m].
 
     Its final answer once it has finished, else its probe answer (live runs order answers by it).
     """
     grid, codes, finished_at, *_ = _layout(q, CHECKPOINT_SPACING, grid, stopped)
-    probe = np.array(list(q.probe_strings) + [None, None], dtype=object)  # -1, -2 -> None
+    probe = np.array([*list(q.probe_strings), None, None], dtype=object)  # -1, -2 -> None
     final = np.array(list(q.final_answers), dtype=object)
     return np.where(finished_at, final[:, None], probe[codes])
 
 
-def build_arrays(q: QuestionData, spacing: int = CHECKPOINT_SPACING, window: int = 2048,
-                 groups: AnswerGroups | None = None, *, grid: np.ndarray | None = None,
-                 stopped: np.ndarray | None = None, conf_window: str = "at",
-                 group_stats: bool = True) -> QuestionArrays:
+def build_arrays(
+    q: QuestionData,
+    spacing: int = CHECKPOINT_SPACING,
+    window: int = 2048,
+    groups: AnswerGroups | None = None,
+    *,
+    grid: np.ndarray | None = None,
+    stopped: np.ndarray | None = None,
+    conf_window: str = "at",
+    group_stats: bool = True,
+) -> QuestionArrays:
     """Turn one question's traces into the simulator's arrays, validating as it goes.
 
     Live runs (:mod:`mars.live`) pass a fixed ``grid``, the traces they ``stopped`` early (probed
@@ -265,8 +291,10 @@ def build_arrays(q: QuestionData, spacing: int = CHECKPOINT_SPACING, window: int
     missing = np.argwhere(ids == _MISSING)
     if missing.size:
         j, k = missing[0]
-        raise PoolError(f"{q.where(j)}: running trace (length {int(q.lengths[j])}) has no probe at "
-                        f"checkpoint {int(grid[k])}")
+        raise PoolError(
+            f"{q.where(j)}: running trace (length {int(q.lengths[j])}) has no probe at "
+            f"checkpoint {int(grid[k])}"
+        )
     correct = np.array([is_correct(r, q.ground_truth) for r in groups.representatives], dtype=bool)
 
     probe_tokens = None
@@ -277,19 +305,32 @@ def build_arrays(q: QuestionData, spacing: int = CHECKPOINT_SPACING, window: int
         probe_tokens[trace_of_probe, k_of] = tok
 
     arr = QuestionArrays(
-        qid=q.qid, ground_truth=q.ground_truth, grid=grid, lengths=q.lengths.astype(np.int64),
-        final_ids=final_ids, ids=ids, representatives=list(groups.representatives), correct=correct,
-        probe_tokens=probe_tokens, window=window, content_hash=q.content_hash(),
+        qid=q.qid,
+        ground_truth=q.ground_truth,
+        grid=grid,
+        lengths=q.lengths.astype(np.int64),
+        final_ids=final_ids,
+        ids=ids,
+        representatives=list(groups.representatives),
+        correct=correct,
+        probe_tokens=probe_tokens,
+        window=window,
+        content_hash=q.content_hash(),
         stopped=None if stopped is None else np.asarray(stopped, dtype=bool),
     )
     if q.has_confs:
-        (arr.conf_at_pos, arr.min_group, arr.rec_offsets, arr.rec_index,
-         arr.rec_value) = _confidence_stats(q, grid, window, finished_at, conf_window, group_stats)
+        (arr.conf_at_pos, arr.min_group, arr.rec_offsets, arr.rec_index, arr.rec_value) = (
+            _confidence_stats(q, grid, window, finished_at, conf_window, group_stats)
+        )
     return arr
 
 
-def load_arrays(q: QuestionData, cache_dir: str | Path | None = None, spacing: int = CHECKPOINT_SPACING,
-                window: int = 2048) -> QuestionArrays:
+def load_arrays(
+    q: QuestionData,
+    cache_dir: str | Path | None = None,
+    spacing: int = CHECKPOINT_SPACING,
+    window: int = 2048,
+) -> QuestionArrays:
     """build_arrays with an on-disk cache keyed by the question's content and the settings."""
     if cache_dir is None:
         return build_arrays(q, spacing, window)

@@ -53,9 +53,17 @@ REAL_TRACES = 128
 #: The paper's full-budget SC accuracy (%) and SC baseline mean tokens per question (512 traces)
 #: (Tables 1, 4-6). Mean tokens per trace = tokens / 512.
 PAPER = {
-    "deepseek-r1-0528-qwen3-8b": {"brumo": (93.2, 11_795_919), "aime": (83.3, 13_210_697), "hmmt": (70.0, 14_882_765)},
+    "deepseek-r1-0528-qwen3-8b": {
+        "brumo": (93.2, 11_795_919),
+        "aime": (83.3, 13_210_697),
+        "hmmt": (70.0, 14_882_765),
+    },
     "qwen3-32b": {"brumo": (90.9, 7_138_843), "aime": (80.1, 7_739_219), "hmmt": (62.8, 8_943_718)},
-    "qwen3-next-80b-a3b-thinking": {"brumo": (96.7, 11_116_671), "aime": (86.9, 11_757_443), "hmmt": (86.9, 15_432_157)},
+    "qwen3-next-80b-a3b-thinking": {
+        "brumo": (96.7, 11_116_671),
+        "aime": (86.9, 11_757_443),
+        "hmmt": (86.9, 15_432_157),
+    },
 }
 DATASET_FILES = {"aime": "aime_2025", "hmmt": "hmmt_feb_2025", "brumo": "brumo_2025"}
 
@@ -90,7 +98,9 @@ def _grid(max_len: int, spacing: int) -> np.ndarray:
     return spacing * np.arange(1, max(1, (int(max_len) - 1) // spacing) + 1, dtype=np.int64)
 
 
-def views_from_real(path: str | Path, spacing: int = schema.CHECKPOINT_SPACING) -> tuple[list[QView], list[Problem]]:
+def views_from_real(
+    path: str | Path, spacing: int = schema.CHECKPOINT_SPACING
+) -> tuple[list[QView], list[Problem]]:
     """The Parallel-Probe JSON (probes every 500 tokens) on a grid of ``spacing`` tokens.
 
     At position p the answer is ``probe_list[min(p // 500 - 1, len - 1)]`` ("ERR" = none), as in
@@ -118,7 +128,14 @@ def views_from_real(path: str | Path, spacing: int = schema.CHECKPOINT_SPACING) 
                 if i >= 0 and pl[i] not in ("ERR", ""):
                     A[j, k] = coder(pl[i])
         views.append(QView(gt, L, F, P, A, L >= REAL_CAP))
-        problems.append(Problem(qid=qid, question=q["question"], answer=str(q["gold_answer"]).strip(), dataset="aime_2024"))
+        problems.append(
+            Problem(
+                qid=qid,
+                question=q["question"],
+                answer=str(q["gold_answer"]).strip(),
+                dataset="aime_2024",
+            )
+        )
     return views, problems
 
 
@@ -145,8 +162,13 @@ def views_from_pool(path: str | Path, spacing: int | None = None) -> list[QView]
     return views
 
 
-def views_from_backend(backend: SyntheticBackend, problems: list[Problem], n: int, seed: int,
-                       spacing: int = schema.CHECKPOINT_SPACING) -> list[QView]:
+def views_from_backend(
+    backend: SyntheticBackend,
+    problems: list[Problem],
+    n: int,
+    seed: int,
+    spacing: int = schema.CHECKPOINT_SPACING,
+) -> list[QView]:
     """The synthetic latent model read directly (no pool, no per-probe objects): the fast path."""
     views = []
     for prob in problems:
@@ -229,7 +251,7 @@ def _majority_curve(v: QView) -> np.ndarray:
     m = snap.shape[1]
     counts = np.bincount((np.arange(m)[None, :] * K + ds).ravel(), minlength=m * K).reshape(m, K)
     counts[:, ~valid_code] = 0
-    fcounts = np.bincount(dense[snap.size:], minlength=K)
+    fcounts = np.bincount(dense[snap.size :], minlength=K)
     fcounts[~valid_code] = 0
     if fcounts.max() == 0:
         return np.zeros(m)
@@ -251,15 +273,24 @@ def _early_shares(v: QView, positions=EARLY) -> tuple[np.ndarray, np.ndarray]:
     fmaj = u[np.argmax(c)]
     fs, ls = [], []
     for p in positions:
-        snap = np.where(v.L > p, v.A[:, p // v.P[0] - 1] if p <= v.P[-1] else -1, v.F) if len(v.P) else v.F
+        snap = (
+            np.where(v.L > p, v.A[:, p // v.P[0] - 1] if p <= v.P[-1] else -1, v.F)
+            if len(v.P)
+            else v.F
+        )
         ok = snap[snap >= 0]
         fs.append(float(np.mean(snap == fmaj)))
         ls.append(float(np.unique(ok, return_counts=True)[1].max() / len(snap)) if ok.size else 0.0)
     return np.array(fs), np.array(ls)
 
 
-def compute_stats(views: list[QView], spacing: int, t_step: int = 500, t_max: int | None = None,
-                  with_sc: bool = True) -> dict:
+def compute_stats(
+    views: list[QView],
+    spacing: int,
+    t_step: int = 500,
+    t_max: int | None = None,
+    with_sc: bool = True,
+) -> dict:
     """All comparison statistics of a set of questions (see the module docstring)."""
     allL = np.concatenate([v.L for v in views])
     t_max = t_max or int(allL.max()) + t_step
@@ -267,7 +298,10 @@ def compute_stats(views: list[QView], spacing: int, t_step: int = 500, t_max: in
     surv = (allL[None, :] > t[:, None]).mean(axis=1)
     m = max(len(v.P) for v in views)
     P = spacing * np.arange(1, m + 1)
-    num = np.zeros(m); den = np.zeros(m); none = np.zeros(m); run_n = np.zeros(m)
+    num = np.zeros(m)
+    den = np.zeros(m)
+    none = np.zeros(m)
+    run_n = np.zeros(m)
     maj = np.ones((len(views), m))
     sw, ent, acc, distinct, sc, early_f, early_l = [], [], [], [], [], [], []
     for qi, v in enumerate(views):
@@ -298,14 +332,27 @@ def compute_stats(views: list[QView], spacing: int, t_step: int = 500, t_max: in
         pf = num / den
         pn = none / run_n
     return {
-        "spacing": spacing, "n_questions": len(views), "n_traces": int(allL.size),
-        "t": t, "running": surv,
-        "P": P, "probe_final": pf, "probe_final_n": den, "probe_none": pn, "running_n": run_n,
+        "spacing": spacing,
+        "n_questions": len(views),
+        "n_traces": int(allL.size),
+        "t": t,
+        "running": surv,
+        "P": P,
+        "probe_final": pf,
+        "probe_final_n": den,
+        "probe_none": pn,
+        "running_n": run_n,
         "majority": maj.mean(axis=0),
-        "early_final": np.array(early_f), "early_leader": np.array(early_l),
-        "switches": sw, "entropy": np.array(ent), "acc_q": np.array(acc), "distinct": np.array(distinct),
-        "sc64_q": np.array(sc), "sc64": float(np.mean(sc)),
-        "mean_len": float(allL.mean()), "median_len": float(np.median(allL)),
+        "early_final": np.array(early_f),
+        "early_leader": np.array(early_l),
+        "switches": sw,
+        "entropy": np.array(ent),
+        "acc_q": np.array(acc),
+        "distinct": np.array(distinct),
+        "sc64_q": np.array(sc),
+        "sc64": float(np.mean(sc)),
+        "mean_len": float(allL.mean()),
+        "median_len": float(np.median(allL)),
         "capped": float(np.concatenate([v.capped for v in views]).mean()),
         "no_final": float(np.mean(np.concatenate([v.F < 0 for v in views]))),
         "acc": float(np.mean(acc)),
@@ -329,13 +376,25 @@ def view_arrays(v: QView, qid: int = 0):
     valid = u >= 0
     dense = np.where(valid, np.cumsum(valid) - 1, -1).astype(np.int32)[inv]
     names = u[valid]
-    return QuestionArrays(qid=qid, ground_truth=str(v.gt), grid=v.P.copy(), lengths=v.L.copy(),
-                          final_ids=dense[raw.size:], ids=dense[: raw.size].reshape(raw.shape),
-                          representatives=[str(x) for x in names], correct=names == v.gt)
+    return QuestionArrays(
+        qid=qid,
+        ground_truth=str(v.gt),
+        grid=v.P.copy(),
+        lengths=v.L.copy(),
+        final_ids=dense[raw.size :],
+        ids=dense[: raw.size].reshape(raw.shape),
+        representatives=[str(x) for x in names],
+        correct=names == v.gt,
+    )
 
 
-def mars_stats(views: list[QView], methods=MARS_METHODS, budget: int = MARS_BUDGET, iterations: int = 32,
-               seed: int = 42) -> dict:
+def mars_stats(
+    views: list[QView],
+    methods=MARS_METHODS,
+    budget: int = MARS_BUDGET,
+    iterations: int = 32,
+    seed: int = 42,
+) -> dict:
     """Accuracy and token savings (%) of stopping methods simulated on views: the MARS bootstrap
     (``iterations`` samples of ``budget`` answered traces per question, warmup 16, the reference
     settings otherwise), means over questions, as ``mars simulate`` reports them."""
@@ -355,10 +414,15 @@ def mars_stats(views: list[QView], methods=MARS_METHODS, budget: int = MARS_BUDG
             r = res.methods[m]
             acc[m].append(float(r.correct.mean()))
             sav[m].append(float(np.mean(1.0 - r.tokens / np.maximum(r.baseline, 1))))
-    return {m: {"acc": 100 * float(np.mean(acc[m])), "savings": 100 * float(np.mean(sav[m]))} for m in methods}
+    return {
+        m: {"acc": 100 * float(np.mean(acc[m])), "savings": 100 * float(np.mean(sav[m]))}
+        for m in methods
+    }
 
 
-def pool_mars_stats(pool_path, methods=MARS_METHODS, budget: int = MARS_BUDGET, iterations: int = 64) -> dict:
+def pool_mars_stats(
+    pool_path, methods=MARS_METHODS, budget: int = MARS_BUDGET, iterations: int = 64
+) -> dict:
     """:func:`mars_stats` through the real path: ``mars simulate``'s :func:`~mars.simulate.simulate_pool`
     on a pool directory (answers grouped as the simulator groups them)."""
     from .methods import get_method
@@ -369,14 +433,21 @@ def pool_mars_stats(pool_path, methods=MARS_METHODS, budget: int = MARS_BUDGET, 
     out = {}
     for m in methods:
         rs = [r.methods[m] for r in results]
-        out[m] = {"acc": 100 * float(np.mean([r.correct.mean() for r in rs])),
-                  "savings": 100 * float(np.mean([np.mean(1.0 - r.tokens / np.maximum(r.baseline, 1)) for r in rs]))}
+        out[m] = {
+            "acc": 100 * float(np.mean([r.correct.mean() for r in rs])),
+            "savings": 100
+            * float(np.mean([np.mean(1.0 - r.tokens / np.maximum(r.baseline, 1)) for r in rs])),
+        }
     return out
 
 
 #: (preset, traces per question, budget) of the generated stopping-method table.
-MARS_SETTINGS = [("qwen3-8b", 128, 64), ("deepseek-r1-0528-qwen3-8b", 256, 128), ("qwen3-32b", 256, 128),
-                 ("qwen3-next-80b-a3b-thinking", 256, 128)]
+MARS_SETTINGS = [
+    ("qwen3-8b", 128, 64),
+    ("deepseek-r1-0528-qwen3-8b", 256, 128),
+    ("qwen3-32b", 256, 128),
+    ("qwen3-next-80b-a3b-thinking", 256, 128),
+]
 MARS_SEEDS = (1, 2)
 
 
@@ -387,25 +458,47 @@ def mars_rows(real_path, tmp: Path, seeds=MARS_SEEDS, log=print) -> list[str]:
 
     def cells(st):
         d = st["sc-mars-cal"]["acc"] - st["sc"]["acc"]
-        return [f"{st['sc']['acc']:.1f} %", f"{st['sc-mars']['acc']:.1f} % / {st['sc-mars']['savings']:.1f} %",
-                f"{st['sc-mars-cal']['acc']:.1f} % / {st['sc-mars-cal']['savings']:.1f} %", f"{d:+.1f}",
-                f"{st['sc-pp']['acc']:.1f} % / {st['sc-pp']['savings']:.1f} %"]
+        return [
+            f"{st['sc']['acc']:.1f} %",
+            f"{st['sc-mars']['acc']:.1f} % / {st['sc-mars']['savings']:.1f} %",
+            f"{st['sc-mars-cal']['acc']:.1f} % / {st['sc-mars-cal']['savings']:.1f} %",
+            f"{d:+.1f}",
+            f"{st['sc-pp']['acc']:.1f} % / {st['sc-pp']['savings']:.1f} %",
+        ]
 
-    lines = ["| traces | questions × traces, budget | `sc` accuracy | `sc-mars` (γ = 1): accuracy / savings | "
-             "`sc-mars-cal`: accuracy / savings | `sc-mars-cal` − `sc` (points) | `sc-pp` (u = 3): accuracy / savings |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| traces | questions × traces, budget | `sc` accuracy | `sc-mars` (γ = 1): accuracy / savings | "
+        "`sc-mars-cal`: accuracy / savings | `sc-mars-cal` − `sc` (points) | `sc-pp` (u = 3): accuracy / savings |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     real = import_parallel_probe(real_path, tmp / "real-pool")
-    lines.append("| real Qwen3-8B, AIME 2024 | 30 × 128, 64 | " + " | ".join(cells(pool_mars_stats(real))) + " |")
+    lines.append(
+        "| real Qwen3-8B, AIME 2024 | 30 × 128, 64 | "
+        + " | ".join(cells(pool_mars_stats(real)))
+        + " |"
+    )
     for name, n, budget in MARS_SETTINGS:
         for ds in DATASET_FILES.values():
             runs = []
             for seed in seeds:
-                pool = generate_pool(SyntheticBackend(name, with_confs=False), load_problems(ds), n, seed,
-                                     tmp / f"mars-{name}-{ds}-{seed}", progress=False)
+                pool = generate_pool(
+                    SyntheticBackend(name, with_confs=False),
+                    load_problems(ds),
+                    n,
+                    seed,
+                    tmp / f"mars-{name}-{ds}-{seed}",
+                    progress=False,
+                )
                 runs.append(pool_mars_stats(pool, budget=budget))
                 shutil.rmtree(pool, ignore_errors=True)
-            st = {m: {k: float(np.mean([r[m][k] for r in runs])) for k in ("acc", "savings")} for m in MARS_METHODS}
-            log(f"mars table: {name} {ds}: " + ", ".join(f"{m} {st[m]['acc']:.1f}/{st[m]['savings']:.1f}" for m in st))
+            st = {
+                m: {k: float(np.mean([r[m][k] for r in runs])) for k in ("acc", "savings")}
+                for m in MARS_METHODS
+            }
+            log(
+                f"mars table: {name} {ds}: "
+                + ", ".join(f"{m} {st[m]['acc']:.1f}/{st[m]['savings']:.1f}" for m in st)
+            )
             lines.append(f"| `{name}`, {ds} | 30 × {n}, {budget} | " + " | ".join(cells(st)) + " |")
     return lines
 
@@ -415,7 +508,11 @@ def _interp(stats: dict, key: str, xs, xkey: str = "P") -> np.ndarray:
     out = []
     for p in np.atleast_1d(xs):
         i = np.searchsorted(x, p)
-        out.append(y[i] if i < len(x) and x[i] == p else (y[-1] if key == "majority" and p > x[-1] else np.nan))
+        out.append(
+            y[i]
+            if i < len(x) and x[i] == p
+            else (y[-1] if key == "majority" and p > x[-1] else np.nan)
+        )
     return np.array(out, float)
 
 
@@ -449,7 +546,8 @@ def fit_loss(real: dict, syn: dict) -> dict:
     """Discrepancy terms between real and synthetic statistics (each about 0..1)."""
     r2, s2, r5, s5 = real[2048], syn[2048], real[500], syn[500]
     t = np.arange(0, 42001, 1000)
-    sr = np.interp(t, r2["t"], r2["running"]); ss = np.interp(t, s2["t"], s2["running"])
+    sr = np.interp(t, r2["t"], r2["running"])
+    ss = np.interp(t, s2["t"], s2["running"])
     terms = {
         "running": 6 * float(np.mean(np.abs(sr - ss))),
         "probe_final": 3 * _curve_mae(r2, s2, "probe_final", 30000, "probe_final_n"),
@@ -467,10 +565,18 @@ def fit_loss(real: dict, syn: dict) -> dict:
         "distinct": abs(np.log((1 + s2["distinct"].mean()) / (1 + r2["distinct"].mean()))),
         # how a question's early vote looks: the final majority's share and the leader's share
         # at 2k / 4k / 6k tokens, as distributions over questions
-        "early_votes": 2 * float(np.mean([_sorted_mae(r2["early_final"][:, k], s2["early_final"][:, k])
-                                          + _sorted_mae(r2["early_leader"][:, k], s2["early_leader"][:, k])
-                                          for k in range(len(EARLY))])),
-        "never_switch": 3 * abs(float((r2["switches"] == 0).mean()) - float((s2["switches"] == 0).mean())),
+        "early_votes": 2
+        * float(
+            np.mean(
+                [
+                    _sorted_mae(r2["early_final"][:, k], s2["early_final"][:, k])
+                    + _sorted_mae(r2["early_leader"][:, k], s2["early_leader"][:, k])
+                    for k in range(len(EARLY))
+                ]
+            )
+        ),
+        "never_switch": 3
+        * abs(float((r2["switches"] == 0).mean()) - float((s2["switches"] == 0).mean())),
     }
     if "mars" in real and "mars" in syn:
         # what the stopping rules do on the traces: calibrated MARS's accuracy change against SC
@@ -478,8 +584,9 @@ def fit_loss(real: dict, syn: dict) -> dict:
         rm, sm = real["mars"], syn["mars"]
         d_real = rm["sc-mars-cal"]["acc"] - rm["sc"]["acc"]
         d_syn = sm["sc-mars-cal"]["acc"] - sm["sc"]["acc"]
-        terms["mars"] = (0.15 * abs(d_syn - d_real)
-                         + 0.02 * sum(abs(sm[m]["savings"] - rm[m]["savings"]) for m in ("sc-mars", "sc-mars-cal", "sc-pp")))
+        terms["mars"] = 0.15 * abs(d_syn - d_real) + 0.02 * sum(
+            abs(sm[m]["savings"] - rm[m]["savings"]) for m in ("sc-mars", "sc-mars-cal", "sc-pp")
+        )
     terms["total"] = float(sum(terms.values()))
     return terms
 
@@ -488,8 +595,14 @@ def fit_loss(real: dict, syn: dict) -> dict:
 FIT_MARS_ITERATIONS = 32
 
 
-def synthetic_stats(params: dict, problems: list[Problem], seeds=FIT_SEEDS, n: int = REAL_TRACES,
-                    base: str = "qwen3-8b", with_mars: bool = True) -> dict:
+def synthetic_stats(
+    params: dict,
+    problems: list[Problem],
+    seeds=FIT_SEEDS,
+    n: int = REAL_TRACES,
+    base: str = "qwen3-8b",
+    with_mars: bool = True,
+) -> dict:
     """Fast-path statistics of a parameter set on both grids, pooled over ``seeds`` (with the
     stopping-method statistics of :func:`mars_stats` under ``"mars"``)."""
     preset = {"name": "fit", "base": base, "params": params}
@@ -545,12 +658,14 @@ FIT_SPACE = [
 def _step(value, kind, step, bounds, sign):
     v = value * (1 + step) ** sign if kind == "mul" else value + sign * step
     v = min(max(v, bounds[0]), bounds[1])
-    if isinstance(value, int) or kind == "add" and float(step).is_integer():
-        v = int(round(v))
+    if isinstance(value, int) or (kind == "add" and float(step).is_integer()):
+        v = round(v)
     return v
 
 
-def fit_qwen3_8b(real: dict, problems: list[Problem], start: dict, sweeps: int = 3, log=print) -> tuple[dict, list]:
+def fit_qwen3_8b(
+    real: dict, problems: list[Problem], start: dict, sweeps: int = 3, log=print
+) -> tuple[dict, list]:
     """Coordinate search: for each parameter in :data:`FIT_SPACE`, try one step up and one down
     (multiplicative or additive), keep the best if it lowers :func:`fit_loss`; the steps halve
     after every sweep. Common random numbers (fixed seeds) make the loss deterministic."""
@@ -559,7 +674,7 @@ def fit_qwen3_8b(real: dict, problems: list[Problem], start: dict, sweeps: int =
     history = [("start", None, best)]
     log(f"fit: start loss {best:.4f}")
     for sweep in range(sweeps):
-        scale = 0.5 ** sweep
+        scale = 0.5**sweep
         for name, kind, step, bounds in FIT_SPACE:
             cur = params[name]
             tried = {cur}
@@ -578,8 +693,14 @@ def fit_qwen3_8b(real: dict, problems: list[Problem], start: dict, sweeps: int =
     return params, history
 
 
-def sc_baseline(backend: SyntheticBackend, problems: list[Problem], n: int, seeds=FIT_SEEDS,
-                budget: int = 512, iterations: int = 64) -> tuple[float, float]:
+def sc_baseline(
+    backend: SyntheticBackend,
+    problems: list[Problem],
+    n: int,
+    seeds=FIT_SEEDS,
+    budget: int = 512,
+    iterations: int = 64,
+) -> tuple[float, float]:
     """MARS SC baseline on synthetic traces: per question, 64 bootstrap draws of 512 answered
     traces, majority of final answers (lowest code on ties); returns (accuracy %, mean tokens per
     answered trace)."""
@@ -621,7 +742,9 @@ def fit_paper_presets(dynamics: dict, n: int = 128, log=print) -> dict:
             lm = ds.get("len_median", dynamics.get("len_median", 6000.0))
 
             def backend(s, m):
-                return SyntheticBackend({**preset, "datasets": {key: {"skill": s, "len_median": m}}}, with_confs=False)
+                return SyntheticBackend(
+                    {**preset, "datasets": {key: {"skill": s, "len_median": m}}}, with_confs=False
+                )
 
             for _ in range(2):
                 for _ in range(3):
@@ -637,8 +760,10 @@ def fit_paper_presets(dynamics: dict, n: int = 128, log=print) -> dict:
                 skill = best[1]
             acc, tok = sc_baseline(backend(skill, lm), probs, n)
             fitted[name][key] = {"skill": round(skill, 4), "len_median": round(lm, 1)}
-            log(f"paper fit {name} {key}: skill {skill:.3f} len_median {lm:.0f} -> SC {acc:.1f} (paper {acc_t}), "
-                f"tokens/trace {tok:.0f} (paper {tok_t:.0f})")
+            log(
+                f"paper fit {name} {key}: skill {skill:.3f} len_median {lm:.0f} -> SC {acc:.1f} (paper {acc_t}), "
+                f"tokens/trace {tok:.0f} (paper {tok_t:.0f})"
+            )
     return fitted
 
 
@@ -673,48 +798,103 @@ def _fmt(x, pct=False, nd=2):
 
 def comparison_rows(real: dict, syn: dict) -> list[tuple[str, str, str]]:
     r2, s2, r5, s5 = real[2048], syn[2048], real[500], syn[500]
-    rows = [("questions × traces", f"{r2['n_questions']} × {r2['n_traces'] // r2['n_questions']}",
-             f"{s2['n_questions']} × {s2['n_traces'] // s2['n_questions']}"),
-            ("mean / median trace length (tokens)", f"{r2['mean_len']:,.0f} / {r2['median_len']:,.0f}",
-             f"{s2['mean_len']:,.0f} / {s2['median_len']:,.0f}")]
+    rows = [
+        (
+            "questions × traces",
+            f"{r2['n_questions']} × {r2['n_traces'] // r2['n_questions']}",
+            f"{s2['n_questions']} × {s2['n_traces'] // s2['n_questions']}",
+        ),
+        (
+            "mean / median trace length (tokens)",
+            f"{r2['mean_len']:,.0f} / {r2['median_len']:,.0f}",
+            f"{s2['mean_len']:,.0f} / {s2['median_len']:,.0f}",
+        ),
+    ]
     for t in (8192, 16384, 24576, 32768):
         a, b = (np.interp(t, s["t"], s["running"]) for s in (r2, s2))
         rows.append((f"still running at {t:,} tokens", _fmt(a, True), _fmt(b, True)))
-    rows += [("cut at the token cap", _fmt(r2["capped"], True), _fmt(s2["capped"], True)),
-             ("traces without a final answer", _fmt(r2["no_final"], True), _fmt(s2["no_final"], True))]
+    rows += [
+        ("cut at the token cap", _fmt(r2["capped"], True), _fmt(s2["capped"], True)),
+        ("traces without a final answer", _fmt(r2["no_final"], True), _fmt(s2["no_final"], True)),
+    ]
     for p in (2048, 4096, 8192, 16384, 24576):
         a, b = (_interp(s, "probe_final", p)[0] for s in (r2, s2))
         rows.append((f"P(probe = own final answer) at {p:,}", _fmt(a, True), _fmt(b, True)))
     for p in (500, 2000, 5000, 10000):
         a, b = (_interp(s, "probe_none", p)[0] for s in (r5, s5))
-        rows.append((f"P(probe unparseable | running) at {p:,} (500 grid)", _fmt(a, True), _fmt(b, True)))
+        rows.append(
+            (f"P(probe unparseable | running) at {p:,} (500 grid)", _fmt(a, True), _fmt(b, True))
+        )
     for p in (2048, 4096, 8192, 16384, 24576):
         a, b = (_interp(s, "majority", p)[0] for s in (r2, s2))
-        rows.append((f"P(snapshot majority = final majority) at {p:,}", _fmt(a, True), _fmt(b, True)))
+        rows.append(
+            (f"P(snapshot majority = final majority) at {p:,}", _fmt(a, True), _fmt(b, True))
+        )
     rows += [
-        ("answer switches per trace, mean (2048 grid)", _fmt(r2["switches"].mean()), _fmt(s2["switches"].mean())),
-        ("answer switches per trace, share with none (2048 grid)", _fmt((r2["switches"] == 0).mean(), True),
-         _fmt((s2["switches"] == 0).mean(), True)),
-        ("answer switches per trace, mean (500 grid)", _fmt(r5["switches"].mean()), _fmt(s5["switches"].mean())),
-        ("final-answer entropy per question, mean / median / max (bits)",
-         " / ".join(_fmt(f(r2["entropy"])) for f in (np.mean, np.median, np.max)),
-         " / ".join(_fmt(f(s2["entropy"])) for f in (np.mean, np.median, np.max))),
-        ("distinct final answers per question, mean", _fmt(r2["distinct"].mean(), nd=1), _fmt(s2["distinct"].mean(), nd=1)),
-        ("share of questions with per-trace accuracy < 20 % / > 90 %",
-         f"{_fmt((r2['acc_q'] < 0.2).mean(), True)} / {_fmt((r2['acc_q'] > 0.9).mean(), True)}",
-         f"{_fmt((s2['acc_q'] < 0.2).mean(), True)} / {_fmt((s2['acc_q'] > 0.9).mean(), True)}"),
+        (
+            "answer switches per trace, mean (2048 grid)",
+            _fmt(r2["switches"].mean()),
+            _fmt(s2["switches"].mean()),
+        ),
+        (
+            "answer switches per trace, share with none (2048 grid)",
+            _fmt((r2["switches"] == 0).mean(), True),
+            _fmt((s2["switches"] == 0).mean(), True),
+        ),
+        (
+            "answer switches per trace, mean (500 grid)",
+            _fmt(r5["switches"].mean()),
+            _fmt(s5["switches"].mean()),
+        ),
+        (
+            "final-answer entropy per question, mean / median / max (bits)",
+            " / ".join(_fmt(f(r2["entropy"])) for f in (np.mean, np.median, np.max)),
+            " / ".join(_fmt(f(s2["entropy"])) for f in (np.mean, np.median, np.max)),
+        ),
+        (
+            "distinct final answers per question, mean",
+            _fmt(r2["distinct"].mean(), nd=1),
+            _fmt(s2["distinct"].mean(), nd=1),
+        ),
+        (
+            "share of questions with per-trace accuracy < 20 % / > 90 %",
+            f"{_fmt((r2['acc_q'] < 0.2).mean(), True)} / {_fmt((r2['acc_q'] > 0.9).mean(), True)}",
+            f"{_fmt((s2['acc_q'] < 0.2).mean(), True)} / {_fmt((s2['acc_q'] > 0.9).mean(), True)}",
+        ),
         ("per-trace accuracy (mean over questions)", _fmt(r2["acc"], True), _fmt(s2["acc"], True)),
-        ("SC@64 accuracy (Parallel-Probe protocol, 100 shuffles)", _fmt(r2["sc64"], True), _fmt(s2["sc64"], True)),
+        (
+            "SC@64 accuracy (Parallel-Probe protocol, 100 shuffles)",
+            _fmt(r2["sc64"], True),
+            _fmt(s2["sc64"], True),
+        ),
     ]
     for k, p in enumerate(EARLY):
-        rows.append((f"vote share of the final majority / of the snapshot leader at {p:,}, median over questions",
-                     *(f"{_fmt(float(np.median(s['early_final'][:, k])), True)} / "
-                       f"{_fmt(float(np.median(s['early_leader'][:, k])), True)}" for s in (r2, s2))))
+        rows.append(
+            (
+                f"vote share of the final majority / of the snapshot leader at {p:,}, median over questions",
+                *(
+                    f"{_fmt(float(np.median(s['early_final'][:, k])), True)} / "
+                    f"{_fmt(float(np.median(s['early_leader'][:, k])), True)}"
+                    for s in (r2, s2)
+                ),
+            )
+        )
     if "mars" in real and "mars" in syn:
-        for m, label in (("sc", "`sc`"), ("sc-mars", "`sc-mars` (γ = 1)"), ("sc-mars-cal", "`sc-mars-cal`"),
-                         ("sc-pp", "`sc-pp` (u = 3)")):
-            rows.append((f"{label} accuracy / token savings (budget {MARS_BUDGET}, 64 iterations)",
-                         *(f"{s[m]['acc']:.1f} % / {s[m]['savings']:.1f} %" for s in (real["mars"], syn["mars"]))))
+        for m, label in (
+            ("sc", "`sc`"),
+            ("sc-mars", "`sc-mars` (γ = 1)"),
+            ("sc-mars-cal", "`sc-mars-cal`"),
+            ("sc-pp", "`sc-pp` (u = 3)"),
+        ):
+            rows.append(
+                (
+                    f"{label} accuracy / token savings (budget {MARS_BUDGET}, 64 iterations)",
+                    *(
+                        f"{s[m]['acc']:.1f} % / {s[m]['savings']:.1f} %"
+                        for s in (real["mars"], syn["mars"])
+                    ),
+                )
+            )
     return rows
 
 
@@ -735,29 +915,72 @@ def plot_comparison(real: dict, syn: dict, path: Path, syn_label: str) -> None:
     ax[0, 0].set(title="Traces still running", xlabel="tokens (k)", ylabel="fraction")
     for key, s, s_5 in (("real", r2, r5), ("syn", s2, s5)):
         sel = s["probe_final_n"] >= 30
-        ax[0, 1].plot(s["P"][sel] / 1000, s["probe_final"][sel], "o-", ms=3, color=colors[key], label=lab[key] + " (2048 grid)")
+        ax[0, 1].plot(
+            s["P"][sel] / 1000,
+            s["probe_final"][sel],
+            "o-",
+            ms=3,
+            color=colors[key],
+            label=lab[key] + " (2048 grid)",
+        )
         sel5 = s_5["running_n"] >= 30
-        ax[0, 1].plot(s_5["P"][sel5] / 1000, s_5["probe_none"][sel5], ":", color=colors[key], label="unparseable probes (500 grid)")
-    ax[0, 1].set(title="P(probe answer = the trace's own final answer)", xlabel="tokens (k)", ylabel="probability", ylim=(0, 1))
+        ax[0, 1].plot(
+            s_5["P"][sel5] / 1000,
+            s_5["probe_none"][sel5],
+            ":",
+            color=colors[key],
+            label="unparseable probes (500 grid)",
+        )
+    ax[0, 1].set(
+        title="P(probe answer = the trace's own final answer)",
+        xlabel="tokens (k)",
+        ylabel="probability",
+        ylim=(0, 1),
+    )
     for key, s in (("real", r2), ("syn", s2)):
         ax[0, 2].plot(s["P"] / 1000, s["majority"], "o-", ms=3, color=colors[key], label=lab[key])
-    ax[0, 2].set(title="P(snapshot majority = final majority)", xlabel="tokens (k)", ylabel="share of questions", ylim=(0, 1.02))
+    ax[0, 2].set(
+        title="P(snapshot majority = final majority)",
+        xlabel="tokens (k)",
+        ylabel="share of questions",
+        ylim=(0, 1.02),
+    )
     top = 10
     x = np.arange(top + 1)
     for off, (key, s) in zip((-0.2, 0.2), (("real", r2), ("syn", s2))):
-        ax[1, 0].bar(x + off, _hist(s["switches"], top), width=0.4, color=colors[key], label=lab[key])
-    ax[1, 0].set(title="Answer switches per trace (2048 grid)", xlabel="switches (10 = 10 or more)", ylabel="share of traces")
+        ax[1, 0].bar(
+            x + off, _hist(s["switches"], top), width=0.4, color=colors[key], label=lab[key]
+        )
+    ax[1, 0].set(
+        title="Answer switches per trace (2048 grid)",
+        xlabel="switches (10 = 10 or more)",
+        ylabel="share of traces",
+    )
+
     def rank(v):  # questions sorted, descending, on a 0..1 scale so 30 and 120 questions overlay
         return (np.arange(len(v)) + 0.5) / len(v), np.sort(v)[::-1]
 
     for key, s in (("real", r2), ("syn", s2)):
         ax[1, 1].plot(*rank(s["entropy"]), "o-", ms=3, color=colors[key], label=lab[key])
-    ax[1, 1].set(title="Final-answer entropy per question (sorted)", xlabel="question quantile", ylabel="bits")
+    ax[1, 1].set(
+        title="Final-answer entropy per question (sorted)",
+        xlabel="question quantile",
+        ylabel="bits",
+    )
     for key, s in (("real", r2), ("syn", s2)):
-        ax[1, 2].plot(*rank(s["acc_q"]), "o-", ms=3, color=colors[key],
-                      label=f"{lab[key]}; SC@64 {100 * s['sc64']:.1f} %")
-    ax[1, 2].set(title="Per-trace accuracy per question (sorted)", xlabel="question quantile", ylabel="accuracy",
-                 ylim=(-0.02, 1.02))
+        ax[1, 2].plot(
+            *rank(s["acc_q"]),
+            "o-",
+            ms=3,
+            color=colors[key],
+            label=f"{lab[key]}; SC@64 {100 * s['sc64']:.1f} %",
+        )
+    ax[1, 2].set(
+        title="Per-trace accuracy per question (sorted)",
+        xlabel="question quantile",
+        ylabel="accuracy",
+        ylim=(-0.02, 1.02),
+    )
     for a in ax.flat:
         a.legend(fontsize=7)
     fig.tight_layout()
@@ -813,7 +1036,12 @@ def plot_anatomy(pool_dir: Path, path: Path, title: str) -> None:
             y = np.array([s.get(a, 0) for s in shares]) / np.maximum(tot, 1)
             lab = f"{a} (correct)" if a == q.ground_truth else a
             ax[0].plot(grid / 1000, y, "o-", ms=3, label=lab)
-        ax[0].set(title=f"{title}: vote shares, question {q.qid}", xlabel="tokens (k)", ylabel="share of votes", ylim=(0, 1))
+        ax[0].set(
+            title=f"{title}: vote shares, question {q.qid}",
+            xlabel="tokens (k)",
+            ylabel="share of votes",
+            ylim=(0, 1),
+        )
         ax[0].legend(fontsize=8)
         # a trace of that question with several answer changes
         counts = np.diff(q.probe_offsets)
@@ -823,9 +1051,14 @@ def plot_anatomy(pool_dir: Path, path: Path, title: str) -> None:
         if c.size > w:
             cs = np.concatenate([[0], np.cumsum(c, dtype=np.float64)])
             win = (cs[w:] - cs[:-w]) / w
-            ax[1].plot(np.arange(w, c.size + 1) / 1000, win, lw=0.8, label=f"trace {j}: {w}-token mean confidence")
-        ps = q.probe_positions[q.probe_offsets[j]:q.probe_offsets[j + 1]]
-        cd = q.probe_codes[q.probe_offsets[j]:q.probe_offsets[j + 1]]
+            ax[1].plot(
+                np.arange(w, c.size + 1) / 1000,
+                win,
+                lw=0.8,
+                label=f"trace {j}: {w}-token mean confidence",
+            )
+        ps = q.probe_positions[q.probe_offsets[j] : q.probe_offsets[j + 1]]
+        cd = q.probe_codes[q.probe_offsets[j] : q.probe_offsets[j + 1]]
         prev = None
         for p, cc in zip(ps, cd):
             a = q.probe_strings[cc] if cc >= 0 else None
@@ -833,7 +1066,11 @@ def plot_anatomy(pool_dir: Path, path: Path, title: str) -> None:
                 ax[1].axvline(p / 1000, color="grey", ls=":", lw=0.8)
             if a is not None:
                 prev = a
-        ax[1].set(title="confidence of one trace; dotted: probe answer changed", xlabel="tokens (k)", ylabel="confidence")
+        ax[1].set(
+            title="confidence of one trace; dotted: probe answer changed",
+            xlabel="tokens (k)",
+            ylabel="confidence",
+        )
         ax[1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -853,13 +1090,17 @@ def write_doc(doc: Path, section: str) -> None:
 
 
 def paper_rows(n: int = 256, seeds=EVAL_SEEDS) -> list[str]:
-    lines = ["| preset | dataset | SC accuracy: paper | synthetic | tokens / trace: paper | synthetic |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "| preset | dataset | SC accuracy: paper | synthetic | tokens / trace: paper | synthetic |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for name, table in PAPER.items():
         backend = SyntheticBackend(name, with_confs=False)
         for key, (acc_t, tokens) in table.items():
             acc, tok = sc_baseline(backend, load_problems(DATASET_FILES[key]), n, seeds=seeds)
-            lines.append(f"| `{name}` | {DATASET_FILES[key]} | {acc_t:.1f} % | {acc:.1f} % | {tokens / 512:,.0f} | {tok:,.0f} |")
+            lines.append(
+                f"| `{name}` | {DATASET_FILES[key]} | {acc_t:.1f} % | {acc:.1f} % | {tokens / 512:,.0f} | {tok:,.0f} |"
+            )
     return lines
 
 
@@ -869,15 +1110,17 @@ def preset_table() -> list[str]:
 
     names = list_presets()
     resolved = {n: SyntheticBackend(n).params_for("") for n in names}
-    lines = ["| parameter | meaning | " + " | ".join(f"`{n}`" for n in names) + " |",
-             "|---|---|" + "---:|" * len(names)]
+    lines = [
+        "| parameter | meaning | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "|---|---|" + "---:|" * len(names),
+    ]
 
     def fmt(v):
         return f"{v:,}" if isinstance(v, int) else f"{v:.4g}"
 
     for k, (_, doc) in PARAMS.items():
         lines.append(f"| `{k}` | {doc} | " + " | ".join(fmt(resolved[n][k]) for n in names) + " |")
-    for key, ds in DATASET_FILES.items():
+    for ds in DATASET_FILES.values():
         for k in ("skill", "len_median"):
             vals = [fmt(SyntheticBackend(n).params_for(ds)[k]) for n in names]
             lines.append(f"| `{k}` on {ds} | per-dataset value | " + " | ".join(vals) + " |")
@@ -885,15 +1128,28 @@ def preset_table() -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mars.calibrate_synthetic", description=__doc__.split("\n")[0])
-    ap.add_argument("--real", required=True, help="Parallel-Probe aime24.json (real Qwen3-8B probe traces)")
+    ap = argparse.ArgumentParser(
+        prog="python -m mars.calibrate_synthetic", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--real", required=True, help="Parallel-Probe aime24.json (real Qwen3-8B probe traces)"
+    )
     ap.add_argument("--out", default="docs", help="docs folder (synthetic.md, figures/)")
-    ap.add_argument("--fit", nargs="?", const="all", choices=["all", "qwen3-8b", "paper"], default=None,
-                    help="refit the presets (rewrites mars/data/presets/*.json): all (default), only the "
-                         "Qwen3-8B search, or only the paper presets")
+    ap.add_argument(
+        "--fit",
+        nargs="?",
+        const="all",
+        choices=["all", "qwen3-8b", "paper"],
+        default=None,
+        help="refit the presets (rewrites mars/data/presets/*.json): all (default), only the "
+        "Qwen3-8B search, or only the paper presets",
+    )
     ap.add_argument("--sweeps", type=int, default=3)
-    ap.add_argument("--seeds", default=",".join(map(str, EVAL_SEEDS)),
-                    help="seeds of the comparison pools, comma-separated (not the fitting seeds)")
+    ap.add_argument(
+        "--seeds",
+        default=",".join(map(str, EVAL_SEEDS)),
+        help="seeds of the comparison pools, comma-separated (not the fitting seeds)",
+    )
     a = ap.parse_args(argv)
     t0 = time.time()
     out = Path(a.out)
@@ -911,9 +1167,18 @@ def main(argv=None) -> int:
         start = {k: current[k] for k, *_ in FIT_SPACE}
         params, history = fit_qwen3_8b(real, problems, start, sweeps=a.sweeps, log=log)
         loss = fit_loss(real, synthetic_stats(params, problems))
-        write_preset("qwen3-8b", {"params": _round(params), "calibration": {
-            "fitted_on": "Parallel-Probe Qwen3-8B AIME 2024 traces (30 x 128), seeds " + ", ".join(map(str, FIT_SEEDS)),
-            "loss": {k: round(v, 4) for k, v in loss.items()}, "accepted_steps": len(history) - 1}})
+        write_preset(
+            "qwen3-8b",
+            {
+                "params": _round(params),
+                "calibration": {
+                    "fitted_on": "Parallel-Probe Qwen3-8B AIME 2024 traces (30 x 128), seeds "
+                    + ", ".join(map(str, FIT_SEEDS)),
+                    "loss": {k: round(v, 4) for k, v in loss.items()},
+                    "accepted_steps": len(history) - 1,
+                },
+            },
+        )
         fit_note = f"qwen3-8b fitted in this run ({len(history) - 1} accepted search steps, fit loss {loss['total']:.3f})"
     if a.fit in ("all", "paper"):
         params = load_preset("qwen3-8b")["params"]
@@ -923,10 +1188,22 @@ def main(argv=None) -> int:
         # Qwen3-8B on other datasets: the paper models' mean logit / log-length shifts from AIME
         shift = {}
         for key in ("hmmt", "brumo"):
-            dl = np.mean([special.logit(ds[key]["skill"]) - special.logit(ds["aime"]["skill"]) for ds in fitted.values()])
-            dm = np.mean([math.log(ds[key]["len_median"] / ds["aime"]["len_median"]) for ds in fitted.values()])
-            shift[key] = {"skill": round(float(special.expit(special.logit(params["skill"]) + dl)), 4),
-                          "len_median": round(float(params["len_median"] * math.exp(dm)), 1)}
+            dl = np.mean(
+                [
+                    special.logit(ds[key]["skill"]) - special.logit(ds["aime"]["skill"])
+                    for ds in fitted.values()
+                ]
+            )
+            dm = np.mean(
+                [
+                    math.log(ds[key]["len_median"] / ds["aime"]["len_median"])
+                    for ds in fitted.values()
+                ]
+            )
+            shift[key] = {
+                "skill": round(float(special.expit(special.logit(params["skill"]) + dl)), 4),
+                "len_median": round(float(params["len_median"] * math.exp(dm)), 1),
+            }
         write_preset("qwen3-8b", {"datasets": shift})
         fit_note = (fit_note + "; " if fit_note else "") + "paper presets fitted in this run"
 
@@ -937,18 +1214,37 @@ def main(argv=None) -> int:
         for spacing in (2048, 500):
             views = []
             for seed in seeds:
-                pool = generate_pool(SyntheticBackend("qwen3-8b", with_confs=spacing == 2048), problems, REAL_TRACES,
-                                     seed, tmp / f"pool-{spacing}-{seed}", spacing=spacing, progress=False)
+                pool = generate_pool(
+                    SyntheticBackend("qwen3-8b", with_confs=spacing == 2048),
+                    problems,
+                    REAL_TRACES,
+                    seed,
+                    tmp / f"pool-{spacing}-{seed}",
+                    spacing=spacing,
+                    progress=False,
+                )
                 views += views_from_pool(pool)
             syn[spacing] = compute_stats(views, spacing, with_sc=spacing == 2048)
             if spacing == 2048:
                 syn["mars"] = mars_stats(views, iterations=64)
         loss = fit_loss(real, syn)
-        plot_comparison(real, syn, out / "figures" / "synthetic-calibration.png",
-                        f"synthetic qwen3-8b ({len(seeds)} seeds)")
-        anat = generate_pool(SyntheticBackend("deepseek-r1-0528-qwen3-8b"), load_problems("hmmt_feb_2025"), 128,
-                             seeds[0], tmp / "anatomy", progress=False)
-        plot_anatomy(anat, out / "figures" / "synthetic-anatomy.png", "synthetic DeepSeek-8B on HMMT")
+        plot_comparison(
+            real,
+            syn,
+            out / "figures" / "synthetic-calibration.png",
+            f"synthetic qwen3-8b ({len(seeds)} seeds)",
+        )
+        anat = generate_pool(
+            SyntheticBackend("deepseek-r1-0528-qwen3-8b"),
+            load_problems("hmmt_feb_2025"),
+            128,
+            seeds[0],
+            tmp / "anatomy",
+            progress=False,
+        )
+        plot_anatomy(
+            anat, out / "figures" / "synthetic-anatomy.png", "synthetic DeepSeek-8B on HMMT"
+        )
         mars_table = mars_rows(a.real, tmp, log=log)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -969,8 +1265,9 @@ def main(argv=None) -> int:
         "|---|---:|---:|",
         *[f"| {r} | {x} | {y} |" for r, x, y in rows],
         "",
-        f"Fit loss terms on this comparison (0 = identical): "
-        + ", ".join(f"{k} {v:.3f}" for k, v in loss.items()) + ".",
+        "Fit loss terms on this comparison (0 = identical): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in loss.items())
+        + ".",
         "",
         "### Paper settings",
         "",

@@ -29,18 +29,30 @@ def _replay(ids, weights, eligible, q, gamma, n_answers, fallback):
             continue
         votes = tally(ids[None, :, k], weights[None, :, k], e[None, :], n_answers)
         lead, has = leader(votes)
-        if margin_test(votes, lead, has, ids[None, :, k], weights[None, :, k], e[None, :], q[None, :, k], gamma)[0]:
+        if margin_test(
+            votes, lead, has, ids[None, :, k], weights[None, :, k], e[None, :], q[None, :, k], gamma
+        )[0]:
             return int(lead[0]), k
     return fallback, m - 1
 
 
-def calibrate_gamma(ids: np.ndarray, final_ids: np.ndarray, weights: np.ndarray, eligible: np.ndarray,
-                    q: np.ndarray, n_answers: int, ucb_z: float = 1.0, gamma_min: float = 0.5):
+def calibrate_gamma(
+    ids: np.ndarray,
+    final_ids: np.ndarray,
+    weights: np.ndarray,
+    eligible: np.ndarray,
+    q: np.ndarray,
+    n_answers: int,
+    ucb_z: float = 1.0,
+    gamma_min: float = 0.5,
+):
     """Calibrated γ from warmup arrays [n_warm, m] (ids, weights, eligibility, q)."""
-    n_warm, m = ids.shape
+    n_warm, _m = ids.shape
     if n_warm < MIN_WARMUP:
         return 1.0
-    final_votes = tally(final_ids[None, :], weights[None, :, -1], np.ones((1, n_warm), bool), n_answers)
+    final_votes = tally(
+        final_ids[None, :], weights[None, :, -1], np.ones((1, n_warm), bool), n_answers
+    )
     ref_final = int(np.argmax(final_votes[0]))
     outcome = {}
     for g in GAMMA_GRID:

@@ -30,9 +30,18 @@ FORMATS = ("mars-parquet", "mars-pickle", "parallel-probe")
 
 
 def _probe_rows(positions, answers) -> list[dict]:
-    return [{"position": int(p), "answer": a if a else None, "raw_text": None, "conf": None,
-             "prompt_tokens": None, "cached_tokens": None, "generated_tokens": None}
-            for p, a in zip(positions, answers)]
+    return [
+        {
+            "position": int(p),
+            "answer": a if a else None,
+            "raw_text": None,
+            "conf": None,
+            "prompt_tokens": None,
+            "cached_tokens": None,
+            "generated_tokens": None,
+        }
+        for p, a in zip(positions, answers)
+    ]
 
 
 def _write(out, manifest, questions) -> Path:
@@ -57,8 +66,8 @@ def import_mars_parquet(src, out, **manifest) -> Path:
 def import_mars_pickle(src, out, **manifest) -> Path:
     try:
         with open(src, "rb") as f:
-            data = pickle.load(f)  # noqa: S301 - documented: trusted files only
-    except Exception as exc:  # noqa: BLE001
+            data = pickle.load(f)
+    except Exception as exc:
         raise PoolError(f"{src}: not a readable pickle ({exc})") from None
     if not isinstance(data, dict) or not data:
         raise PoolError(f"{src}: expected a non-empty dict keyed by (qid, trace_idx)")
@@ -67,7 +76,7 @@ def import_mars_pickle(src, out, **manifest) -> Path:
         try:
             qid, tidx = (int(key[0]), int(key[1]))
             by_q.setdefault(qid, []).append((tidx, entry))
-        except Exception:  # noqa: BLE001
+        except Exception:
             raise PoolError(f"{src}: key {key!r} is not (qid, trace_idx)") from None
 
     def gen():
@@ -87,15 +96,22 @@ def import_mars_pickle(src, out, **manifest) -> Path:
                 cols["finished"].append(None)
                 cols["confs"].append(confs)
                 # the reference drops probes whose answer is None
-                kept = [(p, v.get("answer")) for p, v in probes.items() if v.get("answer") is not None]
+                kept = [
+                    (p, v.get("answer")) for p, v in probes.items() if v.get("answer") is not None
+                ]
                 cols["probes"].append(_probe_rows([p for p, _ in kept], [a for _, a in kept]))
                 cols["text"].append(None)
-            yield {"qid": qid, "ground_truth": rows[0][1]["ground_truth"]}, pa.Table.from_pydict(cols, schema=schema.TRACE_SCHEMA)
+            yield (
+                {"qid": qid, "ground_truth": rows[0][1]["ground_truth"]},
+                pa.Table.from_pydict(cols, schema=schema.TRACE_SCHEMA),
+            )
 
     return _write(out, {"imported_from": "mars-pickle", "source": str(src), **manifest}, gen())
 
 
-def parallel_probe_question(qid: int, item: dict, spacing: int = schema.CHECKPOINT_SPACING, src: str = "") -> tuple[dict, pa.Table]:
+def parallel_probe_question(
+    qid: int, item: dict, spacing: int = schema.CHECKPOINT_SPACING, src: str = ""
+) -> tuple[dict, pa.Table]:
     """One Parallel-Probe question → (meta, trace table) on the ``spacing`` grid."""
     try:
         freq = int(item["probe_freq"])
@@ -108,12 +124,16 @@ def parallel_probe_question(qid: int, item: dict, spacing: int = schema.CHECKPOI
         try:
             probe_list, n_tok, final = br[0], int(br[1]), br[2]
         except (IndexError, TypeError, ValueError):
-            raise PoolError(f"{src}: question {qid}, trace {t}: branch is not [probe_list, tokens, final]") from None
+            raise PoolError(
+                f"{src}: question {qid}, trace {t}: branch is not [probe_list, tokens, final]"
+            ) from None
         positions, answers = [], []
         k = 1
         while spacing * k < n_tok:
             if not probe_list:
-                raise PoolError(f"{src}: question {qid}, trace {t}: no probes for a {n_tok}-token trace")
+                raise PoolError(
+                    f"{src}: question {qid}, trace {t}: no probes for a {n_tok}-token trace"
+                )
             a = probe_list[min(spacing * k // freq - 1, len(probe_list) - 1)]
             positions.append(spacing * k)
             answers.append(None if a in ("ERR", "", None) else str(a))
@@ -143,7 +163,11 @@ def import_parallel_probe(src, out, spacing: int = schema.CHECKPOINT_SPACING, **
     if not isinstance(data, list) or not data:
         raise PoolError(f"{src}: expected a non-empty list of questions")
     gen = (parallel_probe_question(qid, item, spacing, str(src)) for qid, item in enumerate(data))
-    return _write(out, {"imported_from": "parallel-probe", "source": str(src), "confidences": False, **manifest}, gen)
+    return _write(
+        out,
+        {"imported_from": "parallel-probe", "source": str(src), "confidences": False, **manifest},
+        gen,
+    )
 
 
 def import_pool(fmt: str, src, out) -> Path:
@@ -183,26 +207,40 @@ def export_published(pool_path, out) -> Path:
 def _published_table(q) -> pa.Table:
     n = q.n_traces
     if q.conf_values is not None:
-        confs = pa.ListArray.from_arrays(pa.array(q.conf_offsets, pa.int64()).cast(pa.int32()),
-                                         pa.array(q.conf_values, pa.float16()))
+        confs = pa.ListArray.from_arrays(
+            pa.array(q.conf_offsets, pa.int64()).cast(pa.int32()),
+            pa.array(q.conf_values, pa.float16()),
+        )
     else:
         offs = np.concatenate([[0], np.cumsum(q.lengths)])
-        confs = pa.ListArray.from_arrays(pa.array(offs, pa.int32()), pa.array(np.ones(int(offs[-1]), np.float16)))
+        confs = pa.ListArray.from_arrays(
+            pa.array(offs, pa.int32()), pa.array(np.ones(int(offs[-1]), np.float16))
+        )
     strings = q.probe_strings
     ans = [strings[c] if c >= 0 else "" for c in q.probe_codes.tolist()]
     correct_of = {s: is_correct(s, q.ground_truth) for s in set(ans)}
     probe_struct = pa.StructArray.from_arrays(
-        [pa.array(q.probe_positions, pa.int64()), pa.array(ans, pa.string()),
-         pa.array([correct_of[a] for a in ans], pa.bool_()),
-         pa.array([f"\\boxed{{{a}}}" for a in ans], pa.string()), pa.nulls(len(ans), pa.float64())],
+        [
+            pa.array(q.probe_positions, pa.int64()),
+            pa.array(ans, pa.string()),
+            pa.array([correct_of[a] for a in ans], pa.bool_()),
+            pa.array([f"\\boxed{{{a}}}" for a in ans], pa.string()),
+            pa.nulls(len(ans), pa.float64()),
+        ],
         fields=list(schema.PUBLISHED_PROBE_TYPE),
     )
     probes = pa.ListArray.from_arrays(pa.array(q.probe_offsets, pa.int32()), probe_struct)
     return pa.Table.from_arrays(
-        [pa.array(np.full(n, q.qid), pa.int64()), pa.array(q.trace_idx, pa.int64()),
-         pa.array([q.ground_truth] * n, pa.string()), pa.array(q.final_answers, pa.string()), confs, probes],
+        [
+            pa.array(np.full(n, q.qid), pa.int64()),
+            pa.array(q.trace_idx, pa.int64()),
+            pa.array([q.ground_truth] * n, pa.string()),
+            pa.array(q.final_answers, pa.string()),
+            confs,
+            probes,
+        ],
         schema=schema.PUBLISHED_SCHEMA,
     )
 
 
-__all__ = ["FORMATS", "import_pool", "export_published", "parallel_probe_question", "LayoutPool"]
+__all__ = ["FORMATS", "LayoutPool", "export_published", "import_pool", "parallel_probe_question"]

@@ -34,7 +34,9 @@ def question_features(arr: QuestionArrays) -> np.ndarray:
     if arr.conf_at_pos is not None:
         conf = arr.conf_at_pos
     else:
-        conf = np.zeros((n, m), dtype=np.float32)  # no confidences: a constant column, coefficient 0
+        conf = np.zeros(
+            (n, m), dtype=np.float32
+        )  # no confidences: a constant column, coefficient 0
     trend = np.zeros((n, m), dtype=np.float64)
     trend[:, 1:] = conf[:, 1:].astype(np.float64) - conf[:, :-1].astype(np.float64)
     X = np.empty((n, m, 5), dtype=np.float64)

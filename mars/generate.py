@@ -40,16 +40,16 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import schema
-from .backends.base import Backend, Problem, ProbeResult, TraceBatch, TraceResult
+from .backends.base import Backend, ProbeResult, Problem, TraceBatch, TraceResult
 from .pool import PoolError, PoolWriter
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -80,8 +80,10 @@ def load_problems(path_or_name: str | Path) -> list[Problem]:
         name = name[:-6] if name.endswith(".jsonl") else name
         p = PROBLEMS_DIR / f"{name}.jsonl"
         if not p.exists():
-            raise FileNotFoundError(f"{path_or_name}: no such problem file or bundled set "
-                                    f"(bundled: {', '.join(bundled_problem_sets())})")
+            raise FileNotFoundError(
+                f"{path_or_name}: no such problem file or bundled set "
+                f"(bundled: {', '.join(bundled_problem_sets())})"
+            )
     out = []
     with p.open(encoding="utf-8") as fh:
         for i, line in enumerate(fh):
@@ -89,8 +91,14 @@ def load_problems(path_or_name: str | Path) -> list[Problem]:
                 raise ValueError(f"{p}:{i + 1}: blank line (qid = line index)")
             try:
                 row = json.loads(line)
-                out.append(Problem(qid=i, question=str(row["question"]), answer=str(row["answer"]).strip(),
-                                   dataset=p.stem))
+                out.append(
+                    Problem(
+                        qid=i,
+                        question=str(row["question"]),
+                        answer=str(row["answer"]).strip(),
+                        dataset=p.stem,
+                    )
+                )
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{p}:{i + 1}: bad problem line ({exc})") from None
     if not out:
@@ -113,8 +121,13 @@ class TraceRecord:
 CheckpointHook = Callable[[int, TraceBatch, dict], "bool | None"]
 
 
-def run_batch(batch: TraceBatch, spacing: int = schema.CHECKPOINT_SPACING, *, max_tokens: int,
-              on_checkpoint: CheckpointHook | None = None) -> list[TraceRecord]:
+def run_batch(
+    batch: TraceBatch,
+    spacing: int = schema.CHECKPOINT_SPACING,
+    *,
+    max_tokens: int,
+    on_checkpoint: CheckpointHook | None = None,
+) -> list[TraceRecord]:
     """Drive ``batch`` over the checkpoint grid and return one :class:`TraceRecord` per trace.
 
     For p = spacing, 2·spacing, … ≤ ``max_tokens``: advance to p, probe every trace that is still
@@ -140,7 +153,9 @@ def run_batch(batch: TraceBatch, spacing: int = schema.CHECKPOINT_SPACING, *, ma
             raise RuntimeError(f"backend returned {len(results)} probes for {running.size} traces")
         for j, r in zip(running.tolist(), results):
             records[j].probes.append((p, r))
-        if on_checkpoint is not None and on_checkpoint(p, batch, dict(zip(running.tolist(), results))):
+        if on_checkpoint is not None and on_checkpoint(
+            p, batch, dict(zip(running.tolist(), results))
+        ):
             live = np.flatnonzero(~np.asarray(batch.ended))
             if live.size:
                 batch.stop(live)
@@ -170,12 +185,18 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
         bad = np.flatnonzero(counts != lengths)
         if bad.size:
             j = int(bad[0])
-            raise ValueError(f"question {qid}, trace {first_trace + j}: {counts[j]} confidences for length {lengths[j]}")
+            raise ValueError(
+                f"question {qid}, trace {first_trace + j}: {counts[j]} confidences for length {lengths[j]}"
+            )
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])
         if offsets[-1] >= 2**31:
             raise ValueError(f"question {qid}: more than 2^31 tokens in one question table")
-        values = np.concatenate([np.asarray(r.confs, np.float16) for r in res]) if n else np.zeros(0, np.float16)
+        values = (
+            np.concatenate([np.asarray(r.confs, np.float16) for r in res])
+            if n
+            else np.zeros(0, np.float16)
+        )
         values = np.ascontiguousarray(values)
         flat = pa.Array.from_buffers(pa.float16(), len(values), [None, pa.py_buffer(values)])
         confs = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), flat)
@@ -197,10 +218,16 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
     struct = pa.StructArray.from_arrays([pos, *cols], fields=list(schema.PROBE_TYPE))
     probes = pa.ListArray.from_arrays(pa.array(p_off), struct)
     return pa.Table.from_arrays(
-        [pa.array(np.full(n, qid, np.int64)), pa.array(first_trace + np.arange(n, dtype=np.int64)),
-         pa.array([r.final_answer for r in res], pa.string()), pa.array(lengths),
-         pa.array([r.finished for r in res], pa.bool_()), confs, probes,
-         pa.array([r.text for r in res], pa.string())],
+        [
+            pa.array(np.full(n, qid, np.int64)),
+            pa.array(first_trace + np.arange(n, dtype=np.int64)),
+            pa.array([r.final_answer for r in res], pa.string()),
+            pa.array(lengths),
+            pa.array([r.finished for r in res], pa.bool_()),
+            confs,
+            probes,
+            pa.array([r.text for r in res], pa.string()),
+        ],
         schema=schema.TRACE_SCHEMA,
     )
 
@@ -222,8 +249,16 @@ class _TraceWriter(PoolWriter):
 
     def write_question(self, meta: dict, traces: pa.Table | dict) -> None:
         qid = int(meta["qid"])
-        table = traces if isinstance(traces, pa.Table) else pa.Table.from_pydict(traces, schema=schema.TRACE_SCHEMA)
-        table = table.cast(schema.TRACE_SCHEMA) if not table.schema.equals(schema.TRACE_SCHEMA) else table
+        table = (
+            traces
+            if isinstance(traces, pa.Table)
+            else pa.Table.from_pydict(traces, schema=schema.TRACE_SCHEMA)
+        )
+        table = (
+            table.cast(schema.TRACE_SCHEMA)
+            if not table.schema.equals(schema.TRACE_SCHEMA)
+            else table
+        )
         pq.write_table(table, self._tmp / schema.trace_file_name(qid), **PARQUET_OPTIONS)
         self._questions.append({n: meta.get(n) for n in schema.QUESTION_SCHEMA.names})
 
@@ -247,7 +282,10 @@ def _problems_digest(problems: Iterable[Problem]) -> str:
 
 
 def _backend_info(backend: Backend) -> dict:
-    info = {"backend": getattr(backend, "name", type(backend).__name__), "model": getattr(backend, "model", "")}
+    info = {
+        "backend": getattr(backend, "name", type(backend).__name__),
+        "model": getattr(backend, "model", ""),
+    }
     describe = getattr(backend, "describe", None)
     if callable(describe):
         info.update(describe())
@@ -270,15 +308,16 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def select_problems(problems: Sequence[Problem] | str | Path,
-                    questions: Iterable[int] | None) -> tuple[dict[int, Problem], list[int]]:
+def select_problems(
+    problems: Sequence[Problem] | str | Path, questions: Iterable[int] | None
+) -> tuple[dict[int, Problem], list[int]]:
     """(problems by qid, the sorted qids asked for: all by default); unknown qids are an error."""
     if isinstance(problems, (str, Path)):
         problems = load_problems(problems)
     by_qid = {p.qid: p for p in problems}
     if len(by_qid) != len(problems):
         raise ValueError("duplicate qids in problems")
-    qids = sorted(by_qid) if questions is None else sorted(set(int(q) for q in questions))
+    qids = sorted(by_qid) if questions is None else sorted({int(q) for q in questions})
     missing = [q for q in qids if q not in by_qid]
     if missing:
         raise ValueError(f"questions {missing} not in problems (qids {min(by_qid)}..{max(by_qid)})")
@@ -302,7 +341,9 @@ def claim_output_dir(out: Path, params: dict, partial_name: str, what: str) -> N
         prev = json.loads(partial_path.read_text())
         if prev != params:
             diff = sorted(k for k in set(prev) | set(params) if prev.get(k) != params.get(k))
-            raise PoolError(f"{out}: holds an interrupted {what} with other parameters ({', '.join(diff)})")
+            raise PoolError(
+                f"{out}: holds an interrupted {what} with other parameters ({', '.join(diff)})"
+            )
     elif out.exists() and any(out.iterdir()):
         raise PoolError(f"{out}: exists and is not an interrupted {what} (refusing to overwrite)")
     (out / schema.POOL_TRACES_DIR).mkdir(parents=True, exist_ok=True)
@@ -310,8 +351,17 @@ def claim_output_dir(out: Path, params: dict, partial_name: str, what: str) -> N
         _write_json_atomic(partial_path, params)
 
 
-def _generate_question(backend: Backend, problem: Problem, lo: int, hi: int, seed: int, spacing: int,
-                       max_tokens: int, path: Path, return_table: bool = True) -> pa.Table | None:
+def _generate_question(
+    backend: Backend,
+    problem: Problem,
+    lo: int,
+    hi: int,
+    seed: int,
+    spacing: int,
+    max_tokens: int,
+    path: Path,
+    return_table: bool = True,
+) -> pa.Table | None:
     """Generate traces lo..hi-1 of one question and write its trace file atomically."""
     batch = backend.start(problem, hi - lo, seed, first_trace=lo)
     try:
@@ -324,11 +374,21 @@ def _generate_question(backend: Backend, problem: Problem, lo: int, hi: int, see
     return table if return_table else None
 
 
-def generate_pool(backend: Backend, problems: Sequence[Problem] | str | Path, n_traces: int, seed: int,
-                  out: str | Path, questions: Iterable[int] | None = None, shard: int | None = None,
-                  n_shards: int = 1, progress: bool = True, spacing: int = schema.CHECKPOINT_SPACING,
-                  max_tokens: int | None = None, on_question: Callable[[int, pa.Table | None], None] | None = None,
-                  workers: int = 1) -> Path:
+def generate_pool(
+    backend: Backend,
+    problems: Sequence[Problem] | str | Path,
+    n_traces: int,
+    seed: int,
+    out: str | Path,
+    questions: Iterable[int] | None = None,
+    shard: int | None = None,
+    n_shards: int = 1,
+    progress: bool = True,
+    spacing: int = schema.CHECKPOINT_SPACING,
+    max_tokens: int | None = None,
+    on_question: Callable[[int, pa.Table | None], None] | None = None,
+    workers: int = 1,
+) -> Path:
     """Generate a trace pool (or one shard of it) into directory ``out``; return ``out``.
 
     Args:
@@ -379,7 +439,12 @@ def generate_pool(backend: Backend, problems: Sequence[Problem] | str | Path, n_
         "problems_digest": _problems_digest(sel),
     }
     if n_shards > 1:
-        params["shard"] = {"index": shard, "n_shards": n_shards, "first_trace": lo, "n_traces": hi - lo}
+        params["shard"] = {
+            "index": shard,
+            "n_shards": n_shards,
+            "first_trace": lo,
+            "n_traces": hi - lo,
+        }
 
     out = Path(out)
     manifest_path = out / schema.POOL_MANIFEST
@@ -398,11 +463,21 @@ def generate_pool(backend: Backend, problems: Sequence[Problem] | str | Path, n_
         stale.unlink()
 
     todo = [q for q in qids if not (out / schema.trace_file_name(q)).exists()]
-    desc = f"generate {params.get('preset') or params['backend']}" + (f" shard {shard}/{n_shards}" if n_shards > 1 else "")
+    desc = f"generate {params.get('preset') or params['backend']}" + (
+        f" shard {shard}/{n_shards}" if n_shards > 1 else ""
+    )
     if workers <= 1 or len(todo) <= 1:
         for qid in _progress(todo, len(todo), desc, progress):
-            table = _generate_question(backend, by_qid[qid], lo, hi, seed, spacing, max_tokens,
-                                       out / schema.trace_file_name(qid))
+            table = _generate_question(
+                backend,
+                by_qid[qid],
+                lo,
+                hi,
+                seed,
+                spacing,
+                max_tokens,
+                out / schema.trace_file_name(qid),
+            )
             if on_question is not None:
                 on_question(qid, table)
             del table
@@ -411,21 +486,46 @@ def generate_pool(backend: Backend, problems: Sequence[Problem] | str | Path, n_
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as ex:
-            futs = {ex.submit(_generate_question, backend, by_qid[q], lo, hi, seed, spacing, max_tokens,
-                              out / schema.trace_file_name(q), False): q for q in todo}
+            futs = {
+                ex.submit(
+                    _generate_question,
+                    backend,
+                    by_qid[q],
+                    lo,
+                    hi,
+                    seed,
+                    spacing,
+                    max_tokens,
+                    out / schema.trace_file_name(q),
+                    False,
+                ): q
+                for q in todo
+            }
             for f in _progress(as_completed(futs), len(futs), desc, progress):
                 f.result()
                 if on_question is not None:
                     on_question(futs[f], None)
 
     model = params.get("model", "")
-    rows = [{"qid": q, "ground_truth": by_qid[q].answer, "question": by_qid[q].question,
-             "dataset": by_qid[q].dataset, "model": model} for q in qids]
+    rows = [
+        {
+            "qid": q,
+            "ground_truth": by_qid[q].answer,
+            "question": by_qid[q].question,
+            "dataset": by_qid[q].dataset,
+            "model": model,
+        }
+        for q in qids
+    ]
     qtmp = out / f".{schema.POOL_QUESTIONS}.tmp-{os.getpid()}"
     pq.write_table(pa.Table.from_pylist(rows, schema=schema.QUESTION_SCHEMA), qtmp)
     os.replace(qtmp, out / schema.POOL_QUESTIONS)
-    manifest = {"format": schema.POOL_FORMAT, "version": schema.POOL_FORMAT_VERSION, **params,
-                "n_questions": len(qids)}
+    manifest = {
+        "format": schema.POOL_FORMAT,
+        "version": schema.POOL_FORMAT_VERSION,
+        **params,
+        "n_questions": len(qids),
+    }
     _write_json_atomic(manifest_path, manifest)
     partial_path.unlink()
     return out
@@ -448,10 +548,19 @@ def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bo
         d = Path(d)
         mf = d / schema.POOL_MANIFEST
         if not mf.exists():
-            hint = " (interrupted: re-run its generation to finish it)" if (d / PARTIAL_MANIFEST).exists() else ""
+            hint = (
+                " (interrupted: re-run its generation to finish it)"
+                if (d / PARTIAL_MANIFEST).exists()
+                else ""
+            )
             raise PoolError(f"{d}: not a finished shard (no {schema.POOL_MANIFEST}){hint}")
         m = json.loads(mf.read_text())
-        info = m.get("shard") or {"index": 0, "n_shards": 1, "first_trace": 0, "n_traces": m["n_traces"]}
+        info = m.get("shard") or {
+            "index": 0,
+            "n_shards": 1,
+            "first_trace": 0,
+            "n_traces": m["n_traces"],
+        }
         shards.append((info["first_trace"], d, m, info))
     shards.sort(key=lambda s: s[0])
     ref = {k: v for k, v in shards[0][2].items() if k not in _SHARD_ONLY}
@@ -459,15 +568,23 @@ def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bo
         other = {k: v for k, v in m.items() if k not in _SHARD_ONLY}
         if other != ref:
             diff = sorted(k for k in set(ref) | set(other) if ref.get(k) != other.get(k))
-            raise PoolError(f"{d}: generated with other parameters than {shards[0][1]} ({', '.join(diff)})")
+            raise PoolError(
+                f"{d}: generated with other parameters than {shards[0][1]} ({', '.join(diff)})"
+            )
     expect = 0
     for first, d, _, info in shards:
         if first != expect:
-            what = "overlaps the previous shard" if first < expect else f"leaves a gap (traces {expect}..{first - 1} missing)"
+            what = (
+                "overlaps the previous shard"
+                if first < expect
+                else f"leaves a gap (traces {expect}..{first - 1} missing)"
+            )
             raise PoolError(f"{d}: shard starts at trace {first} and {what}")
         expect = first + info["n_traces"]
     if expect != ref["n_traces"]:
-        raise PoolError(f"shards cover traces 0..{expect - 1}, the pool has {ref['n_traces']} (missing shards?)")
+        raise PoolError(
+            f"shards cover traces 0..{expect - 1}, the pool has {ref['n_traces']} (missing shards?)"
+        )
     qtables = [pq.read_table(d / schema.POOL_QUESTIONS) for _, d, _, _ in shards]
     qrows = qtables[0].to_pylist()
     for t, (_, d, _, _) in zip(qtables[1:], shards[1:]):
@@ -482,7 +599,9 @@ def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bo
             table = pa.concat_tables(parts).combine_chunks()
             idx = table.column("trace_idx").to_numpy()
             if not np.array_equal(idx, np.arange(ref["n_traces"])):
-                raise PoolError(f"question {qid}: consolidated trace ids are not 0..{ref['n_traces'] - 1}")
+                raise PoolError(
+                    f"question {qid}: consolidated trace ids are not 0..{ref['n_traces'] - 1}"
+                )
             w.write_question(row, table)
     return Path(out)
 
@@ -491,13 +610,20 @@ def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bo
 # Command line (manual use; ``mars generate`` wraps generate_pool)
 
 
-def make_backend(name: str, preset: str | None = None, skill: float | None = None,
-                 max_tokens: int | None = None, with_confs: bool = True) -> Backend:
+def make_backend(
+    name: str,
+    preset: str | None = None,
+    skill: float | None = None,
+    max_tokens: int | None = None,
+    with_confs: bool = True,
+) -> Backend:
     """Build a backend by name (only ``synthetic`` lives here)."""
     if name == "synthetic":
         from .backends.synthetic import DEFAULT_PRESET, SyntheticBackend
 
-        return SyntheticBackend(preset or DEFAULT_PRESET, skill=skill, max_tokens=max_tokens, with_confs=with_confs)
+        return SyntheticBackend(
+            preset or DEFAULT_PRESET, skill=skill, max_tokens=max_tokens, with_confs=with_confs
+        )
     raise ValueError(f"backend {name!r} is not available from mars.generate.make_backend")
 
 
@@ -527,10 +653,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if argv and argv[0] == "generate":
         argv = argv[1:]
-    ap = argparse.ArgumentParser(prog="python -m mars.generate", description="Generate a trace pool.")
+    ap = argparse.ArgumentParser(
+        prog="python -m mars.generate", description="Generate a trace pool."
+    )
     ap.add_argument("--backend", default="synthetic")
     ap.add_argument("--preset", default=None)
-    ap.add_argument("--problems", required=True, help="jsonl file or bundled set (aime_2025, hmmt_feb_2025, brumo_2025)")
+    ap.add_argument(
+        "--problems",
+        required=True,
+        help="jsonl file or bundled set (aime_2025, hmmt_feb_2025, brumo_2025)",
+    )
     ap.add_argument("--traces", type=int, required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
@@ -545,9 +677,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     backend = make_backend(a.backend, a.preset, a.skill, a.max_tokens, with_confs=not a.no_confs)
     t0 = time.perf_counter()
-    out = generate_pool(backend, a.problems, a.traces, a.seed, a.out, questions=parse_qids(a.questions),
-                        shard=a.shard, n_shards=a.n_shards, progress=not a.quiet, spacing=a.spacing,
-                        max_tokens=a.max_tokens)
+    out = generate_pool(
+        backend,
+        a.problems,
+        a.traces,
+        a.seed,
+        a.out,
+        questions=parse_qids(a.questions),
+        shard=a.shard,
+        n_shards=a.n_shards,
+        progress=not a.quiet,
+        spacing=a.spacing,
+        max_tokens=a.max_tokens,
+    )
     if not a.quiet:
         print(f"{out} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     return 0

@@ -42,9 +42,9 @@ import io
 import json
 import os
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -54,9 +54,19 @@ from . import schema
 from .answers import group_answers_online, is_correct
 from .arrays import QuestionArrays, build_arrays, checkpoint_answers
 from .backends.base import Backend, Problem, TraceBatch, TraceResult
-from .generate import (TraceRecord, _backend_info, _problems_digest, _progress, _write_json_atomic,
-                       claim_output_dir, records_to_table, run_batch, select_problems, token_cap,
-                       write_trace_table)
+from .generate import (
+    TraceRecord,
+    _backend_info,
+    _problems_digest,
+    _progress,
+    _write_json_atomic,
+    claim_output_dir,
+    records_to_table,
+    run_batch,
+    select_problems,
+    token_cap,
+    write_trace_table,
+)
 from .methods import Method, get_method
 from .pool import PoolError, QuestionData, _question_from_table, open_pool
 from .simulate import MethodResult, QuestionContext, Settings, SimulationError, run_method
@@ -70,11 +80,15 @@ def live_method(method: str | Method) -> Method:
     """The method, if it can run live; a clear error otherwise."""
     m = get_method(method) if isinstance(method, str) else method
     if m.deepconf:
-        raise SimulationError(f"method {m.name}: DeepConf's online filter truncates traces token by token inside "
-                              "the engine; live mode runs sc, sc-mars, sc-mars-cal, sc-mars-cert, sc-pp, "
-                              "sc-pp-faithful, sc-consensus")
-    if m.q == "oracle" and m.stopping == "mars" or m.stopping.startswith("oracle"):
-        raise SimulationError(f"method {m.name} reads the traces' future (oracle); it cannot run live")
+        raise SimulationError(
+            f"method {m.name}: DeepConf's online filter truncates traces token by token inside "
+            "the engine; live mode runs sc, sc-mars, sc-mars-cal, sc-mars-cert, sc-pp, "
+            "sc-pp-faithful, sc-consensus"
+        )
+    if (m.q == "oracle" and m.stopping == "mars") or m.stopping.startswith("oracle"):
+        raise SimulationError(
+            f"method {m.name} reads the traces' future (oracle); it cannot run live"
+        )
     return m
 
 
@@ -85,8 +99,15 @@ def live_grid(spacing: int, max_tokens: int) -> np.ndarray:
     return spacing * np.arange(1, max_tokens // spacing + 1, dtype=np.int64)
 
 
-def decide(q: QuestionData, method: Method, settings: Settings, grid: np.ndarray, n_warm: int,
-           stopped: np.ndarray, memo: dict | None = None) -> tuple[MethodResult, QuestionArrays]:
+def decide(
+    q: QuestionData,
+    method: Method,
+    settings: Settings,
+    grid: np.ndarray,
+    n_warm: int,
+    stopped: np.ndarray,
+    memo: dict | None = None,
+) -> tuple[MethodResult, QuestionArrays]:
     """The simulator's decision on a live run's records (traces 0..n_warm-1 = warmup, then main).
 
     ``stopped`` marks traces stopped early (and, during the run, traces still running); ``memo``
@@ -95,22 +116,45 @@ def decide(q: QuestionData, method: Method, settings: Settings, grid: np.ndarray
     answers = checkpoint_answers(q, grid, stopped)
     warm, main = np.arange(n_warm), np.arange(n_warm, q.n_traces)
     finals = q.final_answers
-    arrival = [*answers[warm].T.ravel(), *finals[:n_warm], *answers[main].T.ravel(), *finals[n_warm:]]
+    arrival = [
+        *answers[warm].T.ravel(),
+        *finals[:n_warm],
+        *answers[main].T.ravel(),
+        *finals[n_warm:],
+    ]
     groups = group_answers_online(arrival)
-    arr = build_arrays(q, settings.spacing, settings.window, groups, grid=grid, stopped=stopped, conf_window="before",
-                       group_stats=False)
-    ctx = QuestionContext(arr, settings, samples=main[None, :], warm=warm[arr.final_ids[warm] >= 0], memo=memo)
+    arr = build_arrays(
+        q,
+        settings.spacing,
+        settings.window,
+        groups,
+        grid=grid,
+        stopped=stopped,
+        conf_window="before",
+        group_stats=False,
+    )
+    ctx = QuestionContext(
+        arr, settings, samples=main[None, :], warm=warm[arr.final_ids[warm] >= 0], memo=memo
+    )
     return run_method(ctx, method), arr
 
 
 def _as_stopped(r: TraceResult) -> TraceResult:
     """A trace stopped early has no final answer (what it would say is its probe)."""
-    return TraceResult(length=r.length, final_answer=None, finished=False, confs=r.confs, text=r.text)
+    return TraceResult(
+        length=r.length, final_answer=None, finished=False, confs=r.confs, text=r.text
+    )
 
 
 def _question(problem: Problem, tables: Sequence[pa.Table]) -> QuestionData:
-    return _question_from_table(pa.concat_tables(tables), problem.qid, f"<live question {problem.qid}>",
-                                published=False, ground_truth=problem.answer, question=problem.question)
+    return _question_from_table(
+        pa.concat_tables(tables),
+        problem.qid,
+        f"<live question {problem.qid}>",
+        published=False,
+        ground_truth=problem.answer,
+        question=problem.question,
+    )
 
 
 @dataclass
@@ -125,7 +169,9 @@ class LiveRun:
     stop_position: int | None  # checkpoint where the rule fired; None: every trace ran to its end
     tokens: int
     warmup_tokens: int
-    probe_tokens: int | None  # probe generation + uncached probe prompts, when the engine reports them
+    probe_tokens: (
+        int | None
+    )  # probe generation + uncached probe prompts, when the engine reports them
     n_probes: int
     gamma: float
     n_traces: int
@@ -146,8 +192,16 @@ class LiveRun:
 class _Controller:
     """The checkpoint hook of the main batch: the method's decision on the records as they stand."""
 
-    def __init__(self, problem: Problem, method: Method, settings: Settings, grid: np.ndarray,
-                 warm_table: pa.Table, n_warm: int, n: int):
+    def __init__(
+        self,
+        problem: Problem,
+        method: Method,
+        settings: Settings,
+        grid: np.ndarray,
+        warm_table: pa.Table,
+        n_warm: int,
+        n: int,
+    ):
         self.problem, self.method, self.settings, self.grid = problem, method, settings, grid
         self.warm_table, self.n_warm, self.n = warm_table, n_warm, n
         self.probes: list[list] = [[] for _ in range(n)]
@@ -173,18 +227,27 @@ class _Controller:
                     self.ended[j] = _as_stopped(r) if self.pruned[j] else r
                 res = self.ended[j]
             else:
-                res = TraceResult(length=int(lengths[j]), final_answer=None, finished=False,
-                                  confs=batch.confs_so_far(j))
+                res = TraceResult(
+                    length=int(lengths[j]),
+                    final_answer=None,
+                    finished=False,
+                    confs=batch.confs_so_far(j),
+                )
             records.append(TraceRecord(res, list(self.probes[j])))
         running = ~ended
-        q = _question(self.problem, [self.warm_table, records_to_table(self.problem.qid, self.n_warm, records)])
+        q = _question(
+            self.problem,
+            [self.warm_table, records_to_table(self.problem.qid, self.n_warm, records)],
+        )
         stopped = np.concatenate([np.zeros(self.n_warm, bool), running | self.pruned])
         res, arr = decide(q, self.method, self.settings, self.grid, self.n_warm, stopped, self.memo)
         self.checkpoints += 1
         label, pos = str(res.stopped_by[0]), int(res.position[0])
         if label != "budget" and pos < p:
-            raise RuntimeError(f"question {self.problem.qid}: the rule fired at {pos} < {p} on a later look "
-                               "(a decision that depends on the future)")
+            raise RuntimeError(
+                f"question {self.problem.qid}: the rule fired at {pos} < {p} on a later look "
+                "(a decision that depends on the future)"
+            )
         fire = label != "budget" and pos == p
         if fire:
             a = int(res.answer[0])
@@ -212,9 +275,19 @@ def _probe_cost(records: Iterable[TraceRecord]) -> tuple[int | None, int]:
     return (total if known else None), n
 
 
-def solve(backend: Backend, problem: Problem, method: str | Method = "sc-mars-cal", *, n_traces: int = 64,
-          warmup: int = 16, seed: int = 0, spacing: int = schema.CHECKPOINT_SPACING, max_tokens: int | None = None,
-          compare_full: bool = False, **knobs) -> LiveRun:
+def solve(
+    backend: Backend,
+    problem: Problem,
+    method: str | Method = "sc-mars-cal",
+    *,
+    n_traces: int = 64,
+    warmup: int = 16,
+    seed: int = 0,
+    spacing: int = schema.CHECKPOINT_SPACING,
+    max_tokens: int | None = None,
+    compare_full: bool = False,
+    **knobs,
+) -> LiveRun:
     """Answer ``problem`` live with ``method`` (see the module docstring); the records are in ``.table``.
 
     ``knobs`` are :class:`mars.simulate.Settings` fields (gamma, ucb_z, gamma_min, delta, pp_conv,
@@ -225,10 +298,15 @@ def solve(backend: Backend, problem: Problem, method: str | Method = "sc-mars-ca
     max_tokens = token_cap(backend, max_tokens)
     if n_traces < 1:
         raise ValueError(f"n_traces must be at least 1, got {n_traces}")
-    bad = sorted(set(knobs) - set(Settings.__dataclass_fields__) | set(knobs) & {"budget", "iterations", "warmup", "spacing", "seed"})
+    bad = sorted(
+        set(knobs) - set(Settings.__dataclass_fields__)
+        | set(knobs) & {"budget", "iterations", "warmup", "spacing", "seed"}
+    )
     if bad:
         raise ValueError(f"unknown or fixed settings {bad}")
-    settings = Settings(budget=n_traces, iterations=1, warmup=warmup, seed=seed, spacing=spacing, **knobs).validate()
+    settings = Settings(
+        budget=n_traces, iterations=1, warmup=warmup, seed=seed, spacing=spacing, **knobs
+    ).validate()
     grid = live_grid(spacing, max_tokens)
 
     t0 = time.perf_counter()
@@ -256,30 +334,66 @@ def solve(backend: Backend, problem: Problem, method: str | Method = "sc-mars-ca
     stopped = np.concatenate([np.zeros(warmup, bool), ctl.stopped])
     res, arr = decide(_question(problem, [table]), m, settings, grid, warmup, stopped)
     a = int(res.answer[0])
-    final = (str(res.stopped_by[0]), int(res.position[0]), arr.representatives[a] if a >= 0 else None)
+    final = (
+        str(res.stopped_by[0]),
+        int(res.position[0]),
+        arr.representatives[a] if a >= 0 else None,
+    )
     tokens = int(sum(r.result.length for r in records))
     if ctl.fired is not None:
         label, position, answer = ctl.fired
     else:
         label, position, answer = final
-    replay_ok = final[0] == label and final[2] == answer and int(res.tokens[0]) == tokens \
+    replay_ok = (
+        final[0] == label
+        and final[2] == answer
+        and int(res.tokens[0]) == tokens
         and (label == "budget" or final[1] == position)
+    )
     probe_tokens, n_probes = _probe_cost(records)
     run = LiveRun(
-        qid=problem.qid, method=m.name, answer=answer, correct=bool(answer is not None and is_correct(answer, problem.answer)),
-        stopped_by=label, stop_position=None if label == "budget" else position, tokens=tokens,
-        warmup_tokens=int(sum(r.result.length for r in warm_records)), probe_tokens=probe_tokens, n_probes=n_probes,
-        gamma=float(res.gamma), n_traces=n_traces, warmup=warmup,
-        stopped_traces=[warmup + int(j) for j in np.flatnonzero(ctl.stopped)], checkpoints=ctl.checkpoints,
-        wall_s={"warmup": round(t1 - t0, 4), "main": round(t2 - t1, 4), "decide": round(ctl.decide_s, 4)},
-        replay_ok=bool(replay_ok), table=table,
+        qid=problem.qid,
+        method=m.name,
+        answer=answer,
+        correct=bool(answer is not None and is_correct(answer, problem.answer)),
+        stopped_by=label,
+        stop_position=None if label == "budget" else position,
+        tokens=tokens,
+        warmup_tokens=int(sum(r.result.length for r in warm_records)),
+        probe_tokens=probe_tokens,
+        n_probes=n_probes,
+        gamma=float(res.gamma),
+        n_traces=n_traces,
+        warmup=warmup,
+        stopped_traces=[warmup + int(j) for j in np.flatnonzero(ctl.stopped)],
+        checkpoints=ctl.checkpoints,
+        wall_s={
+            "warmup": round(t1 - t0, 4),
+            "main": round(t2 - t1, 4),
+            "decide": round(ctl.decide_s, 4),
+        },
+        replay_ok=bool(replay_ok),
+        table=table,
     )
     if compare_full:
-        run.full = _run_full(backend, problem, n_traces, seed, warmup, spacing, max_tokens, warm_table, settings, grid)
+        run.full = _run_full(
+            backend,
+            problem,
+            n_traces,
+            seed,
+            warmup,
+            spacing,
+            max_tokens,
+            warm_table,
+            settings,
+            grid,
+        )
     return run
 
 
-def _run_full(backend, problem, n_traces, seed, first_trace, spacing, max_tokens, warm_table, settings, grid) -> dict:
+def _run_full(
+    backend, problem, n_traces, seed, first_trace, spacing, max_tokens, warm_table, settings, grid
+) -> dict:
     """The same N traces, every one to its end: tokens, wall time and the full-budget SC answer."""
     t0 = time.perf_counter()
     batch = backend.start(problem, n_traces, seed, first_trace=first_trace)
@@ -291,8 +405,12 @@ def _run_full(backend, problem, n_traces, seed, first_trace, spacing, max_tokens
     q = _question(problem, [warm_table, records_to_table(problem.qid, first_trace, records)])
     res, arr = decide(q, get_method("sc"), settings, grid, first_trace, np.zeros(q.n_traces, bool))
     a = int(res.answer[0])
-    return {"tokens": int(sum(r.result.length for r in records)), "wall_s": round(wall, 4),
-            "answer": arr.representatives[a] if a >= 0 else None, "correct": bool(res.correct[0])}
+    return {
+        "tokens": int(sum(r.result.length for r in records)),
+        "wall_s": round(wall, 4),
+        "answer": arr.representatives[a] if a >= 0 else None,
+        "correct": bool(res.correct[0]),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,11 +421,23 @@ def _live_path(out: Path, qid: int) -> Path:
     return out / LIVE_DIR / f"q{qid:06d}.json"
 
 
-def solve_pool(backend: Backend, problems: Sequence[Problem] | str | Path, out: str | Path,
-               method: str = "sc-mars-cal", *, n_traces: int = 64, warmup: int = 16, seed: int = 0,
-               spacing: int = schema.CHECKPOINT_SPACING, max_tokens: int | None = None,
-               questions: Iterable[int] | None = None, compare_full: bool = False, progress: bool = True,
-               on_question: Callable[[LiveRun], None] | None = None, **knobs) -> list[dict]:
+def solve_pool(
+    backend: Backend,
+    problems: Sequence[Problem] | str | Path,
+    out: str | Path,
+    method: str = "sc-mars-cal",
+    *,
+    n_traces: int = 64,
+    warmup: int = 16,
+    seed: int = 0,
+    spacing: int = schema.CHECKPOINT_SPACING,
+    max_tokens: int | None = None,
+    questions: Iterable[int] | None = None,
+    compare_full: bool = False,
+    progress: bool = True,
+    on_question: Callable[[LiveRun], None] | None = None,
+    **knobs,
+) -> list[dict]:
     """:func:`solve` every requested question into the pool directory ``out``; one summary per question.
 
     Resumable: a question is done once its ``live/qNNNNNN.json`` exists (written after its trace
@@ -319,10 +449,18 @@ def solve_pool(backend: Backend, problems: Sequence[Problem] | str | Path, out: 
     sel = [by_qid[q] for q in qids]
     datasets = sorted({p.dataset for p in sel})
     params = {
-        "generator": "mars.live", **_backend_info(backend), "method": m.name, "seed": int(seed),
-        "n_traces": int(n_traces), "warmup": int(warmup), "spacing": int(spacing), "max_tokens": int(max_tokens),
-        "settings": {k: v for k, v in sorted(knobs.items())}, "compare_full": bool(compare_full),
-        "dataset": datasets[0] if len(datasets) == 1 else datasets, "qids": qids,
+        "generator": "mars.live",
+        **_backend_info(backend),
+        "method": m.name,
+        "seed": int(seed),
+        "n_traces": int(n_traces),
+        "warmup": int(warmup),
+        "spacing": int(spacing),
+        "max_tokens": int(max_tokens),
+        "settings": dict(sorted(knobs.items())),
+        "compare_full": bool(compare_full),
+        "dataset": datasets[0] if len(datasets) == 1 else datasets,
+        "qids": qids,
         "problems_digest": _problems_digest(sel),
     }
     out = Path(out)
@@ -337,31 +475,74 @@ def solve_pool(backend: Backend, problems: Sequence[Problem] | str | Path, out: 
 
     todo = [q for q in qids if not _live_path(out, q).exists()]
     for qid in _progress(todo, len(todo), f"solve {m.name}", progress):
-        run = solve(backend, by_qid[qid], m, n_traces=n_traces, warmup=warmup, seed=seed, spacing=spacing,
-                    max_tokens=max_tokens, compare_full=compare_full, **knobs)
+        run = solve(
+            backend,
+            by_qid[qid],
+            m,
+            n_traces=n_traces,
+            warmup=warmup,
+            seed=seed,
+            spacing=spacing,
+            max_tokens=max_tokens,
+            compare_full=compare_full,
+            **knobs,
+        )
         write_trace_table(run.table, out / schema.trace_file_name(qid))
         _write_json_atomic(_live_path(out, qid), run.summary())
         if on_question is not None:
             on_question(run)
 
-    rows = [{"qid": q, "ground_truth": by_qid[q].answer, "question": by_qid[q].question,
-             "dataset": by_qid[q].dataset, "model": params.get("model", "")} for q in qids]
+    rows = [
+        {
+            "qid": q,
+            "ground_truth": by_qid[q].answer,
+            "question": by_qid[q].question,
+            "dataset": by_qid[q].dataset,
+            "model": params.get("model", ""),
+        }
+        for q in qids
+    ]
     tmp = out / f".{schema.POOL_QUESTIONS}.tmp-{os.getpid()}"
     pq.write_table(pa.Table.from_pylist(rows, schema=schema.QUESTION_SCHEMA), tmp)
     os.replace(tmp, out / schema.POOL_QUESTIONS)
     summaries = [json.loads(_live_path(out, q).read_text()) for q in qids]
     _write_summary_csv(out / SUMMARY_FILE, summaries)
-    manifest = {"format": schema.POOL_FORMAT, "version": schema.POOL_FORMAT_VERSION,
-                **{k: v for k, v in params.items() if k not in ("settings", "method", "warmup", "compare_full")},
-                "n_traces": int(warmup + n_traces), "n_questions": len(qids), "live": params}
+    manifest = {
+        "format": schema.POOL_FORMAT,
+        "version": schema.POOL_FORMAT_VERSION,
+        **{
+            k: v
+            for k, v in params.items()
+            if k not in ("settings", "method", "warmup", "compare_full")
+        },
+        "n_traces": int(warmup + n_traces),
+        "n_questions": len(qids),
+        "live": params,
+    }
     _write_json_atomic(manifest_path, manifest)
     (out / PARTIAL_MANIFEST).unlink()
     return summaries
 
 
-SUMMARY_COLUMNS = ("qid", "method", "answer", "correct", "stopped_by", "stop_position", "tokens", "warmup_tokens",
-                   "probe_tokens", "gamma", "n_stopped", "wall_main_s", "full_tokens", "full_wall_s",
-                   "full_answer", "full_correct", "replay_ok")
+SUMMARY_COLUMNS = (
+    "qid",
+    "method",
+    "answer",
+    "correct",
+    "stopped_by",
+    "stop_position",
+    "tokens",
+    "warmup_tokens",
+    "probe_tokens",
+    "gamma",
+    "n_stopped",
+    "wall_main_s",
+    "full_tokens",
+    "full_wall_s",
+    "full_answer",
+    "full_correct",
+    "replay_ok",
+)
 
 
 def _write_summary_csv(path: Path, summaries: list[dict]) -> None:
@@ -370,10 +551,27 @@ def _write_summary_csv(path: Path, summaries: list[dict]) -> None:
     w.writerow(SUMMARY_COLUMNS)
     for s in summaries:
         full = s.get("full") or {}
-        w.writerow([s["qid"], s["method"], s["answer"], s["correct"], s["stopped_by"], s["stop_position"],
-                    s["tokens"], s["warmup_tokens"], s["probe_tokens"], s["gamma"], len(s["stopped_traces"]),
-                    s["wall_s"]["main"], full.get("tokens"), full.get("wall_s"), full.get("answer"),
-                    full.get("correct"), s["replay_ok"]])
+        w.writerow(
+            [
+                s["qid"],
+                s["method"],
+                s["answer"],
+                s["correct"],
+                s["stopped_by"],
+                s["stop_position"],
+                s["tokens"],
+                s["warmup_tokens"],
+                s["probe_tokens"],
+                s["gamma"],
+                len(s["stopped_traces"]),
+                s["wall_s"]["main"],
+                full.get("tokens"),
+                full.get("wall_s"),
+                full.get("answer"),
+                full.get("correct"),
+                s["replay_ok"],
+            ]
+        )
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(buf.getvalue())
     os.replace(tmp, path)
@@ -391,8 +589,14 @@ def replay(path: str | Path, questions: Iterable[int] | None = None) -> list[dic
     if not live:
         raise PoolError(f"{path}: not a live run (no 'live' block in {schema.POOL_MANIFEST})")
     m = live_method(live["method"])
-    settings = Settings(budget=live["n_traces"], iterations=1, warmup=live["warmup"], seed=live["seed"],
-                        spacing=live["spacing"], **live["settings"]).validate()
+    settings = Settings(
+        budget=live["n_traces"],
+        iterations=1,
+        warmup=live["warmup"],
+        seed=live["seed"],
+        spacing=live["spacing"],
+        **live["settings"],
+    ).validate()
     grid = live_grid(live["spacing"], live["max_tokens"])
     out = []
     for qid in pool.qids if questions is None else questions:
@@ -406,8 +610,12 @@ def replay(path: str | Path, questions: Iterable[int] | None = None) -> list[dic
         res, arr = decide(q, m, settings, grid, live["warmup"], stopped)
         a = int(res.answer[0])
         label = str(res.stopped_by[0])
-        again = {"answer": arr.representatives[a] if a >= 0 else None, "stopped_by": label,
-                 "stop_position": None if label == "budget" else int(res.position[0]), "tokens": int(res.tokens[0])}
+        again = {
+            "answer": arr.representatives[a] if a >= 0 else None,
+            "stopped_by": label,
+            "stop_position": None if label == "budget" else int(res.position[0]),
+            "tokens": int(res.tokens[0]),
+        }
         was = {k: rec[k] for k in again}
         out.append({"qid": qid, "live": was, "replay": again, "match": was == again})
     return out

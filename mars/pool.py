@@ -18,9 +18,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -49,7 +49,9 @@ class QuestionData:
     probe_strings: list  # unique probe answer strings
     conf_offsets: np.ndarray | None = None  # int64 [n+1]
     conf_values: np.ndarray | None = None  # float16 [total tokens]
-    probe_cost: np.ndarray | None = None  # int64 [total probes, 3]: prompt, cached, generated; -1 unknown
+    probe_cost: np.ndarray | None = (
+        None  # int64 [total probes, 3]: prompt, cached, generated; -1 unknown
+    )
     question: str | None = None
     source: str = "<memory>"
     meta: dict = field(default_factory=dict)
@@ -69,8 +71,18 @@ class QuestionData:
     def content_hash(self) -> str:
         """Digest of everything the simulator reads; keys caches and result provenance."""
         h = hashlib.blake2b(digest_size=16)
-        h.update(json.dumps([self.qid, self.ground_truth, self.final_answers, self.probe_strings]).encode())
-        for arr in (self.trace_idx, self.lengths, self.probe_offsets, self.probe_positions, self.probe_codes):
+        h.update(
+            json.dumps(
+                [self.qid, self.ground_truth, self.final_answers, self.probe_strings]
+            ).encode()
+        )
+        for arr in (
+            self.trace_idx,
+            self.lengths,
+            self.probe_offsets,
+            self.probe_positions,
+            self.probe_codes,
+        ):
             h.update(memoryview(np.ascontiguousarray(arr)).cast("B"))
         if self.conf_values is not None:
             h.update(memoryview(np.ascontiguousarray(self.conf_offsets)).cast("B"))
@@ -93,7 +105,9 @@ def _list_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array
     """Offsets (int64, starting at 0) and flat values of a list column; nulls count as empty."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = (
+        pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    )
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return offsets, pc.list_flatten(arr)
@@ -125,7 +139,11 @@ def _type_compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
     if pa.types.is_floating(expected):
         return pa.types.is_floating(actual)
     if pa.types.is_string(expected):
-        return pa.types.is_string(actual) or pa.types.is_large_string(actual) or pa.types.is_null(actual)
+        return (
+            pa.types.is_string(actual)
+            or pa.types.is_large_string(actual)
+            or pa.types.is_null(actual)
+        )
     if pa.types.is_list(expected) or pa.types.is_large_list(expected):
         if not (pa.types.is_list(actual) or pa.types.is_large_list(actual)):
             return pa.types.is_null(actual)
@@ -166,7 +184,9 @@ def _check_traces(q: QuestionData) -> None:
         if not finite.all():
             pos = int(np.flatnonzero(~finite)[0])
             j = int(np.searchsorted(q.conf_offsets, pos, side="right") - 1)
-            raise PoolError(f"{q.where(j)}: non-finite confidence (NaN or inf) at token {pos - q.conf_offsets[j]}")
+            raise PoolError(
+                f"{q.where(j)}: non-finite confidence (NaN or inf) at token {pos - q.conf_offsets[j]}"
+            )
 
 
 def _sort_by_trace(q: QuestionData) -> QuestionData:
@@ -182,7 +202,9 @@ def _sort_by_trace(q: QuestionData) -> QuestionData:
     if q.probe_cost is not None:
         q.probe_cost = q.probe_cost[take_p]
     if q.conf_values is not None:
-        take_c = np.concatenate([np.arange(q.conf_offsets[j], q.conf_offsets[j + 1]) for j in order])
+        take_c = np.concatenate(
+            [np.arange(q.conf_offsets[j], q.conf_offsets[j + 1]) for j in order]
+        )
         ccounts = np.diff(q.conf_offsets)[order]
         q.conf_offsets = np.concatenate([[0], np.cumsum(ccounts)]).astype(np.int64)
         q.conf_values = q.conf_values[take_c]
@@ -225,13 +247,19 @@ class PublishedPool(Pool):
         self.source = str(path)
         try:
             self._pf = pq.ParquetFile(self.path)
-        except Exception as exc:  # noqa: BLE001 - any reader failure is bad input
+        except Exception as exc:
             raise PoolError(f"{self.source}: not a readable parquet file ({exc})") from None
-        _require_columns(self._pf.schema_arrow, schema.PUBLISHED_SCHEMA.remove(4).remove(2), self.source)
+        _require_columns(
+            self._pf.schema_arrow, schema.PUBLISHED_SCHEMA.remove(4).remove(2), self.source
+        )
         names = set(self._pf.schema_arrow.names)
         self._has_confs = "confs" in names
         if self._has_confs:
-            _require_columns(self._pf.schema_arrow, pa.schema([schema.PUBLISHED_SCHEMA.field("confs")]), self.source)
+            _require_columns(
+                self._pf.schema_arrow,
+                pa.schema([schema.PUBLISHED_SCHEMA.field("confs")]),
+                self.source,
+            )
         self._has_gt = "ground_truth" in names
         if not self._has_gt:
             raise PoolError(f"{self.source}: missing column 'ground_truth'")
@@ -251,7 +279,9 @@ class PublishedPool(Pool):
 
     def read_question(self, qid: int) -> QuestionData:
         if qid not in self._row_groups:
-            raise PoolError(f"{self.source}: no question {qid} (questions: {self.qids[0]}..{self.qids[-1]})")
+            raise PoolError(
+                f"{self.source}: no question {qid} (questions: {self.qids[0]}..{self.qids[-1]})"
+            )
         cols = ["qid", "trace_idx", "ground_truth", "extracted_answer", "probes"]
         if self._has_confs:
             cols.append("confs")
@@ -260,8 +290,15 @@ class PublishedPool(Pool):
         return _question_from_table(t, qid, self.source, published=True)
 
 
-def _question_from_table(t: pa.Table, qid: int, source: str, published: bool, ground_truth: str | None = None,
-                         question: str | None = None, confs: tuple | None = None) -> QuestionData:
+def _question_from_table(
+    t: pa.Table,
+    qid: int,
+    source: str,
+    published: bool,
+    ground_truth: str | None = None,
+    question: str | None = None,
+    confs: tuple | None = None,
+) -> QuestionData:
     where = f"{source}: question {qid}"
     if t.num_rows == 0:
         raise PoolError(f"{where}: no traces")
@@ -294,7 +331,11 @@ def _question_from_table(t: pa.Table, qid: int, source: str, published: bool, gr
         # The authors' loader drops probes whose answer is None; '' stays (and later maps to no group).
         keep = np.asarray(pc.is_valid(answers).to_numpy(zero_copy_only=False), dtype=bool)
         if not keep.all():
-            counts = np.add.reduceat(keep.astype(np.int64), p_offsets[:-1]) if len(keep) else np.zeros(0, np.int64)
+            counts = (
+                np.add.reduceat(keep.astype(np.int64), p_offsets[:-1])
+                if len(keep)
+                else np.zeros(0, np.int64)
+            )
             counts = np.where(np.diff(p_offsets) == 0, 0, counts)
             positions = positions[keep]
             answers = answers.filter(pa.array(keep))
@@ -303,8 +344,14 @@ def _question_from_table(t: pa.Table, qid: int, source: str, published: bool, gr
         names = {p_flat.type.field(i).name for i in range(p_flat.type.num_fields)}
         if {"prompt_tokens", "cached_tokens", "generated_tokens"} <= names:
             cost = np.stack(
-                [pc.fill_null(p_flat.field(n), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-                 for n in ("prompt_tokens", "cached_tokens", "generated_tokens")], axis=1)
+                [
+                    pc.fill_null(p_flat.field(n), -1)
+                    .to_numpy(zero_copy_only=False)
+                    .astype(np.int64)
+                    for n in ("prompt_tokens", "cached_tokens", "generated_tokens")
+                ],
+                axis=1,
+            )
             if cost.size == 0 or (cost < 0).all():
                 cost = None
     codes, strings = _encode_answers(answers)
@@ -324,8 +371,12 @@ def _question_from_table(t: pa.Table, qid: int, source: str, published: bool, gr
             if conf_values.dtype != np.float16:
                 conf_values = conf_values.astype(np.float16)
         elif confs.null_count != t.num_rows:
-            j = int(np.flatnonzero(~np.asarray(pc.is_valid(confs).to_numpy(zero_copy_only=False)))[0])
-            raise PoolError(f"{where}, trace {int(trace_idx[j])}: confs missing for some traces only")
+            j = int(
+                np.flatnonzero(~np.asarray(pc.is_valid(confs).to_numpy(zero_copy_only=False)))[0]
+            )
+            raise PoolError(
+                f"{where}, trace {int(trace_idx[j])}: confs missing for some traces only"
+            )
 
     if published:
         if conf_offsets is None:
@@ -340,13 +391,25 @@ def _question_from_table(t: pa.Table, qid: int, source: str, published: bool, gr
             bad = np.flatnonzero(np.diff(conf_offsets) != lengths)
             if bad.size:
                 j = int(bad[0])
-                raise PoolError(f"{where}, trace {int(trace_idx[j])}: {int(np.diff(conf_offsets)[j])} confidences "
-                                f"for length {int(lengths[j])}")
+                raise PoolError(
+                    f"{where}, trace {int(trace_idx[j])}: {int(np.diff(conf_offsets)[j])} confidences "
+                    f"for length {int(lengths[j])}"
+                )
     q = QuestionData(
-        qid=int(qid), ground_truth=str(ground_truth), trace_idx=trace_idx, lengths=lengths,
-        final_answers=finals, probe_offsets=p_offsets, probe_positions=positions, probe_codes=codes,
-        probe_strings=strings, conf_offsets=conf_offsets, conf_values=conf_values, probe_cost=cost,
-        question=question, source=source,
+        qid=int(qid),
+        ground_truth=str(ground_truth),
+        trace_idx=trace_idx,
+        lengths=lengths,
+        final_answers=finals,
+        probe_offsets=p_offsets,
+        probe_positions=positions,
+        probe_codes=codes,
+        probe_strings=strings,
+        conf_offsets=conf_offsets,
+        conf_values=conf_values,
+        probe_cost=cost,
+        question=question,
+        source=source,
     )
     _check_traces(q)
     return _sort_by_trace(q)
@@ -362,7 +425,9 @@ class LayoutPool(Pool):
         try:
             self.manifest = json.loads(manifest.read_text())
         except FileNotFoundError:
-            raise PoolError(f"{self.source}: not a pool directory (no {schema.POOL_MANIFEST})") from None
+            raise PoolError(
+                f"{self.source}: not a pool directory (no {schema.POOL_MANIFEST})"
+            ) from None
         except json.JSONDecodeError as exc:
             raise PoolError(f"{manifest}: invalid JSON ({exc})") from None
         if self.manifest.get("format") != schema.POOL_FORMAT:
@@ -370,16 +435,22 @@ class LayoutPool(Pool):
         qfile = self.path / schema.POOL_QUESTIONS
         try:
             qt = pq.read_table(qfile)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise PoolError(f"{qfile}: unreadable ({exc})") from None
-        _require_columns(qt.schema, pa.schema([schema.QUESTION_SCHEMA.field(n) for n in ("qid", "ground_truth")]), str(qfile))
+        _require_columns(
+            qt.schema,
+            pa.schema([schema.QUESTION_SCHEMA.field(n) for n in ("qid", "ground_truth")]),
+            str(qfile),
+        )
         self._questions = {r["qid"]: r for r in qt.to_pylist()}
         if not self._questions:
             raise PoolError(f"{qfile}: empty pool (no questions)")
         self.qids = sorted(self._questions)
 
     def _files(self) -> list[Path]:
-        return [self.path / schema.POOL_QUESTIONS] + [self.path / schema.trace_file_name(q) for q in self.qids]
+        return [self.path / schema.POOL_QUESTIONS] + [
+            self.path / schema.trace_file_name(q) for q in self.qids
+        ]
 
     def question_meta(self, qid: int) -> dict:
         return dict(self._questions[qid])
@@ -393,13 +464,25 @@ class LayoutPool(Pool):
             t = pq.read_table(f, columns=[n for n in names if n not in ("confs", "text")])
         except FileNotFoundError:
             raise PoolError(f"{f}: missing trace file for question {qid}") from None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise PoolError(f"{f}: unreadable ({exc})") from None
-        required = pa.schema([schema.TRACE_SCHEMA.field(n) for n in ("trace_idx", "final_answer", "length", "probes")])
+        required = pa.schema(
+            [
+                schema.TRACE_SCHEMA.field(n)
+                for n in ("trace_idx", "final_answer", "length", "probes")
+            ]
+        )
         _require_columns(t.schema, required, str(f))
         meta = self._questions[qid]
-        q = _question_from_table(t, qid, str(f), published=False, ground_truth=meta["ground_truth"],
-                                 question=meta.get("question"), confs=_read_confs(f, t))
+        q = _question_from_table(
+            t,
+            qid,
+            str(f),
+            published=False,
+            ground_truth=meta["ground_truth"],
+            question=meta.get("question"),
+            confs=_read_confs(f, t),
+        )
         q.meta = {k: meta.get(k) for k in ("dataset", "model")}
         return q
 
@@ -438,7 +521,9 @@ def _read_confs(path: Path, t: pa.Table, batch_rows: int = 256) -> tuple | None:
         start = offsets[row]
         n_new = int(off[-1])
         if start + n_new > len(values):
-            raise PoolError(f"{path}: more confidences than the lengths say (trace {row + len(col) - 1})")
+            raise PoolError(
+                f"{path}: more confidences than the lengths say (trace {row + len(col) - 1})"
+            )
         values[start : start + n_new] = flat.to_numpy(zero_copy_only=False)
         offsets[row + 1 : row + len(col) + 1] = start + off[1:]
         row += len(col)
@@ -474,23 +559,41 @@ class PoolWriter:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
         (self._tmp / schema.POOL_TRACES_DIR).mkdir()
-        self.manifest = {"format": schema.POOL_FORMAT, "version": schema.POOL_FORMAT_VERSION, **(manifest or {})}
+        self.manifest = {
+            "format": schema.POOL_FORMAT,
+            "version": schema.POOL_FORMAT_VERSION,
+            **(manifest or {}),
+        }
         self._questions: list[dict] = []
         self._overwrite = overwrite
 
     def write_question(self, meta: dict, traces: pa.Table | dict) -> None:
         """Write one question: ``meta`` has qid, ground_truth (+ question, dataset, model)."""
         qid = int(meta["qid"])
-        table = traces if isinstance(traces, pa.Table) else pa.Table.from_pydict(traces, schema=schema.TRACE_SCHEMA)
-        table = table.cast(schema.TRACE_SCHEMA) if not table.schema.equals(schema.TRACE_SCHEMA) else table
-        pq.write_table(table, self._tmp / schema.trace_file_name(qid), **schema.TRACE_PARQUET_OPTIONS)
+        table = (
+            traces
+            if isinstance(traces, pa.Table)
+            else pa.Table.from_pydict(traces, schema=schema.TRACE_SCHEMA)
+        )
+        table = (
+            table.cast(schema.TRACE_SCHEMA)
+            if not table.schema.equals(schema.TRACE_SCHEMA)
+            else table
+        )
+        pq.write_table(
+            table, self._tmp / schema.trace_file_name(qid), **schema.TRACE_PARQUET_OPTIONS
+        )
         self._questions.append({n: meta.get(n) for n in schema.QUESTION_SCHEMA.names})
 
     def close(self) -> Path:
-        qt = pa.Table.from_pylist(sorted(self._questions, key=lambda r: r["qid"]), schema=schema.QUESTION_SCHEMA)
+        qt = pa.Table.from_pylist(
+            sorted(self._questions, key=lambda r: r["qid"]), schema=schema.QUESTION_SCHEMA
+        )
         pq.write_table(qt, self._tmp / schema.POOL_QUESTIONS)
         self.manifest["n_questions"] = len(self._questions)
-        (self._tmp / schema.POOL_MANIFEST).write_text(json.dumps(self.manifest, indent=2, sort_keys=True) + "\n")
+        (self._tmp / schema.POOL_MANIFEST).write_text(
+            json.dumps(self.manifest, indent=2, sort_keys=True) + "\n"
+        )
         if self.out.exists() and self._overwrite:
             shutil.rmtree(self.out)
         os.replace(self._tmp, self.out)
@@ -499,7 +602,7 @@ class PoolWriter:
     def abort(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
-    def __enter__(self) -> "PoolWriter":
+    def __enter__(self) -> PoolWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -512,27 +615,47 @@ class PoolWriter:
 def question_to_table(q: QuestionData) -> pa.Table:
     """Our trace table for a loaded question (the inverse of the readers)."""
     n = q.n_traces
-    p_ans = pa.array([q.probe_strings[c] if c >= 0 else None for c in q.probe_codes.tolist()], pa.string())
+    p_ans = pa.array(
+        [q.probe_strings[c] if c >= 0 else None for c in q.probe_codes.tolist()], pa.string()
+    )
     cost = q.probe_cost
+
     def cost_col(i):
         if cost is None:
             return pa.nulls(len(q.probe_positions), pa.int32())
         v = cost[:, i]
         return pa.array(v, mask=v < 0).cast(pa.int32())
+
     probe_struct = pa.StructArray.from_arrays(
-        [pa.array(q.probe_positions, pa.int64()), p_ans, pa.nulls(len(p_ans), pa.string()),
-         pa.nulls(len(p_ans), pa.float32()), cost_col(0), cost_col(1), cost_col(2)],
+        [
+            pa.array(q.probe_positions, pa.int64()),
+            p_ans,
+            pa.nulls(len(p_ans), pa.string()),
+            pa.nulls(len(p_ans), pa.float32()),
+            cost_col(0),
+            cost_col(1),
+            cost_col(2),
+        ],
         fields=list(schema.PROBE_TYPE),
     )
     probes = pa.ListArray.from_arrays(pa.array(q.probe_offsets, pa.int32()), probe_struct)
     if q.conf_values is not None:
-        confs = pa.ListArray.from_arrays(pa.array(q.conf_offsets, pa.int64()).cast(pa.int32()),
-                                         pa.array(q.conf_values, pa.float16()))
+        confs = pa.ListArray.from_arrays(
+            pa.array(q.conf_offsets, pa.int64()).cast(pa.int32()),
+            pa.array(q.conf_values, pa.float16()),
+        )
     else:
         confs = pa.nulls(n, pa.list_(pa.float16()))
     return pa.Table.from_arrays(
-        [pa.array(np.full(n, q.qid), pa.int64()), pa.array(q.trace_idx, pa.int64()),
-         pa.array(q.final_answers, pa.string()), pa.array(q.lengths, pa.int64()),
-         pa.nulls(n, pa.bool_()), confs, probes, pa.nulls(n, pa.string())],
+        [
+            pa.array(np.full(n, q.qid), pa.int64()),
+            pa.array(q.trace_idx, pa.int64()),
+            pa.array(q.final_answers, pa.string()),
+            pa.array(q.lengths, pa.int64()),
+            pa.nulls(n, pa.bool_()),
+            confs,
+            probes,
+            pa.nulls(n, pa.string()),
+        ],
         schema=schema.TRACE_SCHEMA,
     )

@@ -19,8 +19,9 @@ STD_FLOOR = 1e-10
 PLATT_CLIP = 1e-7
 
 
-def _logistic_fit(X: np.ndarray, y: np.ndarray, l2: float, x0: np.ndarray, maxiter: int,
-                  penalize_from: int) -> np.ndarray:
+def _logistic_fit(
+    X: np.ndarray, y: np.ndarray, l2: float, x0: np.ndarray, maxiter: int, penalize_from: int
+) -> np.ndarray:
     """Minimise Σ log(1+e^z) − y z + l2·‖θ[penalize_from:]‖², z = θ0 + X θ[1:]."""
 
     def fun(theta):
@@ -42,7 +43,9 @@ def _logistic_fit(X: np.ndarray, y: np.ndarray, l2: float, x0: np.ndarray, maxit
 class SwitchModel(ClassifierMixin, BaseEstimator):
     """P(a trace's answer now differs from its final answer | features)."""
 
-    def __init__(self, C: float = 50.0, platt: bool = True, max_iter: int = 200, platt_max_iter: int = 100):
+    def __init__(
+        self, C: float = 50.0, platt: bool = True, max_iter: int = 200, platt_max_iter: int = 100
+    ):
         self.C = C
         self.platt = platt
         self.max_iter = max_iter
@@ -56,13 +59,21 @@ class SwitchModel(ClassifierMixin, BaseEstimator):
         self.scale_ = np.maximum(X.std(axis=0), STD_FLOOR)
         Xs = (X - self.mean_) / self.scale_
         y = y.astype(np.float64)
-        theta = _logistic_fit(Xs, y, l2=1.0 / (2.0 * self.C), x0=np.zeros(X.shape[1] + 1),
-                              maxiter=self.max_iter, penalize_from=1)
+        theta = _logistic_fit(
+            Xs,
+            y,
+            l2=1.0 / (2.0 * self.C),
+            x0=np.zeros(X.shape[1] + 1),
+            maxiter=self.max_iter,
+            penalize_from=1,
+        )
         self.intercept_, self.coef_ = theta[0], theta[1:]
         self.platt_ = (1.0, 0.0)
         if self.platt:
             s = self._raw_logit(Xs)[:, None]
-            ab = _logistic_fit(s, y, l2=0.0, x0=np.array([0.0, 1.0]), maxiter=self.platt_max_iter, penalize_from=2)
+            ab = _logistic_fit(
+                s, y, l2=0.0, x0=np.array([0.0, 1.0]), maxiter=self.platt_max_iter, penalize_from=2
+            )
             self.platt_ = (float(ab[1]), float(ab[0]))  # (a, b)
         return self
 

@@ -39,17 +39,21 @@ def per_iteration_frame(results, method: str) -> pd.DataFrame:
     for qr in results:
         r = qr.methods[method]
         reps = qr.representatives
-        parts.append(pd.DataFrame({
-            "qid": qr.qid,
-            "iteration": np.arange(len(r.answer)),
-            "answer": [reps[a] if a >= 0 else "" for a in r.answer.tolist()],
-            "correct": r.correct,
-            "tokens": r.tokens,
-            "baseline_tokens": r.baseline,
-            "stop_position": r.position,
-            "stopped_by": r.stopped_by.astype(str),
-            "probe_tokens": r.probe_tokens,
-        }))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "qid": qr.qid,
+                    "iteration": np.arange(len(r.answer)),
+                    "answer": [reps[a] if a >= 0 else "" for a in r.answer.tolist()],
+                    "correct": r.correct,
+                    "tokens": r.tokens,
+                    "baseline_tokens": r.baseline,
+                    "stop_position": r.position,
+                    "stopped_by": r.stopped_by.astype(str),
+                    "probe_tokens": r.probe_tokens,
+                }
+            )
+        )
     df = pd.concat(parts, ignore_index=True)
     return df[PER_ITERATION_COLUMNS]
 
@@ -60,24 +64,30 @@ def per_question_frame(results, method: str) -> pd.DataFrame:
         r = qr.methods[method]
         base = r.baseline.astype(np.float64)
         ratio = np.divide(r.tokens, base, out=np.ones_like(base), where=base > 0)
-        with_probe = np.divide(r.tokens + r.probe_tokens, base, out=np.ones_like(base), where=base > 0)
+        with_probe = np.divide(
+            r.tokens + r.probe_tokens, base, out=np.ones_like(base), where=base > 0
+        )
         labels = r.stopped_by.astype(str)
-        rows.append({
-            "qid": qr.qid,
-            "accuracy": float(np.mean(r.correct)),
-            "tokens_mean": float(np.mean(r.tokens)),
-            "baseline_tokens_mean": float(np.mean(r.baseline)),
-            "savings_pct": float(100.0 * np.mean(1.0 - ratio)),
-            "stop_position_mean": float(np.mean(r.position)),
-            "accuracy_std": float(np.std(r.correct.astype(float), ddof=1)) if len(r.correct) > 1 else 0.0,
-            "n_iterations": len(r.answer),
-            "savings_with_probes_pct": float(100.0 * np.mean(1.0 - with_probe)),
-            "probe_tokens_mean": float(np.mean(r.probe_tokens)),
-            "gamma": r.gamma,
-            "stopped_early": int(np.sum(labels != "budget")),
-            "stopped_by_budget": int(np.sum(labels == "budget")),
-            "ground_truth": qr.ground_truth,
-        })
+        rows.append(
+            {
+                "qid": qr.qid,
+                "accuracy": float(np.mean(r.correct)),
+                "tokens_mean": float(np.mean(r.tokens)),
+                "baseline_tokens_mean": float(np.mean(r.baseline)),
+                "savings_pct": float(100.0 * np.mean(1.0 - ratio)),
+                "stop_position_mean": float(np.mean(r.position)),
+                "accuracy_std": float(np.std(r.correct.astype(float), ddof=1))
+                if len(r.correct) > 1
+                else 0.0,
+                "n_iterations": len(r.answer),
+                "savings_with_probes_pct": float(100.0 * np.mean(1.0 - with_probe)),
+                "probe_tokens_mean": float(np.mean(r.probe_tokens)),
+                "gamma": r.gamma,
+                "stopped_early": int(np.sum(labels != "budget")),
+                "stopped_by_budget": int(np.sum(labels == "budget")),
+                "ground_truth": qr.ground_truth,
+            }
+        )
     df = pd.DataFrame(rows)
     assert list(df.columns[: len(PER_QUESTION_LEADING_COLUMNS)]) == PER_QUESTION_LEADING_COLUMNS
     return df
@@ -90,10 +100,12 @@ def input_checksum(results) -> str:
     return h.hexdigest()
 
 
-def overall(per_question: pd.DataFrame, method: str, settings: dict, checksum: str, source: str) -> dict:
+def overall(
+    per_question: pd.DataFrame, method: str, settings: dict, checksum: str, source: str
+) -> dict:
     return {
         "method": method,
-        "n_questions": int(len(per_question)),
+        "n_questions": len(per_question),
         "accuracy_pct": float(100.0 * per_question.accuracy.mean()),
         "savings_pct": float(per_question.savings_pct.mean()),
         "savings_with_probes_pct": _nan_to_none(per_question.savings_with_probes_pct.mean()),
@@ -142,10 +154,23 @@ def summary_table(overalls: list[dict]):
     from rich.table import Table
 
     t = Table(title="MARS simulation summary (mean over questions)")
-    for col in ("method", "accuracy %", "savings %", "w/ probes %", "tokens/question", "stop position"):
+    for col in (
+        "method",
+        "accuracy %",
+        "savings %",
+        "w/ probes %",
+        "tokens/question",
+        "stop position",
+    ):
         t.add_column(col, justify="right" if col != "method" else "left", no_wrap=True)
     for ov in overalls:
         wp = ov["savings_with_probes_pct"]
-        t.add_row(ov["method"], f"{ov['accuracy_pct']:.1f}", f"{ov['savings_pct']:.1f}",
-                  "–" if wp is None else f"{wp:.1f}", f"{ov['tokens_mean']:,.0f}", f"{ov['stop_position_mean']:,.0f}")
+        t.add_row(
+            ov["method"],
+            f"{ov['accuracy_pct']:.1f}",
+            f"{ov['savings_pct']:.1f}",
+            "–" if wp is None else f"{wp:.1f}",
+            f"{ov['tokens_mean']:,.0f}",
+            f"{ov['stop_position_mean']:,.0f}",
+        )
     return t

@@ -63,13 +63,13 @@ TRACE_SCHEMA = pa.schema(
 #: Parquet options of trace files: confidences are float16 noise, so no dictionary for them and
 #: byte-stream-split (≈10 % smaller, faster) instead; row groups of 256 traces keep the decoding
 #: buffers of a question small (readers stream confidences row group by row group).
-TRACE_PARQUET_OPTIONS = dict(
-    compression="zstd",
-    use_dictionary=["final_answer", "text"],
-    use_byte_stream_split=["confs.list.element"],
-    write_statistics=["qid", "trace_idx", "length"],
-    row_group_size=256,
-)
+TRACE_PARQUET_OPTIONS = {
+    "compression": "zstd",
+    "use_dictionary": ["final_answer", "text"],
+    "use_byte_stream_split": ["confs.list.element"],
+    "write_statistics": ["qid", "trace_idx", "length"],
+    "row_group_size": 256,
+}
 
 QUESTION_SCHEMA = pa.schema(
     [

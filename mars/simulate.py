@@ -52,13 +52,15 @@ class Settings:
     consensus: float = 0.9
     spacing: int = CHECKPOINT_SPACING
 
-    def validate(self) -> "Settings":
+    def validate(self) -> Settings:
         if not 1 <= self.budget <= MAX_BUDGET:
             raise SimulationError(f"--budget {self.budget}: must be between 1 and {MAX_BUDGET}")
         if not 1 <= self.iterations <= 1_000_000:
             raise SimulationError(f"--iterations {self.iterations}: must be at least 1")
         if self.budget * self.iterations > MAX_DRAWS:
-            raise SimulationError(f"--budget × --iterations = {self.budget * self.iterations}: more than {MAX_DRAWS} draws")
+            raise SimulationError(
+                f"--budget × --iterations = {self.budget * self.iterations}: more than {MAX_DRAWS} draws"
+            )
         if self.warmup < 0:
             raise SimulationError(f"--warmup {self.warmup}: must be ≥ 0")
         if self.window < 1 or self.spacing < 1:
@@ -86,7 +88,9 @@ class MethodResult:
     stopped_by: np.ndarray  # str labels
     probe_tokens: np.ndarray  # float (NaN: unknown)
     gamma: float = float("nan")
-    pruned_at: np.ndarray | None = None  # [I, B] Parallel-Probe (faithful): position a trace was pruned at
+    pruned_at: np.ndarray | None = (
+        None  # [I, B] Parallel-Probe (faithful): position a trace was pruned at
+    )
 
 
 @dataclass
@@ -117,13 +121,25 @@ class QuestionContext:
     byte-identical, as at every checkpoint of a live run.
     """
 
-    def __init__(self, arr: QuestionArrays, settings: Settings, samples: np.ndarray | None = None,
-                 warm: np.ndarray | None = None, memo: dict | None = None):
+    def __init__(
+        self,
+        arr: QuestionArrays,
+        settings: Settings,
+        samples: np.ndarray | None = None,
+        warm: np.ndarray | None = None,
+        memo: dict | None = None,
+    ):
         self.arr = arr
         self.s = settings
         self.memo = memo
-        self.samples = bootstrap_samples(arr, settings) if samples is None else np.asarray(samples, dtype=np.int64)
-        self.warm = arr.pool_ids()[: settings.warmup] if warm is None else np.asarray(warm, dtype=np.int64)
+        self.samples = (
+            bootstrap_samples(arr, settings)
+            if samples is None
+            else np.asarray(samples, dtype=np.int64)
+        )
+        self.warm = (
+            arr.pool_ids()[: settings.warmup] if warm is None else np.asarray(warm, dtype=np.int64)
+        )
         if len(self.warm):
             self.warm_ref = int(np.argmax(np.bincount(arr.final_ids[self.warm])))
         else:
@@ -201,10 +217,17 @@ def _digest(*arrays: np.ndarray) -> str:
 def _rule_for(method: Method, ctx: QuestionContext, gamma):
     s = ctx.s
     if method.stopping == "mars":
-        return Mars(gamma=gamma, guard_answer=ctx.warm_ref, certified=method.certified, delta=s.delta,
-                    label="certified" if method.certified else "margin")
+        return Mars(
+            gamma=gamma,
+            guard_answer=ctx.warm_ref,
+            certified=method.certified,
+            delta=s.delta,
+            label="certified" if method.certified else "margin",
+        )
     if method.stopping == "pp":
-        return ParallelProbe(conv=s.pp_conv, warmup=s.pp_warmup, patience=s.pp_patience, faithful=method.faithful)
+        return ParallelProbe(
+            conv=s.pp_conv, warmup=s.pp_warmup, patience=s.pp_patience, faithful=method.faithful
+        )
     if method.stopping == "consensus":
         return Consensus(share=s.consensus)
     return Never()
@@ -216,7 +239,9 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
     grid = arr.grid
     m = len(grid)
     if method.needs_confs and not arr.has_confs:
-        raise SimulationError(f"method {method.name} needs per-token confidences; question {arr.qid} has none")
+        raise SimulationError(
+            f"method {method.name} needs per-token confidences; question {arr.qid} has none"
+        )
     lens = arr.lengths[S]
     run_lens = arr.run_lengths[S]
     if method.deepconf:
@@ -245,9 +270,21 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
         w = arr.conf_at_pos[Sk, k] if method.conf_weights else np.ones(ids.shape)
         votes = tally(ids, w, e, arr.n_answers)
         lead, has = leader(votes)
-        return Snapshot(k=k, position=int(grid[k]), rows=rows, ids=ids, eligible=e, weights=w, votes=votes,
-                        lead=lead, has_votes=has, running=running, n_answers=arr.n_answers,
-                        q=None if q_matrix is None else q_matrix[Sk, k], pending=kept & running & (ids < 0))
+        return Snapshot(
+            k=k,
+            position=int(grid[k]),
+            rows=rows,
+            ids=ids,
+            eligible=e,
+            weights=w,
+            votes=votes,
+            lead=lead,
+            has_votes=has,
+            running=running,
+            n_answers=arr.n_answers,
+            q=None if q_matrix is None else q_matrix[Sk, k],
+            pending=kept & running & (ids < 0),
+        )
 
     answer = np.full(I, -1, dtype=np.int64)
     stop_k = np.full(I, m, dtype=np.int64)  # m = ran to the full budget
@@ -267,7 +304,9 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
         if method.stopping == "oracle-first":
             stop_k = np.where(agree.any(axis=1), np.argmax(agree, axis=1), m)
         else:
-            last_dis = np.where((~agree).any(axis=1), m - 1 - np.argmax(~agree[:, ::-1], axis=1), -1)
+            last_dis = np.where(
+                (~agree).any(axis=1), m - 1 - np.argmax(~agree[:, ::-1], axis=1), -1
+            )
             stop_k = last_dis + 1
         answer = final_answer.astype(np.int64)
         label = np.where(stop_k < m, "oracle", "budget").astype(object)
@@ -290,7 +329,9 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
             e_rest = e_f[rest]
             if method.faithful:
                 e_rest &= ~rule.pruned[rest]
-            final_answer, _ = leader(tally(arr.final_ids[S[rest]], w_f[rest], e_rest, arr.n_answers))
+            final_answer, _ = leader(
+                tally(arr.final_ids[S[rest]], w_f[rest], e_rest, arr.n_answers)
+            )
             answer[rest] = final_answer
 
     # tokens: every sampled trace is charged up to the stop position (and its truncation / pruning)
@@ -307,23 +348,46 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
             probe_tokens[:] = np.nan
         else:
             # probed while running, up to the decision; a pruned trace was probed where it was pruned
-            probed_until = np.minimum(run_lens, np.minimum(rule.pruned_at, run_lens) + 1) if method.faithful else run_lens
-            probed = (grid[None, None, :] < probed_until[:, :, None]) & (np.arange(m)[None, None, :] <= stop_k[:, None, None])
+            probed_until = (
+                np.minimum(run_lens, np.minimum(rule.pruned_at, run_lens) + 1)
+                if method.faithful
+                else run_lens
+            )
+            probed = (grid[None, None, :] < probed_until[:, :, None]) & (
+                np.arange(m)[None, None, :] <= stop_k[:, None, None]
+            )
             cost = arr.probe_tokens[S]
             unknown = (probed & (cost < 0)).any(axis=(1, 2))
-            probe_tokens = np.where(probed, np.maximum(cost, 0), 0).sum(axis=(1, 2)).astype(np.float64)
+            probe_tokens = (
+                np.where(probed, np.maximum(cost, 0), 0).sum(axis=(1, 2)).astype(np.float64)
+            )
             probe_tokens[unknown] = np.nan
 
-    correct = np.where(answer >= 0, arr.correct[np.maximum(answer, 0)] if arr.n_answers else False, False)
-    return MethodResult(answer=answer, correct=correct.astype(bool), tokens=tokens.astype(np.int64),
-                        baseline=baseline.astype(np.int64), position=position.astype(np.int64),
-                        stopped_by=label, probe_tokens=probe_tokens, gamma=float(gamma),
-                        pruned_at=rule.pruned_at if method.faithful else None)
+    correct = np.where(
+        answer >= 0, arr.correct[np.maximum(answer, 0)] if arr.n_answers else False, False
+    )
+    return MethodResult(
+        answer=answer,
+        correct=correct.astype(bool),
+        tokens=tokens.astype(np.int64),
+        baseline=baseline.astype(np.int64),
+        position=position.astype(np.int64),
+        stopped_by=label,
+        probe_tokens=probe_tokens,
+        gamma=float(gamma),
+        pruned_at=rule.pruned_at if method.faithful else None,
+    )
 
 
-def simulate_question(arr: QuestionArrays, methods: list[Method], settings: Settings) -> QuestionResult:
-    res = QuestionResult(qid=arr.qid, ground_truth=arr.ground_truth, representatives=arr.representatives,
-                         content_hash=arr.content_hash)
+def simulate_question(
+    arr: QuestionArrays, methods: list[Method], settings: Settings
+) -> QuestionResult:
+    res = QuestionResult(
+        qid=arr.qid,
+        ground_truth=arr.ground_truth,
+        representatives=arr.representatives,
+        content_hash=arr.content_hash,
+    )
     if len(arr.pool_ids()) == 0:
         raise SimulationError(f"question {arr.qid}: no trace has a final answer; nothing to sample")
     ctx = QuestionContext(arr, settings)
@@ -335,8 +399,10 @@ def simulate_question(arr: QuestionArrays, methods: list[Method], settings: Sett
 def _check_confs(methods: list[Method], arr: QuestionArrays, source: str) -> None:
     for method in methods:
         if method.needs_confs and not arr.has_confs:
-            raise SimulationError(f"{source}: method {method.name} needs per-token confidences, "
-                                  f"but question {arr.qid} has none")
+            raise SimulationError(
+                f"{source}: method {method.name} needs per-token confidences, "
+                f"but question {arr.qid} has none"
+            )
 
 
 def _worker(args) -> QuestionResult:
@@ -357,16 +423,28 @@ def _worker_pool(path):
     return _POOLS[path]
 
 
-def simulate_pool(pool_path, methods: list[Method], settings: Settings, questions: list[int] | None = None,
-                  workers: int = 1, cache_dir=None, progress=None) -> list[QuestionResult]:
+def simulate_pool(
+    pool_path,
+    methods: list[Method],
+    settings: Settings,
+    questions: list[int] | None = None,
+    workers: int = 1,
+    cache_dir=None,
+    progress=None,
+) -> list[QuestionResult]:
     """Simulate every requested question of a pool; results are sorted by qid and independent of ``workers``."""
     settings.validate()
     pool = _worker_pool(str(pool_path))
     qids = pool.qids if questions is None else questions
     missing = [q for q in qids if q not in set(pool.qids)]
     if missing:
-        raise PoolError(f"{pool.source}: no question {missing[0]} (questions: {', '.join(map(str, pool.qids))})")
-    jobs = [(str(pool_path), q, methods, settings, None if cache_dir is None else str(cache_dir)) for q in qids]
+        raise PoolError(
+            f"{pool.source}: no question {missing[0]} (questions: {', '.join(map(str, pool.qids))})"
+        )
+    jobs = [
+        (str(pool_path), q, methods, settings, None if cache_dir is None else str(cache_dir))
+        for q in qids
+    ]
     results = []
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:

@@ -39,7 +39,9 @@ class Snapshot:
     running: np.ndarray  # trace still generating at this checkpoint
     n_answers: int
     q: np.ndarray | None = None  # switch probabilities, float32
-    pending: np.ndarray | None = None  # running, otherwise eligible, but no answer yet (abstained probe)
+    pending: np.ndarray | None = (
+        None  # running, otherwise eligible, but no answer yet (abstained probe)
+    )
 
 
 def _challengers(votes: np.ndarray, lead: np.ndarray) -> np.ndarray:
@@ -57,7 +59,9 @@ def _challengers(votes: np.ndarray, lead: np.ndarray) -> np.ndarray:
     return out
 
 
-def margin_test(votes, lead, has_votes, ids, weights, eligible, q, gamma, epsilon=None, strict=True) -> np.ndarray:
+def margin_test(
+    votes, lead, has_votes, ids, weights, eligible, q, gamma, epsilon=None, strict=True
+) -> np.ndarray:
     """The MARS certificate for every row: leader safe against the unseen and every voted challenger.
 
     Costs follow reference-protocol §5.1 term by term (γ·2w for leader voters, −w for the
@@ -80,9 +84,18 @@ def margin_test(votes, lead, has_votes, ids, weights, eligible, q, gamma, epsilo
     if chal.shape[1]:
         own = ids[:, None, :] == chal[:, :, None]
         neg = -weights
-        cost = np.where(is_lead[:, None, :], (base * 2)[:, None, :] if np.ndim(base) else base * 2,
-                        np.where(own, neg[:, None, :] if np.ndim(neg) else neg,
-                                 base[:, None, :] if np.ndim(base) else base)) * eligible[:, None, :]
+        cost = (
+            np.where(
+                is_lead[:, None, :],
+                (base * 2)[:, None, :] if np.ndim(base) else base * 2,
+                np.where(
+                    own,
+                    neg[:, None, :] if np.ndim(neg) else neg,
+                    base[:, None, :] if np.ndim(base) else base,
+                ),
+            )
+            * eligible[:, None, :]
+        )
         thr = np.sum(q[:, None, :] * cost, axis=-1)
         v_chal = np.take_along_axis(votes, np.maximum(chal, 0), axis=1)
         eps_k = eps if np.ndim(eps) == 0 else eps[:, None]
@@ -138,11 +151,29 @@ class Mars(Rule):
             w_el = np.where(charged, np.broadcast_to(snap.weights, snap.ids.shape), 0)
             w_max = np.maximum(w_el.max(axis=1), 0) if w_el.size else np.ones(len(snap.rows))
             eps = w_max * np.sqrt(2.0 * n_active * np.log(max(self._budget, 1) / self.delta))
-            ok = margin_test(snap.votes, snap.lead, snap.has_votes, snap.ids, snap.weights, charged, q,
-                             self.gamma, epsilon=eps, strict=False)
+            ok = margin_test(
+                snap.votes,
+                snap.lead,
+                snap.has_votes,
+                snap.ids,
+                snap.weights,
+                charged,
+                q,
+                self.gamma,
+                epsilon=eps,
+                strict=False,
+            )
         else:
-            ok = margin_test(snap.votes, snap.lead, snap.has_votes, snap.ids, snap.weights, snap.eligible, q,
-                             self.gamma)
+            ok = margin_test(
+                snap.votes,
+                snap.lead,
+                snap.has_votes,
+                snap.ids,
+                snap.weights,
+                snap.eligible,
+                q,
+                self.gamma,
+            )
         if snap.k == 0 and self.guard_answer >= 0 and not self.certified:
             ok &= snap.lead == self.guard_answer
         return ok

@@ -11,10 +11,9 @@ question: the difference is then explained by the id order alone.
 
 from __future__ import annotations
 
-import itertools
 import json
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -25,13 +24,26 @@ FIXTURES = SHARED / "fixtures" / "reference-sim"
 
 #: fixture folder -> our method name
 FOLDER_METHOD = {
-    "sc": "sc", "sc-mars": "sc-mars", "sc-mars-cal": "sc-mars-cal", "sc-mars-oracle": "sc-mars-oracle",
-    "sc-mars-oracle-cal": "sc-mars-oracle-cal", "dco": "dco", "dco-mars": "dco-mars",
-    "dco-mars-cal": "dco-mars-cal", "dco-mars-oracle": "dco-mars-oracle", "sc-pp-u3": "sc-pp", "sc-pp-u4": "sc-pp",
+    "sc": "sc",
+    "sc-mars": "sc-mars",
+    "sc-mars-cal": "sc-mars-cal",
+    "sc-mars-oracle": "sc-mars-oracle",
+    "sc-mars-oracle-cal": "sc-mars-oracle-cal",
+    "dco": "dco",
+    "dco-mars": "dco-mars",
+    "dco-mars-cal": "dco-mars-cal",
+    "dco-mars-oracle": "dco-mars-oracle",
+    "sc-pp-u3": "sc-pp",
+    "sc-pp-u4": "sc-pp",
 }
 #: printed oracle savings (mean per-question %), from the fixtures' README
 ORACLE_PRINTED = {
-    "synthetic-5q": {"oracle-first": 75.0, "oracle-last": 73.9, "oracle-dco-first": 25.7, "oracle-dco-last": 24.4},
+    "synthetic-5q": {
+        "oracle-first": 75.0,
+        "oracle-last": 73.9,
+        "oracle-dco-first": 25.7,
+        "oracle-dco-last": 24.4,
+    },
     "pp-aime24": {"oracle-first": 45.7, "oracle-last": 45.4},
 }
 COMPARED = ["voted_answer", "is_correct", "total_tokens", "baseline_tokens", "position"]
@@ -50,13 +62,23 @@ def fixture_settings(pool: str, folder: str):
 
     cfg = json.loads((FIXTURES / pool / folder / "config.json").read_text())
     ex = cfg["extra"]
-    return Settings(budget=cfg["budget"], iterations=cfg["n_iterations"], warmup=cfg["warmup"], seed=cfg["seed"],
-                    window=cfg["window_size"], gamma=ex["gamma"], ucb_z=ex["ucb_z"] if ex["warmup_gamma"] else 0.0,
-                    gamma_min=ex["gamma_min"], pp_conv=ex["pp_conv"], pp_warmup=ex["pp_warmup"],
-                    pp_patience=ex["pp_prune_patience"], delta=ex["delta"])
+    return Settings(
+        budget=cfg["budget"],
+        iterations=cfg["n_iterations"],
+        warmup=cfg["warmup"],
+        seed=cfg["seed"],
+        window=cfg["window_size"],
+        gamma=ex["gamma"],
+        ucb_z=ex["ucb_z"] if ex["warmup_gamma"] else 0.0,
+        gamma_min=ex["gamma_min"],
+        pp_conv=ex["pp_conv"],
+        pp_warmup=ex["pp_warmup"],
+        pp_patience=ex["pp_prune_patience"],
+        delta=ex["delta"],
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def arrays(pool: str) -> dict:
     from mars.arrays import build_arrays
     from mars.pool import open_pool
@@ -65,9 +87,11 @@ def arrays(pool: str) -> dict:
     return {q.qid: build_arrays(q) for q in p.questions()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def reference(pool: str, folder: str) -> pd.DataFrame:
-    df = pd.read_csv(FIXTURES / pool / folder / "results.csv", keep_default_na=False, dtype={"voted_answer": str})
+    df = pd.read_csv(
+        FIXTURES / pool / folder / "results.csv", keep_default_na=False, dtype={"voted_answer": str}
+    )
     return df.set_index(["question_id", "iteration"]).sort_index()
 
 
@@ -86,12 +110,19 @@ def run(arr, pool: str, folder: str) -> pd.DataFrame:
     reps = arr.representatives
     for f in group:
         r = res.methods[FOLDER_METHOD[f]]
-        cache[f] = pd.DataFrame({
-            "question_id": arr.qid, "iteration": np.arange(len(r.answer)),
-            "voted_answer": [reps[a] if a >= 0 else "" for a in r.answer], "is_correct": r.correct,
-            "total_tokens": r.tokens, "baseline_tokens": r.baseline, "position": r.position,
-            "stopped_by": r.stopped_by, "group": r.answer,
-        }).set_index(["question_id", "iteration"])
+        cache[f] = pd.DataFrame(
+            {
+                "question_id": arr.qid,
+                "iteration": np.arange(len(r.answer)),
+                "voted_answer": [reps[a] if a >= 0 else "" for a in r.answer],
+                "is_correct": r.correct,
+                "total_tokens": r.tokens,
+                "baseline_tokens": r.baseline,
+                "position": r.position,
+                "stopped_by": r.stopped_by,
+                "group": r.answer,
+            }
+        ).set_index(["question_id", "iteration"])
     return cache[folder]
 
 
@@ -101,12 +132,20 @@ def mismatches(ours: pd.DataFrame, ref: pd.DataFrame, arr) -> pd.DataFrame:
 
     ref = ref.loc[ours.index]
     ref_group = np.array([_group_of(arr, s) for s in ref.voted_answer])
-    bad = ((ref_group != ours.group.to_numpy()) | (ref.total_tokens.to_numpy() != ours.total_tokens.to_numpy())
-           | (ref.baseline_tokens.to_numpy() != ours.baseline_tokens.to_numpy())
-           | (ref.position.to_numpy() != ours.position.to_numpy()))
+    bad = (
+        (ref_group != ours.group.to_numpy())
+        | (ref.total_tokens.to_numpy() != ours.total_tokens.to_numpy())
+        | (ref.baseline_tokens.to_numpy() != ours.baseline_tokens.to_numpy())
+        | (ref.position.to_numpy() != ours.position.to_numpy())
+    )
     # correctness may differ only where the reference graded a different member of the same group
     corr = ref.is_correct.to_numpy() != ours.is_correct.to_numpy()
-    rep_quirk = np.array([s != arr.representatives[g] if g >= 0 else False for s, g in zip(ref.voted_answer, ref_group)])
+    rep_quirk = np.array(
+        [
+            s != arr.representatives[g] if g >= 0 else False
+            for s, g in zip(ref.voted_answer, ref_group)
+        ]
+    )
     bad |= corr & ~rep_quirk
     out = ours[bad].join(ref[bad].add_suffix("_ref"))
     return out
@@ -121,7 +160,6 @@ def _group_of(arr, s: str) -> int:
         pass
     idx = getattr(arr, "_index_cache", None)
     if idx is None:
-        from mars.answers import group_answers
 
         idx = {}
         arr._index_cache = idx
@@ -129,17 +167,25 @@ def _group_of(arr, s: str) -> int:
         from mars.answers import answers_equivalent, numeric_key
 
         key = numeric_key(s)
-        idx[s] = next((g for g, r in enumerate(arr.representatives)
-                       if (key is not None and numeric_key(r) == key) or answers_equivalent(r, s)), -2)
+        idx[s] = next(
+            (
+                g
+                for g, r in enumerate(arr.representatives)
+                if (key is not None and numeric_key(r) == key) or answers_equivalent(r, s)
+            ),
+            -2,
+        )
     return idx[s]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compare_all(pool: str) -> dict:
     out = {}
     for folder in folders(pool):
         ref = reference(pool, folder)
-        out[folder] = pd.concat([mismatches(run(arr, pool, folder), ref, arr) for arr in arrays(pool).values()])
+        out[folder] = pd.concat(
+            [mismatches(run(arr, pool, folder), ref, arr) for arr in arrays(pool).values()]
+        )
     return out
 
 
@@ -149,7 +195,7 @@ def compare_pool(pool: str, folder_list=None) -> dict:
     return {f: allm[f] for f in (folder_list or folders(pool))}
 
 
-@lru_cache(maxsize=None)
+@cache
 def explain(pool: str, qid: int, max_rounds: int = 12):
     """An id order under which every method matches the reference on question ``qid``, or None.
 
@@ -216,7 +262,9 @@ def main(argv):
         res = compare_pool(pool, [f for f in folders(pool) if not argv or f in argv])
         bad_q = sorted({q for df in res.values() for q in df.index.get_level_values(0)})
         for folder, df in res.items():
-            print(f"{pool:14s} {folder:20s} mismatching rows {len(df):4d}  questions {sorted(set(df.index.get_level_values(0)))}")
+            print(
+                f"{pool:14s} {folder:20s} mismatching rows {len(df):4d}  questions {sorted(set(df.index.get_level_values(0)))}"
+            )
         for q in bad_q:
             print(f"  {pool} q{q}: explained by answer order {explain(pool, q)}")
 

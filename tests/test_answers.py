@@ -170,7 +170,9 @@ class TestNumericKey:
         assert numeric_key("-3,141") == "-3141"
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(st.text(alphabet=st.sampled_from(list("0123456789{}^_\\frac sqrt$,.-+()=xi!")), max_size=25))
+    @given(
+        st.text(alphabet=st.sampled_from(list("0123456789{}^_\\frac sqrt$,.-+()=xi!")), max_size=25)
+    )
     def test_never_raises(self, s):
         old = A.SYMBOLIC_TIMEOUT_S
         A.SYMBOLIC_TIMEOUT_S = 1.0  # keep the property test quick even on slow inputs
@@ -206,7 +208,7 @@ class TestTimeLimit:
                 try:
                     while True:
                         pass
-                except BaseException:  # noqa: BLE001 - simulates a library swallowing it once
+                except BaseException:
                     break
             while True:  # the repeating timer fires again
                 pass
@@ -378,7 +380,7 @@ class TestGrouping:
 
     def test_more_than_50_symbolic_are_singletons(self):
         syms = [f"x + {i}" for i in range(50)] + ["1 + x"]  # 51 distinct symbolic strings
-        g = group_answers(["7"] + syms)
+        g = group_answers(["7", *syms])
         assert len(g) == 52
         assert g.id_of("x + 1") != g.id_of("1 + x")
         # exactly 50 -> merging happens
@@ -397,11 +399,11 @@ class TestGrouping:
         s = r"\sin^2 y + \cos^2 y + 3"
         # group "4" (1 member) comes first, then 20 groups of 2 members: "4" is not in the top 20
         big = [x for k in range(10, 30) for x in (str(k), f"{k}.0")]
-        g = group_answers(["4"] + big + [s])
+        g = group_answers(["4", *big, s])
         assert len(g) == 22
         assert g.id_of(s) == 21
         # with only 19 bigger groups, "4" is the 20th largest and is compared
-        g = group_answers(["4"] + big[:38] + [s])
+        g = group_answers(["4", *big[:38], s])
         assert len(g) == 20
         assert g.id_of(s) == 0
 
@@ -483,7 +485,12 @@ def test_reference_voted_answers_and_correctness():
     seen = set()
     with open(PP_AIME24 / "sc" / "results.csv", newline="") as fh:
         for row in csv.DictReader(fh):
-            key = (int(row["question_id"]), row["voted_answer"], row["ground_truth"], row["is_correct"])
+            key = (
+                int(row["question_id"]),
+                row["voted_answer"],
+                row["ground_truth"],
+                row["is_correct"],
+            )
             if key in seen:
                 continue
             seen.add(key)

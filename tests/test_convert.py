@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import conformance as C
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
+from util import write_layout_pool
 
-import conformance as C
 from mars.cli import app
 from mars.pool import open_pool
-from util import write_layout_pool
 
 runner = CliRunner()
 PP_JSON = C.SHARED / "data" / "parallel-probe-qwen3-8b" / "aime24.json"
@@ -51,8 +51,23 @@ def test_simulating_imported_pool_gives_fixture_results(imported_pp, tmp_path):
     for folder in ("sc", "sc-mars-cal", "sc-pp-u3"):
         s = C.fixture_settings("pp-aime24", folder)
         method = C.FOLDER_METHOD[folder]
-        args = ["simulate", str(imported_pp), "-m", method, "--out", str(tmp_path / folder), "--budget", str(s.budget),
-                "--iterations", str(s.iterations), "--pp-conv", str(s.pp_conv), "--ucb-z", str(s.ucb_z), "-q"]
+        args = [
+            "simulate",
+            str(imported_pp),
+            "-m",
+            method,
+            "--out",
+            str(tmp_path / folder),
+            "--budget",
+            str(s.budget),
+            "--iterations",
+            str(s.iterations),
+            "--pp-conv",
+            str(s.pp_conv),
+            "--ucb-z",
+            str(s.ucb_z),
+            "-q",
+        ]
         assert runner.invoke(app, args).exit_code == 0
         args[1] = str(C.FIXTURES / "pp-aime24" / "pool.parquet")
         args[5] = str(tmp_path / (folder + "-ref"))
@@ -60,7 +75,10 @@ def test_simulating_imported_pool_gives_fixture_results(imported_pp, tmp_path):
         a = (tmp_path / folder / method / "per_iteration.csv").read_text()
         b = (tmp_path / (folder + "-ref") / method / "per_iteration.csv").read_text()
         assert a == b
-        n, bad = len(C.reference("pp-aime24", folder)), C.compare_pool("pp-aime24", [folder])[folder]
+        n, bad = (
+            len(C.reference("pp-aime24", folder)),
+            C.compare_pool("pp-aime24", [folder])[folder],
+        )
         assert len(bad) < 0.06 * n
 
 
@@ -69,17 +87,41 @@ def test_export_then_simulate_roundtrip(tmp_path):
     out = tmp_path / "pub.parquet"
     assert runner.invoke(app, ["export", str(pool), str(out)]).exit_code == 0
     t = pq.read_table(out)
-    assert t.schema.names == ["qid", "trace_idx", "ground_truth", "extracted_answer", "confs", "probes"]
+    assert t.schema.names == [
+        "qid",
+        "trace_idx",
+        "ground_truth",
+        "extracted_answer",
+        "confs",
+        "probes",
+    ]
     res = []
     for src, name in ((pool, "a"), (out, "b")):
-        r = runner.invoke(app, ["simulate", str(src), "-m", "sc,sc-mars-cal,dco-mars-cal", "--out", str(tmp_path / name),
-                                "--budget", "16", "--iterations", "4", "-q"])
+        r = runner.invoke(
+            app,
+            [
+                "simulate",
+                str(src),
+                "-m",
+                "sc,sc-mars-cal,dco-mars-cal",
+                "--out",
+                str(tmp_path / name),
+                "--budget",
+                "16",
+                "--iterations",
+                "4",
+                "-q",
+            ],
+        )
         assert r.exit_code == 0, r.output
         df = pd.read_csv(tmp_path / name / "dco-mars-cal" / "per_iteration.csv")
         res.append(df.drop(columns="probe_tokens"))  # the published schema has no probe cost
     pd.testing.assert_frame_equal(res[0], res[1])
     # re-import the exported file
-    assert runner.invoke(app, ["import", "mars-parquet", str(out), str(tmp_path / "re")]).exit_code == 0
+    assert (
+        runner.invoke(app, ["import", "mars-parquet", str(out), str(tmp_path / "re")]).exit_code
+        == 0
+    )
     assert open_pool(tmp_path / "re").read_question(1).n_traces == 40
 
 

@@ -23,7 +23,11 @@ from mars.generate import (
 )
 from mars.pool import PoolError, open_pool
 
-TOY = {"name": "toy", "base": "qwen3-8b", "params": {"len_median": 2000.0, "max_tokens": 6144, "len_hard_slope": 0.5}}
+TOY = {
+    "name": "toy",
+    "base": "qwen3-8b",
+    "params": {"len_median": 2000.0, "max_tokens": 6144, "len_hard_slope": 0.5},
+}
 QS = [0, 1, 2, 3]
 SPACING = 1024
 
@@ -38,7 +42,9 @@ def problems():
 
 
 def gen(problems, out, seed=0, n=8, **kw):
-    return generate_pool(backend(), problems, n, seed, out, questions=QS, spacing=SPACING, progress=False, **kw)
+    return generate_pool(
+        backend(), problems, n, seed, out, questions=QS, spacing=SPACING, progress=False, **kw
+    )
 
 
 def trace_bytes(pool_dir):
@@ -50,8 +56,16 @@ def test_generated_pool_validates(tmp_path, problems):
     pool = open_pool(out)
     assert pool.qids == QS
     m = json.loads((out / schema.POOL_MANIFEST).read_text())
-    for key, val in {"backend": "synthetic", "preset": "toy", "seed": 0, "n_traces": 8, "spacing": SPACING,
-                     "max_tokens": 6144, "format": schema.POOL_FORMAT, "n_questions": 4}.items():
+    for key, val in {
+        "backend": "synthetic",
+        "preset": "toy",
+        "seed": 0,
+        "n_traces": 8,
+        "spacing": SPACING,
+        "max_tokens": 6144,
+        "format": schema.POOL_FORMAT,
+        "n_questions": 4,
+    }.items():
         assert m[key] == val
     assert m["model"]
     assert not (out / ".generate.json").exists()
@@ -66,7 +80,7 @@ def test_generated_pool_validates(tmp_path, problems):
         assert (d.probe_positions < d.lengths[tr]).all()
         # every running trace is probed at every grid point (no gaps)
         for j in range(d.n_traces):
-            pos = d.probe_positions[d.probe_offsets[j]:d.probe_offsets[j + 1]]
+            pos = d.probe_positions[d.probe_offsets[j] : d.probe_offsets[j + 1]]
             expect = np.arange(SPACING, d.lengths[j], SPACING)
             assert np.array_equal(pos, expect[expect <= 6144])
     t = pq.read_table(out / schema.trace_file_name(0))
@@ -139,7 +153,10 @@ def test_resume_after_interruption(tmp_path, problems):
         gen(problems, tmp_path / "run", on_question=die_after_two)
     run = tmp_path / "run"
     assert (run / ".generate.json").exists() and not (run / schema.POOL_MANIFEST).exists()
-    assert sorted(p.name for p in (run / "traces").iterdir()) == ["q000000.parquet", "q000001.parquet"]
+    assert sorted(p.name for p in (run / "traces").iterdir()) == [
+        "q000000.parquet",
+        "q000001.parquet",
+    ]
     seen = []
     gen(problems, run, on_question=lambda q, t: seen.append(q))
     assert seen == [2, 3]  # finished questions are skipped
@@ -189,15 +206,71 @@ def test_shard_ranges():
 
 def test_cli(tmp_path):
     out = tmp_path / "cli"
-    assert main(["--backend", "synthetic", "--preset", "qwen3-32b", "--problems", "brumo_2025", "--traces", "4",
-                 "--seed", "2", "--out", str(out), "--questions", "0-1", "--max-tokens", "8192", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "--backend",
+                "synthetic",
+                "--preset",
+                "qwen3-32b",
+                "--problems",
+                "brumo_2025",
+                "--traces",
+                "4",
+                "--seed",
+                "2",
+                "--out",
+                str(out),
+                "--questions",
+                "0-1",
+                "--max-tokens",
+                "8192",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     pool = open_pool(out)
-    assert pool.qids == [0, 1] and pool.manifest["preset"] == "qwen3-32b" and pool.manifest["max_tokens"] == 8192
+    assert (
+        pool.qids == [0, 1]
+        and pool.manifest["preset"] == "qwen3-32b"
+        and pool.manifest["max_tokens"] == 8192
+    )
     assert pool.read_question(1).lengths.max() <= 8192
-    s = [main(["--problems", "brumo_2025", "--traces", "4", "--out", str(tmp_path / f"s{i}"), "--questions", "0",
-               "--shard", str(i), "--n-shards", "2", "--no-confs", "--quiet"]) for i in range(2)]
+    s = [
+        main(
+            [
+                "--problems",
+                "brumo_2025",
+                "--traces",
+                "4",
+                "--out",
+                str(tmp_path / f"s{i}"),
+                "--questions",
+                "0",
+                "--shard",
+                str(i),
+                "--n-shards",
+                "2",
+                "--no-confs",
+                "--quiet",
+            ]
+        )
+        for i in range(2)
+    ]
     assert s == [0, 0]
-    assert main(["consolidate", "--out", str(tmp_path / "m"), str(tmp_path / "s0"), str(tmp_path / "s1")]) == 0
+    assert (
+        main(
+            [
+                "consolidate",
+                "--out",
+                str(tmp_path / "m"),
+                str(tmp_path / "s0"),
+                str(tmp_path / "s1"),
+            ]
+        )
+        == 0
+    )
     d = open_pool(tmp_path / "m").read_question(0)
     assert d.n_traces == 4 and not d.has_confs
     shutil.rmtree(tmp_path / "m")

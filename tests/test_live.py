@@ -10,7 +10,6 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -26,7 +25,15 @@ from mars.live import live_method, replay, solve, solve_pool
 from mars.pool import PoolError, open_pool
 from mars.simulate import SimulationError
 
-LIVE_METHODS = ["sc", "sc-mars", "sc-mars-cal", "sc-mars-cert", "sc-pp", "sc-pp-faithful", "sc-consensus"]
+LIVE_METHODS = [
+    "sc",
+    "sc-mars",
+    "sc-mars-cal",
+    "sc-mars-cert",
+    "sc-pp",
+    "sc-pp-faithful",
+    "sc-consensus",
+]
 QIDS = [0, 1, 2, 4, 5, 8, 13, 27]
 
 
@@ -43,16 +50,35 @@ def problems():
 @pytest.fixture(scope="module")
 def mars_run(tmp_path_factory, backend, problems):
     out = tmp_path_factory.mktemp("live") / "run"
-    rows = solve_pool(backend, problems, out, "sc-mars-cal", n_traces=48, warmup=16, seed=3, questions=QIDS,
-                      compare_full=True, progress=False)
+    rows = solve_pool(
+        backend,
+        problems,
+        out,
+        "sc-mars-cal",
+        n_traces=48,
+        warmup=16,
+        seed=3,
+        questions=QIDS,
+        compare_full=True,
+        progress=False,
+    )
     return out, rows
 
 
 @pytest.mark.parametrize("method", LIVE_METHODS)
 def test_replay_of_live_records_is_exact(tmp_path, backend, problems, method):
     out = tmp_path / method
-    rows = solve_pool(backend, problems, out, method, n_traces=32, warmup=16, seed=1, questions=QIDS[:5],
-                      progress=False)
+    rows = solve_pool(
+        backend,
+        problems,
+        out,
+        method,
+        n_traces=32,
+        warmup=16,
+        seed=1,
+        questions=QIDS[:5],
+        progress=False,
+    )
     again = replay(out)
     assert [r["qid"] for r in again] == QIDS[:5]
     for r, live in zip(again, rows):
@@ -63,9 +89,13 @@ def test_replay_of_live_records_is_exact(tmp_path, backend, problems, method):
     for live in rows:
         q = pool.read_question(live["qid"])
         main = q.trace_idx >= 16
-        assert int(q.lengths[main].sum()) == live["tokens"]  # tokens = what the main traces generated
+        assert (
+            int(q.lengths[main].sum()) == live["tokens"]
+        )  # tokens = what the main traces generated
         stopped = np.isin(q.trace_idx, live["stopped_traces"])
-        if live["stopped_by"] == "budget" and method != "sc-pp-faithful":  # (pruned traces stop live)
+        if (
+            live["stopped_by"] == "budget" and method != "sc-pp-faithful"
+        ):  # (pruned traces stop live)
             assert not stopped.any()
         if method == "sc":
             assert live["stopped_by"] == "budget" and not stopped.any()
@@ -92,14 +122,31 @@ def test_live_mars_stops_early_and_keeps_the_full_answer(mars_run):
 
 
 def test_live_outputs_files_and_simulate_reads_them(mars_run, tmp_path):
-    out, rows = mars_run
+    out, _rows = mars_run
     manifest = json.loads((out / schema.POOL_MANIFEST).read_text())
     assert manifest["live"]["method"] == "sc-mars-cal" and manifest["n_traces"] == 64
     lines = (out / "live.csv").read_text().splitlines()
     assert len(lines) == 1 + len(QIDS) and lines[0].startswith("qid,method,answer")
-    res = subprocess.run([sys.executable, "-m", "mars.cli", "simulate", str(out), "--method", "sc,sc-mars-cal",
-                          "--budget", "32", "--iterations", "4", "--out", str(tmp_path / "sim"), "-q"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mars.cli",
+            "simulate",
+            str(out),
+            "--method",
+            "sc,sc-mars-cal",
+            "--budget",
+            "32",
+            "--iterations",
+            "4",
+            "--out",
+            str(tmp_path / "sim"),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "sim" / "sc-mars-cal" / "overall.json").exists()
 
@@ -115,13 +162,46 @@ def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, pro
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        solve_pool(backend, problems, out, "sc-mars-cal", n_traces=48, warmup=16, seed=3, questions=QIDS,
-                   compare_full=True, progress=False, on_question=boom)
-    assert not (out / schema.POOL_MANIFEST).exists() and len(list((out / "live").glob("q*.json"))) == 3
+        solve_pool(
+            backend,
+            problems,
+            out,
+            "sc-mars-cal",
+            n_traces=48,
+            warmup=16,
+            seed=3,
+            questions=QIDS,
+            compare_full=True,
+            progress=False,
+            on_question=boom,
+        )
+    assert (
+        not (out / schema.POOL_MANIFEST).exists() and len(list((out / "live").glob("q*.json"))) == 3
+    )
     with pytest.raises(PoolError, match="other parameters"):
-        solve_pool(backend, problems, out, "sc-mars", n_traces=48, warmup=16, seed=3, questions=QIDS, progress=False)
-    solve_pool(backend, problems, out, "sc-mars-cal", n_traces=48, warmup=16, seed=3, questions=QIDS,
-               compare_full=True, progress=False)
+        solve_pool(
+            backend,
+            problems,
+            out,
+            "sc-mars",
+            n_traces=48,
+            warmup=16,
+            seed=3,
+            questions=QIDS,
+            progress=False,
+        )
+    solve_pool(
+        backend,
+        problems,
+        out,
+        "sc-mars-cal",
+        n_traces=48,
+        warmup=16,
+        seed=3,
+        questions=QIDS,
+        compare_full=True,
+        progress=False,
+    )
     for q in QIDS:
         name = schema.trace_file_name(q)
         assert pq.read_table(out / name).equals(pq.read_table(ref_out / name))
@@ -147,12 +227,21 @@ def test_tampered_record_is_caught(tmp_path, mars_run):
     rec["tokens"] += 1
     path.write_text(json.dumps(rec))
     assert [r["match"] for r in replay(out)] == [False] + [True] * (len(QIDS) - 1)
-    res = subprocess.run([sys.executable, "-m", "mars.cli", "replay", str(out)], capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "mars.cli", "replay", str(out)], capture_output=True, text=True
+    )
     assert res.returncode == 1 and f"question {QIDS[0]}" in res.stderr
 
 
-@pytest.mark.parametrize("method,msg", [("dco-mars-cal", "DeepConf"), ("sc-mars-oracle", "future"),
-                                        ("oracle-first", "future"), ("nope", "unknown method")])
+@pytest.mark.parametrize(
+    "method,msg",
+    [
+        ("dco-mars-cal", "DeepConf"),
+        ("sc-mars-oracle", "future"),
+        ("oracle-first", "future"),
+        ("nope", "unknown method"),
+    ],
+)
 def test_methods_that_cannot_run_live_are_refused(method, msg):
     with pytest.raises((SimulationError, ValueError), match=msg):
         live_method(method)
@@ -160,15 +249,51 @@ def test_methods_that_cannot_run_live_are_refused(method, msg):
 
 def test_cli_errors_are_one_line_and_leave_nothing(tmp_path):
     out = tmp_path / "x"
-    res = subprocess.run([sys.executable, "-m", "mars.cli", "solve", "--problems", "aime_2025", "--questions", "0",
-                          "--method", "dco-mars", "--out", str(out), "-q"], capture_output=True, text=True)
-    assert res.returncode == 2 and res.stderr.startswith("error: method dco-mars") and res.stderr.count("\n") == 1
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mars.cli",
+            "solve",
+            "--problems",
+            "aime_2025",
+            "--questions",
+            "0",
+            "--method",
+            "dco-mars",
+            "--out",
+            str(out),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        res.returncode == 2
+        and res.stderr.startswith("error: method dco-mars")
+        and res.stderr.count("\n") == 1
+    )
     assert not out.exists()
-    res = subprocess.run([sys.executable, "-m", "mars.cli", "replay", str(tmp_path)], capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "mars.cli", "replay", str(tmp_path)], capture_output=True, text=True
+    )
     assert res.returncode == 2 and "not a pool directory" in res.stderr
 
 
-SYMBOLIC = ["\\frac{1}{2}", "0.5", "1/2", "x+1", "1+x", "\\sqrt{2}", "2^{1/2}", "7", "07", "7.0", "\\pi", "3.14"]
+SYMBOLIC = [
+    "\\frac{1}{2}",
+    "0.5",
+    "1/2",
+    "x+1",
+    "1+x",
+    "\\sqrt{2}",
+    "2^{1/2}",
+    "7",
+    "07",
+    "7.0",
+    "\\pi",
+    "3.14",
+]
 
 
 @settings(max_examples=40, deadline=None)

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
+from util import write_layout_pool, write_published_pool
 
 from mars import schema
 from mars.cli import app
 from mars.pool import PoolError, open_pool
-from util import write_layout_pool, write_published_pool
 
 runner = CliRunner()
 
@@ -24,7 +24,9 @@ def run_cli(*args):
 
 def assert_rejected(tmp_path, pool, *needles, method="sc"):
     out = tmp_path / "out"
-    res = run_cli("simulate", pool, "-m", method, "--out", out, "--budget", 8, "--iterations", 2, "-q")
+    res = run_cli(
+        "simulate", pool, "-m", method, "--out", out, "--budget", 8, "--iterations", 2, "-q"
+    )
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
     assert len(lines) == 1, res.output
@@ -53,18 +55,23 @@ def _hook(fn):
     def hook(rows):
         fn(rows)
         return rows
+
     return hook
 
 
 def test_duplicate_trace(tmp_path):
-    pool = write_published_pool(tmp_path / "p.parquet", n_questions=1,
-                                rows_hook=lambda rows: rows + [dict(rows[3])])
+    pool = write_published_pool(
+        tmp_path / "p.parquet", n_questions=1, rows_hook=lambda rows: [*rows, dict(rows[3])]
+    )
     assert_rejected(tmp_path, pool, "p.parquet", "question 0", "trace 3", "duplicate")
 
 
 def test_non_contiguous_trace_ids(tmp_path):
-    pool = write_published_pool(tmp_path / "p.parquet", n_questions=1,
-                                rows_hook=_hook(lambda rows: rows[5].update(trace_idx=77)))
+    pool = write_published_pool(
+        tmp_path / "p.parquet",
+        n_questions=1,
+        rows_hook=_hook(lambda rows: rows[5].update(trace_idx=77)),
+    )
     assert_rejected(tmp_path, pool, "question 0", "not contiguous")
 
 
@@ -72,6 +79,7 @@ def test_running_trace_without_probe(tmp_path):
     def drop(rows):
         r = next(r for r in rows if len(r["probes"]) >= 2)
         r["probes"] = r["probes"][:1]
+
     pool = write_published_pool(tmp_path / "p.parquet", n_questions=1, rows_hook=_hook(drop))
     assert_rejected(tmp_path, pool, "question 0", "trace", "no probe at checkpoint")
 
@@ -81,6 +89,7 @@ def test_nan_confidence(tmp_path):
         c = np.asarray(rows[2]["confs"], dtype=np.float16).copy()
         c[10] = np.nan
         rows[2]["confs"] = c
+
     pool = write_published_pool(tmp_path / "p.parquet", n_questions=1, rows_hook=_hook(poison))
     assert_rejected(tmp_path, pool, "question 0", "trace 2", "non-finite confidence")
 
@@ -88,7 +97,11 @@ def test_nan_confidence(tmp_path):
 def test_wrong_column_type(tmp_path):
     path = write_published_pool(tmp_path / "p.parquet", n_questions=1)
     t = pq.read_table(path)
-    t = t.set_column(t.schema.get_field_index("trace_idx"), "trace_idx", pa.array([str(i) for i in range(t.num_rows)]))
+    t = t.set_column(
+        t.schema.get_field_index("trace_idx"),
+        "trace_idx",
+        pa.array([str(i) for i in range(t.num_rows)]),
+    )
     pq.write_table(t, path)
     assert_rejected(tmp_path, path, "p.parquet", "trace_idx", "type")
 
@@ -152,9 +165,16 @@ def test_bad_manifest(tmp_path):
 def test_existing_results_survive_a_failed_run(tmp_path):
     pool = write_layout_pool(tmp_path / "p", n_questions=1, confs=False)
     out = tmp_path / "out"
-    assert run_cli("simulate", pool, "-m", "sc", "--out", out, "--budget", 8, "--iterations", 2, "-q").exit_code == 0
+    assert (
+        run_cli(
+            "simulate", pool, "-m", "sc", "--out", out, "--budget", 8, "--iterations", 2, "-q"
+        ).exit_code
+        == 0
+    )
     before = (out / "sc" / "per_iteration.csv").read_bytes()
-    res = run_cli("simulate", pool, "-m", "sc,dco", "--out", out, "--budget", 8, "--iterations", 2, "-q")
+    res = run_cli(
+        "simulate", pool, "-m", "sc,dco", "--out", out, "--budget", 8, "--iterations", 2, "-q"
+    )
     assert res.exit_code == 2
     assert (out / "sc" / "per_iteration.csv").read_bytes() == before
     assert not (out / "dco").exists()

@@ -25,12 +25,39 @@ MODEL = "toy_model&co"
 DATASET = "set_50%#1"
 MODEL2 = "other-model"
 
-SETTINGS = {"budget": 16, "iterations": 4, "warmup": 16, "seed": 42, "window": 2048, "gamma": 1.0, "ucb_z": 1.0,
-            "gamma_min": 0.5, "pp_conv": 3, "pp_warmup": 4, "pp_patience": 2, "delta": 0.05, "consensus": 0.9,
-            "spacing": 2048}
-METHODS = ["sc", "sc-mars", "sc-mars-cal", "sc-mars-oracle-cal", "sc-mars-cert", "sc-mars-oracle-cert", "dco",
-           "dco-mars", "dco-mars-cal", "dco-mars-oracle", "sc-pp", "oracle-first", "oracle-last", "oracle-dco-first",
-           "oracle-dco-last"]
+SETTINGS = {
+    "budget": 16,
+    "iterations": 4,
+    "warmup": 16,
+    "seed": 42,
+    "window": 2048,
+    "gamma": 1.0,
+    "ucb_z": 1.0,
+    "gamma_min": 0.5,
+    "pp_conv": 3,
+    "pp_warmup": 4,
+    "pp_patience": 2,
+    "delta": 0.05,
+    "consensus": 0.9,
+    "spacing": 2048,
+}
+METHODS = [
+    "sc",
+    "sc-mars",
+    "sc-mars-cal",
+    "sc-mars-oracle-cal",
+    "sc-mars-cert",
+    "sc-mars-oracle-cert",
+    "dco",
+    "dco-mars",
+    "dco-mars-cal",
+    "dco-mars-oracle",
+    "sc-pp",
+    "oracle-first",
+    "oracle-last",
+    "oracle-dco-first",
+    "oracle-dco-last",
+]
 QIDS = [0, 1, 2]
 ITERS = 4
 
@@ -45,26 +72,62 @@ def _write_method(run_dir: Path, method: str, rng, settings: dict, answers=None,
         base = float(rng.integers(50_000, 90_000))
         sav = 0.0 if baseline else float(rng.uniform(5, 60))
         acc = float(rng.choice([0.0, 0.25, 0.5, 0.75, 1.0]))
-        wp = sav - float(rng.uniform(0.1, 2.0)) if probes and not baseline else (0.0 if baseline else np.nan)
-        pq_rows.append({"qid": qid, "accuracy": acc, "tokens_mean": base * (1 - sav / 100), "baseline_tokens_mean": base,
-                        "savings_pct": sav, "stop_position_mean": 8192.0, "accuracy_std": 0.5, "n_iterations": ITERS,
-                        "savings_with_probes_pct": wp, "probe_tokens_mean": float(rng.uniform(100, 900)) if probes else np.nan,
-                        "gamma": 1.0, "stopped_early": 0 if baseline else ITERS, "stopped_by_budget": ITERS if baseline else 0,
-                        "ground_truth": "7"})
+        wp = (
+            sav - float(rng.uniform(0.1, 2.0))
+            if probes and not baseline
+            else (0.0 if baseline else np.nan)
+        )
+        pq_rows.append(
+            {
+                "qid": qid,
+                "accuracy": acc,
+                "tokens_mean": base * (1 - sav / 100),
+                "baseline_tokens_mean": base,
+                "savings_pct": sav,
+                "stop_position_mean": 8192.0,
+                "accuracy_std": 0.5,
+                "n_iterations": ITERS,
+                "savings_with_probes_pct": wp,
+                "probe_tokens_mean": float(rng.uniform(100, 900)) if probes else np.nan,
+                "gamma": 1.0,
+                "stopped_early": 0 if baseline else ITERS,
+                "stopped_by_budget": ITERS if baseline else 0,
+                "ground_truth": "7",
+            }
+        )
         for i in range(ITERS):
             ans = answers(qid, i) if answers else "7"
-            it_rows.append({"qid": qid, "iteration": i, "answer": ans, "correct": ans == "7", "tokens": int(base),
-                            "baseline_tokens": int(base), "stop_position": 8192 if not baseline else 14336,
-                            "stopped_by": "budget" if baseline else "margin", "probe_tokens": 10.0})
+            it_rows.append(
+                {
+                    "qid": qid,
+                    "iteration": i,
+                    "answer": ans,
+                    "correct": ans == "7",
+                    "tokens": int(base),
+                    "baseline_tokens": int(base),
+                    "stop_position": 8192 if not baseline else 14336,
+                    "stopped_by": "budget" if baseline else "margin",
+                    "probe_tokens": 10.0,
+                }
+            )
     pq = pd.DataFrame(pq_rows)
     pq.to_csv(d / "per_question.csv", index=False)
     pd.DataFrame(it_rows).to_csv(d / "per_iteration.csv", index=False)
-    ov = {"method": method, "n_questions": len(pq), "accuracy_pct": float(100 * pq.accuracy.mean()),
-          "savings_pct": float(pq.savings_pct.mean()),
-          "savings_with_probes_pct": None if pq.savings_with_probes_pct.isna().any() else float(pq.savings_with_probes_pct.mean()),
-          "tokens_mean": float(pq.tokens_mean.mean()), "baseline_tokens_mean": float(pq.baseline_tokens_mean.mean()),
-          "stop_position_mean": 8192.0, "settings": settings,
-          "input": {"source": "/nonexistent/pool.parquet", "checksum": "x"}, "versions": {}}
+    ov = {
+        "method": method,
+        "n_questions": len(pq),
+        "accuracy_pct": float(100 * pq.accuracy.mean()),
+        "savings_pct": float(pq.savings_pct.mean()),
+        "savings_with_probes_pct": None
+        if pq.savings_with_probes_pct.isna().any()
+        else float(pq.savings_with_probes_pct.mean()),
+        "tokens_mean": float(pq.tokens_mean.mean()),
+        "baseline_tokens_mean": float(pq.baseline_tokens_mean.mean()),
+        "stop_position_mean": 8192.0,
+        "settings": settings,
+        "input": {"source": "/nonexistent/pool.parquet", "checksum": "x"},
+        "versions": {},
+    }
     (d / "overall.json").write_text(json.dumps(ov, indent=2))
 
 
@@ -75,7 +138,9 @@ def make_tree(root: Path) -> Path:
         run = results / model / DATASET / "default" / "sim"
         for m in METHODS:
             answers = None
-            if m == "sc-mars-cert":  # one run of 12 differs from the full-budget vote: 8.3 % > δ = 5 %
+            if (
+                m == "sc-mars-cert"
+            ):  # one run of 12 differs from the full-budget vote: 8.3 % > δ = 5 %
                 answers = lambda q, i: "8" if (q, i) == (1, 2) else "7"  # noqa: E731
             _write_method(run, m, rng, SETTINGS, answers, probes=model == MODEL)
         u4 = results / model / DATASET / "pp-u4" / "sim"
@@ -93,7 +158,9 @@ def tree(tmp_path_factory):
 
 
 def overall(results: Path, model: str, setting: str, method: str) -> dict:
-    return json.loads((results / model / DATASET / setting / "sim" / method / "overall.json").read_text())
+    return json.loads(
+        (results / model / DATASET / setting / "sim" / method / "overall.json").read_text()
+    )
 
 
 def read_csv(path: Path) -> pd.DataFrame:
@@ -116,12 +183,22 @@ def close(a, b, tol=1e-9):
 def test_labels_from_paths(tree):
     results, _, rep = tree
     labels = sorted(r.label for r in rep.results.runs)
-    assert labels == sorted([f"{MODEL}/{DATASET}/default", f"{MODEL}/{DATASET}/pp-u4",
-                             f"{MODEL2}/{DATASET}/default", f"{MODEL2}/{DATASET}/pp-u4"])
+    assert labels == sorted(
+        [
+            f"{MODEL}/{DATASET}/default",
+            f"{MODEL}/{DATASET}/pp-u4",
+            f"{MODEL2}/{DATASET}/default",
+            f"{MODEL2}/{DATASET}/pp-u4",
+        ]
+    )
     assert split_label(["m", "d", "s", "sim"]) == ("m", "d", "s")
     assert split_label(["m", "d"]) == ("m", "d", "default")
     assert split_label(["only"]) == ("-", "only", "default")
-    assert split_label(["simulate", "m", "d", "s"]) == ("m", "d", "s")  # the workflow's results/simulate/...
+    assert split_label(["simulate", "m", "d", "s"]) == (
+        "m",
+        "d",
+        "s",
+    )  # the workflow's results/simulate/...
     # a run directory given directly, with and without --label
     run_dir = results / MODEL / DATASET / "default" / "sim"
     (r,) = discover(run_dir)
@@ -143,18 +220,30 @@ def test_table1_numbers_equal_overall(tree):
             method, key = col.split(".")
             assert close(r[col], overall(results, r.model, "default", method)[key]), col
         # the Markdown shows the same numbers, rounded
-        expect = [f"{r[c]:.1f}" + ("%" if c.endswith("savings_pct") else "") for c in df.columns[2:]]
+        expect = [
+            f"{r[c]:.1f}" + ("%" if c.endswith("savings_pct") else "") for c in df.columns[2:]
+        ]
         assert cells[2:] == expect
 
 
 def test_table2_parallel_probe_per_u(tree):
     results, out, _ = tree
     df = read_csv(out / "tables" / "table2-parallel-probe.csv")
-    assert {"sc-pp-u3.accuracy_pct", "sc-pp-u4.accuracy_pct", "sc-mars-cal.savings_pct"} <= set(df.columns)
+    assert {"sc-pp-u3.accuracy_pct", "sc-pp-u4.accuracy_pct", "sc-mars-cal.savings_pct"} <= set(
+        df.columns
+    )
     for _, r in df.iterrows():
-        assert close(r["sc-pp-u3.accuracy_pct"], overall(results, r.model, "default", "sc-pp")["accuracy_pct"])
-        assert close(r["sc-pp-u4.savings_pct"], overall(results, r.model, "pp-u4", "sc-pp")["savings_pct"])
-        assert close(r["sc-mars-cal.accuracy_pct"], overall(results, r.model, "default", "sc-mars-cal")["accuracy_pct"])
+        assert close(
+            r["sc-pp-u3.accuracy_pct"],
+            overall(results, r.model, "default", "sc-pp")["accuracy_pct"],
+        )
+        assert close(
+            r["sc-pp-u4.savings_pct"], overall(results, r.model, "pp-u4", "sc-pp")["savings_pct"]
+        )
+        assert close(
+            r["sc-mars-cal.accuracy_pct"],
+            overall(results, r.model, "default", "sc-mars-cal")["accuracy_pct"],
+        )
     md = (out / "tables" / "table2-parallel-probe.md").read_text()
     assert "PP (u=3)" in md and "PP (u=4)" in md and "**" in md
 
@@ -190,7 +279,10 @@ def test_oracle_bounds_share(tree):
         assert close(r["sc-mars-cal.savings_pct"], mars)
         assert close(r["oracle-first.savings_pct"], first)
         assert close(r["sc-mars-cal.share_of_oracle_pct"], 100 * mars / first)
-        assert close(r["oracle-dco-last.savings_pct"], overall(results, r.model, "default", "oracle-dco-last")["savings_pct"])
+        assert close(
+            r["oracle-dco-last.savings_pct"],
+            overall(results, r.model, "default", "oracle-dco-last")["savings_pct"],
+        )
 
 
 def test_probe_cost_table(tree):
@@ -199,7 +291,9 @@ def test_probe_cost_table(tree):
     assert not set(df.method) & {"sc", "dco", "oracle-first", "oracle-last"}
     for _, r in df.iterrows():
         ov = overall(results, r.model, "default", r.method)
-        pq = pd.read_csv(results / r.model / DATASET / "default" / "sim" / r.method / "per_question.csv")
+        pq = pd.read_csv(
+            results / r.model / DATASET / "default" / "sim" / r.method / "per_question.csv"
+        )
         assert close(r.savings_pct, ov["savings_pct"])
         assert close(r.savings_with_probes_pct, ov["savings_with_probes_pct"])
         if ov["savings_with_probes_pct"] is not None:
@@ -210,7 +304,7 @@ def test_probe_cost_table(tree):
 
 
 def test_risk_audit(tree):
-    results, out, _ = tree
+    _results, out, _ = tree
     df = read_csv(out / "tables" / "table-risk-audit.csv")
     cert = df[(df.method == "sc-mars-cert") & (df.model == MODEL)].iloc[0]
     assert (cert.runs, cert.differ, cert.reference) == (len(QIDS) * ITERS, 1, "sc")
@@ -226,7 +320,7 @@ def test_risk_audit(tree):
 
 
 def test_every_table_carries_its_commands(tree):
-    results, out, rep = tree
+    _results, out, rep = tree
     for t in rep.tables:
         for ext in ("md", "tex", "csv"):
             text = (out / "tables" / f"{t.key}.{ext}").read_text()
@@ -237,8 +331,10 @@ def test_every_table_carries_its_commands(tree):
 
 # -- LaTeX escaping -----------------------------------------------------------------------------------
 def test_tex_escape_unit():
-    assert tex_escape("a_b & 50% #1 {x} $y ~^\\") == \
-        r"a\_b \& 50\% \#1 \{x\} \$y \textasciitilde{}\textasciicircum{}\textbackslash{}"
+    assert (
+        tex_escape("a_b & 50% #1 {x} $y ~^\\")
+        == r"a\_b \& 50\% \#1 \{x\} \$y \textasciitilde{}\textasciicircum{}\textbackslash{}"
+    )
     assert tex_escape("γ=1") == r"$\gamma$=1"
 
 
@@ -254,9 +350,15 @@ def test_latex_is_escaped(tree):
             assert not re.search(r"(?<!\\)#", line), line
             assert line.isascii(), line  # pdflatex-safe: γ, δ, —, · are written as LaTeX
             if line.endswith(r"\\") and "multicolumn" not in line:
-                assert len(re.findall(r"(?<!\\)&", line)) == ncol - 1, line  # & only separates columns
+                assert len(re.findall(r"(?<!\\)&", line)) == ncol - 1, (
+                    line
+                )  # & only separates columns
         joined = "\n".join(body)
-        assert joined.count(r"\begin{tabular}") == 1 and r"\toprule" in joined and r"\bottomrule" in joined
+        assert (
+            joined.count(r"\begin{tabular}") == 1
+            and r"\toprule" in joined
+            and r"\bottomrule" in joined
+        )
     t1 = (out / "tables" / "table1-main.tex").read_text()
     assert tex_escape(MODEL) in t1 and tex_escape(DATASET) in t1
     assert re.search(r"\d\\%", t1)  # savings carry an escaped percent
@@ -265,7 +367,11 @@ def test_latex_is_escaped(tree):
 def test_markdown_tables_are_rectangular(tree):
     _, out, rep = tree
     for t in rep.tables:
-        lines = [line for line in (out / "tables" / f"{t.key}.md").read_text().splitlines() if line.startswith("|")]
+        lines = [
+            line
+            for line in (out / "tables" / f"{t.key}.md").read_text().splitlines()
+            if line.startswith("|")
+        ]
         widths = {len(re.split(r"(?<!\\)\|", line)) for line in lines}
         assert len(widths) == 1, t.key
 
@@ -292,8 +398,10 @@ def test_figures_without_pool(tree):
     # Fig. 4a: per-question difference sc-mars-cal − sc-mars
     d4 = pd.read_csv(out / "figures" / "fig4-ablations.csv")
     a = d4[(d4.panel == "a") & (d4.pipeline == "SC") & (d4.model == MODEL)].iloc[0]
-    expect = overall(results, MODEL, "default", "sc-mars-cal")["savings_pct"] - \
-        overall(results, MODEL, "default", "sc-mars")["savings_pct"]
+    expect = (
+        overall(results, MODEL, "default", "sc-mars-cal")["savings_pct"]
+        - overall(results, MODEL, "default", "sc-mars")["savings_pct"]
+    )
     assert close(a["mean"], expect, 1e-9)
 
 
@@ -335,17 +443,32 @@ def simulated(tmp_path_factory):
     root = tmp_path_factory.mktemp("sim")
     res_root = root / "results"
     qids = trace.pool_of(SYNTH5Q).qids
-    for setting, methods, s in (("default", "all", Settings(budget=32, iterations=4)),
-                                ("pp-u4", "sc-pp", Settings(budget=32, iterations=4, pp_conv=4))):
+    for setting, methods, s in (
+        ("default", "all", Settings(budget=32, iterations=4)),
+        ("pp-u4", "sc-pp", Settings(budget=32, iterations=4, pp_conv=4)),
+    ):
         ms = parse_methods(methods)
         # what simulate_pool does, with the per-question arrays loaded once for every run and figure
         results = [simulate_question(trace.load_question(SYNTH5Q, q, s), ms, s) for q in qids]
         for m in ms:
-            write_method(res_root / "synthetic" / "synth-5q" / setting / "sim", m.name, results, settings_dict(s),
-                         str(SYNTH5Q))
+            write_method(
+                res_root / "synthetic" / "synth-5q" / setting / "sim",
+                m.name,
+                results,
+                settings_dict(s),
+                str(SYNTH5Q),
+            )
     out = root / "report"
-    rep = render_report([res_root], out, q_questions=3, tradeoff=[f"s5q={SYNTH5Q}"], tradeoff_budget=16,
-                        tradeoff_iterations=2, tradeoff_questions=2, formats=("png",))  # PDFs: tested on the tree
+    rep = render_report(
+        [res_root],
+        out,
+        q_questions=3,
+        tradeoff=[f"s5q={SYNTH5Q}"],
+        tradeoff_budget=16,
+        tradeoff_iterations=2,
+        tradeoff_questions=2,
+        formats=("png",),
+    )  # PDFs: tested on the tree
     return res_root, out, rep
 
 
@@ -353,7 +476,13 @@ def simulated(tmp_path_factory):
 def test_every_figure_is_produced(simulated):
     _, out, rep = simulated
     stems = [f.stem for f in rep.figures]
-    assert stems == ["fig1-left-savings", "fig1-right-example", "fig2-pp-failure", "fig4-ablations", "fig-tradeoff"]
+    assert stems == [
+        "fig1-left-savings",
+        "fig1-right-example",
+        "fig2-pp-failure",
+        "fig4-ablations",
+        "fig-tradeoff",
+    ]
     for f in rep.figures:
         assert not any("skipped" in n or "warning" in n for n in f.notes), (f.stem, f.notes)
         for ext in ("png", "csv"):
@@ -369,7 +498,7 @@ def test_example_trajectory_matches_the_simulator(simulated):
     """Recomputed vote shares / slack reproduce the simulator's stop for every question and sample."""
     from mars.report import trace
 
-    res_root, _, rep = simulated
+    _res_root, _, rep = simulated
     run = rep.results.find("synthetic", "synth-5q", "sc-mars-cal")
     it = run.per_iteration("sc-mars-cal")
     s = run.sim_settings("sc-mars-cal")
@@ -399,12 +528,21 @@ def test_tradeoff_equals_simulate(simulated):
     _, out, _ = simulated
     df = pd.read_csv(out / "figures" / "fig-tradeoff.csv")
     base = Settings(budget=16, iterations=2)
-    for method, param, value in (("sc-mars", "gamma", 0.7), ("sc-pp", "pp_conv", 2), ("sc-mars-cal", None, None)):
+    for method, param, value in (
+        ("sc-mars", "gamma", 0.7),
+        ("sc-pp", "pp_conv", 2),
+        ("sc-mars-cal", None, None),
+    ):
         s = base if param is None else Settings(budget=16, iterations=2, **{param: value})
         # a fresh context per run (simulate_pool minus the parquet read)
-        res = [simulate_question(trace.load_question(SYNTH5Q, q, s), parse_methods(method), s) for q in (0, 1)]
+        res = [
+            simulate_question(trace.load_question(SYNTH5Q, q, s), parse_methods(method), s)
+            for q in (0, 1)
+        ]
         pq = per_question_frame(res, method)
-        row = df[(df.method == method) & ((df.value == value) if param else df.param.isna())].iloc[0]
+        row = df[(df.method == method) & ((df.value == value) if param else df.param.isna())].iloc[
+            0
+        ]
         assert close(row.accuracy_pct, 100 * pq.accuracy.mean())
         assert close(row.savings_pct, pq.savings_pct.mean())
 
@@ -415,17 +553,26 @@ def test_simulated_tables_match_outputs(simulated):
     t1 = read_csv(out / "tables" / "table1-main.csv").iloc[0]
     for col in ("sc.accuracy_pct", "sc-mars-cal.savings_pct", "dco-mars-cal.accuracy_pct"):
         m, k = col.split(".")
-        ov = json.loads((res_root / "synthetic" / "synth-5q" / "default" / "sim" / m / "overall.json").read_text())
+        ov = json.loads(
+            (
+                res_root / "synthetic" / "synth-5q" / "default" / "sim" / m / "overall.json"
+            ).read_text()
+        )
         assert close(t1[col], ov[k])
     t2 = read_csv(out / "tables" / "table2-parallel-probe.csv").iloc[0]
-    ov4 = json.loads((res_root / "synthetic" / "synth-5q" / "pp-u4" / "sim" / "sc-pp" / "overall.json").read_text())
+    ov4 = json.loads(
+        (
+            res_root / "synthetic" / "synth-5q" / "pp-u4" / "sim" / "sc-pp" / "overall.json"
+        ).read_text()
+    )
     assert close(t2["sc-pp-u4.accuracy_pct"], ov4["accuracy_pct"])
     # the risk audit recomputed by hand from per_iteration.csv
     audit = read_csv(out / "tables" / "table-risk-audit.csv")
     sim = res_root / "synthetic" / "synth-5q" / "default" / "sim"
-    a = pd.read_csv(sim / "sc-mars-cert" / "per_iteration.csv", dtype={"answer": str}, keep_default_na=False)
+    a = pd.read_csv(
+        sim / "sc-mars-cert" / "per_iteration.csv", dtype={"answer": str}, keep_default_na=False
+    )
     b = pd.read_csv(sim / "sc" / "per_iteration.csv", dtype={"answer": str}, keep_default_na=False)
     differ = int((a.answer.to_numpy() != b.answer.to_numpy()).sum())
     row = audit[audit.method == "sc-mars-cert"].iloc[0]
     assert row.differ == differ and row.runs == len(a)
-

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from util import write_layout_pool
 
 from mars.arrays import build_arrays
 from mars.methods import parse_methods
@@ -15,7 +17,6 @@ from mars.pool import open_pool
 from mars.results import write_method
 from mars.simulate import Settings, SimulationError, simulate_pool, simulate_question
 from mars.voting import leader, tally
-from util import write_layout_pool
 
 FAST = Settings(budget=24, iterations=6, warmup=8)
 
@@ -23,16 +24,22 @@ FAST = Settings(budget=24, iterations=6, warmup=8)
 def _arrays(tmp_path, seed, **kw):
     import tempfile
 
-    path = write_layout_pool(Path(tempfile.mkdtemp(dir=tmp_path)) / "pool", seed=seed, n_questions=1, **kw)
+    path = write_layout_pool(
+        Path(tempfile.mkdtemp(dir=tmp_path)) / "pool", seed=seed, n_questions=1, **kw
+    )
     return build_arrays(open_pool(path).read_question(0))
 
 
 def _full_budget_vote(arr, samples):
-    votes = tally(arr.final_ids[samples], np.ones(samples.shape), arr.final_ids[samples] >= 0, arr.n_answers)
+    votes = tally(
+        arr.final_ids[samples], np.ones(samples.shape), arr.final_ids[samples] >= 0, arr.n_answers
+    )
     return leader(votes)[0]
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(seed=st.integers(0, 10_000), n_answers=st.integers(2, 5))
 def test_oracle_q_gamma1_keeps_full_budget_answer(tmp_path, seed, n_answers):
     """Without abstaining probes, MARS with oracle q and γ = 1 never changes the SC answer."""
@@ -45,7 +52,9 @@ def test_oracle_q_gamma1_keeps_full_budget_answer(tmp_path, seed, n_answers):
     assert np.array_equal(res.methods["sc-mars-oracle"].answer, full)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(seed=st.integers(0, 10_000))
 def test_certified_oracle_keeps_answer_even_with_abstentions(tmp_path, seed):
     """The certified rule charges abstaining running traces, so oracle q never flips the answer."""
@@ -54,7 +63,9 @@ def test_certified_oracle_keeps_answer_even_with_abstentions(tmp_path, seed):
     assert np.array_equal(res.methods["sc-mars-oracle-cert"].answer, res.methods["sc"].answer)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(seed=st.integers(0, 10_000))
 def test_tokens_never_exceed_baseline(tmp_path, seed):
     arr = _arrays(tmp_path, seed, abstain=0.1)
@@ -86,7 +97,9 @@ def test_results_independent_of_workers_and_reproducible(tmp_path):
 def test_seed_changes_samples(tmp_path):
     arr = _arrays(tmp_path, 5)
     a = simulate_question(arr, parse_methods("sc"), FAST).methods["sc"]
-    b = simulate_question(arr, parse_methods("sc"), Settings(budget=24, iterations=6, warmup=8, seed=7)).methods["sc"]
+    b = simulate_question(
+        arr, parse_methods("sc"), Settings(budget=24, iterations=6, warmup=8, seed=7)
+    ).methods["sc"]
     assert not np.array_equal(a.baseline, b.baseline)
 
 
@@ -107,8 +120,11 @@ def test_settings_validation():
 
 def test_faithful_pp_charges_less_than_reference_pp(tmp_path):
     arr = _arrays(tmp_path, 11, n_answers=5)
-    res = simulate_question(arr, parse_methods("sc-pp,sc-pp-faithful"), Settings(budget=24, iterations=6, warmup=8,
-                                                                                 pp_warmup=0, pp_patience=1))
+    res = simulate_question(
+        arr,
+        parse_methods("sc-pp,sc-pp-faithful"),
+        Settings(budget=24, iterations=6, warmup=8, pp_warmup=0, pp_patience=1),
+    )
     ref, faithful = res.methods["sc-pp"], res.methods["sc-pp-faithful"]
     same_stop = ref.position == faithful.position
     assert (faithful.tokens[same_stop] <= ref.tokens[same_stop]).all()

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from mars.backends.base import Backend, Problem, ProbeResult, TraceBatch
+from mars.backends.base import Backend, ProbeResult, Problem, TraceBatch
 from mars.backends.synthetic import (
     PARAMS,
     SyntheticBackend,
@@ -19,8 +19,17 @@ from mars.backends.synthetic import (
 from mars.generate import load_problems, run_batch
 
 #: Short traces so tests stay fast; everything else from the calibrated preset.
-TOY = {"name": "toy", "base": "qwen3-8b", "params": {"len_median": 2500.0, "max_tokens": 8192, "len_hard_slope": 0.6}}
-PAPER_PRESETS = ["deepseek-r1-0528-qwen3-8b", "qwen3-32b", "qwen3-next-80b-a3b-thinking", "qwen3-8b"]
+TOY = {
+    "name": "toy",
+    "base": "qwen3-8b",
+    "params": {"len_median": 2500.0, "max_tokens": 8192, "len_hard_slope": 0.6},
+}
+PAPER_PRESETS = [
+    "deepseek-r1-0528-qwen3-8b",
+    "qwen3-32b",
+    "qwen3-next-80b-a3b-thinking",
+    "qwen3-8b",
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +70,16 @@ def test_bad_presets_rejected():
 
 
 def test_wrong_answers_are_plausible_and_deterministic():
-    for truth in ("70", "0", "999", "8503", r"\frac{1311}{2017}", r"2^{25} \cdot 26!", r"\pi", "-3"):
+    for truth in (
+        "70",
+        "0",
+        "999",
+        "8503",
+        r"\frac{1311}{2017}",
+        r"2^{25} \cdot 26!",
+        r"\pi",
+        "-3",
+    ):
         outs = [wrong_answer(truth, s) for s in range(200)]
         assert truth not in outs
         assert outs == [wrong_answer(truth, s) for s in range(200)]
@@ -85,7 +103,9 @@ def test_trace_depends_on_seed_question_trace_only(aime):
         assert r1.result.length == r2.result.length
         assert r1.result.final_answer == r2.result.final_answer
         assert np.array_equal(r1.result.confs, r2.result.confs)
-        assert [(p, x.answer, x.conf) for p, x in r1.probes] == [(p, x.answer, x.conf) for p, x in r2.probes]
+        assert [(p, x.answer, x.conf) for p, x in r1.probes] == [
+            (p, x.answer, x.conf) for p, x in r2.probes
+        ]
     _, other = _run(b, aime[3], 8, 12)
     assert [r.result.length for r in other] != [r.result.length for r in whole]
 
@@ -112,7 +132,9 @@ def test_probe_is_consistent_and_well_formed(aime):
 def test_stop_leaves_unfinished_traces_without_answer(aime):
     b = SyntheticBackend(TOY)
     batch = b.start(aime[1], 12, 0)
-    records = run_batch(batch, 1024, max_tokens=b.max_tokens, on_checkpoint=lambda p, bt, probes: p >= 2048)
+    records = run_batch(
+        batch, 1024, max_tokens=b.max_tokens, on_checkpoint=lambda p, bt, probes: p >= 2048
+    )
     assert batch.ended.all()
     for r in records:
         assert r.result.length <= 2048
@@ -147,7 +169,11 @@ def test_latent_behaviour_is_qualitatively_right(aime):
         for r in recs:
             res = r.result
             assert res.length <= b.max_tokens and res.confs.dtype == np.float16
-            assert len(res.confs) == res.length and np.isfinite(res.confs).all() and (res.confs > 0).all()
+            assert (
+                len(res.confs) == res.length
+                and np.isfinite(res.confs).all()
+                and (res.confs > 0).all()
+            )
             no_final += res.final_answer is None
             answers = [x.answer for _, x in r.probes if x.answer is not None]
             seq = answers + ([res.final_answer] if res.final_answer else [])
@@ -156,7 +182,9 @@ def test_latent_behaviour_is_qualitatively_right(aime):
                 early_probes += 1
                 early_none += x.answer is None
             if res.final_answer is not None:
-                (conf_c if res.final_answer == prob.answer else conf_w).append(float(res.confs.astype(np.float32).mean()))
+                (conf_c if res.final_answer == prob.answer else conf_w).append(
+                    float(res.confs.astype(np.float32).mean())
+                )
             if res.final_answer is not None and re.fullmatch(r"\d+", prob.answer):
                 assert re.fullmatch(r"\d+", res.final_answer)
         # confidence dips where a trace changes its mind
@@ -165,7 +193,7 @@ def test_latent_behaviour_is_qualitatively_right(aime):
             c = batch._trace_confs(j).astype(np.float32)
             for x in ch.tolist():
                 if 300 <= x < len(c) - 300:
-                    dip.append(c[x - 100:x + 100].mean())
+                    dip.append(c[x - 100 : x + 100].mean())
             base.append(c.mean())
     assert abs(np.mean(correct) - skill) < 0.06
     assert cut > 0 and no_final > 0
@@ -199,7 +227,9 @@ def test_attractor_questions_exist(aime):
 def test_problem_loading(tmp_path, aime):
     assert len(aime) == 30 and [p.qid for p in aime] == list(range(30))
     assert aime[0].answer == "70" and aime[0].dataset == "aime_2025"
-    assert len(load_problems("hmmt_feb_2025")) == 30 and len(load_problems("brumo_2025.jsonl")) == 30
+    assert (
+        len(load_problems("hmmt_feb_2025")) == 30 and len(load_problems("brumo_2025.jsonl")) == 30
+    )
     f = tmp_path / "mine.jsonl"
     f.write_text('{"question": "1+1?", "answer": " 2 "}\n{"question": "2+2?", "answer": "4"}\n')
     ps = load_problems(f)
@@ -211,7 +241,7 @@ def test_problem_loading(tmp_path, aime):
 def test_custom_problem_without_digits():
     b = SyntheticBackend(TOY)
     prob = Problem(qid=0, question="Name the constant.", answer=r"\pi", dataset="custom")
-    batch, recs = _run(b, prob, 16, 3)
+    _batch, recs = _run(b, prob, 16, 3)
     assert any(r.result.final_answer for r in recs)
 
 
@@ -225,7 +255,16 @@ def test_calibration_fast_path_matches_pool_path(tmp_path):
     fast = compute_stats(views_from_backend(b, probs, 24, 5, 1024), 1024)
     pool = generate_pool(b, probs, 24, 5, tmp_path / "p", spacing=1024, progress=False)
     slow = compute_stats(views_from_pool(pool), 1024)
-    for key in ("running", "probe_final", "probe_none", "majority", "switches", "acc_q", "sc64_q", "distinct"):
+    for key in (
+        "running",
+        "probe_final",
+        "probe_none",
+        "majority",
+        "switches",
+        "acc_q",
+        "sc64_q",
+        "distinct",
+    ):
         assert np.allclose(fast[key], slow[key], equal_nan=True), key
 
 
@@ -236,7 +275,10 @@ def test_real_sc64_reproduces_parallel_probe():
 
     from mars.calibrate_synthetic import compute_stats, views_from_real
 
-    real = Path(__file__).resolve().parents[1].parent / "shared/data/parallel-probe-qwen3-8b/aime24.json"
+    real = (
+        Path(__file__).resolve().parents[1].parent
+        / "shared/data/parallel-probe-qwen3-8b/aime24.json"
+    )
     if not real.exists():
         pytest.skip("../shared/data not available")
     views, problems = views_from_real(real, 2048)
@@ -264,8 +306,14 @@ def test_mars_saves_tokens_and_keeps_sc_accuracy_on_generated_pools(tmp_path, ai
     acc = {m.name: [] for m in methods}
     sav = {m.name: [] for m in methods}
     for seed in (0, 1, 2):
-        pool = generate_pool(SyntheticBackend(preset, with_confs=False), aime, 96, seed, tmp_path / f"pool{seed}",
-                             progress=False)
+        pool = generate_pool(
+            SyntheticBackend(preset, with_confs=False),
+            aime,
+            96,
+            seed,
+            tmp_path / f"pool{seed}",
+            progress=False,
+        )
         for r in simulate_pool(pool, methods, Settings(budget=64, iterations=32)):
             for m in methods:
                 x = r.methods[m.name]

@@ -26,7 +26,9 @@ TEST_CONFIG = REPO / "config" / "test.yaml"
 
 def _has_report() -> bool:
     try:
-        r = subprocess.run([sys.executable, "-m", "mars.cli", "report", "--help"], capture_output=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "mars.cli", "report", "--help"], capture_output=True, timeout=120
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return r.returncode == 0
@@ -43,21 +45,50 @@ def _env(extra_path: Path | None = None) -> dict:
     return env
 
 
-def smk(workdir: Path, *args, configfile: Path | None = None, profile: str | Path = "none",
-        path: Path | None = None, check: bool = True, cores: int | None = 2,
-        timeout: int = 600) -> subprocess.CompletedProcess:
+def smk(
+    workdir: Path,
+    *args,
+    configfile: Path | None = None,
+    profile: str | Path = "none",
+    path: Path | None = None,
+    check: bool = True,
+    cores: int | None = 2,
+    timeout: int = 600,
+) -> subprocess.CompletedProcess:
     """Run snakemake on the repository's Snakefile in ``workdir``; stdout and stderr together."""
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
-           "--workflow-profile", str(profile), "--printshellcmds"]
-    cmd += [str(a) for a in args]  # before the nargs options --configfile (and -R's values end there)
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        "--workflow-profile",
+        str(profile),
+        "--printshellcmds",
+    ]
+    cmd += [
+        str(a) for a in args
+    ]  # before the nargs options --configfile (and -R's values end there)
     if configfile is not None:
         cmd += ["--configfile", str(configfile)]
     if cores is not None:
         cmd += ["--cores", str(cores)]
-    r = subprocess.run(cmd, cwd=workdir, env=_env(path), capture_output=False, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    r = subprocess.run(
+        cmd,
+        cwd=workdir,
+        env=_env(path),
+        capture_output=False,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
     if check and r.returncode != 0:
-        raise AssertionError(f"snakemake failed (rc {r.returncode}): {' '.join(cmd)}\n{r.stdout[-6000:]}")
+        raise AssertionError(
+            f"snakemake failed (rc {r.returncode}): {' '.join(cmd)}\n{r.stdout[-6000:]}"
+        )
     return r
 
 
@@ -69,7 +100,7 @@ def job_stats(out: str) -> dict[str, int]:
     except ValueError:
         return {}
     stats = {}
-    for line in lines[i + 3:]:
+    for line in lines[i + 3 :]:
         m = re.fullmatch(r"(\S+)\s+(\d+)", line.strip())
         if not m:
             break
@@ -110,15 +141,25 @@ def test_default_config_dag(tmp_path):
     assert "config/config.yaml" in out
     stats = job_stats(out)
     # 3 synthetic models x 3 datasets, 2 shards each; 3 simulation settings
-    expected = {"questions": 3, "generate": 18, "consolidate": 9, "fit": 9, "simulate": 27, "all": 1,
-                "tables_figures": 1}
+    expected = {
+        "questions": 3,
+        "generate": 18,
+        "consolidate": 9,
+        "fit": 9,
+        "simulate": 27,
+        "all": 1,
+        "tables_figures": 1,
+    }
     assert stats == expected
     gen = job_blocks(out, "generate")
     assert len(gen) == 18
     assert all("gpu=0" in b for b in gen)  # synthetic: no GPU
     assert any("--preset qwen3-next-80b-a3b-thinking --traces 64 --n-shards 2" in b for b in gen)
     sim = job_blocks(out, "simulate")
-    assert any("--method all " in b and "--budget 48 --iterations 32 --warmup 16 --seed 42" in b for b in sim)
+    assert any(
+        "--method all " in b and "--budget 48 --iterations 32 --warmup 16 --seed 42" in b
+        for b in sim
+    )
     assert any("--method sc-pp,sc-pp-faithful" in b and "--pp-conv 14" in b for b in sim)
 
 
@@ -134,12 +175,15 @@ def test_paper_config_dag_and_resources(tmp_path):
     b = nxt[0]
     for res in ("gpu=4", "gpu_model=h100", "mem_mb=256000", "runtime=1440"):
         assert res in b
-    assert "--backend sglang --model Qwen/Qwen3-Next-80B-A3B-Thinking --traces 4096 --n-shards 16 --seed 42" in b
+    assert (
+        "--backend sglang --model Qwen/Qwen3-Next-80B-A3B-Thinking --traces 4096 --n-shards 16 --seed 42"
+        in b
+    )
     assert "--max-tokens 81920 --temperature 0.6 --top-p 0.95 --top-k 20 --tp-size 4" in b
-    r1 = [b for b in gen if "model=deepseek-r1-8b," in b][0]
+    r1 = next(b for b in gen if "model=deepseek-r1-8b," in b)
     assert "gpu=1" in r1 and "--max-tokens 64000 --temperature 0.6 --top-p 0.95" in r1
     assert "--top-k" not in r1
-    q32 = [b for b in gen if "model=qwen3-32b," in b][0]
+    q32 = next(b for b in gen if "model=qwen3-32b," in b)
     assert "--model Qwen/Qwen3-32B" in q32 and "--max-tokens 32768" in q32 and "--top-k 20" in q32
     sim = job_blocks(out, "simulate")
     assert any("--budget 512 --iterations 64 --warmup 16 --seed 42" in b for b in sim)
@@ -147,8 +191,13 @@ def test_paper_config_dag_and_resources(tmp_path):
 
 def test_slurm_profile_dry_run(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm")
-    out = smk(tmp_path, "-n", configfile=REPO / "config" / "paper.yaml",
-              profile=REPO / "profiles" / "slurm", cores=None).stdout
+    out = smk(
+        tmp_path,
+        "-n",
+        configfile=REPO / "config" / "paper.yaml",
+        profile=REPO / "profiles" / "slurm",
+        cores=None,
+    ).stdout
     assert "Using workflow specific profile" in out
     gen = job_blocks(out, "generate")
     assert gen and all("slurm_partition=gpu" in b and "slurm_account=my_account" in b for b in gen)
@@ -168,11 +217,18 @@ def _with(base: dict, **sections) -> dict:
     return cfg
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"simulation": {"budget": 0}}, "budget"),  # the schema
-    ({"models": {"m": {"backend": "synthetic", "preset": "no-such-preset"}}}, "unknown synthetic preset"),
-    ({"simulation": {"methods": ["sc", "no-such-method"]}}, "unknown method"),
-], ids=["schema", "preset", "method"])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"simulation": {"budget": 0}}, "budget"),  # the schema
+        (
+            {"models": {"m": {"backend": "synthetic", "preset": "no-such-preset"}}},
+            "unknown synthetic preset",
+        ),
+        ({"simulation": {"methods": ["sc", "no-such-method"]}}, "unknown method"),
+    ],
+    ids=["schema", "preset", "method"],
+)
 def test_bad_config_fails_at_parse_time(tmp_path, change, message):
     cfg = _with(yaml.safe_load(TEST_CONFIG.read_text()), **change)
     r = smk(tmp_path, "-n", configfile=write_config(tmp_path / "bad.yaml", cfg), check=False)
@@ -181,15 +237,24 @@ def test_bad_config_fails_at_parse_time(tmp_path, change, message):
     assert "Building DAG" not in r.stdout  # it failed while the Snakefile was parsed
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"simulation": {"budgte": 64}}, "budgte"),
-    ({"simulation": {"settings": {"x": {"pp_conv": "four"}}}}, "'four' is not of type 'integer'"),
-    ({"models": {"m": {"backend": "sglang"}}}, "'model' is a required property"),
-    ({"models": {"m": {"backend": "synthetic"}}}, "'preset' is a required property"),
-    ({"models": {"m/1": {"backend": "synthetic", "preset": "qwen3-8b"}}}, "does not match"),
-    ({"generation": {"questions": "0-1,x"}}, "does not match"),
-    ({"imports": [{"model": "m", "dataset": "d", "format": "csv", "path": "x"}]}, "is not one of"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"simulation": {"budgte": 64}}, "budgte"),
+        (
+            {"simulation": {"settings": {"x": {"pp_conv": "four"}}}},
+            "'four' is not of type 'integer'",
+        ),
+        ({"models": {"m": {"backend": "sglang"}}}, "'model' is a required property"),
+        ({"models": {"m": {"backend": "synthetic"}}}, "'preset' is a required property"),
+        ({"models": {"m/1": {"backend": "synthetic", "preset": "qwen3-8b"}}}, "does not match"),
+        ({"generation": {"questions": "0-1,x"}}, "does not match"),
+        (
+            {"imports": [{"model": "m", "dataset": "d", "format": "csv", "path": "x"}]},
+            "is not one of",
+        ),
+    ],
+)
 def test_schema_rejects(change, message):
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
@@ -203,24 +268,52 @@ def test_schema_rejects(change, message):
 def test_schema_fills_defaults():
     from snakemake.utils import validate
 
-    cfg = {"datasets": {"a": "aime_2025"}, "models": {"m": {"backend": "synthetic", "preset": "qwen3-8b"}}}
+    cfg = {
+        "datasets": {"a": "aime_2025"},
+        "models": {"m": {"backend": "synthetic", "preset": "qwen3-8b"}},
+    }
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
-    assert cfg["generation"] == {"traces": 128, "shards": 1, "seed": 0, "spacing": 2048, "questions": None,
-                                 "datasets": None, "confs": True}
+    assert cfg["generation"] == {
+        "traces": 128,
+        "shards": 1,
+        "seed": 0,
+        "spacing": 2048,
+        "questions": None,
+        "datasets": None,
+        "confs": True,
+    }
     assert cfg["simulation"]["settings"] == {"default": {}}
     assert (cfg["simulation"]["budget"], cfg["simulation"]["iterations"]) == (512, 64)
-    assert cfg["models"]["m"]["resources"] == {} and cfg["imports"] == [] and cfg["report"] == {"enabled": True}
+    assert (
+        cfg["models"]["m"]["resources"] == {}
+        and cfg["imports"] == []
+        and cfg["report"] == {"enabled": True}
+    )
 
 
 def test_schema_defaults_fill_a_minimal_config(tmp_path):
     """A config with a user's jsonl dataset and nothing else: the schema's defaults fill the rest."""
     problems = tmp_path / "mine.jsonl"
-    problems.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": "4"}\n')
-    path = write_config(tmp_path / "min.yaml", {"datasets": {"mine": str(problems)},
-                                                 "models": {"m": {"backend": "synthetic", "preset": "qwen3-8b"}}})
+    problems.write_text(
+        '{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": "4"}\n'
+    )
+    path = write_config(
+        tmp_path / "min.yaml",
+        {
+            "datasets": {"mine": str(problems)},
+            "models": {"m": {"backend": "synthetic", "preset": "qwen3-8b"}},
+        },
+    )
     out = smk(tmp_path, "-n", configfile=path).stdout
-    assert job_stats(out) == {"questions": 1, "generate": 1, "consolidate": 1, "fit": 1, "simulate": 1,
-                              "tables_figures": 1, "all": 1}
+    assert job_stats(out) == {
+        "questions": 1,
+        "generate": 1,
+        "consolidate": 1,
+        "fit": 1,
+        "simulate": 1,
+        "tables_figures": 1,
+        "all": 1,
+    }
     assert f"input: {problems}" in job_blocks(out, "questions")[0]  # an edit of the file reruns it
     assert "--budget 512 --iterations 64 --warmup 16 --seed 42" in out
     assert "--traces 128 --n-shards 1 --seed 0 --spacing 2048" in out
@@ -240,11 +333,13 @@ def tiny_run(tmp_path_factory):
     bindir = root / "bin"
     bindir.mkdir()
     wrapper = bindir / "mars"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m mars.cli \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m mars.cli "$@"\n')
     wrapper.chmod(0o755)
     # the synthetic model claims a GPU so that the default profile's `gpu: 1` cap is exercised
-    cfg = tiny_config(root, models={"tiny": {"backend": "synthetic", "preset": "qwen3-32b",
-                                             "resources": {"gpu": 1}}})
+    cfg = tiny_config(
+        root,
+        models={"tiny": {"backend": "synthetic", "preset": "qwen3-32b", "resources": {"gpu": 1}}},
+    )
     r = smk(work, configfile=cfg, profile=REPO / "profiles" / "default", path=bindir)
     return {"work": work, "config": cfg, "bin": bindir, "out": r.stdout}
 
@@ -270,11 +365,14 @@ def test_tiny_run_outputs(tiny_run):
     assert any((res / "fit" / "tiny" / "aime_2025").glob("q*.npz"))
     default = res / "simulate" / "tiny" / "aime_2025" / "default"
     methods = sorted(p.name for p in default.iterdir() if (p / "overall.json").is_file())
-    assert len(methods) >= 19 and "sc" in methods and "sc-mars-cal" in methods and "sc-pp" in methods
+    assert (
+        len(methods) >= 19 and "sc" in methods and "sc-mars-cal" in methods and "sc-pp" in methods
+    )
     for f in ("per_question.csv", "per_iteration.csv", "overall.json"):
         assert (default / "sc" / f).is_file()
-    assert [p.name for p in (res / "simulate" / "tiny" / "aime_2025" / "pp-u4").iterdir()
-            if p.is_dir()] == ["sc-pp"]
+    assert [
+        p.name for p in (res / "simulate" / "tiny" / "aime_2025" / "pp-u4").iterdir() if p.is_dir()
+    ] == ["sc-pp"]
     # every job logged and benchmarked
     for rule in ("generate", "consolidate", "fit", "simulate"):
         assert list((res / "logs" / rule).rglob("*.log")), rule
@@ -285,7 +383,9 @@ def test_tiny_run_outputs(tiny_run):
 
 
 def test_generated_traces_are_write_protected(tiny_run):
-    manifest = tiny_run["work"] / "results" / "traces" / "tiny" / "aime_2025" / "shard0" / "pool.json"
+    manifest = (
+        tiny_run["work"] / "results" / "traces" / "tiny" / "aime_2025" / "shard0" / "pool.json"
+    )
     assert not manifest.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
 
 
@@ -363,7 +463,13 @@ def test_forcerun_and_until(tiny_run, tmp_path):
     r = smk(fresh, "-n", "all_traces", configfile=cfg)
     assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "all_traces": 1}
     r = smk(fresh, "-n", "all_fits", configfile=cfg)
-    assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "consolidate": 1, "fit": 1, "all_fits": 1}
+    assert job_stats(r.stdout) == {
+        "questions": 1,
+        "generate": 2,
+        "consolidate": 1,
+        "fit": 1,
+        "all_fits": 1,
+    }
     r = smk(fresh, "-n", "--omit-from", "simulate", configfile=cfg)
     assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "consolidate": 1, "fit": 1}
 
@@ -373,13 +479,23 @@ def test_forcing_generation_keeps_the_traces(tiny_run, tmp_path):
     work = _copy_run(tiny_run, tmp_path)
     shard = work / "results" / "traces" / "tiny" / "aime_2025" / "shard0"
     before = sorted(p.name for p in (shard / "traces").iterdir())
-    r = smk(work, "-R", "generate", "--until", "generate", configfile=tiny_run["config"], path=tiny_run["bin"],
-            check=False)
+    r = smk(
+        work,
+        "-R",
+        "generate",
+        "--until",
+        "generate",
+        configfile=tiny_run["config"],
+        path=tiny_run["bin"],
+        check=False,
+    )
     assert r.returncode != 0
     if os.geteuid() != 0:
         assert "Write-protected output files" in r.stdout or "ProtectedOutputException" in r.stdout
     else:  # root ignores file modes; the generator itself refuses to overwrite finished traces
-        log = (work / "results" / "logs" / "generate" / "tiny" / "aime_2025" / "shard0.log").read_text()
+        log = (
+            work / "results" / "logs" / "generate" / "tiny" / "aime_2025" / "shard0.log"
+        ).read_text()
         assert "refusing to overwrite" in log
     assert sorted(p.name for p in (shard / "traces").iterdir()) == before
 
@@ -388,18 +504,33 @@ def test_second_entry_from_existing_pools(tiny_run, tmp_path):
     """Published parquet (mars export) and an existing pool directory: only the downstream stages."""
     pool = tiny_run["work"] / "results" / "pools" / "tiny" / "aime_2025"
     published = tmp_path / "published.parquet"
-    subprocess.run([sys.executable, "-m", "mars.cli", "export", str(pool), str(published)], check=True,
-                   env=_env(), capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "mars.cli", "export", str(pool), str(published)],
+        check=True,
+        env=_env(),
+        capture_output=True,
+    )
     work = tmp_path / "work"
     work.mkdir()
     cfg = {
-        "datasets": {}, "models": {},
+        "datasets": {},
+        "models": {},
         "imports": [
-            {"model": "published", "dataset": "aime_2025", "format": "mars-parquet", "path": str(published)},
+            {
+                "model": "published",
+                "dataset": "aime_2025",
+                "format": "mars-parquet",
+                "path": str(published),
+            },
             {"model": "ours", "dataset": "aime_2025", "format": "pool", "path": str(pool)},
         ],
-        "simulation": {"methods": ["sc", "sc-mars", "sc-pp"], "budget": 8, "iterations": 4, "warmup": 4,
-                       "workers": 1},
+        "simulation": {
+            "methods": ["sc", "sc-mars", "sc-pp"],
+            "budget": 8,
+            "iterations": 4,
+            "warmup": 4,
+            "workers": 1,
+        },
         "report": {"enabled": HAS_REPORT},
     }
     path = write_config(tmp_path / "pools.yaml", cfg)
@@ -452,7 +583,9 @@ def test_lint_only_the_deliberate_conda_lint(tmp_path):
     r = smk(tmp_path, "--lint", configfile=TEST_CONFIG, check=False, cores=None)
     lints = re.findall(r"^\s+\* (.+?):?$", r.stdout, re.M)
     assert lints, r.stdout[-3000:]
-    assert set(lints) == {"Specify a conda environment or container for each rule."}, r.stdout[-3000:]
+    assert set(lints) == {"Specify a conda environment or container for each rule."}, r.stdout[
+        -3000:
+    ]
 
 
 def test_snakefmt():

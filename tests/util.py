@@ -10,8 +10,17 @@ from mars import schema
 from mars.pool import PoolWriter
 
 
-def random_traces(rng: np.random.Generator, qid: int, n: int = 40, max_len: int = 9000, spacing: int = 2048,
-                  n_answers: int = 4, abstain: float = 0.0, confs: bool = True, p_none: float = 0.05) -> dict:
+def random_traces(
+    rng: np.random.Generator,
+    qid: int,
+    n: int = 40,
+    max_len: int = 9000,
+    spacing: int = 2048,
+    n_answers: int = 4,
+    abstain: float = 0.0,
+    confs: bool = True,
+    p_none: float = 0.05,
+) -> dict:
     """Columns of one question in TRACE_SCHEMA form: traces drift towards a final answer."""
     cols = {k: [] for k in schema.TRACE_SCHEMA.names}
     answers = [str(100 + a) for a in range(n_answers)]
@@ -22,10 +31,23 @@ def random_traces(rng: np.random.Generator, qid: int, n: int = 40, max_len: int 
         cur = answers[int(rng.integers(0, n_answers))]
         for p in range(spacing, length, spacing):
             if rng.random() < 0.35:
-                cur = final if (final and rng.random() < 0.6) else answers[int(rng.integers(0, n_answers))]
+                cur = (
+                    final
+                    if (final and rng.random() < 0.6)
+                    else answers[int(rng.integers(0, n_answers))]
+                )
             ans = None if rng.random() < abstain else cur
-            probes.append({"position": p, "answer": ans, "raw_text": None, "conf": None, "prompt_tokens": 50 + p,
-                           "cached_tokens": p, "generated_tokens": 6})
+            probes.append(
+                {
+                    "position": p,
+                    "answer": ans,
+                    "raw_text": None,
+                    "conf": None,
+                    "prompt_tokens": 50 + p,
+                    "cached_tokens": p,
+                    "generated_tokens": 6,
+                }
+            )
         cols["qid"].append(qid)
         cols["trace_idx"].append(t)
         cols["final_answer"].append(final)
@@ -52,10 +74,25 @@ def write_published_pool(path, seed: int = 0, n_questions: int = 3, rows_hook=No
     for q in range(n_questions):
         cols = random_traces(rng, q, **kw)
         for j in range(len(cols["qid"])):
-            rows.append({"qid": q, "trace_idx": cols["trace_idx"][j], "ground_truth": "101",
-                         "extracted_answer": cols["final_answer"][j], "confs": cols["confs"][j],
-                         "probes": [{"position": p["position"], "answer": p["answer"] if p["answer"] else "",
-                                     "is_correct": False, "raw_text": "", "avg_conf": 1.0} for p in cols["probes"][j]]})
+            rows.append(
+                {
+                    "qid": q,
+                    "trace_idx": cols["trace_idx"][j],
+                    "ground_truth": "101",
+                    "extracted_answer": cols["final_answer"][j],
+                    "confs": cols["confs"][j],
+                    "probes": [
+                        {
+                            "position": p["position"],
+                            "answer": p["answer"] if p["answer"] else "",
+                            "is_correct": False,
+                            "raw_text": "",
+                            "avg_conf": 1.0,
+                        }
+                        for p in cols["probes"][j]
+                    ],
+                }
+            )
     if rows_hook:
         rows = rows_hook(rows)
     table = pa.Table.from_pylist(rows, schema=schema.PUBLISHED_SCHEMA)

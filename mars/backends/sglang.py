@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Backend, Problem, ProbeResult
+from .base import Backend, ProbeResult, Problem
 from .transformers import (
     CONF_TOP_K,
     DEFAULT_PROMPT_TEMPLATE,
@@ -60,7 +60,13 @@ from .transformers import (
     window_conf,
 )
 
-__all__ = ["SGLangBackend", "SGLangTraceBatch", "EngineOutputError", "parse_generation", "request_seed"]
+__all__ = [
+    "EngineOutputError",
+    "SGLangBackend",
+    "SGLangTraceBatch",
+    "parse_generation",
+    "request_seed",
+]
 
 _PROBE_SALT = 0x9B0BE  # separates probe seeds from trace seeds
 
@@ -112,34 +118,52 @@ def parse_generation(out: dict, max_new_tokens: int | None = None) -> dict:
     if token_lp is not None:
         ids = [int(e[1]) for e in _pairs(token_lp)]
         if out_ids is not None and list(map(int, out_ids)) != ids:
-            raise EngineOutputError(f"request {meta.get('id')}: output_ids and output_token_logprobs disagree")
+            raise EngineOutputError(
+                f"request {meta.get('id')}: output_ids and output_token_logprobs disagree"
+            )
     elif out_ids is not None:
         ids = [int(t) for t in out_ids]
     else:
-        raise EngineOutputError(f"request {meta.get('id')}: neither output_ids nor output_token_logprobs")
+        raise EngineOutputError(
+            f"request {meta.get('id')}: neither output_ids nor output_token_logprobs"
+        )
     top = meta.get("output_top_logprobs")
     if token_lp is not None and top is not None:
         if len(top) != len(ids):
-            raise EngineOutputError(f"request {meta.get('id')}: {len(top)} top-logprob entries for {len(ids)} tokens")
+            raise EngineOutputError(
+                f"request {meta.get('id')}: {len(top)} top-logprob entries for {len(ids)} tokens"
+            )
         confs = [token_confidence([e[0] for e in _pairs(entry)]) for entry in top]
     else:
         confs = None
     completion = meta.get("completion_tokens")
     if completion is not None and int(completion) != len(ids):
-        raise EngineOutputError(f"request {meta.get('id')}: completion_tokens {completion} for {len(ids)} tokens")
+        raise EngineOutputError(
+            f"request {meta.get('id')}: completion_tokens {completion} for {len(ids)} tokens"
+        )
     if max_new_tokens is not None and len(ids) > max_new_tokens:
-        raise EngineOutputError(f"request {meta.get('id')}: {len(ids)} tokens for max_new_tokens {max_new_tokens}")
+        raise EngineOutputError(
+            f"request {meta.get('id')}: {len(ids)} tokens for max_new_tokens {max_new_tokens}"
+        )
     if ftype == "length" and max_new_tokens is not None and len(ids) != max_new_tokens:
         raise EngineOutputError(
-            f"request {meta.get('id')}: finish 'length' after {len(ids)} of {max_new_tokens} tokens")
+            f"request {meta.get('id')}: finish 'length' after {len(ids)} of {max_new_tokens} tokens"
+        )
 
     def _int(key):
         v = meta.get(key)
         return None if v is None else int(v)
 
-    return {"ids": ids, "confs": confs, "finish": ftype, "matched": matched, "text": out.get("text"),
-            "prompt_tokens": _int("prompt_tokens"), "cached_tokens": _int("cached_tokens"),
-            "completion_tokens": _int("completion_tokens") if completion is not None else len(ids)}
+    return {
+        "ids": ids,
+        "confs": confs,
+        "finish": ftype,
+        "matched": matched,
+        "text": out.get("text"),
+        "prompt_tokens": _int("prompt_tokens"),
+        "cached_tokens": _int("cached_tokens"),
+        "completion_tokens": _int("completion_tokens") if completion is not None else len(ids),
+    }
 
 
 class SGLangBackend(Backend):
@@ -164,17 +188,37 @@ class SGLangBackend(Backend):
 
     name = "sglang"
 
-    def __init__(self, model_path: str, *, engine=None, tokenizer=None, dp_size: int = 1, tp_size: int = 1,
-                 temperature: float = 0.6, top_p: float = 0.95, top_k: int | None = 20, min_p: float | None = None,
-                 max_tokens: int = 32768, probe_max_new_tokens: int = PROBE_MAX_NEW_TOKENS,
-                 seed_per_trace: bool = True, prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
-                 system_prompt: str | None = None, mem_fraction_static: float | None = None,
-                 context_length: int | None = None, random_seed: int | None = None,
-                 engine_kwargs: dict | None = None, name: str | None = None):
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        engine=None,
+        tokenizer=None,
+        dp_size: int = 1,
+        tp_size: int = 1,
+        temperature: float = 0.6,
+        top_p: float = 0.95,
+        top_k: int | None = 20,
+        min_p: float | None = None,
+        max_tokens: int = 32768,
+        probe_max_new_tokens: int = PROBE_MAX_NEW_TOKENS,
+        seed_per_trace: bool = True,
+        prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+        system_prompt: str | None = None,
+        mem_fraction_static: float | None = None,
+        context_length: int | None = None,
+        random_seed: int | None = None,
+        engine_kwargs: dict | None = None,
+        name: str | None = None,
+    ):
         if temperature < 0 or not 0 < top_p <= 1 or (top_k is not None and top_k < 0):
-            raise ValueError(f"bad sampling settings: temperature={temperature}, top_p={top_p}, top_k={top_k}")
+            raise ValueError(
+                f"bad sampling settings: temperature={temperature}, top_p={top_p}, top_k={top_k}"
+            )
         if max_tokens <= 0 or probe_max_new_tokens <= 0 or dp_size <= 0 or tp_size <= 0:
-            raise ValueError("max_tokens, probe_max_new_tokens, dp_size and tp_size must be positive")
+            raise ValueError(
+                "max_tokens, probe_max_new_tokens, dp_size and tp_size must be positive"
+            )
         if "{question}" not in prompt_template:
             raise ValueError("prompt_template must contain '{question}'")
         self.model_path = str(model_path)
@@ -189,18 +233,34 @@ class SGLangBackend(Backend):
         self.prompt_template = prompt_template
         self.system_prompt = system_prompt
         self.dp_size, self.tp_size = int(dp_size), int(tp_size)
-        self.original_logprobs = os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").lower() in ("1", "true", "yes")
+        self.original_logprobs = os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").lower() in (
+            "1",
+            "true",
+            "yes",
+        )
         self._owns_engine = engine is None
         if engine is None:
             try:
                 import sglang
             except ImportError as exc:
-                raise ImportError("the SGLang backend needs sglang (CUDA): pip install 'mars[sglang]'") from exc
-            kwargs = {"model_path": self.model_path, "dp_size": self.dp_size, "tp_size": self.tp_size,
-                      **{k: v for k, v in {"mem_fraction_static": mem_fraction_static,
-                                           "context_length": context_length,
-                                           "random_seed": random_seed}.items() if v is not None},
-                      **(engine_kwargs or {})}
+                raise ImportError(
+                    "the SGLang backend needs sglang (CUDA): pip install 'mars[sglang]'"
+                ) from exc
+            kwargs = {
+                "model_path": self.model_path,
+                "dp_size": self.dp_size,
+                "tp_size": self.tp_size,
+                **{
+                    k: v
+                    for k, v in {
+                        "mem_fraction_static": mem_fraction_static,
+                        "context_length": context_length,
+                        "random_seed": random_seed,
+                    }.items()
+                    if v is not None
+                },
+                **(engine_kwargs or {}),
+            }
             engine = sglang.Engine(**kwargs)
         self.engine = engine
         if tokenizer is None:
@@ -210,44 +270,72 @@ class SGLangBackend(Backend):
         self.tokenizer = tokenizer
         self.suffix_ids = encode_suffix(tokenizer)
         #: engine-reported token counts, summed (generation and probes)
-        self.stats = {"generate_calls": 0, "generate_prompt_tokens": 0, "generate_cached_tokens": 0,
-                      "generate_completion_tokens": 0, "probe_calls": 0, "probe_prompt_tokens": 0,
-                      "probe_cached_tokens": 0, "probe_completion_tokens": 0}
+        self.stats = {
+            "generate_calls": 0,
+            "generate_prompt_tokens": 0,
+            "generate_cached_tokens": 0,
+            "generate_completion_tokens": 0,
+            "probe_calls": 0,
+            "probe_prompt_tokens": 0,
+            "probe_cached_tokens": 0,
+            "probe_completion_tokens": 0,
+        }
 
     # -- interface -------------------------------------------------------------------------------
 
-    def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> "SGLangTraceBatch":
+    def start(
+        self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0
+    ) -> SGLangTraceBatch:
         self.check_start(n_traces, seed, first_trace)
         return SGLangTraceBatch(self, problem, n_traces, seed, first_trace)
 
     def describe(self) -> dict:
         """Provenance for a pool manifest."""
         return {
-            "backend": self.name, "model": self.model,
-            "sampling": {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                         "min_p": self.min_p, "sampling_seed": "per request (seed, qid, trace_idx, position)"
-                         if self.seed_per_trace else None},
-            "logprobs": ("log_softmax(logits) (SGLANG_RETURN_ORIGINAL_LOGPROB=1)" if self.original_logprobs
-                         else "log_softmax(logits / temperature) (SGLang default)"),
+            "backend": self.name,
+            "model": self.model,
+            "sampling": {
+                "temperature": self.temperature,
+                "top_p": self.top_p,
+                "top_k": self.top_k,
+                "min_p": self.min_p,
+                "sampling_seed": "per request (seed, qid, trace_idx, position)"
+                if self.seed_per_trace
+                else None,
+            },
+            "logprobs": (
+                "log_softmax(logits) (SGLANG_RETURN_ORIGINAL_LOGPROB=1)"
+                if self.original_logprobs
+                else "log_softmax(logits / temperature) (SGLang default)"
+            ),
             "conf": f"-mean(top-{CONF_TOP_K} logprobs), 3 decimals, float16",
-            "probe_max_new_tokens": self.probe_max_new_tokens, "probe_suffix": PROBE_SUFFIX,
-            "prompt_template": self.prompt_template, "system_prompt": self.system_prompt,
-            "dp_size": self.dp_size, "tp_size": self.tp_size,
+            "probe_max_new_tokens": self.probe_max_new_tokens,
+            "probe_suffix": PROBE_SUFFIX,
+            "prompt_template": self.prompt_template,
+            "system_prompt": self.system_prompt,
+            "dp_size": self.dp_size,
+            "tp_size": self.tp_size,
         }
 
     def prompt_ids(self, question: str) -> list[int]:
         return build_prompt_ids(self.tokenizer, question, self.prompt_template, self.system_prompt)
 
     def sampling_params(self, max_new_tokens: int, seed: int | None) -> dict:
-        sp: dict[str, Any] = {"max_new_tokens": int(max_new_tokens), "temperature": self.temperature,
-                              "top_p": self.top_p, "top_k": self.top_k}
+        sp: dict[str, Any] = {
+            "max_new_tokens": int(max_new_tokens),
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+        }
         if self.min_p is not None:
             sp["min_p"] = float(self.min_p)
         if seed is not None:
             sp["sampling_seed"] = int(seed)
         return sp
 
-    def generate(self, input_ids: list[list[int]], sampling_params: list[dict], logprobs: bool) -> list[dict]:
+    def generate(
+        self, input_ids: list[list[int]], sampling_params: list[dict], logprobs: bool
+    ) -> list[dict]:
         """One batched engine call; returns the per-request results in request order."""
         kwargs = {"return_logprob": True, "top_logprobs_num": CONF_TOP_K} if logprobs else {}
         outs = self.engine.generate(input_ids=input_ids, sampling_params=sampling_params, **kwargs)
@@ -255,7 +343,9 @@ class SGLangBackend(Backend):
             outs = [outs]
         outs = list(outs)
         if len(outs) != len(input_ids):
-            raise EngineOutputError(f"engine returned {len(outs)} results for {len(input_ids)} requests")
+            raise EngineOutputError(
+                f"engine returned {len(outs)} results for {len(input_ids)} requests"
+            )
         return outs
 
     def shutdown(self) -> None:
@@ -274,9 +364,13 @@ class SGLangBackend(Backend):
 class SGLangTraceBatch(TokenTraceBatch):
     """``n`` traces of one question, continued checkpoint by checkpoint through the engine."""
 
-    def __init__(self, backend: SGLangBackend, problem: Problem, n: int, seed: int, first_trace: int):
+    def __init__(
+        self, backend: SGLangBackend, problem: Problem, n: int, seed: int, first_trace: int
+    ):
         super().__init__(backend, problem, n, seed, first_trace)
-        self._texts: list[list[str]] = [[] for _ in range(self.n)]  # engine text, without a tokenizer
+        self._texts: list[list[str]] = [
+            [] for _ in range(self.n)
+        ]  # engine text, without a tokenizer
 
     def _seed(self, j: int, position: int, probe: bool = False) -> int | None:
         if not self.backend.seed_per_trace:
@@ -291,9 +385,11 @@ class SGLangTraceBatch(TokenTraceBatch):
         if not run:
             return
         want = [target - int(lengths[j]) for j in run]
-        outs = be.generate([self.prompt + self._ids[j] for j in run],
-                           [be.sampling_params(m, self._seed(j, int(lengths[j]))) for j, m in zip(run, want)],
-                           logprobs=True)
+        outs = be.generate(
+            [self.prompt + self._ids[j] for j in run],
+            [be.sampling_params(m, self._seed(j, int(lengths[j]))) for j, m in zip(run, want)],
+            logprobs=True,
+        )
         be.stats["generate_calls"] += 1
         for j, m, out in zip(run, want, outs):
             g = parse_generation(out, m)
@@ -317,9 +413,14 @@ class SGLangTraceBatch(TokenTraceBatch):
             return []
         js = idx.tolist()
         pos = [len(self._ids[j]) for j in js]
-        outs = be.generate([self.prompt + self._ids[j][:p] + be.suffix_ids for j, p in zip(js, pos)],
-                           [be.sampling_params(be.probe_max_new_tokens, self._seed(j, p, probe=True))
-                            for j, p in zip(js, pos)], logprobs=False)
+        outs = be.generate(
+            [self.prompt + self._ids[j][:p] + be.suffix_ids for j, p in zip(js, pos)],
+            [
+                be.sampling_params(be.probe_max_new_tokens, self._seed(j, p, probe=True))
+                for j, p in zip(js, pos)
+            ],
+            logprobs=False,
+        )
         be.stats["probe_calls"] += 1
         res = []
         for j, p, out in zip(js, pos, outs):
@@ -329,13 +430,24 @@ class SGLangTraceBatch(TokenTraceBatch):
                 text = be.tokenizer.decode(g["ids"], skip_special_tokens=True)
             for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
                 be.stats[f"probe_{key}"] += g[key] or 0
-            res.append(ProbeResult(answer=parse_probe(text), raw_text="\\boxed{" + text,
-                                   conf=window_conf(self._confs[j], p) if self._has_confs else None,
-                                   prompt_tokens=g["prompt_tokens"] if g["prompt_tokens"] is not None
-                                   else len(self.prompt) + p + len(be.suffix_ids),
-                                   cached_tokens=g["cached_tokens"], generated_tokens=g["completion_tokens"]))
+            res.append(
+                ProbeResult(
+                    answer=parse_probe(text),
+                    raw_text="\\boxed{" + text,
+                    conf=window_conf(self._confs[j], p) if self._has_confs else None,
+                    prompt_tokens=g["prompt_tokens"]
+                    if g["prompt_tokens"] is not None
+                    else len(self.prompt) + p + len(be.suffix_ids),
+                    cached_tokens=g["cached_tokens"],
+                    generated_tokens=g["completion_tokens"],
+                )
+            )
         return res
 
     def _text(self, j: int) -> str:
         tok = self.backend.tokenizer
-        return tok.decode(self._ids[j], skip_special_tokens=True) if tok is not None else "".join(self._texts[j])
+        return (
+            tok.decode(self._ids[j], skip_special_tokens=True)
+            if tok is not None
+            else "".join(self._texts[j])
+        )

@@ -77,7 +77,7 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize, signal, special
 
-from .base import Backend, Problem, ProbeResult, TraceBatch, TraceResult
+from .base import Backend, ProbeResult, Problem, TraceBatch, TraceResult
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
 DEFAULT_PRESET = "qwen3-8b"
@@ -88,52 +88,97 @@ PARAMS: dict[str, tuple[float, str]] = {
     # answers and difficulty
     "skill": (0.75, "mean over questions of P(a trace's latent final answer is correct)"),
     "difficulty_sd": (1.5, "sd of the correctness logit of regular questions"),
-    "trap_frac": (0.8, "trap questions (the model mostly converges on a wrong answer) make up trap_frac * (1 - skill) of the questions"),
+    "trap_frac": (
+        0.8,
+        "trap questions (the model mostly converges on a wrong answer) make up trap_frac * (1 - skill) of the questions",
+    ),
     "trap_logit": (-3.0, "mean correctness logit of trap questions"),
     "trap_sd": (1.0, "sd of the correctness logit of trap questions"),
     "none_rate": (0.08, "P(a finished trace has no parseable final answer), times hardness"),
     "unique_rate": (0.25, "mean share of one-off answers among a question's wrong final answers"),
     "n_distractors": (4, "popular wrong answers per question"),
-    "distractor_alpha": (0.6, "Dirichlet concentration of distractor weights (small: one dominates)"),
+    "distractor_alpha": (
+        0.6,
+        "Dirichlet concentration of distractor weights (small: one dominates)",
+    ),
     # length
     "len_median": (6000.0, "median length (tokens) of a correct trace on an easy question"),
     "len_hard_slope": (1.2, "log median length grows by len_hard_slope * hardness ** len_hard_pow"),
-    "len_hard_pow": (0.5, "concavity of that growth (< 1: lengths rise fast from easy to middling)"),
+    "len_hard_pow": (
+        0.5,
+        "concavity of that growth (< 1: lengths rise fast from easy to middling)",
+    ),
     "len_question_sd": (0.25, "per-question log-sd of the median length"),
     "len_trace_sd": (0.3, "within-question log-sd of trace length"),
     "len_wrong_shift": (0.5, "log length ratio of wrong over correct traces"),
     "min_tokens": (1000, "shortest trace"),
     "max_tokens": (41472, "token cap; longer traces are cut (unfinished)"),
-    "cut_boxed_prob": (0.9, "P(a cut trace still has a boxed answer: the answer it held at the cap)"),
+    "cut_boxed_prob": (
+        0.9,
+        "P(a cut trace still has a boxed answer: the answer it held at the cap)",
+    ),
     # dynamics
-    "conv_logit": (0.5, "mean logit of a question's convergence point as a fraction of the natural length"),
+    "conv_logit": (
+        0.5,
+        "mean logit of a question's convergence point as a fraction of the natural length",
+    ),
     "conv_hard_slope": (1.0, "its change per unit hardness (hard questions are worked out later)"),
-    "conv_q_sd": (1.2, "sd over questions of that logit (some questions are solved at once, then checked)"),
-    "conv_trace_sd": (0.6, "sd over a question's traces of the logit of their convergence fraction"),
+    "conv_q_sd": (
+        1.2,
+        "sd over questions of that logit (some questions are solved at once, then checked)",
+    ),
+    "conv_trace_sd": (
+        0.6,
+        "sd over a question's traces of the logit of their convergence fraction",
+    ),
     "seg_tokens": (1500.0, "mean tokens an exploratory answer is held (sticky exploration)"),
-    "explore_own_final": (0.25, "mean P(an exploratory segment holds the trace's final answer) before the convergence point; grows from 0 at token 0 as (t / C) ** explore_own_pow"),
-    "explore_own_pow": (1.0, "shape of that growth (1: linear, to twice the mean at C; larger: the final answer turns up only shortly before C)"),
+    "explore_own_final": (
+        0.25,
+        "mean P(an exploratory segment holds the trace's final answer) before the convergence point; grows from 0 at token 0 as (t / C) ** explore_own_pow",
+    ),
+    "explore_own_pow": (
+        1.0,
+        "shape of that growth (1: linear, to twice the mean at C; larger: the final answer turns up only shortly before C)",
+    ),
     "explore_unique": (0.15, "P(an exploratory segment holds a one-off answer)"),
     "n_explore": (5, "exploratory answers per question"),
     "explore_alpha": (0.8, "Dirichlet concentration of the exploratory answer weights"),
-    "attractor_base": (0.2, "P(question has an early wrong attractor) = min(1, base + rate * hardness)"),
-    "attractor_rate": (1.5, "P(question has an early wrong attractor) = min(1, base + rate * hardness)"),
+    "attractor_base": (
+        0.2,
+        "P(question has an early wrong attractor) = min(1, base + rate * hardness)",
+    ),
+    "attractor_rate": (
+        1.5,
+        "P(question has an early wrong attractor) = min(1, base + rate * hardness)",
+    ),
     "attractor_share_lo": (0.5, "share of traces starting on the attractor ~ U(lo, hi)"),
     "attractor_share_hi": (0.95, "share of traces starting on the attractor ~ U(lo, hi)"),
     "attractor_release_lo": (0.3, "attractor released at U(lo, hi) x convergence point"),
     "attractor_release_hi": (1.0, "attractor released at U(lo, hi) x convergence point"),
-    "attractor_distractor_prob": (0.5, "P(the attractor is the top distractor, not an exploration-only answer)"),
+    "attractor_distractor_prob": (
+        0.5,
+        "P(the attractor is the top distractor, not an exploration-only answer)",
+    ),
     # probes
     "err_explore": (0.07, "P(unparseable probe) before the convergence point"),
     "err_converged": (0.015, "P(unparseable probe) after the convergence point"),
-    "err_early": (0.05, "extra P(unparseable probe) early in a trace: err_early * (t/T) exp(1 - t/T) ..."),
-    "err_early_tokens": (2000.0, "... peaking at T tokens (rises from 0: the first tokens restate the problem)"),
+    "err_early": (
+        0.05,
+        "extra P(unparseable probe) early in a trace: err_early * (t/T) exp(1 - t/T) ...",
+    ),
+    "err_early_tokens": (
+        2000.0,
+        "... peaking at T tokens (rises from 0: the first tokens restate the problem)",
+    ),
     "probe_noise": (0.03, "P(a probe returns a pool answer instead of the current one)"),
     # confidence (DeepConf token confidence: -mean of top-20 logprobs, larger = more peaked)
     "conf_level": (17.0, "block confidence level (the top of the token distribution)"),
     "conf_token_scale": (3.5, "scale of the exponential per-token deficit"),
     "conf_trace_sd": (0.6, "per-trace sd of the level"),
-    "conf_conv_corr": (0.0, "correlation of the per-trace level with how early the trace converges (fluent traces find their answer sooner)"),
+    "conf_conv_corr": (
+        0.0,
+        "correlation of the per-trace level with how early the trace converges (fluent traces find their answer sooner)",
+    ),
     "conf_correct_bonus": (0.3, "level bonus of traces whose final answer is correct"),
     "conf_hard_slope": (-1.0, "level change per unit hardness"),
     "conf_explore_penalty": (-0.8, "level change before the convergence point"),
@@ -141,7 +186,10 @@ PARAMS: dict[str, tuple[float, str]] = {
     "conf_ar_sd": (0.5, "stationary sd of the level drift"),
     "conf_dip_depth": (2.5, "mean depth of the dip at a change of answer"),
     "conf_dip_tokens": (300.0, "width (sd, tokens) of the dip"),
-    "conf_dip_lead": (0.0, "tokens by which the dip's centre precedes the change of answer (doubt comes before the revision)"),
+    "conf_dip_lead": (
+        0.0,
+        "tokens by which the dip's centre precedes the change of answer (doubt comes before the revision)",
+    ),
     "conf_floor": (0.1, "smallest token confidence"),
     "conf_ceil": (25.0, "largest token confidence"),
 }
@@ -183,7 +231,9 @@ def load_preset(preset: str | dict | Path) -> dict:
         if not (path.suffix == ".json" and path.exists()):
             path = PRESET_DIR / f"{preset}.json"
         if not path.exists():
-            raise ValueError(f"unknown synthetic preset {preset!r} (bundled: {', '.join(list_presets())})")
+            raise ValueError(
+                f"unknown synthetic preset {preset!r} (bundled: {', '.join(list_presets())})"
+            )
         p = json.loads(path.read_text())
         p.setdefault("name", path.stem)
     base = p.pop("base", None)
@@ -200,7 +250,9 @@ def load_preset(preset: str | dict | Path) -> dict:
     unknown = set(p["params"]) | {k for d in p["datasets"].values() for k in d}
     unknown -= set(PARAMS)
     if any("max_tokens" in d for d in p["datasets"].values()):
-        raise ValueError(f"preset {p.get('name')!r}: max_tokens is a model property, not a dataset one")
+        raise ValueError(
+            f"preset {p.get('name')!r}: max_tokens is a model property, not a dataset one"
+        )
     if unknown:
         raise ValueError(f"preset {p.get('name')!r}: unknown parameters {sorted(unknown)}")
     return p
@@ -220,15 +272,20 @@ def resolve_params(preset: dict, dataset: str = "", **overrides) -> dict:
 
 
 @lru_cache(maxsize=256)
-def _mu_for_skill(skill: float, sd: float, trap_rate: float = 0.0, trap_logit: float = -3.0,
-                  trap_sd: float = 1.0) -> float:
+def _mu_for_skill(
+    skill: float, sd: float, trap_rate: float = 0.0, trap_logit: float = -3.0, trap_sd: float = 1.0
+) -> float:
     """Logit location of the regular questions so that the mean P(correct) over all questions,
     traps included, is ``skill`` (Gauss-Hermite expectations; clipped when out of reach)."""
     skill = min(max(float(skill), 1e-4), 1 - 1e-4)
     x, w = np.polynomial.hermite_e.hermegauss(64)
     w = w / w.sum()
     trap_mean = float(np.dot(w, special.expit(trap_logit + trap_sd * x)))
-    f = lambda mu: trap_rate * trap_mean + (1 - trap_rate) * float(np.dot(w, special.expit(mu + sd * x))) - skill  # noqa: E731
+    f = lambda mu: (
+        trap_rate * trap_mean
+        + (1 - trap_rate) * float(np.dot(w, special.expit(mu + sd * x)))
+        - skill
+    )
     lo, hi = -30.0, 30.0
     if f(lo) >= 0:
         return lo
@@ -251,9 +308,13 @@ def question_logit(u: float, prm: dict) -> float:
     """
     t = trap_share(prm)
     if u < t:
-        return prm["trap_logit"] + prm["trap_sd"] * float(special.ndtri(min(max(u / t, 1e-9), 1 - 1e-9)))
+        return prm["trap_logit"] + prm["trap_sd"] * float(
+            special.ndtri(min(max(u / t, 1e-9), 1 - 1e-9))
+        )
     mu = _mu_for_skill(prm["skill"], prm["difficulty_sd"], t, prm["trap_logit"], prm["trap_sd"])
-    return mu + prm["difficulty_sd"] * float(special.ndtri(min(max((u - t) / (1 - t), 1e-9), 1 - 1e-9)))
+    return mu + prm["difficulty_sd"] * float(
+        special.ndtri(min(max((u - t) / (1 - t), 1e-9), 1 - 1e-9))
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +362,16 @@ def wrong_answer(truth: str, salt: int) -> str:
             if mode < 4:
                 v = g + (1 + r % 12) * (1 if (r >> 5) & 1 else -1)
             elif mode < 6:
-                v = [g * 2, g // 2, g + 100, g - 100, g * 3, g // 3, g + 1000 // 10, int(str(abs(g))[::-1] or 0)][r % 8]
+                v = [
+                    g * 2,
+                    g // 2,
+                    g + 100,
+                    g - 100,
+                    g * 3,
+                    g // 3,
+                    g + 1000 // 10,
+                    int(str(abs(g))[::-1] or 0),
+                ][r % 8]
             else:
                 v = r % hi
             if g >= 0:
@@ -312,8 +382,14 @@ def wrong_answer(truth: str, salt: int) -> str:
             if nums:
                 m = nums[r % len(nums)]
                 n = int(m.group())
-                v = [n + 1, max(0, n - 1), n * 2, n + 2 + (r >> 8) % 7, (r >> 4) % (10 ** len(m.group()) or 10)][mode % 5]
-                cand = truth[: m.start()] + str(v) + truth[m.end():]
+                v = [
+                    n + 1,
+                    max(0, n - 1),
+                    n * 2,
+                    n + 2 + (r >> 8) % 7,
+                    (r >> 4) % (10 ** len(m.group()) or 10),
+                ][mode % 5]
+                cand = truth[: m.start()] + str(v) + truth[m.end() :]
             else:
                 cand = f"{2 + r % 8}{truth}" if mode < 5 else f"{truth}+{1 + r % 9}"
         if cand != truth:
@@ -353,7 +429,9 @@ def question_latent(problem: Problem, seed: int, prm: dict) -> QuestionLatent:
     """The question-level latent model, deterministic in (seed, dataset, qid)."""
     dkey = dataset_key(problem.dataset)
     # stratified difficulty: golden-ratio Weyl sequence over qids with a per-(seed, dataset) offset
-    u0, u1, u2 = np.random.default_rng(np.random.SeedSequence([seed, dkey], spawn_key=(2,))).random(3)
+    u0, u1, u2 = np.random.default_rng(np.random.SeedSequence([seed, dkey], spawn_key=(2,))).random(
+        3
+    )
     u = min(max((u0 + problem.qid * _GOLDEN) % 1.0, 1e-6), 1 - 1e-6)
     # the per-question length and convergence noise are stratified the same way (other irrational steps)
     z_len = float(special.ndtri(min(max((u1 + problem.qid * _SILVER) % 1.0, 1e-6), 1 - 1e-6)))
@@ -361,8 +439,9 @@ def question_latent(problem: Problem, seed: int, prm: dict) -> QuestionLatent:
     p_correct = float(special.expit(question_logit(u, prm)))
     hard = 1.0 - p_correct
     rng = np.random.default_rng(np.random.SeedSequence([seed, dkey, problem.qid], spawn_key=(1,)))
-    len_median = prm["len_median"] * math.exp(prm["len_hard_slope"] * hard ** prm["len_hard_pow"]
-                                              + prm["len_question_sd"] * z_len)
+    len_median = prm["len_median"] * math.exp(
+        prm["len_hard_slope"] * hard ** prm["len_hard_pow"] + prm["len_question_sd"] * z_len
+    )
     ur = min(max(prm["unique_rate"], 1e-3), 0.999)
     eta = float(rng.beta(4 * ur, 4 * (1 - ur)))
     K = max(1, prm["n_distractors"])
@@ -385,14 +464,32 @@ def question_latent(problem: Problem, seed: int, prm: dict) -> QuestionLatent:
     attractor = -1
     if att_u < min(1.0, prm["attractor_base"] + prm["attractor_rate"] * hard):
         attractor = 1 if att_kind < prm["attractor_distractor_prob"] else 1 + K + E
-    share = prm["attractor_share_lo"] + (prm["attractor_share_hi"] - prm["attractor_share_lo"]) * share_u
+    share = (
+        prm["attractor_share_lo"]
+        + (prm["attractor_share_hi"] - prm["attractor_share_lo"]) * share_u
+    )
     explore_codes = np.arange(1 + K, 1 + K + E)
     return QuestionLatent(
-        qid=problem.qid, dataset=problem.dataset, truth=truth, p_correct=p_correct, hardness=hard,
-        len_median=len_median, eta=eta, p_none=min(1.0, prm["none_rate"] * hard), distractor_w=dw,
-        explore_w=ew, explore_codes=explore_codes, attractor=attractor, attractor_share=share,
-        conv_frac=float(special.expit(prm["conv_logit"] + prm["conv_hard_slope"] * hard + prm["conv_q_sd"] * z_conv)),
-        vocab=vocab, question_tokens=max(16, len(problem.question) // 3),
+        qid=problem.qid,
+        dataset=problem.dataset,
+        truth=truth,
+        p_correct=p_correct,
+        hardness=hard,
+        len_median=len_median,
+        eta=eta,
+        p_none=min(1.0, prm["none_rate"] * hard),
+        distractor_w=dw,
+        explore_w=ew,
+        explore_codes=explore_codes,
+        attractor=attractor,
+        attractor_share=share,
+        conv_frac=float(
+            special.expit(
+                prm["conv_logit"] + prm["conv_hard_slope"] * hard + prm["conv_q_sd"] * z_conv
+            )
+        ),
+        vocab=vocab,
+        question_tokens=max(16, len(problem.question) // 3),
     )
 
 
@@ -400,7 +497,7 @@ def question_latent(problem: Problem, seed: int, prm: dict) -> QuestionLatent:
 # Batch
 
 
-_U_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_U_CACHE: OrderedDict[tuple, np.ndarray] = OrderedDict()
 _U_CACHE_BYTES = 64 << 20
 
 
@@ -415,7 +512,9 @@ def _uniforms(seed: int, qid: int, first: int, n: int, dkey: int) -> np.ndarray:
         return U
     U = np.empty((n, _NU))
     for j in range(n):
-        U[j] = np.random.default_rng(np.random.SeedSequence([seed, qid, first + j, dkey])).random(_NU)
+        U[j] = np.random.default_rng(np.random.SeedSequence([seed, qid, first + j, dkey])).random(
+            _NU
+        )
     U.flags.writeable = False
     _U_CACHE[key] = U
     total = sum(u.nbytes for u in _U_CACHE.values())
@@ -427,7 +526,9 @@ def _uniforms(seed: int, qid: int, first: int, n: int, dkey: int) -> np.ndarray:
 class SyntheticTraceBatch(TraceBatch):
     """Traces of one question; every latent quantity is fixed at start, advancing moves a cursor."""
 
-    def __init__(self, backend: "SyntheticBackend", problem: Problem, n: int, seed: int, first_trace: int):
+    def __init__(
+        self, backend: SyntheticBackend, problem: Problem, n: int, seed: int, first_trace: int
+    ):
         self.n = int(n)
         self.problem = problem
         self.seed = int(seed)
@@ -452,11 +553,14 @@ class SyntheticTraceBatch(TraceBatch):
         final = np.where(unique, _UNIQ + salts, final)
         self._final = final
         self._correct = correct
-        self._none = (U[:, 7] < q.p_none)
+        self._none = U[:, 7] < q.p_none
 
         # lengths
-        loglen = (math.log(q.len_median) + prm["len_wrong_shift"] * (~correct)
-                  + prm["len_trace_sd"] * special.ndtri(np.clip(U[:, 3], 1e-12, 1 - 1e-12)))
+        loglen = (
+            math.log(q.len_median)
+            + prm["len_wrong_shift"] * (~correct)
+            + prm["len_trace_sd"] * special.ndtri(np.clip(U[:, 3], 1e-12, 1 - 1e-12))
+        )
         natural = np.maximum(np.rint(np.exp(loglen)), prm["min_tokens"]).astype(np.int64)
         self.max_tokens = cap = int(prm["max_tokens"])
         self._natural = natural
@@ -469,25 +573,38 @@ class SyntheticTraceBatch(TraceBatch):
 
         # answer timeline: optional attractor segment, exploratory segments, then the final answer
         attracted = (q.attractor >= 0) & (U[:, 5] < q.attractor_share)
-        rel = conv * (prm["attractor_release_lo"] + (prm["attractor_release_hi"] - prm["attractor_release_lo"]) * U[:, 6])
+        rel = conv * (
+            prm["attractor_release_lo"]
+            + (prm["attractor_release_hi"] - prm["attractor_release_lo"]) * U[:, 6]
+        )
         offset = np.where(attracted, rel, 0.0)
-        dur = -np.log1p(-U[:, 16:16 + _MAXSEG]) * prm["seg_tokens"]
-        starts = offset[:, None] + np.concatenate([np.zeros((n, 1)), np.cumsum(dur[:, :-1], axis=1)], axis=1)
-        ua = U[:, 16 + _MAXSEG:16 + 2 * _MAXSEG]
+        dur = -np.log1p(-U[:, 16 : 16 + _MAXSEG]) * prm["seg_tokens"]
+        starts = offset[:, None] + np.concatenate(
+            [np.zeros((n, 1)), np.cumsum(dur[:, :-1], axis=1)], axis=1
+        )
+        ua = U[:, 16 + _MAXSEG : 16 + 2 * _MAXSEG]
         pu = prm["explore_unique"]
         kp = max(prm["explore_own_pow"], 1e-3)
         rel_t = np.clip(starts / np.maximum(conv, 1.0)[:, None], 0.0, 1.0)
-        pf = np.minimum((kp + 1) * prm["explore_own_final"] * rel_t ** kp, 1 - pu)
+        pf = np.minimum((kp + 1) * prm["explore_own_final"] * rel_t**kp, 1 - pu)
         ecum = np.cumsum(q.explore_w)
         ue = np.clip((ua - pf - pu) / np.maximum(1e-12, 1 - pf - pu), 0, 1 - 1e-12)
-        pool = q.explore_codes[np.minimum(np.searchsorted(ecum / ecum[-1], ue, side="right"), len(ecum) - 1)]
-        seg_salt = ((ua * (1 << 60)).astype(np.int64) & ((1 << 40) - 1))
+        pool = q.explore_codes[
+            np.minimum(np.searchsorted(ecum / ecum[-1], ue, side="right"), len(ecum) - 1)
+        ]
+        seg_salt = (ua * (1 << 60)).astype(np.int64) & ((1 << 40) - 1)
         seg_code = np.where(ua < pf, final[:, None], np.where(ua < pf + pu, _UNIQ + seg_salt, pool))
         all_starts = np.concatenate([np.zeros((n, 1)), starts, conv[:, None]], axis=1)
         att_code = q.attractor if q.attractor >= 0 else 0
         all_codes = np.concatenate([np.full((n, 1), att_code), seg_code, final[:, None]], axis=1)
-        valid = np.concatenate([attracted[:, None] & (rel[:, None] > 0), starts < conv[:, None],
-                                np.ones((n, 1), bool)], axis=1)
+        valid = np.concatenate(
+            [
+                attracted[:, None] & (rel[:, None] > 0),
+                starts < conv[:, None],
+                np.ones((n, 1), bool),
+            ],
+            axis=1,
+        )
         # a non-attracted trace whose exploration starts at 0 has an empty attractor slot (invalid)
         st = np.floor(all_starts[valid]).astype(np.int64)
         tr = np.broadcast_to(np.arange(n)[:, None], valid.shape)[valid]
@@ -497,7 +614,12 @@ class SyntheticTraceBatch(TraceBatch):
         order = np.argsort(key, kind="stable")
         key, codes, tr, st = key[order], codes[order], tr[order], st[order]
         keep = np.append(key[1:] != key[:-1], True)
-        self._seg_key, self._seg_code, self._seg_trace, self._seg_start = key[keep], codes[keep], tr[keep], st[keep]
+        self._seg_key, self._seg_code, self._seg_trace, self._seg_start = (
+            key[keep],
+            codes[keep],
+            tr[keep],
+            st[keep],
+        )
         self._seg_off = np.searchsorted(self._seg_trace, np.arange(n + 1))
 
         self._hkey = (U[:, 10] * (1 << 53)).astype(np.uint64)
@@ -532,16 +654,34 @@ class SyntheticTraceBatch(TraceBatch):
         codes, none = self.probe_codes(idx, pos)
         qtok = self.q.question_tokens
         out = []
-        for k, (j, p, c, nn) in enumerate(zip(idx.tolist(), pos.tolist(), codes.tolist(), none.tolist())):
+        for k, (j, p, c, nn) in enumerate(
+            zip(idx.tolist(), pos.tolist(), codes.tolist(), none.tolist())
+        ):
             conf = self._window_conf(j, p) if self.with_confs else None
             if nn:
                 frag = _UNPARSED[int(self._hkey[j] ^ np.uint64(p)) % len(_UNPARSED)]
-                out.append(ProbeResult(None, "\\boxed{" + frag, conf, qtok + p + _PROBE_SUFFIX_TOKENS, qtok + p,
-                                       _PROBE_MAX_NEW))
+                out.append(
+                    ProbeResult(
+                        None,
+                        "\\boxed{" + frag,
+                        conf,
+                        qtok + p + _PROBE_SUFFIX_TOKENS,
+                        qtok + p,
+                        _PROBE_MAX_NEW,
+                    )
+                )
             else:
                 a = self.answer_string(c)
-                out.append(ProbeResult(a, "\\boxed{" + a + "}", conf, qtok + p + _PROBE_SUFFIX_TOKENS, qtok + p,
-                                       min(_PROBE_MAX_NEW, 2 + (len(a) + 2) // 3)))
+                out.append(
+                    ProbeResult(
+                        a,
+                        "\\boxed{" + a + "}",
+                        conf,
+                        qtok + p + _PROBE_SUFFIX_TOKENS,
+                        qtok + p,
+                        min(_PROBE_MAX_NEW, 2 + (len(a) + 2) // 3),
+                    )
+                )
         return out
 
     def result(self, j: int) -> TraceResult:
@@ -549,11 +689,18 @@ class SyntheticTraceBatch(TraceBatch):
         length = int(self._pos[j])
         complete = length >= self._Lfin[j]
         finished = bool(complete and not self._cut[j])
-        code = int(self.final_codes()[j]) if complete else -1  # stopped early (live mode): no answer
+        code = (
+            int(self.final_codes()[j]) if complete else -1
+        )  # stopped early (live mode): no answer
         final = self.answer_string(code) if code >= 0 else None
         confs = self._trace_confs(j)[:length] if self.with_confs else None
-        return TraceResult(length=length, final_answer=final, finished=finished, confs=confs,
-                           text=self._text(j, length, final))
+        return TraceResult(
+            length=length,
+            final_answer=final,
+            finished=finished,
+            confs=confs,
+            text=self._text(j, length, final),
+        )
 
     # -- latent access (calibration, tests) ----------------------------------------------------
 
@@ -584,13 +731,18 @@ class SyntheticTraceBatch(TraceBatch):
         h2 = _mix(h1)
         h3 = _mix(h2)
         p = np.asarray(pos, np.float64)
-        p_err = np.where(p < self._conv[idx], prm["err_explore"], prm["err_converged"]) \
-            + prm["err_early"] * (p / max(1.0, prm["err_early_tokens"])) * np.exp(1 - p / max(1.0, prm["err_early_tokens"]))
+        p_err = np.where(p < self._conv[idx], prm["err_explore"], prm["err_converged"]) + prm[
+            "err_early"
+        ] * (p / max(1.0, prm["err_early_tokens"])) * np.exp(
+            1 - p / max(1.0, prm["err_early_tokens"])
+        )
         none = _unif(h1) < p_err
         noisy = _unif(h2) < prm["probe_noise"]
         if noisy.any():
             ecum = np.cumsum(self.q.explore_w)
-            pick = np.minimum(np.searchsorted(ecum / ecum[-1], _unif(h3[noisy]), side="right"), len(ecum) - 1)
+            pick = np.minimum(
+                np.searchsorted(ecum / ecum[-1], _unif(h3[noisy]), side="right"), len(ecum) - 1
+            )
             codes = codes.copy()
             codes[noisy] = self.q.explore_codes[pick]
         return codes, none
@@ -605,9 +757,17 @@ class SyntheticTraceBatch(TraceBatch):
     @property
     def latent(self) -> dict:
         """Latent per-trace quantities (for calibration and tests; not part of the interface)."""
-        return {"natural_length": self._natural, "length": self._Lfin, "cut": self._cut, "convergence": self._conv,
-                "final_code": self._final, "correct": self._correct, "no_answer": self._none,
-                "p_correct": self.q.p_correct, "attractor": self.q.attractor}
+        return {
+            "natural_length": self._natural,
+            "length": self._Lfin,
+            "cut": self._cut,
+            "convergence": self._conv,
+            "final_code": self._final,
+            "correct": self._correct,
+            "no_answer": self._none,
+            "p_correct": self.q.p_correct,
+            "attractor": self.q.attractor,
+        }
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -625,16 +785,25 @@ class SyntheticTraceBatch(TraceBatch):
             return c
         prm = self.params
         L = int(self._Lfin[j])
-        rng = np.random.default_rng(np.random.SeedSequence(
-            [self.seed, self.problem.qid, self.first_trace + j, self._dkey], spawn_key=(1,)))
+        rng = np.random.default_rng(
+            np.random.SeedSequence(
+                [self.seed, self.problem.qid, self.first_trace + j, self._dkey], spawn_key=(1,)
+            )
+        )
         nb = -(-L // _BLOCK)
         x = (np.arange(nb) + 0.5) * _BLOCK
         rho = prm["conf_conv_corr"]
         z_t = special.ndtri(min(max(self._U[j, 9], 1e-9), 1 - 1e-9))
         if rho:
-            z_t = math.sqrt(1 - rho * rho) * z_t - rho * special.ndtri(min(max(self._U[j, 4], 1e-12), 1 - 1e-12))
-        level = (prm["conf_level"] + prm["conf_trace_sd"] * z_t
-                 + prm["conf_correct_bonus"] * float(self._correct[j]) + prm["conf_hard_slope"] * self.q.hardness)
+            z_t = math.sqrt(1 - rho * rho) * z_t - rho * special.ndtri(
+                min(max(self._U[j, 4], 1e-12), 1 - 1e-12)
+            )
+        level = (
+            prm["conf_level"]
+            + prm["conf_trace_sd"] * z_t
+            + prm["conf_correct_bonus"] * float(self._correct[j])
+            + prm["conf_hard_slope"] * self.q.hardness
+        )
         lv = np.full(nb, level)
         lv += prm["conf_explore_penalty"] * (x < self._conv[j])
         phi, sd = prm["conf_ar_phi"], prm["conf_ar_sd"]
@@ -659,7 +828,10 @@ class SyntheticTraceBatch(TraceBatch):
         c = self._confs[j] = tok[:L].astype(np.float16)
         # block prefix sums of the stored (float16) values: window means for probes
         bs = np.zeros(nb + 1)
-        np.cumsum(c[: (L // _BLOCK) * _BLOCK].reshape(-1, _BLOCK).sum(axis=1, dtype=np.float64), out=bs[1:L // _BLOCK + 1])
+        np.cumsum(
+            c[: (L // _BLOCK) * _BLOCK].reshape(-1, _BLOCK).sum(axis=1, dtype=np.float64),
+            out=bs[1 : L // _BLOCK + 1],
+        )
         self._block_cs[j] = bs
         return c
 
@@ -680,10 +852,14 @@ class SyntheticTraceBatch(TraceBatch):
         seen = [self.answer_string(int(c)) for s, c in zip(st.tolist(), cd.tolist()) if s < length]
         path = [s for k, s in enumerate(seen) if k == 0 or s != seen[k - 1]]
         if len(path) > 8:
-            path = path[:3] + ["..."] + path[-4:]
-        body = (f"<think>[synthetic trace {self.first_trace + j} of question {self.problem.qid}: {length} tokens; "
-                f"answers considered: {' -> '.join(path) or '-'}]</think>\n")
-        return body + (f"The answer is \\boxed{{{final}}}." if final is not None else "[no final answer]")
+            path = [*path[:3], "...", *path[-4:]]
+        body = (
+            f"<think>[synthetic trace {self.first_trace + j} of question {self.problem.qid}: {length} tokens; "
+            f"answers considered: {' -> '.join(path) or '-'}]</think>\n"
+        )
+        return body + (
+            f"The answer is \\boxed{{{final}}}." if final is not None else "[no final answer]"
+        )
 
     def close(self) -> None:
         self._confs = [None] * self.n
@@ -704,8 +880,14 @@ class SyntheticBackend(Backend):
 
     name = "synthetic"
 
-    def __init__(self, preset: str | dict = DEFAULT_PRESET, skill: float | None = None,
-                 max_tokens: int | None = None, params: dict | None = None, with_confs: bool = True):
+    def __init__(
+        self,
+        preset: str | dict = DEFAULT_PRESET,
+        skill: float | None = None,
+        max_tokens: int | None = None,
+        params: dict | None = None,
+        with_confs: bool = True,
+    ):
         self.preset = load_preset(preset)
         self.preset_name = str(self.preset.get("name", "custom"))
         self.model = str(self.preset.get("model") or f"synthetic:{self.preset_name}")
@@ -721,16 +903,27 @@ class SyntheticBackend(Backend):
         self.max_tokens = int(self.params_for("")["max_tokens"])
 
     def params_for(self, dataset: str) -> dict:
-        return resolve_params(self.preset, dataset, **{**self.overrides, "skill": self.skill,
-                                                       "max_tokens": self._max_tokens})
+        return resolve_params(
+            self.preset,
+            dataset,
+            **{**self.overrides, "skill": self.skill, "max_tokens": self._max_tokens},
+        )
 
-    def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> SyntheticTraceBatch:
+    def start(
+        self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0
+    ) -> SyntheticTraceBatch:
         self.check_start(n_traces, seed, first_trace)
         return SyntheticTraceBatch(self, problem, n_traces, seed, first_trace)
 
     def describe(self) -> dict:
         """Provenance for a pool manifest."""
-        return {"backend": self.name, "preset": self.preset_name, "model": self.model,
-                "imitates": self.preset.get("imitates", ""), "skill_override": self.skill,
-                "max_tokens": self.max_tokens, "param_overrides": self.overrides,
-                "with_confs": self.with_confs}
+        return {
+            "backend": self.name,
+            "preset": self.preset_name,
+            "model": self.model,
+            "imitates": self.preset.get("imitates", ""),
+            "skill_override": self.skill,
+            "max_tokens": self.max_tokens,
+            "param_overrides": self.overrides,
+            "with_confs": self.with_confs,
+        }

@@ -43,13 +43,14 @@ import contextlib
 import copy
 import inspect
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..answers import extract_boxed, extract_probe_answer, normalize_answer
-from .base import Backend, Problem, ProbeResult, TraceBatch, TraceResult
+from .base import Backend, ProbeResult, Problem, TraceBatch, TraceResult
 
 __all__ = [
     "CONF_TOP_K",
@@ -69,8 +70,10 @@ __all__ = [
 ]
 
 #: The probe suffix of the reference prober, character for character (spec §11).
-PROBE_SUFFIX = (" Considering the limited time by the user, I have to give the solution based on the thinking "
-                "directly now.\n</think>\n\n\\boxed{")
+PROBE_SUFFIX = (
+    " Considering the limited time by the user, I have to give the solution based on the thinking "
+    "directly now.\n</think>\n\n\\boxed{"
+)
 #: New tokens a probe may generate (spec §11).
 PROBE_MAX_NEW_TOKENS = 50
 #: Log-probabilities averaged into a token's confidence (spec §3.1, DeepConf k = 20).
@@ -78,7 +81,9 @@ CONF_TOP_K = 20
 #: A probe's ``conf``: mean token confidence of the window of this many tokens before it (spec §11).
 PROBE_CONF_WINDOW = 2048
 #: User message of the chat-templated prompt; ``{question}`` is replaced by the question.
-DEFAULT_PROMPT_TEMPLATE = "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+DEFAULT_PROMPT_TEMPLATE = (
+    "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+)
 
 _UNIFORM_BLOCK = 64  # uniforms drawn per refill of a trace's generator (fixed: part of the stream)
 
@@ -100,15 +105,20 @@ def user_message(question: str, template: str = DEFAULT_PROMPT_TEMPLATE) -> str:
     return template.format(question=question)
 
 
-def build_prompt_ids(tokenizer, question: str, template: str = DEFAULT_PROMPT_TEMPLATE,
-                     system_prompt: str | None = None) -> list[int]:
+def build_prompt_ids(
+    tokenizer,
+    question: str,
+    template: str = DEFAULT_PROMPT_TEMPLATE,
+    system_prompt: str | None = None,
+) -> list[int]:
     """Token ids of the chat-templated prompt (user message, generation prompt added).
 
     The template is rendered to text and tokenised without adding special tokens again (the
     template already holds them).  A tokenizer without a chat template gets the bare user message.
     """
-    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
-        [{"role": "user", "content": user_message(question, template)}]
+    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+        {"role": "user", "content": user_message(question, template)}
+    ]
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     else:
@@ -121,7 +131,9 @@ def encode_suffix(tokenizer, suffix: str = PROBE_SUFFIX) -> list[int]:
     return list(tokenizer.encode(suffix, add_special_tokens=False))
 
 
-def window_conf(confs: Sequence[float] | np.ndarray, p: int, w: int = PROBE_CONF_WINDOW) -> float | None:
+def window_conf(
+    confs: Sequence[float] | np.ndarray, p: int, w: int = PROBE_CONF_WINDOW
+) -> float | None:
     """Mean confidence of tokens ``[p - w, p)`` as stored (float16), NaNs ignored; None when empty."""
     a = max(0, p - w)
     if p <= a or len(confs) == 0:
@@ -147,8 +159,10 @@ def _round_confs(values: np.ndarray) -> np.ndarray:
 
 def _eos_ids(tokenizer, model=None) -> set[int]:
     ids: set[int] = set()
-    for src in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-                getattr(tokenizer, "eos_token_id", None)):
+    for src in (
+        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+        getattr(tokenizer, "eos_token_id", None),
+    ):
         if src is None:
             continue
         ids.update(int(i) for i in (src if isinstance(src, (list, tuple, set)) else [src]))
@@ -165,8 +179,10 @@ def _torch():
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the transformers backend needs torch and transformers: "
-                          "pip install 'mars[transformers]'") from exc
+        raise ImportError(
+            "the transformers backend needs torch and transformers: "
+            "pip install 'mars[transformers]'"
+        ) from exc
     return torch
 
 
@@ -214,7 +230,9 @@ def _fast_gguf():
             gguf.get_tensor_name_map = orig_map
 
 
-def _split_model_path(model_path: str | os.PathLike, gguf_file: str | None) -> tuple[str, str | None]:
+def _split_model_path(
+    model_path: str | os.PathLike, gguf_file: str | None
+) -> tuple[str, str | None]:
     path = os.fspath(model_path)
     if gguf_file is None and path.endswith(".gguf") and os.path.isfile(path):
         return os.path.dirname(os.path.abspath(path)), os.path.basename(path)
@@ -234,8 +252,13 @@ def _resolve_dtype(torch, dtype, device: str):
     return dtype
 
 
-def load_model(model_path: str | os.PathLike, gguf_file: str | None = None, device: str = "cpu",
-               dtype: Any = None, trust_remote_code: bool = False):
+def load_model(
+    model_path: str | os.PathLike,
+    gguf_file: str | None = None,
+    device: str = "cpu",
+    dtype: Any = None,
+    trust_remote_code: bool = False,
+):
     """(model, tokenizer) from a model directory / hub id, or a GGUF file (de-quantised).
 
     ``model_path`` may be the ``.gguf`` file itself.  The model is put in eval mode on ``device``.
@@ -252,9 +275,12 @@ def load_model(model_path: str | os.PathLike, gguf_file: str | None = None, devi
     dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
     ctx = _fast_gguf() if gguf_file else contextlib.nullcontext()
     with ctx:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **extra)
-        model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code,
-                                                     **{dtype_kw: torch_dtype}, **extra)
+        tokenizer = AutoTokenizer.from_pretrained(
+            path, trust_remote_code=trust_remote_code, **extra
+        )
+        model = AutoModelForCausalLM.from_pretrained(
+            path, trust_remote_code=trust_remote_code, **{dtype_kw: torch_dtype}, **extra
+        )
     model.to(device)
     model.eval()
     return model, tokenizer
@@ -275,7 +301,9 @@ def save_model(model, tokenizer, out_dir: str | os.PathLike) -> Path:
     return out
 
 
-def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: Any = "float32") -> Path:
+def convert_gguf(
+    gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: Any = "float32"
+) -> Path:
     """De-quantise a GGUF file once into a model directory that loads in about a second."""
     model, tokenizer = load_model(gguf_path, dtype=dtype)
     return save_model(model, tokenizer, out_dir)
@@ -307,16 +335,33 @@ class TransformersBackend(Backend):
 
     name = "transformers"
 
-    def __init__(self, model_path: str | os.PathLike | None = None, gguf_file: str | None = None, *,
-                 device: str | None = None, dtype: Any = None, temperature: float = 0.6, top_p: float = 0.95,
-                 top_k: int | None = 20, max_tokens: int = 32768, batch_size: int = 16,
-                 probe_max_new_tokens: int = PROBE_MAX_NEW_TOKENS, logprobs: str = "scaled",
-                 probe_kv_reuse: bool = True, prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
-                 system_prompt: str | None = None, model=None, tokenizer=None, name: str | None = None,
-                 trust_remote_code: bool = False):
+    def __init__(
+        self,
+        model_path: str | os.PathLike | None = None,
+        gguf_file: str | None = None,
+        *,
+        device: str | None = None,
+        dtype: Any = None,
+        temperature: float = 0.6,
+        top_p: float = 0.95,
+        top_k: int | None = 20,
+        max_tokens: int = 32768,
+        batch_size: int = 16,
+        probe_max_new_tokens: int = PROBE_MAX_NEW_TOKENS,
+        logprobs: str = "scaled",
+        probe_kv_reuse: bool = True,
+        prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+        system_prompt: str | None = None,
+        model=None,
+        tokenizer=None,
+        name: str | None = None,
+        trust_remote_code: bool = False,
+    ):
         torch = _torch()
         if temperature < 0 or not 0 < top_p <= 1 or (top_k is not None and top_k < 0):
-            raise ValueError(f"bad sampling settings: temperature={temperature}, top_p={top_p}, top_k={top_k}")
+            raise ValueError(
+                f"bad sampling settings: temperature={temperature}, top_p={top_p}, top_k={top_k}"
+            )
         if max_tokens <= 0 or batch_size <= 0 or probe_max_new_tokens <= 0:
             raise ValueError("max_tokens, batch_size and probe_max_new_tokens must be positive")
         if logprobs not in ("scaled", "raw"):
@@ -329,14 +374,29 @@ class TransformersBackend(Backend):
         if model is None or tokenizer is None:
             if model_path is None:
                 raise ValueError("give model_path, or both model and tokenizer")
-            model, tokenizer = load_model(model_path, gguf_file, device=self.device, dtype=dtype,
-                                          trust_remote_code=trust_remote_code)
+            model, tokenizer = load_model(
+                model_path,
+                gguf_file,
+                device=self.device,
+                dtype=dtype,
+                trust_remote_code=trust_remote_code,
+            )
         self.hf_model, self.tokenizer = model, tokenizer
-        path, gguf = _split_model_path(model_path, gguf_file) if model_path is not None else (None, gguf_file)
+        path, gguf = (
+            _split_model_path(model_path, gguf_file)
+            if model_path is not None
+            else (None, gguf_file)
+        )
         self.model_path = path
         self.gguf_file = gguf
-        self.model = str(name or (os.fspath(model_path) if model_path is not None else
-                                  getattr(model.config, "_name_or_path", "") or type(model).__name__))
+        self.model = str(
+            name
+            or (
+                os.fspath(model_path)
+                if model_path is not None
+                else getattr(model.config, "_name_or_path", "") or type(model).__name__
+            )
+        )
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.top_k = int(top_k or 0)
@@ -350,15 +410,26 @@ class TransformersBackend(Backend):
         self.eos_ids = _eos_ids(tokenizer, model)
         self.suffix_ids = encode_suffix(tokenizer)
         params = inspect.signature(model.forward).parameters
-        self._keep_kw = "logits_to_keep" if "logits_to_keep" in params else (
-            "num_logits_to_keep" if "num_logits_to_keep" in params else None)
+        self._keep_kw = (
+            "logits_to_keep"
+            if "logits_to_keep" in params
+            else ("num_logits_to_keep" if "num_logits_to_keep" in params else None)
+        )
         #: cumulative counters (tokens decoded, forward passes, probe tokens, wall time per phase)
-        self.stats = {"trace_tokens": 0, "probe_tokens": 0, "prefill_tokens": 0, "forward_calls": 0,
-                      "generate_s": 0.0, "probe_s": 0.0}
+        self.stats = {
+            "trace_tokens": 0,
+            "probe_tokens": 0,
+            "prefill_tokens": 0,
+            "forward_calls": 0,
+            "generate_s": 0.0,
+            "probe_s": 0.0,
+        }
 
     # -- interface -------------------------------------------------------------------------------
 
-    def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> "TransformersTraceBatch":
+    def start(
+        self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0
+    ) -> TransformersTraceBatch:
         self.check_start(n_traces, seed, first_trace)
         return TransformersTraceBatch(self, problem, n_traces, seed, first_trace)
 
@@ -367,16 +438,29 @@ class TransformersBackend(Backend):
         torch = _torch()
         dtype = next(self.hf_model.parameters()).dtype
         return {
-            "backend": self.name, "model": self.model, "gguf_file": self.gguf_file,
-            "device": self.device.split(":")[0], "dtype": str(dtype).replace("torch.", ""),
-            "sampling": {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                         "method": "per-trace torch.Generator(seed, qid, trace_idx), inverse CDF"},
-            "logprobs": ("log_softmax(logits / temperature)" if self.logprobs == "scaled" and self.temperature > 0
-                         else "log_softmax(logits)"),
+            "backend": self.name,
+            "model": self.model,
+            "gguf_file": self.gguf_file,
+            "device": self.device.split(":")[0],
+            "dtype": str(dtype).replace("torch.", ""),
+            "sampling": {
+                "temperature": self.temperature,
+                "top_p": self.top_p,
+                "top_k": self.top_k,
+                "method": "per-trace torch.Generator(seed, qid, trace_idx), inverse CDF",
+            },
+            "logprobs": (
+                "log_softmax(logits / temperature)"
+                if self.logprobs == "scaled" and self.temperature > 0
+                else "log_softmax(logits)"
+            ),
             "conf": f"-mean(top-{CONF_TOP_K} logprobs), 3 decimals, float16",
-            "batch_size": self.batch_size, "probe_max_new_tokens": self.probe_max_new_tokens,
-            "probe_suffix": PROBE_SUFFIX, "probe_kv_reuse": self.probe_kv_reuse,
-            "prompt_template": self.prompt_template, "system_prompt": self.system_prompt,
+            "batch_size": self.batch_size,
+            "probe_max_new_tokens": self.probe_max_new_tokens,
+            "probe_suffix": PROBE_SUFFIX,
+            "probe_kv_reuse": self.probe_kv_reuse,
+            "prompt_template": self.prompt_template,
+            "system_prompt": self.system_prompt,
             "torch": torch.__version__.split("+")[0],
         }
 
@@ -397,11 +481,19 @@ class TransformersBackend(Backend):
         return out.logits[:, -1, :].float(), out.past_key_values
 
     def _sample(self, logits, uniforms: np.ndarray):
-        return sample_tokens(logits, uniforms, self.temperature, self.top_k, self.top_p, self.logprobs)
+        return sample_tokens(
+            logits, uniforms, self.temperature, self.top_k, self.top_p, self.logprobs
+        )
 
 
-def sample_tokens(logits, uniforms: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0,
-                  logprobs: str = "scaled") -> tuple[np.ndarray, np.ndarray]:
+def sample_tokens(
+    logits,
+    uniforms: np.ndarray,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    logprobs: str = "scaled",
+) -> tuple[np.ndarray, np.ndarray]:
     """One token per row of ``logits`` [B, V], and each row's confidence (float64, unrounded).
 
     Sampling: logits / temperature → keep the ``top_k`` largest (0: all) → keep the smallest set of
@@ -520,11 +612,20 @@ class TokenTraceBatch(TraceBatch):
     def result(self, j: int) -> TraceResult:
         j = int(j)
         text = self._text(j)
-        return TraceResult(length=len(self._ids[j]), final_answer=parse_answer(text), finished=bool(self._eos[j]),
-                           confs=self.confs_so_far(j), text=text)
+        return TraceResult(
+            length=len(self._ids[j]),
+            final_answer=parse_answer(text),
+            finished=bool(self._eos[j]),
+            confs=self.confs_so_far(j),
+            text=text,
+        )
 
     def confs_so_far(self, j: int) -> np.ndarray | None:
-        return np.asarray(self._confs[int(j)], np.float64).astype(np.float16) if self._has_confs else None
+        return (
+            np.asarray(self._confs[int(j)], np.float64).astype(np.float16)
+            if self._has_confs
+            else None
+        )
 
     def token_ids(self, j: int) -> list[int]:
         """Generated token ids of trace ``j`` so far (EOS included when generated)."""
@@ -534,11 +635,16 @@ class TokenTraceBatch(TraceBatch):
 class TransformersTraceBatch(TokenTraceBatch):
     """``n`` traces of one question, decoded in chunks of ``backend.batch_size``."""
 
-    def __init__(self, backend: TransformersBackend, problem: Problem, n: int, seed: int, first_trace: int):
+    def __init__(
+        self, backend: TransformersBackend, problem: Problem, n: int, seed: int, first_trace: int
+    ):
         torch = _torch()
         super().__init__(backend, problem, n, seed, first_trace)
         be = backend
-        self._streams = [_Stream(derive_seed(self.seed, problem.qid, self.first_trace + j)) for j in range(self.n)]
+        self._streams = [
+            _Stream(derive_seed(self.seed, problem.qid, self.first_trace + j))
+            for j in range(self.n)
+        ]
         self._chunk_of = np.full(self.n, -1, np.int64)
         self._chunks: list[_Chunk] = []
         if self.n == 0:
@@ -633,17 +739,24 @@ class TransformersTraceBatch(TokenTraceBatch):
         if be.probe_kv_reuse:
             cache = copy.deepcopy(ch.cache)
             if not want.all():
-                cache.batch_select_indices(torch.as_tensor(np.flatnonzero(want), device=ch.logits.device))
+                cache.batch_select_indices(
+                    torch.as_tensor(np.flatnonzero(want), device=ch.logits.device)
+                )
             logits, cache = be._forward(suffix.expand(rows.size, -1), cache)
             be.stats["prefill_tokens"] += rows.size * suffix.numel()
             cached = len(self.prompt) + p
         else:
-            full = torch.tensor([self.prompt + self._ids[j] + be.suffix_ids for j in rows.tolist()],
-                                device=ch.logits.device)
+            full = torch.tensor(
+                [self.prompt + self._ids[j] + be.suffix_ids for j in rows.tolist()],
+                device=ch.logits.device,
+            )
             logits, cache = be._forward(full)
             be.stats["prefill_tokens"] += int(full.numel())
             cached = 0
-        streams = [_Stream(derive_seed(self.seed, self.problem.qid, self.first_trace + j, p)) for j in rows.tolist()]
+        streams = [
+            _Stream(derive_seed(self.seed, self.problem.qid, self.first_trace + j, p))
+            for j in rows.tolist()
+        ]
         out: list[list[int]] = [[] for _ in rows]
         alive = np.arange(rows.size)
         for step in range(be.probe_max_new_tokens):
@@ -661,16 +774,24 @@ class TransformersTraceBatch(TokenTraceBatch):
                 cache.batch_select_indices(sel)
                 alive = alive[keep]
                 tok = tok[keep]
-            logits, cache = be._forward(torch.as_tensor(tok, device=logits.device).unsqueeze(-1), cache)
+            logits, cache = be._forward(
+                torch.as_tensor(tok, device=logits.device).unsqueeze(-1), cache
+            )
         del cache
         res = []
         for i, j in enumerate(rows.tolist()):
             gen = [t for t in out[i] if t not in be.eos_ids]
             text = be.tokenizer.decode(gen, skip_special_tokens=True)
-            res.append(ProbeResult(answer=parse_probe(text), raw_text="\\boxed{" + text,
-                                   conf=window_conf(self._confs[j], p),
-                                   prompt_tokens=len(self.prompt) + p + len(be.suffix_ids),
-                                   cached_tokens=cached, generated_tokens=len(out[i])))
+            res.append(
+                ProbeResult(
+                    answer=parse_probe(text),
+                    raw_text="\\boxed{" + text,
+                    conf=window_conf(self._confs[j], p),
+                    prompt_tokens=len(self.prompt) + p + len(be.suffix_ids),
+                    cached_tokens=cached,
+                    generated_tokens=len(out[i]),
+                )
+            )
         return res
 
     def close(self) -> None:

@@ -8,4 +8,12 @@
 from .collect import ReportError, Results, collect, discover
 from .render import Report, render_report, report_command
 
-__all__ = ["ReportError", "Results", "Report", "collect", "discover", "render_report", "report_command"]
+__all__ = [
+    "Report",
+    "ReportError",
+    "Results",
+    "collect",
+    "discover",
+    "render_report",
+    "report_command",
+]

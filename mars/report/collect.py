@@ -103,17 +103,26 @@ class Run:
 
     def per_question(self, method: str) -> pd.DataFrame:
         if method not in self._pq:
-            df = pd.read_csv(self.path / method / "per_question.csv", keep_default_na=True,
-                             dtype={"ground_truth": str})
+            df = pd.read_csv(
+                self.path / method / "per_question.csv",
+                keep_default_na=True,
+                dtype={"ground_truth": str},
+            )
             self._pq[method] = df.sort_values("qid", kind="stable").reset_index(drop=True)
         return self._pq[method]
 
     def per_iteration(self, method: str) -> pd.DataFrame:
         if method not in self._it:
-            df = pd.read_csv(self.path / method / "per_iteration.csv", dtype={"answer": str, "stopped_by": str},
-                             keep_default_na=False, na_values={"probe_tokens": [""]})
+            df = pd.read_csv(
+                self.path / method / "per_iteration.csv",
+                dtype={"answer": str, "stopped_by": str},
+                keep_default_na=False,
+                na_values={"probe_tokens": [""]},
+            )
             df["correct"] = df["correct"].astype(str).str.lower().isin(("true", "1"))
-            self._it[method] = df.sort_values(["qid", "iteration"], kind="stable").reset_index(drop=True)
+            self._it[method] = df.sort_values(["qid", "iteration"], kind="stable").reset_index(
+                drop=True
+            )
         return self._it[method]
 
 
@@ -150,7 +159,7 @@ def _own_label_parts(path: Path) -> list[str]:
         parts = parts[:-1]
     if "results" in parts[:-1]:
         i = len(parts) - 1 - parts[::-1].index("results")
-        return parts[i + 1:]
+        return parts[i + 1 :]
     return parts[-1:]
 
 
@@ -191,7 +200,9 @@ class Results:
         labels = [r.label for r in self.runs]
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:
-            raise ReportError(f"two result directories share the label {dup[0]!r}; pass --label to tell them apart")
+            raise ReportError(
+                f"two result directories share the label {dup[0]!r}; pass --label to tell them apart"
+            )
         self.runs = sorted(self.runs, key=lambda r: (r.model, _dataset_key(r.dataset), r.setting))
 
     @property
@@ -206,7 +217,9 @@ class Results:
     def runs_of(self, model: str, dataset: str) -> list[Run]:
         """The runs of a pair, the main setting first."""
         runs = [r for r in self.runs if r.pair == (model, dataset)]
-        return sorted(runs, key=lambda r: (r.setting != self.main_setting, -len(r.methods), r.setting))
+        return sorted(
+            runs, key=lambda r: (r.setting != self.main_setting, -len(r.methods), r.setting)
+        )
 
     def main_run(self, model: str, dataset: str) -> Run:
         return self.runs_of(model, dataset)[0]
@@ -223,10 +236,22 @@ class Results:
         rows = []
         for r in self.runs:
             for m, ov in r.overall.items():
-                row = {"model": r.model, "dataset": r.dataset, "setting": r.setting, "method": m,
-                       "run_dir": str(r.path)}
-                for k in ("n_questions", "accuracy_pct", "savings_pct", "savings_with_probes_pct", "tokens_mean",
-                          "baseline_tokens_mean", "stop_position_mean"):
+                row = {
+                    "model": r.model,
+                    "dataset": r.dataset,
+                    "setting": r.setting,
+                    "method": m,
+                    "run_dir": str(r.path),
+                }
+                for k in (
+                    "n_questions",
+                    "accuracy_pct",
+                    "savings_pct",
+                    "savings_with_probes_pct",
+                    "tokens_mean",
+                    "baseline_tokens_mean",
+                    "stop_position_mean",
+                ):
                     row[k] = ov.get(k)
                 for k, v in (ov.get("settings") or {}).items():
                     row[f"settings.{k}"] = v
@@ -247,11 +272,15 @@ def _dataset_key(name: str):
     return (len(_DATASET_ORDER), low)
 
 
-def collect(paths: list[Path], labels: list[str] | None = None, main_setting: str = DEFAULT_SETTING) -> Results:
+def collect(
+    paths: list[Path], labels: list[str] | None = None, main_setting: str = DEFAULT_SETTING
+) -> Results:
     """Runs under every path; ``labels[i]`` (if given) labels ``paths[i]``."""
     labels = list(labels or [])
     if labels and len(labels) != len(paths):
-        raise ReportError(f"{len(labels)} --label for {len(paths)} result paths: give one per path, in order")
+        raise ReportError(
+            f"{len(labels)} --label for {len(paths)} result paths: give one per path, in order"
+        )
     runs: list[Run] = []
     for i, p in enumerate(paths):
         found = discover(Path(p), labels[i] if labels else None)
@@ -264,14 +293,20 @@ def collect(paths: list[Path], labels: list[str] | None = None, main_setting: st
 def resolve_pool(run: Run, method: str | None = None, overrides: dict | None = None) -> Path | None:
     """The trace pool of a run: ``--pool`` override, else overall.json's input.source if it exists."""
     overrides = overrides or {}
-    for key in (f"{run.model}/{run.dataset}/{run.setting}", f"{run.model}/{run.dataset}", run.dataset):
+    for key in (
+        f"{run.model}/{run.dataset}/{run.setting}",
+        f"{run.model}/{run.dataset}",
+        run.dataset,
+    ):
         if key in overrides:
             return Path(overrides[key])
     src = run.source(method)
     if not src:
         return None
     p = Path(src)
-    candidates = [p] if p.is_absolute() else [Path.cwd() / p] + [a / p for a in run.path.resolve().parents]
+    candidates = (
+        [p] if p.is_absolute() else [Path.cwd() / p] + [a / p for a in run.path.resolve().parents]
+    )
     for c in candidates:
         if c.exists():
             return c

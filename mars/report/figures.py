@@ -15,15 +15,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib as mpl  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-from scipy import stats  # noqa: E402
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from scipy import stats
 
-from . import trace  # noqa: E402
-from .collect import Results, Run, resolve_pool  # noqa: E402
+from . import trace
+from .collect import Results, Run, resolve_pool
 
 DPI = 150
 FORMATS = ("png", "pdf")
@@ -94,8 +94,17 @@ def _finish(fo: FigureOut, fig, out_dir, formats) -> FigureOut:
 
 def _placeholder(ax, msg: str):
     ax.set_axis_off()
-    ax.text(0.5, 0.5, msg, ha="center", va="center", fontsize=9, wrap=True, transform=ax.transAxes,
-            color="#555555")
+    ax.text(
+        0.5,
+        0.5,
+        msg,
+        ha="center",
+        va="center",
+        fontsize=9,
+        wrap=True,
+        transform=ax.transAxes,
+        color="#555555",
+    )
 
 
 def _ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float, float]:
@@ -116,7 +125,10 @@ def _ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float, f
 # -- per-question summaries -----------------------------------------------------------------------
 FIG1_METHODS = {"SC": "sc-mars-cal", "DeepConf": "dco-mars-cal"}
 GAMMA_PAIRS = {"SC": ("sc-mars-cal", "sc-mars"), "DeepConf": ("dco-mars-cal", "dco-mars")}
-ORACLE_PAIRS = {"SC": ("sc-mars-oracle-cal", "sc-mars-cal"), "DeepConf": ("dco-mars-oracle", "dco-mars")}
+ORACLE_PAIRS = {
+    "SC": ("sc-mars-oracle-cal", "sc-mars-cal"),
+    "DeepConf": ("dco-mars-oracle", "dco-mars"),
+}
 
 
 def savings_summary(results: Results, methods: dict = FIG1_METHODS) -> pd.DataFrame:
@@ -129,10 +141,35 @@ def savings_summary(results: Results, methods: dict = FIG1_METHODS) -> pd.DataFr
                 continue
             v = run.per_question(method)["savings_pct"].to_numpy(float)
             mean, sd, lo, hi = _ci(v)
-            rows.append({"model": model, "dataset": dataset, "setting": run.setting, "pipeline": pipeline,
-                         "method": method, "n_questions": len(v), "mean": mean, "sd": sd, "ci_low": lo, "ci_high": hi})
-    return pd.DataFrame(rows, columns=["model", "dataset", "setting", "pipeline", "method", "n_questions", "mean",
-                                       "sd", "ci_low", "ci_high"])
+            rows.append(
+                {
+                    "model": model,
+                    "dataset": dataset,
+                    "setting": run.setting,
+                    "pipeline": pipeline,
+                    "method": method,
+                    "n_questions": len(v),
+                    "mean": mean,
+                    "sd": sd,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "model",
+            "dataset",
+            "setting",
+            "pipeline",
+            "method",
+            "n_questions",
+            "mean",
+            "sd",
+            "ci_low",
+            "ci_high",
+        ],
+    )
 
 
 def paired_difference(results: Results, pairs: dict, column: str = "savings_pct") -> pd.DataFrame:
@@ -140,7 +177,10 @@ def paired_difference(results: Results, pairs: dict, column: str = "savings_pct"
     rows = []
     for model, dataset in results.pairs:
         for pipeline, (a, b) in pairs.items():
-            run = next((r for r in results.runs_of(model, dataset) if a in r.overall and b in r.overall), None)
+            run = next(
+                (r for r in results.runs_of(model, dataset) if a in r.overall and b in r.overall),
+                None,
+            )
             if run is None:
                 continue
             qa = run.per_question(a)[["qid", column]]
@@ -148,11 +188,37 @@ def paired_difference(results: Results, pairs: dict, column: str = "savings_pct"
             j = qa.merge(qb, on="qid", suffixes=("_a", "_b"))
             d = (j[f"{column}_a"] - j[f"{column}_b"]).to_numpy(float)
             mean, sd, lo, hi = _ci(d)
-            rows.append({"model": model, "dataset": dataset, "setting": run.setting, "pipeline": pipeline,
-                         "method_a": a, "method_b": b, "n_questions": len(d), "mean": mean, "sd": sd,
-                         "ci_low": lo, "ci_high": hi})
-    return pd.DataFrame(rows, columns=["model", "dataset", "setting", "pipeline", "method_a", "method_b",
-                                       "n_questions", "mean", "sd", "ci_low", "ci_high"])
+            rows.append(
+                {
+                    "model": model,
+                    "dataset": dataset,
+                    "setting": run.setting,
+                    "pipeline": pipeline,
+                    "method_a": a,
+                    "method_b": b,
+                    "n_questions": len(d),
+                    "mean": mean,
+                    "sd": sd,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "model",
+            "dataset",
+            "setting",
+            "pipeline",
+            "method_a",
+            "method_b",
+            "n_questions",
+            "mean",
+            "sd",
+            "ci_low",
+            "ci_high",
+        ],
+    )
 
 
 def _bars(ax, df: pd.DataFrame, datasets: list[str], ylabel: str, labels: bool = True):
@@ -167,17 +233,38 @@ def _bars(ax, df: pd.DataFrame, datasets: list[str], ylabel: str, labels: bool =
                 continue
             r = sub.loc[ds]
             x = i - 0.4 + width * (j + 0.5)
-            ax.bar(x, r["mean"], width=width * 0.92, color=PIPELINE_COLORS[p], label=None if p in labelled else p,
-                   zorder=2)
+            ax.bar(
+                x,
+                r["mean"],
+                width=width * 0.92,
+                color=PIPELINE_COLORS[p],
+                label=None if p in labelled else p,
+                zorder=2,
+            )
             labelled.add(p)
             if not np.isnan(r["ci_low"]):
-                ax.errorbar(x, r["mean"], yerr=[[r["mean"] - r["ci_low"]], [r["ci_high"] - r["mean"]]], fmt="none",
-                            ecolor="#222222", elinewidth=1, capsize=3, zorder=3)
+                ax.errorbar(
+                    x,
+                    r["mean"],
+                    yerr=[[r["mean"] - r["ci_low"]], [r["ci_high"] - r["mean"]]],
+                    fmt="none",
+                    ecolor="#222222",
+                    elinewidth=1,
+                    capsize=3,
+                    zorder=3,
+                )
             if labels:
                 top = r["ci_high"] if not np.isnan(r["ci_high"]) else r["mean"]
                 y = max(top, r["mean"], 0)
-                ax.annotate(f"{r['mean']:.1f}", (x, y), xytext=(0, 2), textcoords="offset points", ha="center",
-                            va="bottom", fontsize=7)
+                ax.annotate(
+                    f"{r['mean']:.1f}",
+                    (x, y),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
     ax.grid(axis="x", visible=False)
     ax.set_xticks(range(len(datasets)))
     ax.set_xticklabels(datasets)
@@ -196,11 +283,22 @@ def _legend_entries(axes) -> dict:
 
 def _stop_label(ax, x: float, text: str, color: str, side: str = "left"):
     """A label just above the axes at data x (clear of the curves)."""
-    ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(3 if side == "left" else -3, 3),
-                textcoords="offset points", ha=side, va="bottom", fontsize=7.5, color=color)
+    ax.annotate(
+        text,
+        (x, 1.0),
+        xycoords=("data", "axes fraction"),
+        xytext=(3 if side == "left" else -3, 3),
+        textcoords="offset points",
+        ha=side,
+        va="bottom",
+        fontsize=7.5,
+        color=color,
+    )
 
 
-def _draw_model_panels(fig, df: pd.DataFrame, results: Results, ylabel: str, title: str, legend: bool = True):
+def _draw_model_panels(
+    fig, df: pd.DataFrame, results: Results, ylabel: str, title: str, legend: bool = True
+):
     """One bar panel per model (datasets on x, SC/DeepConf bars) into a figure or subfigure."""
     models = [m for m in results.models if m in set(df.model)]
     n = max(len(models), 1)
@@ -215,8 +313,14 @@ def _draw_model_panels(fig, df: pd.DataFrame, results: Results, ylabel: str, tit
         _placeholder(axes[0][0], "no data")
     handles = _legend_entries(axes[0])
     if handles and legend:
-        fig.legend(list(handles.values()), list(handles), title="voting", loc="outside lower center",
-                   ncol=len(handles), frameon=False)
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            title="voting",
+            loc="outside lower center",
+            ncol=len(handles),
+            frameon=False,
+        )
     fig.suptitle(title, fontsize=10)
     # head-room for the value labels
     ymin, ymax = axes[0][0].get_ylim()
@@ -240,10 +344,19 @@ def fig_savings(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     """Fig. 1 left: savings of calibrated MARS per model × dataset, SC and DeepConf, 95 % CI."""
     df = savings_summary(results)
     with style():
-        fig = _model_panels(df, results, "token savings (%)", "Token savings of calibrated MARS (mean over questions, 95% CI)")
-    fo = FigureOut("fig1-left-savings", "Fig. 1 (left): token savings per model and dataset",
-                   "Mean per-question token savings of calibrated MARS under self-consistency (sc-mars-cal) and "
-                   "DeepConf Online (dco-mars-cal) voting; error bars are 95% t-intervals across questions.", data=df)
+        fig = _model_panels(
+            df,
+            results,
+            "token savings (%)",
+            "Token savings of calibrated MARS (mean over questions, 95% CI)",
+        )
+    fo = FigureOut(
+        "fig1-left-savings",
+        "Fig. 1 (left): token savings per model and dataset",
+        "Mean per-question token savings of calibrated MARS under self-consistency (sc-mars-cal) and "
+        "DeepConf Online (dco-mars-cal) voting; error bars are 95% t-intervals across questions.",
+        data=df,
+    )
     if df.empty:
         fo.notes.append("no sc-mars-cal or dco-mars-cal results")
     return _finish(fo, fig, out_dir, formats)
@@ -285,7 +398,15 @@ def _share_panel(ax, tr: trace.Trajectory, keep: list[int]):
     colors = _answer_colors(tr, keep)
     for a in keep:
         lab = _short(tr.representatives[a]) + (" (correct)" if tr.correct[a] else "")
-        ax.plot(x, 100 * tr.shares[:, a], marker="o", markersize=3, linewidth=1.6, color=colors[a], label=lab)
+        ax.plot(
+            x,
+            100 * tr.shares[:, a],
+            marker="o",
+            markersize=3,
+            linewidth=1.6,
+            color=colors[a],
+            label=lab,
+        )
     other = 100 * (1 - tr.shares[:, keep].sum(axis=1))
     if (other > 0.5).any():
         ax.plot(x, other, linestyle=":", linewidth=1.2, color=OTHER_COLOR, label="other answers")
@@ -316,7 +437,13 @@ def pick_example(results: Results, pools: dict, spec: str | None = None) -> Exam
         pool = resolve_pool(run, "sc-mars-cal", pools)
         if pool is None:
             raise ValueError(f"--example {spec}: trace pool not found (pass --pool {label}=PATH)")
-        return Example(run, pool, int(bits[0]) if bits else 0, int(bits[1]) if len(bits) > 1 else 0, "chosen by --example")
+        return Example(
+            run,
+            pool,
+            int(bits[0]) if bits else 0,
+            int(bits[1]) if len(bits) > 1 else 0,
+            "chosen by --example",
+        )
     for pair in results.pairs:
         run = results.find(*pair, "sc-mars-cal")
         if run is None:
@@ -332,29 +459,58 @@ def pick_example(results: Results, pools: dict, spec: str | None = None) -> Exam
             cand = it0[(it0.stopped_by == "margin") & it0.correct]
         if cand.empty:
             cand = it0
-        acc = (run.per_question("sc").set_index("qid")["accuracy"] if "sc" in run.overall
-               else run.per_question("sc-mars-cal").set_index("qid")["accuracy"])
-        cand = cand.assign(acc=cand.qid.map(acc).fillna(1.0)).sort_values(["acc", "qid"], kind="stable")
+        acc = (
+            run.per_question("sc").set_index("qid")["accuracy"]
+            if "sc" in run.overall
+            else run.per_question("sc-mars-cal").set_index("qid")["accuracy"]
+        )
+        cand = cand.assign(acc=cand.qid.map(acc).fillna(1.0)).sort_values(
+            ["acc", "qid"], kind="stable"
+        )
         qid = int(cand.iloc[0].qid)
-        return Example(run, pool, qid, 0, "the hardest question (lowest full-budget accuracy) whose iteration 0 "
-                       "MARS stops early and correctly")
+        return Example(
+            run,
+            pool,
+            qid,
+            0,
+            "the hardest question (lowest full-budget accuracy) whose iteration 0 "
+            "MARS stops early and correctly",
+        )
     return None
 
 
-def fig_example(results: Results, out_dir: Path, pools: dict | None = None, spec: str | None = None,
-                cache_dir=None, formats=FORMATS) -> FigureOut:
+def fig_example(
+    results: Results,
+    out_dir: Path,
+    pools: dict | None = None,
+    spec: str | None = None,
+    cache_dir=None,
+    formats=FORMATS,
+) -> FigureOut:
     """Fig. 1 right: vote shares across checkpoints and the minimum slack, stop marked."""
-    fo = FigureOut("fig1-right-example", "Fig. 1 (right): MARS on one question",
-                   "Top: vote share of each answer across checkpoints (one bootstrap sample, self-consistency votes). "
-                   "Bottom: minimum slack of the MARS test (the binding challenger's margin minus its adversarial "
-                   "threshold, in votes); MARS (sc-mars-cal) stops at the first checkpoint where the slack is "
-                   "positive for every challenger (and, at checkpoint 0, the leader matches the warmup majority).")
+    fo = FigureOut(
+        "fig1-right-example",
+        "Fig. 1 (right): MARS on one question",
+        "Top: vote share of each answer across checkpoints (one bootstrap sample, self-consistency votes). "
+        "Bottom: minimum slack of the MARS test (the binding challenger's margin minus its adversarial "
+        "threshold, in votes); MARS (sc-mars-cal) stops at the first checkpoint where the slack is "
+        "positive for every challenger (and, at checkpoint 0, the leader matches the warmup majority).",
+    )
     ex = pick_example(results, pools or {}, spec)
     with style():
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.0, 4.8), sharex=True, layout="constrained",
-                                       gridspec_kw={"height_ratios": [3, 2]})
+        fig, (ax1, ax2) = plt.subplots(
+            2,
+            1,
+            figsize=(6.0, 4.8),
+            sharex=True,
+            layout="constrained",
+            gridspec_kw={"height_ratios": [3, 2]},
+        )
         if ex is None:
-            _placeholder(ax1, "needs sc-mars-cal results and their trace pool\n(pass --pool model/dataset=PATH)")
+            _placeholder(
+                ax1,
+                "needs sc-mars-cal results and their trace pool\n(pass --pool model/dataset=PATH)",
+            )
             ax2.set_axis_off()
             fo.notes.append("skipped: no sc-mars-cal run with a readable trace pool")
             return _finish(fo, fig, out_dir, formats)
@@ -371,42 +527,96 @@ def fig_example(results: Results, out_dir: Path, pools: dict | None = None, spec
         saved = 100 * (1 - row.tokens / row.baseline_tokens) if row.baseline_tokens else 0.0
         for ax in (ax1, ax2):
             if stopped:
-                ax.axvline(row.stop_position / 1000, color="#333333", linestyle="--", linewidth=1.2, zorder=1)
+                ax.axvline(
+                    row.stop_position / 1000,
+                    color="#333333",
+                    linestyle="--",
+                    linewidth=1.2,
+                    zorder=1,
+                )
         ax1.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=True, title="answer")
         xs = row.stop_position / 1000
         side = "left" if xs < 0.6 * x.max() else "right"
         if stopped:
-            _stop_label(ax1, xs, f"MARS stops → {_short(row.answer)} " + ("(correct)" if row.correct else "(wrong)")
-                        + f", saves {saved:.0f}% of tokens", "#222222", side)
+            _stop_label(
+                ax1,
+                xs,
+                f"MARS stops → {_short(row.answer)} "
+                + ("(correct)" if row.correct else "(wrong)")
+                + f", saves {saved:.0f}% of tokens",
+                "#222222",
+                side,
+            )
         else:
             _stop_label(ax1, x.max(), "MARS never stops early (full budget)", "#222222", "right")
-        fig.suptitle(f"{ex.run.model} / {ex.run.dataset}\nquestion {ex.qid}, bootstrap sample {ex.iteration} "
-                     f"(calibrated γ = {tr.gamma:.2f})", fontsize=9)
+        fig.suptitle(
+            f"{ex.run.model} / {ex.run.dataset}\nquestion {ex.qid}, bootstrap sample {ex.iteration} "
+            f"(calibrated γ = {tr.gamma:.2f})",
+            fontsize=9,
+        )
         ok = np.isfinite(tr.slack)
         ax2.axhline(0, color="#444444", linewidth=0.9)
-        ax2.plot(x[ok], tr.slack[ok], marker="o", markersize=3, color=MARS_COLOR, linewidth=1.6,
-                 label="minimum slack")
-        ax2.fill_between(x[ok], 0, tr.slack[ok], where=tr.slack[ok] > 0, color=CORRECT_COLOR, alpha=0.15,
-                         interpolate=True, label="all challengers certified")
-        ax2.fill_between(x[ok], 0, tr.slack[ok], where=tr.slack[ok] <= 0, color=PP_COLOR, alpha=0.10,
-                         interpolate=True, label="not yet safe")
+        ax2.plot(
+            x[ok],
+            tr.slack[ok],
+            marker="o",
+            markersize=3,
+            color=MARS_COLOR,
+            linewidth=1.6,
+            label="minimum slack",
+        )
+        ax2.fill_between(
+            x[ok],
+            0,
+            tr.slack[ok],
+            where=tr.slack[ok] > 0,
+            color=CORRECT_COLOR,
+            alpha=0.15,
+            interpolate=True,
+            label="all challengers certified",
+        )
+        ax2.fill_between(
+            x[ok],
+            0,
+            tr.slack[ok],
+            where=tr.slack[ok] <= 0,
+            color=PP_COLOR,
+            alpha=0.10,
+            interpolate=True,
+            label="not yet safe",
+        )
         k = tr.stop_k
         if k < len(x):
-            ax2.plot([x[k]], [tr.slack[k]], marker="*", markersize=11, color="#222222", zorder=5, label="stop")
+            ax2.plot(
+                [x[k]],
+                [tr.slack[k]],
+                marker="*",
+                markersize=11,
+                color="#222222",
+                zorder=5,
+                label="stop",
+            )
         ax2.set_ylabel("min slack (votes)")
         ax2.set_xlabel("tokens per trace at the checkpoint (thousands)")
         ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=True, fontsize=7)
     fo.data = tr.frame()
-    fo.caption += (f" Question {ex.qid} of {ex.run.model}/{ex.run.dataset}, bootstrap sample {ex.iteration}: "
-                   f"{ex.reason}.")
+    fo.caption += (
+        f" Question {ex.qid} of {ex.run.model}/{ex.run.dataset}, bootstrap sample {ex.iteration}: "
+        f"{ex.reason}."
+    )
     if (tr.positions[min(k, len(x) - 1)] != row.stop_position) or (stopped != (k < len(x))):
-        fo.notes.append("warning: the recomputed stop differs from per_iteration.csv (pool or settings changed?)")
+        fo.notes.append(
+            "warning: the recomputed stop differs from per_iteration.csv (pool or settings changed?)"
+        )
     return _finish(fo, fig, out_dir, formats)
 
 
 # -- Fig. 2: consensus stopping vs MARS on a hard question ------------------------------------------
 def _sampling_match(a: dict, b: dict) -> bool:
-    return all(a.get(k) == b.get(k) for k in ("budget", "iterations", "warmup", "seed", "window", "spacing"))
+    return all(
+        a.get(k) == b.get(k)
+        for k in ("budget", "iterations", "warmup", "seed", "window", "spacing")
+    )
 
 
 def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: int = 8):
@@ -421,18 +631,34 @@ def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: in
         run = results.find(*pair, "sc-mars-cal")
         if run is None:
             continue
-        pp_run = next((r for r in results.runs_of(*pair) if "sc-pp" in r.overall
-                       and _sampling_match(r.settings("sc-pp"), run.settings("sc-mars-cal"))
-                       and r.settings("sc-pp").get("pp_conv", 3) == 3), None) or \
-            next((r for r in results.runs_of(*pair) if "sc-pp" in r.overall
-                  and _sampling_match(r.settings("sc-pp"), run.settings("sc-mars-cal"))), None)
+        pp_run = next(
+            (
+                r
+                for r in results.runs_of(*pair)
+                if "sc-pp" in r.overall
+                and _sampling_match(r.settings("sc-pp"), run.settings("sc-mars-cal"))
+                and r.settings("sc-pp").get("pp_conv", 3) == 3
+            ),
+            None,
+        ) or next(
+            (
+                r
+                for r in results.runs_of(*pair)
+                if "sc-pp" in r.overall
+                and _sampling_match(r.settings("sc-pp"), run.settings("sc-mars-cal"))
+            ),
+            None,
+        )
         pool = resolve_pool(run, "sc-mars-cal", pools)
         if pp_run is None or pool is None:
             continue
         j = run.per_question("sc-mars-cal")[["qid", "accuracy"]].merge(
-            pp_run.per_question("sc-pp")[["qid", "accuracy"]], on="qid", suffixes=("_mars", "_pp"))
+            pp_run.per_question("sc-pp")[["qid", "accuracy"]], on="qid", suffixes=("_mars", "_pp")
+        )
         for _, r in j.iterrows():
-            cands.append((float(r.accuracy_mars - r.accuracy_pp), pair, int(r.qid), run, pp_run, pool))
+            cands.append(
+                (float(r.accuracy_mars - r.accuracy_pp), pair, int(r.qid), run, pp_run, pool)
+            )
     if not cands:
         return None
     cands.sort(key=lambda c: (-c[0], results.pairs.index(c[1]), c[2]))
@@ -450,40 +676,56 @@ def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: in
         ex = Example(run, pool, qid, it)
         leader_changed = tr.lead[0] != tr.final_answer
         if gap > 0 and leader_changed:
-            ex.reason = (f"sc-pp is right in {100 * both.correct_pp.mean():.0f}% of samples, sc-mars-cal in "
-                         f"{100 * both.correct_mars.mean():.0f}%; the checkpoint-0 leader is not the full-budget vote")
+            ex.reason = (
+                f"sc-pp is right in {100 * both.correct_pp.mean():.0f}% of samples, sc-mars-cal in "
+                f"{100 * both.correct_mars.mean():.0f}%; the checkpoint-0 leader is not the full-budget vote"
+            )
             return ex, pp_run, tr
         if fallback is None:
-            ex.reason = (f"no question where the early leader is overtaken and PP loses accuracy; showing the largest "
-                         f"PP-vs-MARS accuracy gap ({100 * gap:+.0f} pp)")
+            ex.reason = (
+                f"no question where the early leader is overtaken and PP loses accuracy; showing the largest "
+                f"PP-vs-MARS accuracy gap ({100 * gap:+.0f} pp)"
+            )
             fallback = (ex, pp_run, tr)
     return fallback
 
 
-def fig_pp_failure(results: Results, out_dir: Path, pools: dict | None = None, cache_dir=None,
-                   formats=FORMATS) -> FigureOut:
-    fo = FigureOut("fig2-pp-failure", "Fig. 2: consensus stopping fails on a hard question",
-                   "Vote shares across checkpoints of one bootstrap sample of a question whose early leader is wrong "
-                   "and later overtaken; dashed lines mark where Parallel-Probe's consensus rule (sc-pp) and MARS "
-                   "(sc-mars-cal) stop, and the answers they return.")
+def fig_pp_failure(
+    results: Results, out_dir: Path, pools: dict | None = None, cache_dir=None, formats=FORMATS
+) -> FigureOut:
+    fo = FigureOut(
+        "fig2-pp-failure",
+        "Fig. 2: consensus stopping fails on a hard question",
+        "Vote shares across checkpoints of one bootstrap sample of a question whose early leader is wrong "
+        "and later overtaken; dashed lines mark where Parallel-Probe's consensus rule (sc-pp) and MARS "
+        "(sc-mars-cal) stop, and the answers they return.",
+    )
     picked = pick_pp_failure(results, pools or {}, cache_dir)
     with style():
         fig, ax = plt.subplots(figsize=(6.0, 3.4), layout="constrained")
         if picked is None:
-            _placeholder(ax, "needs sc-pp and sc-mars-cal results with the same bootstrap samples\n"
-                             "and their trace pool (pass --pool model/dataset=PATH)")
+            _placeholder(
+                ax,
+                "needs sc-pp and sc-mars-cal results with the same bootstrap samples\n"
+                "and their trace pool (pass --pool model/dataset=PATH)",
+            )
             fo.notes.append("skipped: no sc-pp + sc-mars-cal pair with a readable trace pool")
             return _finish(fo, fig, out_dir, formats)
         ex, pp_run, tr = picked
         keep = _top_answers(tr)
         _share_panel(ax, tr, keep)
         rows = {}
-        for name, run, method in (("Parallel-Probe", pp_run, "sc-pp"), ("MARS", ex.run, "sc-mars-cal")):
+        for name, run, method in (
+            ("Parallel-Probe", pp_run, "sc-pp"),
+            ("MARS", ex.run, "sc-mars-cal"),
+        ):
             it = run.per_iteration(method)
             rows[name] = it[(it.qid == ex.qid) & (it.iteration == ex.iteration)].iloc[0]
         pp_first = rows["Parallel-Probe"].stop_position <= rows["MARS"].stop_position
-        for name, run, method, color in (("Parallel-Probe", pp_run, "sc-pp", PP_COLOR),
-                                          ("MARS", ex.run, "sc-mars-cal", MARS_COLOR)):
+        for name, run, method, color in (
+            ("Parallel-Probe", pp_run, "sc-pp", PP_COLOR),
+            ("MARS", ex.run, "sc-mars-cal", MARS_COLOR),
+        ):
             r = rows[name]
             early = r.stopped_by != "budget"
             pos = r.stop_position / 1000
@@ -496,18 +738,26 @@ def fig_pp_failure(results: Results, out_dir: Path, pools: dict | None = None, c
             side = "right" if (name == "Parallel-Probe") == pp_first else "left"
             _stop_label(ax, pos, f"{what}\n→ {_short(r.answer)} ({verdict})", color, side)
         ax.set_xlabel("tokens per trace at the checkpoint (thousands)")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=True, title="answer", fontsize=7)
-        head = f"{ex.run.model} / {ex.run.dataset}\nquestion {ex.qid}, bootstrap sample {ex.iteration}"
+        ax.legend(
+            loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=True, title="answer", fontsize=7
+        )
+        head = (
+            f"{ex.run.model} / {ex.run.dataset}\nquestion {ex.qid}, bootstrap sample {ex.iteration}"
+        )
         if ex.reason.startswith("no question"):
             head += "\n(no consensus-stopping failure here: the largest PP-vs-MARS gap is shown)"
         fig.suptitle(head, fontsize=9)
-    fo.data = tr.frame().assign(pp_stop=rows["Parallel-Probe"].stop_position, mars_stop=rows["MARS"].stop_position)
+    fo.data = tr.frame().assign(
+        pp_stop=rows["Parallel-Probe"].stop_position, mars_stop=rows["MARS"].stop_position
+    )
     fo.caption += f" Question {ex.qid} of {ex.run.model}/{ex.run.dataset}: {ex.reason}."
     return _finish(fo, fig, out_dir, formats)
 
 
 # -- Fig. 4: ablations -------------------------------------------------------------------------------
-def q_calibration_frames(results: Results, pools: dict, max_questions: int | None = 10, cache_dir=None):
+def q_calibration_frames(
+    results: Results, pools: dict, max_questions: int | None = 10, cache_dir=None
+):
     """(bins, checkpoints) frames of learned vs oracle q for every pair with a pool."""
     bins, cps = [], []
     for pair in results.pairs:
@@ -523,44 +773,68 @@ def q_calibration_frames(results: Results, pools: dict, max_questions: int | Non
             qids = qids[:max_questions]
         qc = trace.q_calibration(pool, run.sim_settings(method), qids, cache_dir)
         label = f"{pair[0]}/{pair[1]}"
-        bins.append(qc.bins.assign(label=label, model=pair[0], dataset=pair[1], n_questions=len(qids)))
-        cps.append(qc.checkpoints.assign(label=label, model=pair[0], dataset=pair[1], n_questions=len(qids)))
+        bins.append(
+            qc.bins.assign(label=label, model=pair[0], dataset=pair[1], n_questions=len(qids))
+        )
+        cps.append(
+            qc.checkpoints.assign(
+                label=label, model=pair[0], dataset=pair[1], n_questions=len(qids)
+            )
+        )
     if not bins:
         return None, None
     return pd.concat(bins, ignore_index=True), pd.concat(cps, ignore_index=True)
 
 
-def fig_ablations(results: Results, out_dir: Path, pools: dict | None = None, q_questions: int | None = 10,
-                  cache_dir=None, formats=FORMATS) -> FigureOut:
+def fig_ablations(
+    results: Results,
+    out_dir: Path,
+    pools: dict | None = None,
+    q_questions: int | None = 10,
+    cache_dir=None,
+    formats=FORMATS,
+) -> FigureOut:
     """Fig. 4: (a) savings from γ calibration, (b) savings gap oracle − learned q, (c–d) learned vs oracle q."""
     gam = paired_difference(results, GAMMA_PAIRS).assign(panel="a")
     orc = paired_difference(results, ORACLE_PAIRS).assign(panel="b")
     bins, cps = q_calibration_frames(results, pools or {}, q_questions, cache_dir)
-    fo = FigureOut("fig4-ablations", "Fig. 4: γ calibration and the learned switch model",
-                   "(a) Savings added by per-question γ calibration over γ = 1 (sc-mars-cal − sc-mars, dco-mars-cal − "
-                   "dco-mars; mean per-question difference, 95% CI). (b) Savings gap of oracle q over learned q "
-                   "(sc-mars-oracle-cal − sc-mars-cal; dco-mars-oracle − dco-mars at γ = 1). (c) Calibration of the "
-                   "learned switch probability: held-out running traces binned by learned q against the share that "
-                   "actually switch before the end (oracle q). (d) Mean learned q against the oracle switch rate at "
-                   "each checkpoint position.")
+    fo = FigureOut(
+        "fig4-ablations",
+        "Fig. 4: γ calibration and the learned switch model",
+        "(a) Savings added by per-question γ calibration over γ = 1 (sc-mars-cal − sc-mars, dco-mars-cal − "
+        "dco-mars; mean per-question difference, 95% CI). (b) Savings gap of oracle q over learned q "
+        "(sc-mars-oracle-cal − sc-mars-cal; dco-mars-oracle − dco-mars at γ = 1). (c) Calibration of the "
+        "learned switch probability: held-out running traces binned by learned q against the share that "
+        "actually switch before the end (oracle q). (d) Mean learned q against the oracle switch rate at "
+        "each checkpoint position.",
+    )
     data = [gam, orc]
     with style():
         width = max(_panels_width(results, gam), _panels_width(results, orc), 9.0)
         ha, hb = (0.3 if gam.empty else 1.0), (0.3 if orc.empty else 1.0)
         fig = plt.figure(figsize=(width, 3.2 * (ha + hb) + 4.0), layout="constrained")
         top, mid, bottom = fig.subfigures(3, 1, height_ratios=[ha, hb, 1.25])
-        for sf, df, title, pairs in ((top, gam, "(a) savings gained by γ calibration over γ = 1", GAMMA_PAIRS),
-                                     (mid, orc, "(b) savings gap: oracle q − learned q", ORACLE_PAIRS)):
+        for sf, df, title, pairs in (
+            (top, gam, "(a) savings gained by γ calibration over γ = 1", GAMMA_PAIRS),
+            (mid, orc, "(b) savings gap: oracle q − learned q", ORACLE_PAIRS),
+        ):
             if df.empty:
                 ax = sf.subplots()
-                _placeholder(ax, "needs the paired methods (" + ", ".join(f"{a} & {b}" for a, b in pairs.values()) + ")")
+                _placeholder(
+                    ax,
+                    "needs the paired methods ("
+                    + ", ".join(f"{a} & {b}" for a, b in pairs.values())
+                    + ")",
+                )
                 sf.suptitle(title, fontsize=10)
             else:
                 _draw_model_panels(sf, df, results, "Δ savings (pp)", title, legend=sf is top)
         ax_c, ax_d = bottom.subplots(1, 2)
         if bins is None:
-            for ax, t in ((ax_c, "(c) calibration of the learned switch model"),
-                          (ax_d, "(d) learned vs oracle q per checkpoint")):
+            for ax, t in (
+                (ax_c, "(c) calibration of the learned switch model"),
+                (ax_d, "(d) learned vs oracle q per checkpoint"),
+            ):
                 _placeholder(ax, "needs the trace pool\n(pass --pool model/dataset=PATH)")
                 ax.set_title(t)
             fo.notes.append("panels c–d skipped: no trace pool")
@@ -568,18 +842,49 @@ def fig_ablations(results: Results, out_dir: Path, pools: dict | None = None, q_
             models = list(dict.fromkeys(bins.model))
             datasets = list(dict.fromkeys(d for _, d in results.pairs if d in set(bins.dataset)))
             b = bins.dropna(subset=["q_learned_mean"])
-            ax_c.plot([0, 1], [0, 1], color="#666666", linestyle="--", linewidth=0.9, label="perfect calibration")
-            sns.lineplot(data=b, x="q_learned_mean", y="q_oracle_rate", hue="model", style="dataset", markers=True,
-                         dashes=True, ax=ax_c, hue_order=models, style_order=datasets, estimator=None, sort=True,
-                         markersize=5, legend=False)
+            ax_c.plot(
+                [0, 1],
+                [0, 1],
+                color="#666666",
+                linestyle="--",
+                linewidth=0.9,
+                label="perfect calibration",
+            )
+            sns.lineplot(
+                data=b,
+                x="q_learned_mean",
+                y="q_oracle_rate",
+                hue="model",
+                style="dataset",
+                markers=True,
+                dashes=True,
+                ax=ax_c,
+                hue_order=models,
+                style_order=datasets,
+                estimator=None,
+                sort=True,
+                markersize=5,
+                legend=False,
+            )
             ax_c.set_xlim(0, 1)
             ax_c.set_ylim(0, 1)
             ax_c.set_xlabel("learned q (bin mean)")
             ax_c.set_ylabel("observed switch rate (oracle q)")
             ax_c.set_title("(c) calibration of the learned switch model")
             ax_d.plot([0, 1], [0, 1], color="#666666", linestyle="--", linewidth=0.9)
-            sns.scatterplot(data=cps, x="q_oracle_rate", y="q_learned_mean", hue="model", style="dataset", ax=ax_d,
-                            hue_order=models, style_order=datasets, s=28, alpha=0.85, legend="brief")
+            sns.scatterplot(
+                data=cps,
+                x="q_oracle_rate",
+                y="q_learned_mean",
+                hue="model",
+                style="dataset",
+                ax=ax_d,
+                hue_order=models,
+                style_order=datasets,
+                s=28,
+                alpha=0.85,
+                legend="brief",
+            )
             ax_d.set_xlim(0, 1)
             ax_d.set_ylim(0, 1)
             ax_d.set_xlabel("oracle switch rate at the checkpoint")
@@ -589,16 +894,27 @@ def fig_ablations(results: Results, out_dir: Path, pools: dict | None = None, q_
             ax_d.legend().remove()
             bottom.legend(h, lab, loc="outside right upper", frameon=False, fontsize=7)
             nq = sorted(set(bins.n_questions))
-            fo.notes.append(f"panels c–d use the first {', '.join(map(str, nq))} question(s) of each pool "
-                            "(--q-questions), held-out (non-warmup) running traces")
+            fo.notes.append(
+                f"panels c–d use the first {', '.join(map(str, nq))} question(s) of each pool "
+                "(--q-questions), held-out (non-warmup) running traces"
+            )
             data += [bins.assign(panel="c"), cps.assign(panel="d")]
     fo.data = pd.concat(data, ignore_index=True)
     return _finish(fo, fig, out_dir, formats)
 
 
-def all_figures(results: Results, out_dir: Path, pools: dict | None = None, example: str | None = None,
-                q_questions: int | None = 10, cache_dir=None, formats=FORMATS) -> list[FigureOut]:
-    return [fig_savings(results, out_dir, formats),
-            fig_example(results, out_dir, pools, example, cache_dir, formats),
-            fig_pp_failure(results, out_dir, pools, cache_dir, formats),
-            fig_ablations(results, out_dir, pools, q_questions, cache_dir, formats)]
+def all_figures(
+    results: Results,
+    out_dir: Path,
+    pools: dict | None = None,
+    example: str | None = None,
+    q_questions: int | None = 10,
+    cache_dir=None,
+    formats=FORMATS,
+) -> list[FigureOut]:
+    return [
+        fig_savings(results, out_dir, formats),
+        fig_example(results, out_dir, pools, example, cache_dir, formats),
+        fig_pp_failure(results, out_dir, pools, cache_dir, formats),
+        fig_ablations(results, out_dir, pools, q_questions, cache_dir, formats),
+    ]

@@ -31,8 +31,19 @@ _TEX_SPECIAL = {
 }
 _TEX_RE = re.compile("|".join(re.escape(k) for k in _TEX_SPECIAL))
 #: non-ASCII characters that appear in labels, as plain-LaTeX text
-_TEX_UNICODE = {"γ": r"$\gamma$", "δ": r"$\delta$", "≥": r"$\geq$", "≤": r"$\leq$", "×": r"$\times$",
-                "—": "---", "–": "--", "·": r"$\cdot$", "’": "'", "✓": "yes", "✗": "no"}
+_TEX_UNICODE = {
+    "γ": r"$\gamma$",
+    "δ": r"$\delta$",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    "×": r"$\times$",
+    "—": "---",
+    "–": "--",
+    "·": r"$\cdot$",
+    "’": "'",
+    "✓": "yes",
+    "✗": "no",
+}
 
 
 def tex_escape(text: str) -> str:
@@ -120,11 +131,17 @@ class Table:
     rows: list[list[Cell]]
     data: pd.DataFrame  # raw numbers, one row per body row (the CSV)
     tex_headers: list[str] | None = None  # LaTeX column headers (already safe)
-    groups: list[tuple[str, int, str | None]] = field(default_factory=list)  # (label, span, tex label) above headers
-    breaks: list[int] = field(default_factory=list)  # body row indices that start a new block (\midrule)
+    groups: list[tuple[str, int, str | None]] = field(
+        default_factory=list
+    )  # (label, span, tex label) above headers
+    breaks: list[int] = field(
+        default_factory=list
+    )  # body row indices that start a new block (\midrule)
     align: str | None = None  # LaTeX column spec, e.g. "llcccc"
     notes: list[str] = field(default_factory=list)
-    commands: list[str] = field(default_factory=list)  # the report command first, then the simulate commands
+    commands: list[str] = field(
+        default_factory=list
+    )  # the report command first, then the simulate commands
 
     # -- Markdown ----------------------------------------------------------------------------------
     def markdown(self, heading: bool = True) -> str:
@@ -162,7 +179,10 @@ class Table:
         labels = []
         for g, span, _ in self.groups:
             labels += [g] * span
-        return [md_escape(f"{g} {h}".strip()) if g else md_escape(h) for g, h in zip(labels, self.headers)]
+        return [
+            md_escape(f"{g} {h}".strip()) if g else md_escape(h)
+            for g, h in zip(labels, self.headers)
+        ]
 
     def _align(self) -> str:
         if self.align:
@@ -174,7 +194,13 @@ class Table:
         ncol = len(self.headers)
         spec = self._align().replace("r", "c")
         out = [f"% {line}" for line in self._comment_lines()]
-        out += [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
+        out += [
+            r"\begin{table}[t]",
+            r"\centering",
+            r"\small",
+            rf"\begin{{tabular}}{{{spec}}}",
+            r"\toprule",
+        ]
         if self.groups:
             cells, rules, col = [], [], 1
             for g, span, gtex in self.groups:
@@ -199,8 +225,14 @@ class Table:
             out.append(" & ".join(c.latex() for c in row) + r" \\")
         if not self.rows:
             out.append(r"\multicolumn{" + str(ncol) + r"}{c}{(no data)} \\")
-        out += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{tex_escape(self.caption)}}}",
-                rf"\label{{tab:{self.key}}}", r"\end{table}", ""]
+        out += [
+            r"\bottomrule",
+            r"\end{tabular}",
+            rf"\caption{{{tex_escape(self.caption)}}}",
+            rf"\label{{tab:{self.key}}}",
+            r"\end{table}",
+            "",
+        ]
         return "\n".join(out)
 
     def _comment_lines(self) -> list[str]:

@@ -9,9 +9,25 @@ from ..methods import METHODS
 from ..simulate import Settings
 
 #: appendix order: the paper's rows first (SC family, DCO family), then the other methods
-SC_FAMILY = ["sc", "sc-mars", "sc-mars-cal", "sc-mars-oracle", "sc-mars-oracle-cal", "sc-mars-cert", "sc-mars-oracle-cert"]
+SC_FAMILY = [
+    "sc",
+    "sc-mars",
+    "sc-mars-cal",
+    "sc-mars-oracle",
+    "sc-mars-oracle-cal",
+    "sc-mars-cert",
+    "sc-mars-oracle-cert",
+]
 DCO_FAMILY = ["dco", "dco-mars", "dco-mars-cal", "dco-mars-oracle", "dco-mars-cert"]
-OTHERS = ["sc-pp", "sc-pp-faithful", "sc-consensus", "oracle-first", "oracle-last", "oracle-dco-first", "oracle-dco-last"]
+OTHERS = [
+    "sc-pp",
+    "sc-pp-faithful",
+    "sc-consensus",
+    "oracle-first",
+    "oracle-last",
+    "oracle-dco-first",
+    "oracle-dco-last",
+]
 ORDER = SC_FAMILY + DCO_FAMILY + OTHERS
 
 
@@ -56,15 +72,31 @@ def method_label(method: str, settings: dict | None = None) -> tuple[str, str]:
         "sc-mars-oracle-cal": ("MARS (oracle q)", "MARS (oracle $q$)"),
         "dco-mars": (f"DCO + MARS ({gamma_md})", f"DCO + MARS ({gamma_tex})"),
         "dco-mars-cal": ("DCO + MARS", "DCO + MARS"),
-        "dco-mars-oracle": (f"DCO + MARS (oracle q, {gamma_md})", f"DCO + MARS (oracle $q$, {gamma_tex})"),
-        "sc-mars-cert": (f"MARS certified (δ={_fmt(delta)})", rf"MARS certified ($\delta{{=}}{_fmt(delta)}$)"),
-        "sc-mars-oracle-cert": (f"MARS certified (oracle q, δ={_fmt(delta)})",
-                                rf"MARS certified (oracle $q$, $\delta{{=}}{_fmt(delta)}$)"),
-        "dco-mars-cert": (f"DCO + MARS certified (δ={_fmt(delta)})",
-                          rf"DCO + MARS certified ($\delta{{=}}{_fmt(delta)}$)"),
+        "dco-mars-oracle": (
+            f"DCO + MARS (oracle q, {gamma_md})",
+            f"DCO + MARS (oracle $q$, {gamma_tex})",
+        ),
+        "sc-mars-cert": (
+            f"MARS certified (δ={_fmt(delta)})",
+            rf"MARS certified ($\delta{{=}}{_fmt(delta)}$)",
+        ),
+        "sc-mars-oracle-cert": (
+            f"MARS certified (oracle q, δ={_fmt(delta)})",
+            rf"MARS certified (oracle $q$, $\delta{{=}}{_fmt(delta)}$)",
+        ),
+        "dco-mars-cert": (
+            f"DCO + MARS certified (δ={_fmt(delta)})",
+            rf"DCO + MARS certified ($\delta{{=}}{_fmt(delta)}$)",
+        ),
         "sc-pp": (f"Parallel-Probe (u={u})", f"Parallel-Probe ($u{{=}}{u}$)"),
-        "sc-pp-faithful": (f"Parallel-Probe, pruning (u={u})", f"Parallel-Probe, pruning ($u{{=}}{u}$)"),
-        "sc-consensus": (f"Consensus (share ≥ {_fmt(share)})", rf"Consensus (share $\geq {_fmt(share)}$)"),
+        "sc-pp-faithful": (
+            f"Parallel-Probe, pruning (u={u})",
+            f"Parallel-Probe, pruning ($u{{=}}{u}$)",
+        ),
+        "sc-consensus": (
+            f"Consensus (share ≥ {_fmt(share)})",
+            rf"Consensus (share $\geq {_fmt(share)}$)",
+        ),
         "oracle-first": ("Oracle stop, first", "Oracle stop, first"),
         "oracle-last": ("Oracle stop, absorbing", "Oracle stop, absorbing"),
         "oracle-dco-first": ("DCO oracle stop, first", "DCO oracle stop, first"),
@@ -78,10 +110,21 @@ def method_label(method: str, settings: dict | None = None) -> tuple[str, str]:
 
 
 # -- provenance -----------------------------------------------------------------------------------
-_FLAGS = {"budget": "--budget", "iterations": "--iterations", "warmup": "--warmup", "seed": "--seed",
-          "window": "--window", "gamma": "--gamma", "ucb_z": "--ucb-z", "gamma_min": "--gamma-min",
-          "pp_conv": "--pp-conv", "pp_warmup": "--pp-warmup", "pp_patience": "--pp-patience", "delta": "--delta",
-          "consensus": "--consensus"}
+_FLAGS = {
+    "budget": "--budget",
+    "iterations": "--iterations",
+    "warmup": "--warmup",
+    "seed": "--seed",
+    "window": "--window",
+    "gamma": "--gamma",
+    "ucb_z": "--ucb-z",
+    "gamma_min": "--gamma-min",
+    "pp_conv": "--pp-conv",
+    "pp_warmup": "--pp-warmup",
+    "pp_patience": "--pp-patience",
+    "delta": "--delta",
+    "consensus": "--consensus",
+}
 _DEFAULTS = {f.name: f.default for f in fields(Settings)}
 _ALWAYS = ("budget", "iterations")
 
@@ -106,7 +149,11 @@ def run_commands(used) -> list[str]:
     groups: dict = {}
     for run, method in used:
         ov = run.overall[method]
-        key = (str(run.path), json.dumps(ov.get("settings") or {}, sort_keys=True), (ov.get("input") or {}).get("source"))
+        key = (
+            str(run.path),
+            json.dumps(ov.get("settings") or {}, sort_keys=True),
+            (ov.get("input") or {}).get("source"),
+        )
         groups.setdefault(key, []).append(method)
     out = []
     for (path, settings, source), methods in sorted(groups.items()):

@@ -28,9 +28,20 @@ class Report:
     command: str = ""
 
 
-def report_command(paths, out_dir, labels=None, pools=None, main_setting=DEFAULT_SETTING, example=None,
-                   q_questions=10, figures=True, tradeoff=None, tradeoff_budget=128, tradeoff_iterations=8,
-                   tradeoff_questions=None) -> str:
+def report_command(
+    paths,
+    out_dir,
+    labels=None,
+    pools=None,
+    main_setting=DEFAULT_SETTING,
+    example=None,
+    q_questions=10,
+    figures=True,
+    tradeoff=None,
+    tradeoff_budget=128,
+    tradeoff_iterations=8,
+    tradeoff_questions=None,
+) -> str:
     """The `mars report` command line equivalent to these arguments."""
     args = ["mars", "report", *map(str, paths), "--out", str(out_dir)]
     for lab in labels or []:
@@ -57,16 +68,40 @@ def report_command(paths, out_dir, labels=None, pools=None, main_setting=DEFAULT
     return shlex.join(args)
 
 
-def render_report(paths, out_dir, labels: list[str] | None = None, pools: list[str] | None = None,
-                  main_setting: str = DEFAULT_SETTING, example: str | None = None, q_questions: int | None = 10,
-                  figures: bool = True, tradeoff: list[str] | None = None, tradeoff_budget: int = 128,
-                  tradeoff_iterations: int = 8, tradeoff_questions: int | None = None,
-                  cache_dir=None, formats=("png", "pdf"), command: str | None = None) -> Report:
+def render_report(
+    paths,
+    out_dir,
+    labels: list[str] | None = None,
+    pools: list[str] | None = None,
+    main_setting: str = DEFAULT_SETTING,
+    example: str | None = None,
+    q_questions: int | None = 10,
+    figures: bool = True,
+    tradeoff: list[str] | None = None,
+    tradeoff_budget: int = 128,
+    tradeoff_iterations: int = 8,
+    tradeoff_questions: int | None = None,
+    cache_dir=None,
+    formats=("png", "pdf"),
+    command: str | None = None,
+) -> Report:
     """Render every table and figure of the simulate outputs under ``paths`` into ``out_dir``."""
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
     out_dir = Path(out_dir)
-    command = command or report_command(paths, out_dir, labels, pools, main_setting, example, q_questions, figures,
-                                        tradeoff, tradeoff_budget, tradeoff_iterations, tradeoff_questions)
+    command = command or report_command(
+        paths,
+        out_dir,
+        labels,
+        pools,
+        main_setting,
+        example,
+        q_questions,
+        figures,
+        tradeoff,
+        tradeoff_budget,
+        tradeoff_iterations,
+        tradeoff_questions,
+    )
     results = collect(paths, labels, main_setting)
     pool_map = parse_pool_overrides(pools)
     rep = Report(out_dir=out_dir, index=out_dir / "report.md", results=results, command=command)
@@ -88,25 +123,50 @@ def render_report(paths, out_dir, labels: list[str] | None = None, pools: list[s
     if tradeoff:
         from .tradeoff import tradeoff_all
 
-        rep.figures.append(tradeoff_all(tradeoff, fdir, tradeoff_budget, tradeoff_iterations,
-                                        tradeoff_questions, cache_dir, command, formats))
+        rep.figures.append(
+            tradeoff_all(
+                tradeoff,
+                fdir,
+                tradeoff_budget,
+                tradeoff_iterations,
+                tradeoff_questions,
+                cache_dir,
+                command,
+                formats,
+            )
+        )
     rep.index.write_text(_index(rep))
     return rep
 
 
 def _index(rep: Report) -> str:
-    out = ["# MARS report", "", "Rendered from `mars simulate` outputs by:", "", "```", rep.command, "```", "",
-           "## Inputs", "", "| Model | Dataset | Setting | Methods | Questions | Budget | Iterations | Directory |",
-           "|:---|:---|:---|---:|---:|---:|---:|:---|"]
+    out = [
+        "# MARS report",
+        "",
+        "Rendered from `mars simulate` outputs by:",
+        "",
+        "```",
+        rep.command,
+        "```",
+        "",
+        "## Inputs",
+        "",
+        "| Model | Dataset | Setting | Methods | Questions | Budget | Iterations | Directory |",
+        "|:---|:---|:---|---:|---:|---:|---:|:---|",
+    ]
     for r in rep.results.runs:
         s = r.settings(r.methods[0]) if r.methods else {}
         nq = max((int(ov.get("n_questions") or 0) for ov in r.overall.values()), default=0)
-        out.append(f"| {md_escape(r.model)} | {md_escape(r.dataset)} | {md_escape(r.setting)} | {len(r.methods)} | {nq} "
-                   f"| {s.get('budget', '')} | {s.get('iterations', '')} | `{r.path}` |")
+        out.append(
+            f"| {md_escape(r.model)} | {md_escape(r.dataset)} | {md_escape(r.setting)} | {len(r.methods)} | {nq} "
+            f"| {s.get('budget', '')} | {s.get('iterations', '')} | `{r.path}` |"
+        )
     out += ["", "## Tables", ""]
     for t in rep.tables:
         out.append(t.markdown().replace("### ", "### ", 1))
-        out.append(f"Files: [Markdown](tables/{t.key}.md) · [LaTeX](tables/{t.key}.tex) · [CSV](tables/{t.key}.csv)")
+        out.append(
+            f"Files: [Markdown](tables/{t.key}.md) · [LaTeX](tables/{t.key}.tex) · [CSV](tables/{t.key}.csv)"
+        )
         out.append("")
     if rep.figures:
         out += ["## Figures", ""]

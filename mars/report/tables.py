@@ -60,7 +60,9 @@ def table_main(results: Results, command: str | None = None) -> Table:
     used = _Used()
     rows, data, prev = [], [], None
     for pair in results.pairs:
-        ov = {m: used(results.find(*pair, m), m) for m in ("sc", "sc-mars-cal", "dco", "dco-mars-cal")}
+        ov = {
+            m: used(results.find(*pair, m), m) for m in ("sc", "sc-mars-cal", "dco", "dco-mars-cal")
+        }
         if not any(ov.values()):
             continue
         rec = {"model": pair[0], "dataset": pair[1]}
@@ -69,21 +71,51 @@ def table_main(results: Results, command: str | None = None) -> Table:
         rec["sc-mars-cal.savings_pct"] = _get(ov["sc-mars-cal"], "savings_pct")
         rec["dco-mars-cal.savings_pct"] = _get(ov["dco-mars-cal"], "savings_pct")
         data.append(rec)
-        rows.append([*_model_cells(results, pair, prev),
-                     num(rec["sc.accuracy_pct"]), num(rec["sc-mars-cal.accuracy_pct"]), pct(rec["sc-mars-cal.savings_pct"]),
-                     num(rec["dco.accuracy_pct"]), num(rec["dco-mars-cal.accuracy_pct"]), pct(rec["dco-mars-cal.savings_pct"])])
+        rows.append(
+            [
+                *_model_cells(results, pair, prev),
+                num(rec["sc.accuracy_pct"]),
+                num(rec["sc-mars-cal.accuracy_pct"]),
+                pct(rec["sc-mars-cal.savings_pct"]),
+                num(rec["dco.accuracy_pct"]),
+                num(rec["dco-mars-cal.accuracy_pct"]),
+                pct(rec["dco-mars-cal.savings_pct"]),
+            ]
+        )
         prev = pair[0]
-    cols = ["model", "dataset", "sc.accuracy_pct", "sc-mars-cal.accuracy_pct", "sc-mars-cal.savings_pct",
-            "dco.accuracy_pct", "dco-mars-cal.accuracy_pct", "dco-mars-cal.savings_pct"]
+    cols = [
+        "model",
+        "dataset",
+        "sc.accuracy_pct",
+        "sc-mars-cal.accuracy_pct",
+        "sc-mars-cal.savings_pct",
+        "dco.accuracy_pct",
+        "dco-mars-cal.accuracy_pct",
+        "dco-mars-cal.savings_pct",
+    ]
     return Table(
-        key="table1-main", title="Table 1: accuracy and token savings of calibrated MARS",
+        key="table1-main",
+        title="Table 1: accuracy and token savings of calibrated MARS",
         caption="Accuracy (%) and token savings for calibrated MARS (sc-mars-cal, dco-mars-cal). "
-                "Baseline is the full-budget vote (sc, dco); +MARS is the early-stopped vote; savings are the "
-                "mean per-question token reduction against the same pipeline's baseline.",
-        headers=["Model", "Dataset", "Baseline", "+MARS", "Savings", "Baseline", "+MARS", "Savings"],
+        "Baseline is the full-budget vote (sc, dco); +MARS is the early-stopped vote; savings are the "
+        "mean per-question token reduction against the same pipeline's baseline.",
+        headers=[
+            "Model",
+            "Dataset",
+            "Baseline",
+            "+MARS",
+            "Savings",
+            "Baseline",
+            "+MARS",
+            "Savings",
+        ],
         groups=[("", 2, None), ("SC", 3, "SC Family"), ("DeepConf", 3, "DeepConf Family")],
-        rows=rows, data=pd.DataFrame(data, columns=cols), breaks=_breaks_by_model([(d["model"], 0) for d in data]),
-        align="llrrrrrr", commands=used.commands(command))
+        rows=rows,
+        data=pd.DataFrame(data, columns=cols),
+        breaks=_breaks_by_model([(d["model"], 0) for d in data]),
+        align="llrrrrrr",
+        commands=used.commands(command),
+    )
 
 
 # -- Table 2 --------------------------------------------------------------------------------------
@@ -124,10 +156,15 @@ def table_pp(results: Results, command: str | None = None) -> Table:
         cells = list(_model_cells(results, pair, prev))
         for i, (method, u) in enumerate(variants):
             a = rec[f"{method}-u{u}.accuracy_pct"]
-            cells += [num(a, bold=a is not None and round(a, 1) == round(best, 1)),
-                      num(rec[f"{method}-u{u}.savings_pct"])]
+            cells += [
+                num(a, bold=a is not None and round(a, 1) == round(best, 1)),
+                num(rec[f"{method}-u{u}.savings_pct"]),
+            ]
         a = rec["sc-mars-cal.accuracy_pct"]
-        cells += [num(a, bold=a is not None and round(a, 1) == round(best, 1)), num(rec["sc-mars-cal.savings_pct"])]
+        cells += [
+            num(a, bold=a is not None and round(a, 1) == round(best, 1)),
+            num(rec["sc-mars-cal.savings_pct"]),
+        ]
         rows.append(cells)
         data.append(rec)
         prev = pair[0]
@@ -139,21 +176,35 @@ def table_pp(results: Results, command: str | None = None) -> Table:
     headers = ["Model", "Dataset"] + ["Acc.", "Sav."] * (len(variants) + 1)
     notes = []
     if not variants:
-        notes.append("No Parallel-Probe run (method sc-pp) found: run `mars simulate -m sc-pp --pp-conv U` into a "
-                     "setting such as `pp-u4`.")
+        notes.append(
+            "No Parallel-Probe run (method sc-pp) found: run `mars simulate -m sc-pp --pp-conv U` into a "
+            "setting such as `pp-u4`."
+        )
     if any(m == "sc-pp-faithful" for m, _ in variants):
-        notes.append("PP + pruning is sc-pp-faithful: pruned traces stop voting and stop costing tokens, as "
-                     "Parallel-Probe's authors define it; PP (sc-pp) is the MARS reference's emulation.")
+        notes.append(
+            "PP + pruning is sc-pp-faithful: pruned traces stop voting and stop costing tokens, as "
+            "Parallel-Probe's authors define it; PP (sc-pp) is the MARS reference's emulation."
+        )
     notes.append("Bold: the best accuracy of the row.")
-    cols = ["model", "dataset"] + [f"{m}-u{u}.{k}" for m, u in variants for k in ("accuracy_pct", "savings_pct")] \
+    cols = (
+        ["model", "dataset"]
+        + [f"{m}-u{u}.{k}" for m, u in variants for k in ("accuracy_pct", "savings_pct")]
         + ["sc-mars-cal.accuracy_pct", "sc-mars-cal.savings_pct"]
+    )
     return Table(
-        key="table2-parallel-probe", title="Table 2: Parallel-Probe against MARS",
+        key="table2-parallel-probe",
+        title="Table 2: Parallel-Probe against MARS",
         caption="Comparison with Parallel-Probe (PP; stop after u equal majority answers in a row). Accuracy (%) "
-                "and mean per-question token savings (%); MARS is calibrated MARS on self-consistency (sc-mars-cal).",
-        headers=headers, groups=groups, rows=rows, data=pd.DataFrame(data, columns=cols),
-        breaks=_breaks_by_model([(d["model"], 0) for d in data]), align="ll" + "r" * (len(headers) - 2),
-        notes=notes, commands=used.commands(command))
+        "and mean per-question token savings (%); MARS is calibrated MARS on self-consistency (sc-mars-cal).",
+        headers=headers,
+        groups=groups,
+        rows=rows,
+        data=pd.DataFrame(data, columns=cols),
+        breaks=_breaks_by_model([(d["model"], 0) for d in data]),
+        align="ll" + "r" * (len(headers) - 2),
+        notes=notes,
+        commands=used.commands(command),
+    )
 
 
 # -- Tables 3-5 -----------------------------------------------------------------------------------
@@ -173,22 +224,56 @@ def tables_full(results: Results, command: str | None = None) -> list[Table]:
                     ov = used(run, method)
                     md, tex = method_label(method, run.settings(method))
                     sav = None if is_baseline(method) else _get(ov, "savings_pct")
-                    rows.append([text(block if first else ""), text(f"{md} · `{method}`", tex=tex),
-                                 pct(_get(ov, "accuracy_pct")), integer(_get(ov, "tokens_mean")), pct(sav)])
-                    data.append({"model": model, "dataset": pair[1], "setting": run.setting, "method": method,
-                                 "label": md, "accuracy_pct": _get(ov, "accuracy_pct"),
-                                 "tokens_mean": _get(ov, "tokens_mean"), "savings_pct": sav})
+                    rows.append(
+                        [
+                            text(block if first else ""),
+                            text(f"{md} · `{method}`", tex=tex),
+                            pct(_get(ov, "accuracy_pct")),
+                            integer(_get(ov, "tokens_mean")),
+                            pct(sav),
+                        ]
+                    )
+                    data.append(
+                        {
+                            "model": model,
+                            "dataset": pair[1],
+                            "setting": run.setting,
+                            "method": method,
+                            "label": md,
+                            "accuracy_pct": _get(ov, "accuracy_pct"),
+                            "tokens_mean": _get(ov, "tokens_mean"),
+                            "savings_pct": sav,
+                        }
+                    )
                     first = False
-        out.append(Table(
-            key=f"table{3 + i}-full-{_slug(model)}", title=f"Table {3 + i}: full results for {model}",
-            caption=f"Full results for {model}: every simulated method. Accuracy, mean tokens per question "
-                    "(all sampled traces, warmup included) and mean per-question savings against the pipeline's "
-                    "own full-budget baseline (SC or DCO).",
-            headers=["Dataset", "Method", "Accuracy", "Mean tokens", "Savings"], rows=rows,
-            data=pd.DataFrame(data, columns=["model", "dataset", "setting", "method", "label", "accuracy_pct",
-                                             "tokens_mean", "savings_pct"]),
-            tex_headers=["", "Method", "Accuracy", "Mean Tokens", "Savings"],
-            breaks=breaks, align="llrrr", commands=used.commands(command)))
+        out.append(
+            Table(
+                key=f"table{3 + i}-full-{_slug(model)}",
+                title=f"Table {3 + i}: full results for {model}",
+                caption=f"Full results for {model}: every simulated method. Accuracy, mean tokens per question "
+                "(all sampled traces, warmup included) and mean per-question savings against the pipeline's "
+                "own full-budget baseline (SC or DCO).",
+                headers=["Dataset", "Method", "Accuracy", "Mean tokens", "Savings"],
+                rows=rows,
+                data=pd.DataFrame(
+                    data,
+                    columns=[
+                        "model",
+                        "dataset",
+                        "setting",
+                        "method",
+                        "label",
+                        "accuracy_pct",
+                        "tokens_mean",
+                        "savings_pct",
+                    ],
+                ),
+                tex_headers=["", "Method", "Accuracy", "Mean Tokens", "Savings"],
+                breaks=breaks,
+                align="llrrr",
+                commands=used.commands(command),
+            )
+        )
     return out
 
 
@@ -200,14 +285,18 @@ def _slug(s: str) -> str:
 def table_oracle(results: Results, command: str | None = None) -> Table:
     """MARS beside the oracle stopping bounds: how much of the possible saving it gets."""
     used = _Used()
-    fams = [("SC", "sc-mars-cal", "oracle-first", "oracle-last"),
-            ("DeepConf", "dco-mars-cal", "oracle-dco-first", "oracle-dco-last")]
+    fams = [
+        ("SC", "sc-mars-cal", "oracle-first", "oracle-last"),
+        ("DeepConf", "dco-mars-cal", "oracle-dco-first", "oracle-dco-last"),
+    ]
     rows, data, prev = [], [], None
     for pair in results.pairs:
         rec = {"model": pair[0], "dataset": pair[1]}
         cells = list(_model_cells(results, pair, prev))
         for _, mars, first, last in fams:
-            vals = {m: _get(used(results.find(*pair, m), m), "savings_pct") for m in (mars, first, last)}
+            vals = {
+                m: _get(used(results.find(*pair, m), m), "savings_pct") for m in (mars, first, last)
+            }
             share = None
             if vals[mars] is not None and vals[first] not in (None, 0.0):
                 share = 100.0 * vals[mars] / vals[first]
@@ -221,15 +310,20 @@ def table_oracle(results: Results, command: str | None = None) -> Table:
         data.append(rec)
         prev = pair[0]
     return Table(
-        key="table-oracle-bounds", title="MARS against the oracle stopping bounds",
+        key="table-oracle-bounds",
+        title="MARS against the oracle stopping bounds",
         caption="Token savings (%) of calibrated MARS and of the two oracle stopping rules, which know the "
-                "full-budget vote: first = stop at the first checkpoint whose leader equals it, absorbing = stop "
-                "one checkpoint after the last checkpoint whose leader differs. Share = MARS savings / oracle-first "
-                "savings: how much of the possible saving MARS gets.",
+        "full-budget vote: first = stop at the first checkpoint whose leader equals it, absorbing = stop "
+        "one checkpoint after the last checkpoint whose leader differs. Share = MARS savings / oracle-first "
+        "savings: how much of the possible saving MARS gets.",
         headers=["Model", "Dataset"] + ["MARS", "Oracle first", "Oracle absorbing", "Share"] * 2,
         groups=[("", 2, None), ("SC", 4, None), ("DeepConf", 4, None)],
-        rows=rows, data=pd.DataFrame(data), breaks=_breaks_by_model([(d["model"], 0) for d in data]),
-        align="ll" + "r" * 8, commands=used.commands(command))
+        rows=rows,
+        data=pd.DataFrame(data),
+        breaks=_breaks_by_model([(d["model"], 0) for d in data]),
+        align="ll" + "r" * 8,
+        commands=used.commands(command),
+    )
 
 
 # -- new: probe cost ------------------------------------------------------------------------------
@@ -245,37 +339,92 @@ def table_probe_cost(results: Results, command: str | None = None) -> Table:
                 continue
             ov = used(run, method)
             pq = run.per_question(method)
-            probe = float(pq["probe_tokens_mean"].mean()) if pq["probe_tokens_mean"].notna().all() else None
+            probe = (
+                float(pq["probe_tokens_mean"].mean())
+                if pq["probe_tokens_mean"].notna().all()
+                else None
+            )
             s, sp = _get(ov, "savings_pct"), _get(ov, "savings_with_probes_pct")
             cost = None if sp is None or s is None else s - sp
             if first:
                 breaks.append(len(rows))
             md, tex = method_label(method, run.settings(method))
-            rows.append([text(pair[0] if first and pair[0] != prev else ""), text(pair[1] if first else ""),
-                         text(f"{md} · `{method}`", tex=tex), num(s), num(sp), num(cost, 2), integer(probe)])
+            rows.append(
+                [
+                    text(pair[0] if first and pair[0] != prev else ""),
+                    text(pair[1] if first else ""),
+                    text(f"{md} · `{method}`", tex=tex),
+                    num(s),
+                    num(sp),
+                    num(cost, 2),
+                    integer(probe),
+                ]
+            )
             prev = pair[0]
-            data.append({"model": pair[0], "dataset": pair[1], "setting": run.setting, "method": method,
-                         "savings_pct": s, "savings_with_probes_pct": sp, "probe_cost_pp": cost,
-                         "probe_tokens_mean": probe})
+            data.append(
+                {
+                    "model": pair[0],
+                    "dataset": pair[1],
+                    "setting": run.setting,
+                    "method": method,
+                    "savings_pct": s,
+                    "savings_with_probes_pct": sp,
+                    "probe_cost_pp": cost,
+                    "probe_tokens_mean": probe,
+                }
+            )
             first = False
     notes = []
     if data and all(d["savings_with_probes_pct"] is None for d in data):
-        notes.append("No run records probe costs (published pools carry none); generate a pool with "
-                     "`mars generate` to measure them.")
+        notes.append(
+            "No run records probe costs (published pools carry none); generate a pool with "
+            "`mars generate` to measure them."
+        )
     return Table(
-        key="table-probe-cost", title="Probe cost: savings with and without the probes' tokens",
+        key="table-probe-cost",
+        title="Probe cost: savings with and without the probes' tokens",
         caption="Token savings (%) without and with the probe completions charged (each probe's prompt tokens "
-                "not served from the prefix cache plus its generated tokens); probe cost = the difference in "
-                "percentage points; probe tokens = mean per question. The paper excludes probe tokens.",
-        headers=["Model", "Dataset", "Method", "Savings", "Savings w/ probes", "Probe cost (pp)", "Probe tokens"],
-        rows=rows, data=pd.DataFrame(data, columns=["model", "dataset", "setting", "method", "savings_pct",
-                                                    "savings_with_probes_pct", "probe_cost_pp", "probe_tokens_mean"]),
-        breaks=breaks, align="lllrrrr", notes=notes, commands=used.commands(command))
+        "not served from the prefix cache plus its generated tokens); probe cost = the difference in "
+        "percentage points; probe tokens = mean per question. The paper excludes probe tokens.",
+        headers=[
+            "Model",
+            "Dataset",
+            "Method",
+            "Savings",
+            "Savings w/ probes",
+            "Probe cost (pp)",
+            "Probe tokens",
+        ],
+        rows=rows,
+        data=pd.DataFrame(
+            data,
+            columns=[
+                "model",
+                "dataset",
+                "setting",
+                "method",
+                "savings_pct",
+                "savings_with_probes_pct",
+                "probe_cost_pp",
+                "probe_tokens_mean",
+            ],
+        ),
+        breaks=breaks,
+        align="lllrrrr",
+        notes=notes,
+        commands=used.commands(command),
+    )
 
 
 # -- new: risk audit of the certified rule ---------------------------------------------------------
 _SAMPLING_KEYS = ("budget", "iterations", "warmup", "seed", "window", "spacing")
-AUDIT_METHODS = ["sc-mars-cert", "sc-mars-oracle-cert", "dco-mars-cert", "sc-mars-cal", "dco-mars-cal"]
+AUDIT_METHODS = [
+    "sc-mars-cert",
+    "sc-mars-oracle-cert",
+    "dco-mars-cert",
+    "sc-mars-cal",
+    "dco-mars-cal",
+]
 
 
 def _same_samples(a: dict, b: dict) -> bool:
@@ -285,7 +434,7 @@ def _same_samples(a: dict, b: dict) -> bool:
 def _reference_run(results: Results, run: Run, method: str) -> Run | None:
     base = family_baseline(method)
     s = run.settings(method)
-    for r in [run] + results.runs_of(run.model, run.dataset):
+    for r in [run, *results.runs_of(run.model, run.dataset)]:
         if base in r.overall and _same_samples(s, r.settings(base)):
             return r
     return None
@@ -313,18 +462,47 @@ def risk_audit(results: Results) -> pd.DataFrame:
             j = a.merge(b, on=["qid", "iteration"], suffixes=("", "_full"), validate="one_to_one")
             differ = j["answer"] != j["answer_full"]
             per_q = differ.groupby(j["qid"]).mean()
-            n, k = int(len(j)), int(differ.sum())
+            n, k = len(j), int(differ.sum())
             s = run.settings(method)
-            recs.append({"model": run.model, "dataset": run.dataset, "setting": run.setting, "method": method,
-                         "reference": base, "reference_run": str(ref.path), "certified": method.endswith("-cert"),
-                         "delta": float(s.get("delta", 0.05)), "runs": n, "differ": k,
-                         "rate_pct": 100.0 * k / n if n else float("nan"),
-                         "rate_upper95_pct": 100.0 * clopper_pearson_upper(k, n),
-                         "worst_question_pct": 100.0 * float(per_q.max()) if len(per_q) else float("nan"),
-                         "questions_over_delta": int((per_q > s.get("delta", 0.05)).sum())})
-    return pd.DataFrame(recs, columns=["model", "dataset", "setting", "method", "reference", "reference_run", "certified",
-                                       "delta", "runs", "differ", "rate_pct", "rate_upper95_pct",
-                                       "worst_question_pct", "questions_over_delta"])
+            recs.append(
+                {
+                    "model": run.model,
+                    "dataset": run.dataset,
+                    "setting": run.setting,
+                    "method": method,
+                    "reference": base,
+                    "reference_run": str(ref.path),
+                    "certified": method.endswith("-cert"),
+                    "delta": float(s.get("delta", 0.05)),
+                    "runs": n,
+                    "differ": k,
+                    "rate_pct": 100.0 * k / n if n else float("nan"),
+                    "rate_upper95_pct": 100.0 * clopper_pearson_upper(k, n),
+                    "worst_question_pct": 100.0 * float(per_q.max())
+                    if len(per_q)
+                    else float("nan"),
+                    "questions_over_delta": int((per_q > s.get("delta", 0.05)).sum()),
+                }
+            )
+    return pd.DataFrame(
+        recs,
+        columns=[
+            "model",
+            "dataset",
+            "setting",
+            "method",
+            "reference",
+            "reference_run",
+            "certified",
+            "delta",
+            "runs",
+            "differ",
+            "rate_pct",
+            "rate_upper95_pct",
+            "worst_question_pct",
+            "questions_over_delta",
+        ],
+    )
 
 
 def table_risk(results: Results, command: str | None = None) -> Table:
@@ -333,7 +511,11 @@ def table_risk(results: Results, command: str | None = None) -> Table:
     rows, breaks, prev, prev_model = [], [], None, None
     n_settings = df.groupby(["model", "dataset"]).setting.nunique() if len(df) else None
     for _, r in df.iterrows():
-        run = next(x for x in results.runs if (x.model, x.dataset, x.setting) == (r.model, r.dataset, r.setting))
+        run = next(
+            x
+            for x in results.runs
+            if (x.model, x.dataset, x.setting) == (r.model, r.dataset, r.setting)
+        )
         used(run, r.method)
         ref = next(x for x in results.runs if str(x.path) == r.reference_run)
         used(ref, r.reference)
@@ -346,29 +528,80 @@ def table_risk(results: Results, command: str | None = None) -> Table:
         else:
             verdict = "no guarantee"
         ds = f"{r.dataset} · {r.setting}" if n_settings[(r.model, r.dataset)] > 1 else r.dataset
-        rows.append([text(r.model if block != prev and r.model != prev_model else ""), text(ds if block != prev else ""),
-                     text(f"{md} · `{r.method}`", tex=tex), text(r.reference),
-                     integer(r.runs), integer(r.differ), num(r.rate_pct, 2), num(r.rate_upper95_pct, 2),
-                     num(100 * r.delta if r.certified else None, 1), num(r.worst_question_pct, 1), text(verdict)])
+        rows.append(
+            [
+                text(r.model if block != prev and r.model != prev_model else ""),
+                text(ds if block != prev else ""),
+                text(f"{md} · `{r.method}`", tex=tex),
+                text(r.reference),
+                integer(r.runs),
+                integer(r.differ),
+                num(r.rate_pct, 2),
+                num(r.rate_upper95_pct, 2),
+                num(100 * r.delta if r.certified else None, 1),
+                num(r.worst_question_pct, 1),
+                text(verdict),
+            ]
+        )
         prev, prev_model = block, r.model
-    notes = ["A run is one (question, bootstrap iteration); the full-budget vote is the pipeline's baseline (sc, or dco "
-             "for DeepConf methods) on the same bootstrap sample. Rate upper = one-sided 95% Clopper–Pearson bound.",
-             "The certificate bounds P(stopped answer ≠ full-budget vote) by δ when q is the true switch probability; "
-             "the learned-q certified rows test it with estimated q, the calibrated rows (γ < 1) carry no guarantee."]
+    notes = [
+        "A run is one (question, bootstrap iteration); the full-budget vote is the pipeline's baseline (sc, or dco "
+        "for DeepConf methods) on the same bootstrap sample. Rate upper = one-sided 95% Clopper–Pearson bound.",
+        "The certificate bounds P(stopped answer ≠ full-budget vote) by δ when q is the true switch probability; "
+        "the learned-q certified rows test it with estimated q, the calibrated rows (γ < 1) carry no guarantee.",
+    ]
     if df.empty:
-        notes.insert(0, "No audited method found (sc-mars-cert, sc-mars-oracle-cert, dco-mars-cert, sc-mars-cal, "
-                        "dco-mars-cal with their baseline in the same sampling settings).")
+        notes.insert(
+            0,
+            "No audited method found (sc-mars-cert, sc-mars-oracle-cert, dco-mars-cert, sc-mars-cal, "
+            "dco-mars-cal with their baseline in the same sampling settings).",
+        )
     return Table(
-        key="table-risk-audit", title="Risk audit of the certified rule",
+        key="table-risk-audit",
+        title="Risk audit of the certified rule",
         caption="Share of runs whose early-stopped answer differs from the full-budget vote, against the risk level δ "
-                "of the certified MARS rule (Corollary 1).",
-        headers=["Model", "Dataset", "Method", "Full-budget vote", "Runs", "Differ", "Rate (%)", "Rate upper (%)",
-                 "δ (%)", "Worst question (%)", "Verdict"],
-        tex_headers=["Model", "Dataset", "Method", "Reference", "Runs", "Differ", r"Rate (\%)", r"Upper (\%)",
-                     r"$\delta$ (\%)", r"Worst q. (\%)", "Verdict"],
-        rows=rows, data=df, breaks=breaks, align="llllrrrrrrl", notes=notes, commands=used.commands(command))
+        "of the certified MARS rule (Corollary 1).",
+        headers=[
+            "Model",
+            "Dataset",
+            "Method",
+            "Full-budget vote",
+            "Runs",
+            "Differ",
+            "Rate (%)",
+            "Rate upper (%)",
+            "δ (%)",
+            "Worst question (%)",
+            "Verdict",
+        ],
+        tex_headers=[
+            "Model",
+            "Dataset",
+            "Method",
+            "Reference",
+            "Runs",
+            "Differ",
+            r"Rate (\%)",
+            r"Upper (\%)",
+            r"$\delta$ (\%)",
+            r"Worst q. (\%)",
+            "Verdict",
+        ],
+        rows=rows,
+        data=df,
+        breaks=breaks,
+        align="llllrrrrrrl",
+        notes=notes,
+        commands=used.commands(command),
+    )
 
 
 def all_tables(results: Results, command: str | None = None) -> list[Table]:
-    return [table_main(results, command), table_pp(results, command), *tables_full(results, command),
-            table_oracle(results, command), table_probe_cost(results, command), table_risk(results, command)]
+    return [
+        table_main(results, command),
+        table_pp(results, command),
+        *tables_full(results, command),
+        table_oracle(results, command),
+        table_probe_cost(results, command),
+        table_risk(results, command),
+    ]

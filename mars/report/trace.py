@@ -44,8 +44,15 @@ def load_question(pool_path, qid: int, settings: Settings, cache_dir=None) -> Qu
     return _ARRAYS[key]
 
 
-def mars_slack(votes: np.ndarray, lead: int, ids: np.ndarray, weights: np.ndarray, eligible: np.ndarray,
-               q: np.ndarray, gamma: float) -> tuple[float, int]:
+def mars_slack(
+    votes: np.ndarray,
+    lead: int,
+    ids: np.ndarray,
+    weights: np.ndarray,
+    eligible: np.ndarray,
+    q: np.ndarray,
+    gamma: float,
+) -> tuple[float, int]:
     """Minimum slack (margin − threshold) over the unseen and every voted challenger, and which binds.
 
     The cost formula is :func:`mars.stopping.margin_test`'s (γ·2w for leader voters, −w for the
@@ -95,15 +102,26 @@ class Trajectory:
         rows = []
         for k, p in enumerate(self.positions):
             for a in np.flatnonzero(self.shares[k] > 0):
-                rows.append({"qid": self.qid, "iteration": self.iteration, "checkpoint": k, "position": int(p),
-                             "answer": self.representatives[a], "correct": bool(self.correct[a]),
-                             "share": float(self.shares[k, a]), "leader": self.representatives[self.lead[k]]
-                             if self.lead[k] >= 0 else "", "slack": float(self.slack[k]),
-                             "fires": bool(self.fires[k])})
+                rows.append(
+                    {
+                        "qid": self.qid,
+                        "iteration": self.iteration,
+                        "checkpoint": k,
+                        "position": int(p),
+                        "answer": self.representatives[a],
+                        "correct": bool(self.correct[a]),
+                        "share": float(self.shares[k, a]),
+                        "leader": self.representatives[self.lead[k]] if self.lead[k] >= 0 else "",
+                        "slack": float(self.slack[k]),
+                        "fires": bool(self.fires[k]),
+                    }
+                )
         return pd.DataFrame(rows)
 
 
-def sc_trajectory(arr: QuestionArrays, ctx: QuestionContext, iteration: int, method: str = "sc-mars-cal") -> Trajectory:
+def sc_trajectory(
+    arr: QuestionArrays, ctx: QuestionContext, iteration: int, method: str = "sc-mars-cal"
+) -> Trajectory:
     """Vote shares and the MARS slack at every checkpoint of one bootstrap sample (SC votes)."""
     m_ = METHODS[method]
     S = ctx.samples[iteration]
@@ -133,9 +151,20 @@ def sc_trajectory(arr: QuestionArrays, ctx: QuestionContext, iteration: int, met
             ok &= ld[0] == ctx.warm_ref
         fires[k] = ok
     fv, _ = leader(tally(arr.final_ids[S][None], w[None], (arr.final_ids[S] >= 0)[None], A))
-    return Trajectory(qid=arr.qid, iteration=iteration, positions=arr.grid.copy(), shares=shares, lead=lead,
-                      slack=slack, binding=binding, fires=fires, gamma=float(gamma), final_answer=int(fv[0]),
-                      representatives=list(arr.representatives), correct=np.asarray(arr.correct, dtype=bool))
+    return Trajectory(
+        qid=arr.qid,
+        iteration=iteration,
+        positions=arr.grid.copy(),
+        shares=shares,
+        lead=lead,
+        slack=slack,
+        binding=binding,
+        fires=fires,
+        gamma=float(gamma),
+        final_answer=int(fv[0]),
+        representatives=list(arr.representatives),
+        correct=np.asarray(arr.correct, dtype=bool),
+    )
 
 
 def context(arr: QuestionArrays, settings: Settings) -> QuestionContext:
@@ -149,7 +178,9 @@ class QCalibration:
     checkpoints: pd.DataFrame  # per checkpoint mean learned q vs oracle switch rate
 
 
-def q_calibration(pool_path, settings: Settings, qids: list[int], cache_dir=None, n_bins: int = 10) -> QCalibration:
+def q_calibration(
+    pool_path, settings: Settings, qids: list[int], cache_dir=None, n_bins: int = 10
+) -> QCalibration:
     """Learned q against the oracle switch indicator on held-out (non-warmup) running traces."""
     edges = np.linspace(0, 1, n_bins + 1)
     ql_all, qo_all, rows = [], [], []
@@ -165,24 +196,47 @@ def q_calibration(pool_path, settings: Settings, qids: list[int], cache_dir=None
         for k, p in enumerate(arr.grid):
             mk = mask[:, k]
             if mk.any():
-                rows.append({"qid": qid, "checkpoint": k, "position": int(p), "n": int(mk.sum()),
-                             "q_learned_mean": float(ql[mk, k].mean()), "q_oracle_rate": float(qo[mk, k].mean())})
+                rows.append(
+                    {
+                        "qid": qid,
+                        "checkpoint": k,
+                        "position": int(p),
+                        "n": int(mk.sum()),
+                        "q_learned_mean": float(ql[mk, k].mean()),
+                        "q_oracle_rate": float(qo[mk, k].mean()),
+                    }
+                )
     ql = np.concatenate(ql_all) if ql_all else np.zeros(0)
     qo = np.concatenate(qo_all) if qo_all else np.zeros(0)
     b = np.clip(np.digitize(ql, edges[1:-1]), 0, n_bins - 1)
     bins = []
     for i in range(n_bins):
         sel = b == i
-        bins.append({"bin": i, "lo": edges[i], "hi": edges[i + 1], "n": int(sel.sum()),
-                     "q_learned_mean": float(ql[sel].mean()) if sel.any() else np.nan,
-                     "q_oracle_rate": float(qo[sel].mean()) if sel.any() else np.nan})
-    per_q = pd.DataFrame(rows, columns=["qid", "checkpoint", "position", "n", "q_learned_mean", "q_oracle_rate"])
+        bins.append(
+            {
+                "bin": i,
+                "lo": edges[i],
+                "hi": edges[i + 1],
+                "n": int(sel.sum()),
+                "q_learned_mean": float(ql[sel].mean()) if sel.any() else np.nan,
+                "q_oracle_rate": float(qo[sel].mean()) if sel.any() else np.nan,
+            }
+        )
+    per_q = pd.DataFrame(
+        rows, columns=["qid", "checkpoint", "position", "n", "q_learned_mean", "q_oracle_rate"]
+    )
     if len(per_q):
         # pool the questions per checkpoint position (weighted by the number of running traces)
-        g = per_q.assign(l=per_q.q_learned_mean * per_q.n, o=per_q.q_oracle_rate * per_q.n).groupby("position")
-        cps = pd.DataFrame({"n": g.n.sum(), "q_learned_mean": g.l.sum() / g.n.sum(),
-                            "q_oracle_rate": g.o.sum() / g.n.sum()}).reset_index()
+        g = per_q.assign(l=per_q.q_learned_mean * per_q.n, o=per_q.q_oracle_rate * per_q.n).groupby(
+            "position"
+        )
+        cps = pd.DataFrame(
+            {
+                "n": g.n.sum(),
+                "q_learned_mean": g.l.sum() / g.n.sum(),
+                "q_oracle_rate": g.o.sum() / g.n.sum(),
+            }
+        ).reset_index()
     else:
         cps = pd.DataFrame(columns=["position", "n", "q_learned_mean", "q_oracle_rate"])
     return QCalibration(bins=pd.DataFrame(bins), checkpoints=cps)
-

@@ -16,16 +16,16 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-from ..methods import get_method  # noqa: E402
-from ..results import per_question_frame  # noqa: E402
-from ..simulate import QuestionContext, QuestionResult, Settings, run_method  # noqa: E402
-from . import trace  # noqa: E402
-from .figures import FORMATS, FigureOut, _finish, style  # noqa: E402
+from ..methods import get_method
+from ..results import per_question_frame
+from ..simulate import QuestionContext, QuestionResult, Settings, run_method
+from . import trace
+from .figures import FORMATS, FigureOut, _finish, style
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,11 @@ DEFAULT_SWEEPS = (
     Sweep("Consensus, share", "sc-consensus", "consensus", (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)),
 )
 #: single points at the base settings
-POINTS = (("full-budget SC", "sc"), ("MARS, calibrated γ", "sc-mars-cal"), ("oracle stop (first)", "oracle-first"))
+POINTS = (
+    ("full-budget SC", "sc"),
+    ("MARS, calibrated γ", "sc-mars-cal"),
+    ("oracle stop (first)", "oracle-first"),
+)
 PARAM_SYMBOL = {"gamma": "γ", "delta": "δ", "pp_conv": "u", "consensus": "share"}
 
 
@@ -54,8 +58,14 @@ def _sampling_key(s: Settings) -> tuple:
     return tuple(getattr(s, k) for k in _SAMPLING)
 
 
-def run_tradeoff(pool, base: Settings, sweeps=DEFAULT_SWEEPS, points=POINTS, questions: list[int] | None = None,
-                 cache_dir=None) -> pd.DataFrame:
+def run_tradeoff(
+    pool,
+    base: Settings,
+    sweeps=DEFAULT_SWEEPS,
+    points=POINTS,
+    questions: list[int] | None = None,
+    cache_dir=None,
+) -> pd.DataFrame:
     """One row per (family, value): accuracy and savings (means over questions, as overall.json).
 
     Settings that only change a stopping rule's knob (γ, δ, u, share, ...) share each question's
@@ -80,14 +90,19 @@ def run_tradeoff(pool, base: Settings, sweeps=DEFAULT_SWEEPS, points=POINTS, que
             if key not in contexts:
                 c = QuestionContext(arr, s)
                 c.q_learned, c.q_oracle  # fit once; copies share the cached values  # noqa: B018
-                if arr.has_confs and any(get_method(m).deepconf for _, m, _, _ in
-                                         (e for es in jobs.values() for e in es)):
+                if arr.has_confs and any(
+                    get_method(m).deepconf for _, m, _, _ in (e for es in jobs.values() for e in es)
+                ):
                     c.dco  # noqa: B018
                 contexts[key] = c
             ctx = copy.copy(contexts[key])
             ctx.s = s
-            res = QuestionResult(qid=arr.qid, ground_truth=arr.ground_truth, representatives=arr.representatives,
-                                 content_hash=arr.content_hash)
+            res = QuestionResult(
+                qid=arr.qid,
+                ground_truth=arr.ground_truth,
+                representatives=arr.representatives,
+                content_hash=arr.content_hash,
+            )
             for method in dict.fromkeys(m for _, m, _, _ in entries):
                 res.methods[method] = run_method(ctx, get_method(method))
             per_settings[s].append(res)
@@ -95,13 +110,25 @@ def run_tradeoff(pool, base: Settings, sweeps=DEFAULT_SWEEPS, points=POINTS, que
     for s, entries in jobs.items():
         for family, method, param, v in entries:
             pq = per_question_frame(per_settings[s], method)
-            rows.append({"family": family, "method": method, "param": param, "value": v,
-                         "accuracy_pct": float(100 * pq.accuracy.mean()), "savings_pct": float(pq.savings_pct.mean()),
-                         "n_questions": len(pq), "iterations": s.iterations, "budget": s.budget})
+            rows.append(
+                {
+                    "family": family,
+                    "method": method,
+                    "param": param,
+                    "value": v,
+                    "accuracy_pct": float(100 * pq.accuracy.mean()),
+                    "savings_pct": float(pq.savings_pct.mean()),
+                    "n_questions": len(pq),
+                    "iterations": s.iterations,
+                    "budget": s.budget,
+                }
+            )
     order = {sw.family: i for i, sw in enumerate(sweeps)}
     df = pd.DataFrame(rows)
     df["_o"] = df.family.map(order).fillna(len(order))
-    df = df.sort_values(["_o", "family", "value"], kind="stable", na_position="last").drop(columns="_o")
+    df = df.sort_values(["_o", "family", "value"], kind="stable", na_position="last").drop(
+        columns="_o"
+    )
     return df.reset_index(drop=True)
 
 
@@ -109,19 +136,33 @@ def _fmt(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def fig_tradeoff(frames: dict, out_dir: Path, command: str | None = None, formats=FORMATS) -> FigureOut:
+def fig_tradeoff(
+    frames: dict, out_dir: Path, command: str | None = None, formats=FORMATS
+) -> FigureOut:
     """Accuracy against savings per sweep, one panel per pool label."""
     labels = list(frames)
-    data = pd.concat([f.assign(label=k) for k, f in frames.items()], ignore_index=True) if frames else pd.DataFrame()
-    fo = FigureOut("fig-tradeoff", "Accuracy–savings trade-off",
-                   "Accuracy against mean per-question token savings when each rule's knob is swept (MARS with a "
-                   "fixed γ, the certified rule's δ, Parallel-Probe's u, the consensus share), with the full-budget "
-                   "vote, calibrated MARS and the oracle stop as single points. Simulated in-process on few questions "
-                   "and iterations; see tradeoff.csv.", data=data)
-    palette = dict(zip(list(dict.fromkeys(data.family)) if len(data) else [], sns.color_palette("tab10")))
+    data = (
+        pd.concat([f.assign(label=k) for k, f in frames.items()], ignore_index=True)
+        if frames
+        else pd.DataFrame()
+    )
+    fo = FigureOut(
+        "fig-tradeoff",
+        "Accuracy–savings trade-off",
+        "Accuracy against mean per-question token savings when each rule's knob is swept (MARS with a "
+        "fixed γ, the certified rule's δ, Parallel-Probe's u, the consensus share), with the full-budget "
+        "vote, calibrated MARS and the oracle stop as single points. Simulated in-process on few questions "
+        "and iterations; see tradeoff.csv.",
+        data=data,
+    )
+    palette = dict(
+        zip(list(dict.fromkeys(data.family)) if len(data) else [], sns.color_palette("tab10"))
+    )
     with style():
         n = max(len(labels), 1)
-        fig, axes = plt.subplots(1, n, figsize=(1.0 + 4.2 * n, 4.6), squeeze=False, layout="constrained")
+        fig, axes = plt.subplots(
+            1, n, figsize=(1.0 + 4.2 * n, 4.6), squeeze=False, layout="constrained"
+        )
         for ax, label in zip(axes[0], labels):
             df = data[data.label == label]
             curves = df[df.param.notna()]
@@ -129,19 +170,48 @@ def fig_tradeoff(frames: dict, out_dir: Path, command: str | None = None, format
                 sub = sub.sort_values("value")
                 sym = PARAM_SYMBOL.get(sub.param.iloc[0], sub.param.iloc[0])
                 vals = ", ".join(_fmt(v) for v in sub.value)
-                ax.plot(sub.savings_pct, sub.accuracy_pct, linewidth=1.4, color=palette[fam], zorder=2,
-                        label=f"{fam} ({sym} = {vals})")
+                ax.plot(
+                    sub.savings_pct,
+                    sub.accuracy_pct,
+                    linewidth=1.4,
+                    color=palette[fam],
+                    zorder=2,
+                    label=f"{fam} ({sym} = {vals})",
+                )
                 # marker size grows with the knob's value: the curve's direction without text clutter
-                ax.scatter(sub.savings_pct, sub.accuracy_pct, s=np.linspace(10, 60, len(sub)), color=palette[fam],
-                           edgecolor="white", linewidth=0.5, zorder=3)
-            marks = {"sc": ("X", "#222222"), "sc-mars-cal": ("*", "#1f77b4"), "oracle-first": ("D", "#7f7f7f")}
+                ax.scatter(
+                    sub.savings_pct,
+                    sub.accuracy_pct,
+                    s=np.linspace(10, 60, len(sub)),
+                    color=palette[fam],
+                    edgecolor="white",
+                    linewidth=0.5,
+                    zorder=3,
+                )
+            marks = {
+                "sc": ("X", "#222222"),
+                "sc-mars-cal": ("*", "#1f77b4"),
+                "oracle-first": ("D", "#7f7f7f"),
+            }
             for _, r in df[df.param.isna()].iterrows():
                 mk, col = marks.get(r.method, ("s", "#444444"))
-                ax.scatter([r.savings_pct], [r.accuracy_pct], marker=mk, s=110 if mk == "*" else 50, color=col,
-                           zorder=5, label=r.family, edgecolor="white", linewidth=0.5)
+                ax.scatter(
+                    [r.savings_pct],
+                    [r.accuracy_pct],
+                    marker=mk,
+                    s=110 if mk == "*" else 50,
+                    color=col,
+                    zorder=5,
+                    label=r.family,
+                    edgecolor="white",
+                    linewidth=0.5,
+                )
             r0 = df.iloc[0]
-            ax.set_title(f"{label}: {int(r0.n_questions)} questions × {int(r0.iterations)} samples, "
-                         f"budget {int(r0.budget)}", fontsize=9)
+            ax.set_title(
+                f"{label}: {int(r0.n_questions)} questions × {int(r0.iterations)} samples, "
+                f"budget {int(r0.budget)}",
+                fontsize=9,
+            )
             ax.set_xlabel("token savings (%)")
             ax.set_ylabel("accuracy (%)")
             lo, hi = df.accuracy_pct.min(), df.accuracy_pct.max()
@@ -152,8 +222,16 @@ def fig_tradeoff(frames: dict, out_dir: Path, command: str | None = None, format
             for ax in axes[0]:
                 for h, lab in zip(*ax.get_legend_handles_labels()):
                     entries.setdefault(lab, h)
-            fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=2, frameon=False,
-                       fontsize=7, title="marker size grows with the swept value", title_fontsize=7)
+            fig.legend(
+                list(entries.values()),
+                list(entries),
+                loc="outside lower center",
+                ncol=2,
+                frameon=False,
+                fontsize=7,
+                title="marker size grows with the swept value",
+                title_fontsize=7,
+            )
         else:
             axes[0][0].set_axis_off()
     if command:
@@ -171,14 +249,23 @@ def parse_tradeoff_spec(spec: str) -> tuple[str, str]:
     return name or "pool", spec
 
 
-def tradeoff_all(specs: list[str], out_dir: Path, budget: int = 128, iterations: int = 8,
-                 max_questions: int | None = None, cache_dir=None, command: str | None = None,
-                 formats=FORMATS, sweeps=DEFAULT_SWEEPS) -> FigureOut:
+def tradeoff_all(
+    specs: list[str],
+    out_dir: Path,
+    budget: int = 128,
+    iterations: int = 8,
+    max_questions: int | None = None,
+    cache_dir=None,
+    command: str | None = None,
+    formats=FORMATS,
+    sweeps=DEFAULT_SWEEPS,
+) -> FigureOut:
     frames = {}
     for spec in specs:
         label, path = parse_tradeoff_spec(spec)
         base = Settings(budget=budget, iterations=iterations)
         questions = trace.pool_of(path).qids[:max_questions] if max_questions else None
-        frames[label] = run_tradeoff(path, base, sweeps=sweeps, questions=questions, cache_dir=cache_dir)
+        frames[label] = run_tradeoff(
+            path, base, sweeps=sweeps, questions=questions, cache_dir=cache_dir
+        )
     return fig_tradeoff(frames, out_dir, command, formats)
-

@@ -12,5 +12,7 @@ with open(snakemake.log[0], "w") as log:
     problems = load_problems(snakemake.params.source)
     with open(snakemake.output[0], "w", encoding="utf-8") as out:
         for p in problems:
-            out.write(json.dumps({"question": p.question, "answer": p.answer}, ensure_ascii=False) + "\n")
+            out.write(
+                json.dumps({"question": p.question, "answer": p.answer}, ensure_ascii=False) + "\n"
+            )
     print(f"{len(problems)} problems from {snakemake.params.source}", file=log)

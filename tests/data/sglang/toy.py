@@ -35,11 +35,57 @@ HERE = Path(__file__).resolve().parent
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 EOS_ID = 2
 WORDS = [
-    " Considering", " the", " limited", " time", " by", " user", " I", " have", " to", " give", " solution",
-    " based", " on", " thinking", " directly", " now", "</think>", "<think>", "\\boxed{", "\\dfrac{", " Let", " me",
-    " add", " So", " answer", " is", " Hmm", " maybe", " check", " again", " wait", " What", " Please", " reason",
-    " step", " put", " your", " final", " within", " and", "user", "assistant", " 2", " 3", " 5", " 6", " 12", " so",
-    " +", " =", " or",
+    " Considering",
+    " the",
+    " limited",
+    " time",
+    " by",
+    " user",
+    " I",
+    " have",
+    " to",
+    " give",
+    " solution",
+    " based",
+    " on",
+    " thinking",
+    " directly",
+    " now",
+    "</think>",
+    "<think>",
+    "\\boxed{",
+    "\\dfrac{",
+    " Let",
+    " me",
+    " add",
+    " So",
+    " answer",
+    " is",
+    " Hmm",
+    " maybe",
+    " check",
+    " again",
+    " wait",
+    " What",
+    " Please",
+    " reason",
+    " step",
+    " put",
+    " your",
+    " final",
+    " within",
+    " and",
+    "user",
+    "assistant",
+    " 2",
+    " 3",
+    " 5",
+    " 6",
+    " 12",
+    " so",
+    " +",
+    " =",
+    " or",
 ]
 VOCAB = SPECIAL + WORDS + [c for c in string.printable if c not in "\x0b\x0c\r"]
 
@@ -60,7 +106,7 @@ class ToyTokenizer:
         ids, i = [], 0
         while i < len(text):
             for n in range(min(self.maxlen, len(text) - i), 0, -1):
-                t = self.index.get(text[i:i + n])
+                t = self.index.get(text[i : i + n])
                 if t is not None:
                     ids.append(t)
                     i += n
@@ -73,9 +119,13 @@ class ToyTokenizer:
         return {"input_ids": self.encode(text)}
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
-        return "".join(self.vocab[i] for i in ids if not (skip_special_tokens and i in self.special))
+        return "".join(
+            self.vocab[i] for i in ids if not (skip_special_tokens and i in self.special)
+        )
 
-    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tokenize: bool = False):
+    def apply_chat_template(
+        self, messages, add_generation_prompt: bool = True, tokenize: bool = False
+    ):
         text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
         if add_generation_prompt:
             text += "<|im_start|>assistant\n"
@@ -92,13 +142,71 @@ class ToyTokenizer:
 T = ToyTokenizer()
 SCRIPTS = {
     # ends with EOS as its 15th token (finished; probed at 8 only)
-    "A": [" Let", " me", " add", ":", " 2", " +", " 3", " =", " 5", ".", " So", "\\boxed{", "5", "}", "<|im_end|>"],
+    "A": [
+        " Let",
+        " me",
+        " add",
+        ":",
+        " 2",
+        " +",
+        " 3",
+        " =",
+        " 5",
+        ".",
+        " So",
+        "\\boxed{",
+        "5",
+        "}",
+        "<|im_end|>",
+    ],
     # runs into the 24-token cap (cut), a boxed 6 in its thinking
-    "B": [" Hmm", ",", " maybe", " 2", " +", " 3", " =", " 6", "?", " Let", " me", " check", " again", ".",
-          " 2", " +", " 3", " =", " 6", ",", " ", "\\boxed{", "6", "}", " wait", " or"],
+    "B": [
+        " Hmm",
+        ",",
+        " maybe",
+        " 2",
+        " +",
+        " 3",
+        " =",
+        " 6",
+        "?",
+        " Let",
+        " me",
+        " check",
+        " again",
+        ".",
+        " 2",
+        " +",
+        " 3",
+        " =",
+        " 6",
+        ",",
+        " ",
+        "\\boxed{",
+        "6",
+        "}",
+        " wait",
+        " or",
+    ],
     # ends with EOS as its 16th token, exactly at a checkpoint (not probed there)
-    "C": [" What", " is", " 2", " +", " 3", "?", " 5", ".", " So", " the", " answer", " is", "\\boxed{", "5",
-          "}", "<|im_end|>"],
+    "C": [
+        " What",
+        " is",
+        " 2",
+        " +",
+        " 3",
+        "?",
+        " 5",
+        ".",
+        " So",
+        " the",
+        " answer",
+        " is",
+        "\\boxed{",
+        "5",
+        "}",
+        "<|im_end|>",
+    ],
 }
 assert len(SCRIPTS["A"]) == 15 and len(SCRIPTS["C"]) == 16 and "<|im_end|>" not in SCRIPTS["B"]
 #: probe completion per (script, position): token strings (EOS included where the probe stops)
@@ -106,7 +214,8 @@ PROBES = {
     ("A", 8): [" 5", "}", "<|im_end|>"],
     ("B", 8): [" 6", "}", "<|im_end|>"],
     ("C", 8): ["<|im_end|>"],  # nothing parseable: answer None
-    ("B", 16): ["\\dfrac{", "1", "2", "}", "{", "2", "}", "}"] + [" and", " so", " on"] * 20,  # hits max_new_tokens
+    ("B", 16): ["\\dfrac{", "1", "2", "}", "{", "2", "}", "}"]
+    + [" and", " so", " on"] * 20,  # hits max_new_tokens
 }
 
 
@@ -144,28 +253,36 @@ class ScriptedEngine:
     def _top(self, chosen: int, lp: float) -> list[list]:
         """20 [logprob, id, null] entries, descending; the chosen token's mass exp(lp), the other 19
         share 90 % of the rest (the tail of the vocabulary holds the remaining 10 %)."""
-        others = [int(i) for i in self.rng.choice(np.setdiff1d(np.arange(len(VOCAB)), [chosen]), 19, replace=False)]
+        others = [
+            int(i)
+            for i in self.rng.choice(
+                np.setdiff1d(np.arange(len(VOCAB)), [chosen]), 19, replace=False
+            )
+        ]
         rest = (1.0 - float(np.exp(lp))) * 0.9 * self.rng.dirichlet(np.full(19, 0.3))
-        entries = [[round(lp, 6), chosen, None]] + [[round(float(np.log(max(q, 1e-30))), 6), i, None]
-                                                    for q, i in zip(rest, others)]
+        entries = [[round(lp, 6), chosen, None]] + [
+            [round(float(np.log(max(q, 1e-30))), 6), i, None] for q, i in zip(rest, others)
+        ]
         return sorted(entries, key=lambda e: -e[0])
 
-    def generate(self, input_ids, sampling_params, return_logprob=False, top_logprobs_num=None, **kw):
+    def generate(
+        self, input_ids, sampling_params, return_logprob=False, top_logprobs_num=None, **kw
+    ):
         assert not kw, kw
         self.calls += 1
         outs = []
         for ids, sp in zip(input_ids, sampling_params):
             ids = list(ids)
-            assert ids[:len(self.prompt)] == self.prompt
-            rest = ids[len(self.prompt):]
-            probe = len(rest) >= len(self.suffix) and rest[-len(self.suffix):] == self.suffix
+            assert ids[: len(self.prompt)] == self.prompt
+            rest = ids[len(self.prompt) :]
+            probe = len(rest) >= len(self.suffix) and rest[-len(self.suffix) :] == self.suffix
             if probe:
-                cont = rest[:-len(self.suffix)]
+                cont = rest[: -len(self.suffix)]
                 toks = PROBES[(self._script_of(cont, -1), len(cont))]
             else:
                 cont = rest
                 name = self._script_of(cont, sp.get("sampling_seed"))
-                toks = SCRIPTS[name][len(cont):]
+                toks = SCRIPTS[name][len(cont) :]
             out_ids = T.ids(toks)[: sp["max_new_tokens"]]
             if EOS_ID in out_ids:
                 out_ids = out_ids[: out_ids.index(EOS_ID) + 1]
@@ -183,12 +300,30 @@ class ScriptedEngine:
             }
             if return_logprob:
                 lps = [-float(x) for x in self.rng.gamma(0.6, 0.4, len(out_ids))]
-                meta["output_token_logprobs"] = [[round(lp, 6), t, None] for lp, t in zip(lps, out_ids)]
-                meta["output_top_logprobs"] = [self._top(t, lp)[:top_logprobs_num] for lp, t in zip(lps, out_ids)]
-            outs.append({"text": T.decode(out_ids, skip_special_tokens=True), "output_ids": out_ids, "meta_info": meta})
-            self.exchanges.append({"request": {"input_ids": ids, "sampling_params": sp, "return_logprob": return_logprob,
-                                               "top_logprobs_num": top_logprobs_num},
-                                   "response": outs[-1]})
+                meta["output_token_logprobs"] = [
+                    [round(lp, 6), t, None] for lp, t in zip(lps, out_ids)
+                ]
+                meta["output_top_logprobs"] = [
+                    self._top(t, lp)[:top_logprobs_num] for lp, t in zip(lps, out_ids)
+                ]
+            outs.append(
+                {
+                    "text": T.decode(out_ids, skip_special_tokens=True),
+                    "output_ids": out_ids,
+                    "meta_info": meta,
+                }
+            )
+            self.exchanges.append(
+                {
+                    "request": {
+                        "input_ids": ids,
+                        "sampling_params": sp,
+                        "return_logprob": return_logprob,
+                        "top_logprobs_num": top_logprobs_num,
+                    },
+                    "response": outs[-1],
+                }
+            )
         for ids, out in zip(input_ids, outs):
             self.seen.append(tuple(list(ids) + out["output_ids"][:-1]))
         return outs
@@ -198,9 +333,16 @@ def dumps(obj, level: int = 0, width: int = 110) -> str:
     """JSON with short containers (and lists of scalars) on one line, the rest indented."""
     flat = json.dumps(obj, ensure_ascii=False)
     scalars = isinstance(obj, list) and all(not isinstance(x, (list, dict)) for x in obj)
-    rows = isinstance(obj, list) and all(isinstance(x, list) and not any(isinstance(y, (list, dict)) for y in x)
-                                         for x in obj)
-    if len(flat) + level <= width or scalars or (rows and len(flat) <= 8 * width) or not isinstance(obj, (list, dict)) or not obj:
+    rows = isinstance(obj, list) and all(
+        isinstance(x, list) and not any(isinstance(y, (list, dict)) for y in x) for x in obj
+    )
+    if (
+        len(flat) + level <= width
+        or scalars
+        or (rows and len(flat) <= 8 * width)
+        or not isinstance(obj, (list, dict))
+        or not obj
+    ):
         return flat
     pad = " " * (level + 1)
     if isinstance(obj, list):
@@ -227,15 +369,32 @@ def main() -> int:
     records = run_batch(be.start(problem, n, seed), spacing, max_tokens=max_tokens)
     doc = {
         "about": "Hand-built SGLang Engine.generate exchanges (shape of SGLang 0.5.x meta_info), NOT recorded "
-                 "from a live engine; written by tests/data/sglang/toy.py, replayed by tests/test_backend_sglang.py.",
-        "problem": {"qid": problem.qid, "question": problem.question, "answer": problem.answer,
-                    "dataset": problem.dataset},
-        "model": be.model, "seed": seed, "n_traces": n, "spacing": spacing, "max_tokens": max_tokens,
-        "eos_token_id": EOS_ID, "vocab": VOCAB,
+        "from a live engine; written by tests/data/sglang/toy.py, replayed by tests/test_backend_sglang.py.",
+        "problem": {
+            "qid": problem.qid,
+            "question": problem.question,
+            "answer": problem.answer,
+            "dataset": problem.dataset,
+        },
+        "model": be.model,
+        "seed": seed,
+        "n_traces": n,
+        "spacing": spacing,
+        "max_tokens": max_tokens,
+        "eos_token_id": EOS_ID,
+        "vocab": VOCAB,
         "exchanges": engine.exchanges,
-        "expected": [{"length": r.result.length, "finished": r.result.finished, "final_answer": r.result.final_answer,
-                      "probes": [[p, pr.answer, pr.cached_tokens, pr.generated_tokens] for p, pr in r.probes]}
-                     for r in records],
+        "expected": [
+            {
+                "length": r.result.length,
+                "finished": r.result.finished,
+                "final_answer": r.result.final_answer,
+                "probes": [
+                    [p, pr.answer, pr.cached_tokens, pr.generated_tokens] for p, pr in r.probes
+                ],
+            }
+            for r in records
+        ],
     }
     path = HERE / "session_toy_q0.json"
     path.write_text(dumps(doc) + "\n")
