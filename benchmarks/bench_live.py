@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars.backends.synthetic import SyntheticBackend
-from mars.generate import load_problems, parse_qids
+from mars.problems import load_problems
+from mars.problems import parse_question_spec as parse_qids
 from mars.live import solve
 
 

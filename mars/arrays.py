@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import zipfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -81,6 +83,10 @@ class QuestionArrays:
         """Traces eligible for bootstrap sampling: those with a final answer, in trace order."""
         return np.flatnonzero(self.final_ids >= 0)
 
+    def warmup_ids(self, n: int) -> np.ndarray:
+        """The warmup traces: the first ``n`` pool traces by trace index (reference §4.3)."""
+        return self.pool_ids()[:n]
+
     def truncation(self, tau) -> np.ndarray:
         """DeepConf-online truncation point of every trace for threshold ``tau`` (§3.4).
 
@@ -140,6 +146,15 @@ class QuestionArrays:
             kwargs = {k: z[k] for k in z.files if k != "_meta"}
         kwargs.update(meta)
         return cls(**kwargs)
+
+
+def digest_arrays(*arrays: np.ndarray) -> str:
+    """Digest of arrays' dtypes, shapes and bytes (memo keys of fitted models and γ)."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
 
 
 def cache_key(q: QuestionData, spacing: int, window: int) -> str:
@@ -325,22 +340,44 @@ def build_arrays(
     return arr
 
 
+def arrays_path(cache_dir: str | Path, q: QuestionData, spacing: int, window: int) -> Path:
+    """Where :func:`load_arrays` caches a question's arrays (keyed by content and settings)."""
+    return Path(cache_dir) / f"q{q.qid:06d}-{cache_key(q, spacing, window)}.npz"
+
+
+def read_cached(path: Path) -> QuestionArrays | None:
+    """A cached question's arrays; None when the file is missing or unreadable (truncated, empty,
+    not an npz), so the caller rebuilds it."""
+    try:
+        return QuestionArrays.load(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
+        return None
+
+
 def load_arrays(
     q: QuestionData,
     cache_dir: str | Path | None = None,
     spacing: int = CHECKPOINT_SPACING,
     window: int = 2048,
 ) -> QuestionArrays:
-    """build_arrays with an on-disk cache keyed by the question's content and the settings."""
+    """build_arrays with an on-disk cache keyed by the question's content and the settings.
+
+    A cache file that cannot be read (a truncated or empty ``.npz``) is rebuilt and replaced.
+    """
     if cache_dir is None:
         return build_arrays(q, spacing, window)
-    cache_dir = Path(cache_dir)
-    path = cache_dir / f"q{q.qid:06d}-{cache_key(q, spacing, window)}.npz"
-    if path.exists():
-        return QuestionArrays.load(path)
+    path = arrays_path(cache_dir, q, spacing, window)
+    arr = read_cached(path)
+    if arr is not None:
+        return arr
     arr = build_arrays(q, spacing, window)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{np.random.default_rng().integers(1 << 30)}")
-    arr.save(tmp)
-    tmp.replace(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        arr.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return arr

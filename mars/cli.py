@@ -1,15 +1,29 @@
-"""The ``mars`` command line: one subcommand per pipeline stage (the Snakemake rules call these)."""
+"""The ``mars`` command line: one subcommand per pipeline stage (the Snakemake rules call these).
+
+User errors (:class:`mars.errors.MarsError`) print one line and exit with code 2; anything else
+is a bug and shows its traceback. The options of ``simulate`` and ``solve`` that are simulation
+settings are generated from their declarations in :mod:`mars.settings`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
 from . import __version__
+from .backends.factory import BACKENDS, bundled_presets
+from .errors import MarsError
+from .problems import bundled_problem_sets, parse_question_spec
+from .settings import LIVE_KEYS, SETTINGS, SPECS
 
 app = typer.Typer(
     add_completion=False,
@@ -19,28 +33,64 @@ app = typer.Typer(
 )
 err = Console(stderr=True, width=110)
 
-
-def _user_errors() -> tuple:
-    """Errors caused by the user's input: reported in one line with exit code 2."""
-    from .pool import PoolError
-    from .simulate import SimulationError
-
-    return (PoolError, SimulationError, ValueError, FileNotFoundError)
+PROBLEMS_HELP = f"jsonl file ({{question, answer}} per line) or bundled set: {', '.join(bundled_problem_sets())}"
+PRESET_HELP = f"synthetic preset (a name or a JSON file): {', '.join(bundled_presets())}"
+BACKEND_HELP = " | ".join(BACKENDS)
 
 
-def _fail(exc: BaseException) -> None:
-    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    print(f"error: {msg}", file=sys.stderr)
-    raise typer.Exit(2)
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Report a :class:`MarsError` in one line and exit 2; let every other exception through."""
+    try:
+        yield
+    except MarsError as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        raise typer.Exit(2) from None
 
 
-def _parse_qids(spec: str | None):
-    from .generate import parse_qids
+def with_settings(names: Sequence[str]) -> Callable:
+    """Give a command one option per simulation setting in ``names`` (help, flag and default from
+    :mod:`mars.settings`); the command receives those the user set as ``settings_given``."""
 
-    return parse_qids(spec)
+    def deco(fn: Callable) -> Callable:
+        sig = inspect.signature(fn)
+        params = [p for n, p in sig.parameters.items() if n != "settings_given"]
+        annotations = {k: v for k, v in fn.__annotations__.items() if k != "settings_given"}
+        for name in names:
+            spec = SPECS[name]
+            default = "the pool's" if spec.default is None else spec.default
+            option = typer.Option(
+                None,
+                spec.flag,
+                help=f"{spec.help} [default: {default}]",
+                show_default=False,
+                rich_help_panel="Settings",
+            )
+            params.append(
+                inspect.Parameter(
+                    name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=option,
+                    annotation=Optional[spec.type],  # noqa: UP045 - typer needs a runtime type
+                )
+            )
+            annotations[name] = Optional[spec.type]  # noqa: UP045
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs: Any) -> Any:
+            given = {n: kwargs.pop(n) for n in names}
+            return fn(**kwargs, settings_given={k: v for k, v in given.items() if v is not None})
+
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = annotations
+        return wrapper
+
+    return deco
 
 
 @app.command()
+@with_settings([s.name for s in SETTINGS])
 def simulate(
     pool: Path = typer.Argument(..., help="published-schema parquet file or a pool directory"),
     method: str = typer.Option(
@@ -52,61 +102,33 @@ def simulate(
     out: Path = typer.Option(
         ..., "--out", "-o", help="output directory (one sub-directory per method)"
     ),
-    budget: int = typer.Option(512, help="traces per bootstrap sample"),
-    iterations: int = typer.Option(64, help="bootstrap iterations per question"),
-    warmup: int = typer.Option(
-        16, help="warmup traces (q-model, γ, probe-0 guard; DeepConf threshold)"
-    ),
-    seed: int = typer.Option(42),
-    window: int = typer.Option(2048, help="confidence window (tokens)"),
-    gamma: float = typer.Option(1.0, help="γ for the uncalibrated MARS methods"),
-    ucb_z: float = typer.Option(1.0, "--ucb-z", help="UCB bump z/√n of γ calibration (0 = off)"),
-    gamma_min: float = typer.Option(0.5, "--gamma-min", help="floor of calibrated γ"),
-    pp_conv: int = typer.Option(
-        3, "--pp-conv", help="Parallel-Probe: equal winners in a row to stop (u)"
-    ),
-    pp_warmup: int = typer.Option(
-        4, "--pp-warmup", help="Parallel-Probe: checkpoints before stopping/pruning"
-    ),
-    pp_patience: int = typer.Option(
-        2, "--pp-patience", help="Parallel-Probe: off-track checkpoints before pruning (k)"
-    ),
-    delta: float = typer.Option(0.05, help="risk level δ of the certified MARS methods"),
-    consensus: float = typer.Option(0.9, help="vote share at which sc-consensus stops"),
     questions: str | None = typer.Option(None, help="question ids, e.g. 0,3,5-9 (default: all)"),
     workers: int = typer.Option(1, help="questions simulated in parallel (processes)"),
-    cache: Path | None = typer.Option(
-        None, help="per-question array cache directory (e.g. from `mars fit`)"
+    fit_dir: Path | None = typer.Option(
+        None, "--fit", help="a `mars fit` directory: its arrays and switch models (no refitting)"
     ),
+    cache: Path | None = typer.Option(None, help="per-question array cache directory"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
+    settings_given: dict | None = None,
 ):
     """Bootstrap-simulate stopping methods on a trace pool (the paper's evaluation)."""
-    from rich.progress import Progress
-
+    from .atomic import output_dir
     from .methods import parse_methods
+    from .pool import open_pool
+    from .progress import progress_bar
     from .results import summary_table, write_method
-    from .simulate import Settings, settings_dict, simulate_pool
+    from .settings import Settings
+    from .simulate import pool_settings, simulate_pool
 
-    try:
+    with user_errors():
         methods = parse_methods(method)
-        settings = Settings(
-            budget=budget,
-            iterations=iterations,
-            warmup=warmup,
-            seed=seed,
-            window=window,
-            gamma=gamma,
-            ucb_z=ucb_z,
-            gamma_min=gamma_min,
-            pp_conv=pp_conv,
-            pp_warmup=pp_warmup,
-            pp_patience=pp_patience,
-            delta=delta,
-            consensus=consensus,
-        ).validate()
-        qids = _parse_qids(questions)
+        settings = Settings(**(settings_given or {})).validate()
+        settings = pool_settings(open_pool(pool), settings)
+        qids = parse_question_spec(questions)
+        if workers < 1:
+            raise MarsError(f"--workers {workers}: must be at least 1")
         t0 = time.perf_counter()
-        with Progress(console=err, disable=quiet, transient=True) as progress:
+        with output_dir(out), progress_bar(disable=quiet) as progress:
             task = progress.add_task("simulating questions", total=len(qids) if qids else None)
             results = simulate_pool(
                 pool,
@@ -115,18 +137,64 @@ def simulate(
                 questions=qids,
                 workers=workers,
                 cache_dir=cache,
+                fit_dir=fit_dir,
                 progress=lambda: progress.advance(task),
             )
-        overalls = [
-            write_method(out, m.name, results, settings_dict(settings), str(pool)) for m in methods
-        ]
-    except _user_errors() as exc:
-        _fail(exc)
+            overalls = [
+                write_method(out, m.name, results, settings.to_dict(), str(pool)) for m in methods
+            ]
     if not quiet:
         err.print(summary_table(overalls))
         err.print(
-            f"{len(results)} questions × {len(methods)} methods in {time.perf_counter() - t0:.1f} s → {out}/"
+            f"{len(results)} questions × {len(methods)} methods in "
+            f"{time.perf_counter() - t0:.1f} s → {out}/"
         )
+
+
+@app.command()
+def fit(
+    pool: Path = typer.Argument(..., help="published-schema parquet file or a pool directory"),
+    out: Path = typer.Option(..., "--out", "-o", help="fit directory (arrays + models.parquet)"),
+    warmup: str = typer.Option(
+        str(SPECS["warmup"].default),
+        help=f"{SPECS['warmup'].help}; several sizes comma-separated (one model each)",
+    ),
+    window: int = typer.Option(SPECS["window"].default, help=SPECS["window"].help),
+    spacing: int | None = typer.Option(None, help=SPECS["spacing"].help),
+    questions: str | None = typer.Option(None, help="question ids, e.g. 0,3,5-9 (default: all)"),
+    workers: int = typer.Option(1, help="questions fitted in parallel (processes)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
+):
+    """Fit the per-question stage: arrays and switch models (q) that `simulate --fit` reads."""
+    from .atomic import output_dir
+    from .fit import fit_pool, summary_table
+    from .pool import open_pool
+    from .progress import progress_bar
+
+    with user_errors():
+        try:
+            warmups = [int(w) for w in warmup.split(",") if w.strip()]
+        except ValueError:
+            raise MarsError(
+                f"--warmup {warmup!r}: expected whole numbers, e.g. 16 or 8,16"
+            ) from None
+        qids = parse_question_spec(questions)
+        n = len(qids) if qids else len(open_pool(pool).qids)
+        with output_dir(out), progress_bar(disable=quiet) as progress:
+            task = progress.add_task("fitting questions", total=n)
+            table = fit_pool(
+                pool,
+                out,
+                warmups=warmups,
+                window=window,
+                spacing=spacing,
+                questions=qids,
+                workers=workers,
+                progress=lambda: progress.advance(task),
+            )
+    if not quiet:
+        err.print(summary_table(table, "switch models (in-sample fit)"))
+        err.print(f"{pool} → {out}/")
 
 
 @app.command("import")
@@ -140,10 +208,8 @@ def import_(
     """Convert published MARS data or Parallel-Probe matrices into a pool directory."""
     from .convert import import_pool
 
-    try:
+    with user_errors():
         import_pool(fmt, src, out)
-    except _user_errors() as exc:
-        _fail(exc)
     err.print(f"pool written to {out}")
 
 
@@ -154,62 +220,18 @@ def export(
     """Write a pool in the authors' published parquet schema."""
     from .convert import export_published
 
-    try:
+    with user_errors():
         export_published(pool, out)
-    except _user_errors() as exc:
-        _fail(exc)
     err.print(f"published-schema parquet written to {out}")
-
-
-@app.command()
-def fit(
-    pool: Path = typer.Argument(...),
-    out: Path = typer.Option(..., "--out", "-o", help="cache directory for per-question arrays"),
-    window: int = typer.Option(2048),
-    questions: str | None = typer.Option(None),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
-):
-    """Precompute per-question arrays (answer groups, confidences) into a cache `simulate --cache` reuses."""
-    import json
-
-    from rich.progress import track
-
-    from .arrays import load_arrays
-    from .pool import open_pool
-
-    try:
-        p = open_pool(pool)
-        qids = _parse_qids(questions) or p.qids
-        summary = []
-        for qid in track(
-            qids, description="fitting questions", console=err, disable=quiet, transient=True
-        ):
-            arr = load_arrays(p.read_question(qid), out, window=window)
-            summary.append(
-                {
-                    "qid": qid,
-                    "n_traces": arr.n_traces,
-                    "n_checkpoints": arr.n_checkpoints,
-                    "n_answers": arr.n_answers,
-                    "content_hash": arr.content_hash,
-                }
-            )
-        (Path(out) / "fit.json").write_text(
-            json.dumps({"pool": str(pool), "window": window, "questions": summary}, indent=2) + "\n"
-        )
-    except _user_errors() as exc:
-        _fail(exc)
 
 
 @app.command()
 def generate(
     out: Path = typer.Option(..., "--out", "-o", help="output pool (or shard) directory"),
-    problems: str = typer.Option(
-        ..., help="jsonl file or bundled set: aime_2025, hmmt_feb_2025, brumo_2025"
-    ),
+    problems: str = typer.Option(..., help=PROBLEMS_HELP),
     traces: int = typer.Option(..., help="traces per question (whole pool)"),
-    backend: str = typer.Option("synthetic", help="synthetic | transformers | sglang"),
-    preset: str | None = typer.Option(None, help="synthetic preset"),
+    backend: str = typer.Option("synthetic", help=BACKEND_HELP),
+    preset: str | None = typer.Option(None, help=PRESET_HELP),
     model: str | None = typer.Option(None, help="model path (transformers/sglang)"),
     seed: int = typer.Option(0),
     skill: float | None = typer.Option(None, help="synthetic: override the preset's skill"),
@@ -227,22 +249,23 @@ def generate(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
     """Generate traces and probe them every `spacing` tokens (resumable; sharded)."""
-    from .generate import generate_pool, make_backend
+    from .backends.factory import make_backend
+    from .generate import generate_pool
 
-    try:
-        be = (
-            make_backend(backend, preset, skill, max_tokens, with_confs=not no_confs)
-            if backend == "synthetic"
-            else _real_backend(
-                backend,
-                model,
-                max_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                top_k=top_k,
-                tp_size=tp_size,
-                dp_size=dp_size,
-            )
+    with user_errors():
+        qids = parse_question_spec(questions)
+        be = make_backend(
+            backend,
+            model=model,
+            preset=preset,
+            skill=skill,
+            max_tokens=max_tokens,
+            with_confs=not no_confs,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            tp_size=tp_size,
+            dp_size=dp_size,
         )
         generate_pool(
             be,
@@ -250,81 +273,23 @@ def generate(
             traces,
             seed,
             out,
-            questions=_parse_qids(questions),
+            questions=qids,
             shard=shard,
             n_shards=n_shards,
             progress=not quiet,
             spacing=spacing,
             max_tokens=max_tokens,
+            with_confs=not no_confs,
         )
-    except _user_errors() as exc:
-        _fail(exc)
-
-
-def _real_backend(name: str, model: str | None, max_tokens: int | None, **options):
-    """The transformers or SGLang backend for ``--model`` (a model directory, hub id or .gguf file).
-
-    Backend options (sampling, engine, batch size…: the keyword arguments of
-    :class:`mars.backends.transformers.TransformersBackend` / :class:`mars.backends.sglang.SGLangBackend`)
-    come from ``options`` (None values ignored) over the JSON object in the environment variable
-    ``MARS_BACKEND_OPTIONS``, e.g. ``MARS_BACKEND_OPTIONS='{"top_k": 20, "batch_size": 8}'``.
-    """
-    import json
-    import os
-
-    if name not in ("transformers", "sglang"):
-        raise ValueError(f"unknown backend {name!r} (synthetic | transformers | sglang)")
-    if not model:
-        raise ValueError(
-            f"--backend {name} needs --model (a model directory, hub id or .gguf file)"
-        )
-    raw = os.environ.get("MARS_BACKEND_OPTIONS", "").strip()
-    try:
-        opts = json.loads(raw) if raw else {}
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"MARS_BACKEND_OPTIONS is not valid JSON ({exc})") from None
-    if not isinstance(opts, dict):
-        raise ValueError("MARS_BACKEND_OPTIONS must be a JSON object")
-    opts.update({k: v for k, v in options.items() if v is not None})
-    if max_tokens is not None:
-        opts["max_tokens"] = int(max_tokens)
-    try:
-        if name == "transformers":
-            from .backends.transformers import TransformersBackend as cls
-        else:
-            from .backends.sglang import SGLangBackend as cls
-        import inspect
-
-        known = set(inspect.signature(cls.__init__).parameters) - {
-            "self",
-            "model_path",
-            "engine",
-            "model",
-            "tokenizer",
-        }
-        bad = sorted(set(opts) - known)
-        if bad:
-            raise ValueError(
-                f"unknown {name} backend options {bad} (known: {', '.join(sorted(known))})"
-            )
-        return cls(model, **opts)
-    except ImportError as exc:
-        raise ValueError(
-            f"backend {name!r} is not installed ({exc}); pip install 'mars[{name}]'"
-        ) from None
-    except OSError as exc:  # transformers: no such model directory / hub id not cached offline
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"cannot load model {model!r}: {first}") from None
 
 
 @app.command()
+@with_settings(LIVE_KEYS)
 def solve(
     out: Path = typer.Option(
         ..., "--out", "-o", help="output directory (a pool + live/ records; resumable)"
     ),
-    problems: str = typer.Option(
-        ..., help="jsonl file or bundled set: aime_2025, hmmt_feb_2025, brumo_2025"
-    ),
+    problems: str = typer.Option(..., help=PROBLEMS_HELP),
     traces: int = typer.Option(64, help="traces run in parallel per question (N)"),
     warmup: int = typer.Option(16, help="warmup traces run to completion first (q-model, γ)"),
     method: str = typer.Option(
@@ -333,10 +298,10 @@ def solve(
         "-m",
         help="sc, sc-mars, sc-mars-cal, sc-mars-cert, sc-pp, sc-pp-faithful or sc-consensus",
     ),
-    backend: str = typer.Option("synthetic", help="synthetic | transformers | sglang"),
-    preset: str | None = typer.Option(None, help="synthetic preset"),
+    backend: str = typer.Option("synthetic", help=BACKEND_HELP),
+    preset: str | None = typer.Option(None, help=PRESET_HELP),
     model: str | None = typer.Option(None, help="model path (transformers/sglang)"),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="generation seed"),
     skill: float | None = typer.Option(None, help="synthetic: override the preset's skill"),
     max_tokens: int | None = typer.Option(None, "--max-tokens"),
     spacing: int = typer.Option(2048, help="checkpoint (probe) spacing in tokens"),
@@ -346,42 +311,27 @@ def solve(
         "--compare-full",
         help="also run the same traces to completion: tokens, wall time and answer of plain SC",
     ),
-    gamma: float | None = typer.Option(
-        None, help="γ of the uncalibrated MARS methods (default 1)"
-    ),
-    delta: float | None = typer.Option(None, help="risk level of sc-mars-cert (default 0.05)"),
-    consensus: float | None = typer.Option(
-        None, help="vote share at which sc-consensus stops (default 0.9)"
-    ),
-    pp_conv: int | None = typer.Option(
-        None, "--pp-conv", help="Parallel-Probe: equal winners in a row (default 3)"
-    ),
     temperature: float | None = typer.Option(None, help="real backends: sampling temperature"),
     top_p: float | None = typer.Option(None, "--top-p"),
     top_k: int | None = typer.Option(None, "--top-k"),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
+    settings_given: dict | None = None,
 ):
     """Answer questions live: stop the parallel traces the moment the method fires."""
-    from .generate import make_backend
+    from .backends.factory import make_backend
     from .live import solve_pool
 
-    knobs = {
-        k: v
-        for k, v in (
-            ("gamma", gamma),
-            ("delta", delta),
-            ("consensus", consensus),
-            ("pp_conv", pp_conv),
-        )
-        if v is not None
-    }
-    try:
-        be = (
-            make_backend(backend, preset, skill, max_tokens)
-            if backend == "synthetic"
-            else _real_backend(
-                backend, model, max_tokens, temperature=temperature, top_p=top_p, top_k=top_k
-            )
+    with user_errors():
+        qids = parse_question_spec(questions)
+        be = make_backend(
+            backend,
+            model=model,
+            preset=preset,
+            skill=skill,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
         )
         rows = solve_pool(
             be,
@@ -393,13 +343,11 @@ def solve(
             seed=seed,
             spacing=spacing,
             max_tokens=max_tokens,
-            questions=_parse_qids(questions),
+            questions=qids,
             compare_full=compare_full,
             progress=not quiet,
-            **knobs,
+            **(settings_given or {}),
         )
-    except _user_errors() as exc:
-        _fail(exc)
     if not quiet:
         _print_live(rows)
 
@@ -428,12 +376,15 @@ def _print_live(rows: list) -> None:
     err.print(t)
     n = len(rows)
     acc = sum(r["correct"] for r in rows) / n
-    line = f"{n} questions, accuracy {acc:.1%}, tokens {sum(r['tokens'] for r in rows):,} (+ warmup {sum(r['warmup_tokens'] for r in rows):,})"
+    tokens = sum(r["tokens"] for r in rows)
+    warm = sum(r["warmup_tokens"] for r in rows)
+    line = f"{n} questions, accuracy {acc:.1%}, tokens {tokens:,} (+ warmup {warm:,})"
     if all(r.get("full") for r in rows):
         ft = sum(r["full"]["tokens"] for r in rows)
+        full_acc = sum(r["full"]["correct"] for r in rows) / n
         line += (
-            f"; run to completion: {ft:,} tokens, accuracy {sum(r['full']['correct'] for r in rows) / n:.1%}, "
-            f"saved {1 - sum(r['tokens'] for r in rows) / ft:.1%}"
+            f"; run to completion: {ft:,} tokens, accuracy {full_acc:.1%}, "
+            f"saved {1 - tokens / ft:.1%}"
         )
     err.print(line)
 
@@ -444,12 +395,10 @@ def replay(
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
 ):
     """Re-simulate a live run from its records; exit 1 if any question differs from what ran live."""
-    from .live import replay as _replay
+    from .live import replay as replay_run
 
-    try:
-        rows = _replay(run, _parse_qids(questions))
-    except _user_errors() as exc:
-        _fail(exc)
+    with user_errors():
+        rows = replay_run(run, parse_question_spec(questions))
     bad = [r for r in rows if not r["match"]]
     for r in bad:
         print(f"question {r['qid']}: live {r['live']} != replay {r['replay']}", file=sys.stderr)
@@ -465,12 +414,10 @@ def consolidate(
     overwrite: bool = typer.Option(False),
 ):
     """Merge generated shards into one pool directory."""
-    from .generate import consolidate as _consolidate
+    from .shards import consolidate as merge
 
-    try:
-        _consolidate(shards, out, overwrite=overwrite)
-    except _user_errors() as exc:
-        _fail(exc)
+    with user_errors():
+        merge(shards, out, overwrite=overwrite)
 
 
 @app.command()
@@ -523,16 +470,18 @@ def report(
     tradeoff_questions: int = typer.Option(
         0, "--tradeoff-questions", help="first N questions of each --tradeoff pool (0 = all)"
     ),
-    cache: Path | None = typer.Option(
-        None, help="per-question array cache directory (e.g. from `mars fit`)"
-    ),
+    cache: Path | None = typer.Option(None, help="per-question array cache directory"),
 ):
     """Render the paper's tables and figures (and the new ones) from simulate outputs."""
     import shlex
 
-    from .report import ReportError, render_report
+    from .atomic import output_dir
+    from .report import render_report
 
-    try:
+    command = None
+    if sys.argv[1:2] == ["report"]:
+        command = shlex.join(["mars", "report", *sys.argv[2:]])
+    with user_errors(), output_dir(out):
         rep = render_report(
             results,
             out,
@@ -547,14 +496,11 @@ def report(
             tradeoff_iterations=tradeoff_iterations,
             tradeoff_questions=tradeoff_questions or None,
             cache_dir=cache,
-            command=shlex.join(["mars", "report", *sys.argv[2:]])
-            if sys.argv[1:2] == ["report"]
-            else None,
+            command=command,
         )
-    except (ReportError, *_user_errors()) as exc:
-        _fail(exc)
     err.print(
-        f"{len(rep.results.runs)} runs → {len(rep.tables)} tables, {len(rep.figures)} figures: {rep.index}"
+        f"{len(rep.results.runs)} runs → {len(rep.tables)} tables, "
+        f"{len(rep.figures)} figures: {rep.index}"
     )
 
 

@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from . import schema
 from .answers import is_correct
-from .pool import LayoutPool, PoolError, PoolWriter, PublishedPool, open_pool, question_to_table
+from .pool import LayoutPool, PoolError, PublishedPool, open_pool, question_to_table
+from .pooldir import PoolDirWriter
 
 FORMATS = ("mars-parquet", "mars-pickle", "parallel-probe")
 
@@ -45,10 +46,13 @@ def _probe_rows(positions, answers) -> list[dict]:
 
 
 def _write(out, manifest, questions) -> Path:
-    """questions: iterable of (meta dict, trace table)."""
-    with PoolWriter(out, manifest) as w:
+    """questions: iterable of (meta dict, trace table); written atomically (nothing on failure)."""
+    rows = []
+    with PoolDirWriter(out, atomic=True) as w:
         for meta, table in questions:
-            w.write_question(meta, table)
+            w.write_question(int(meta["qid"]), table)
+            rows.append(meta)
+        w.finish(rows, {"spacing": schema.CHECKPOINT_SPACING, **manifest})
     return Path(out)
 
 
@@ -165,7 +169,13 @@ def import_parallel_probe(src, out, spacing: int = schema.CHECKPOINT_SPACING, **
     gen = (parallel_probe_question(qid, item, spacing, str(src)) for qid, item in enumerate(data))
     return _write(
         out,
-        {"imported_from": "parallel-probe", "source": str(src), "confidences": False, **manifest},
+        {
+            "imported_from": "parallel-probe",
+            "source": str(src),
+            "confidences": False,
+            "spacing": spacing,
+            **manifest,
+        },
         gen,
     )
 

@@ -27,12 +27,13 @@ def flips_and_streaks(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return flips.astype(np.int64), streaks.astype(np.int64)
 
 
-def question_features(arr: QuestionArrays) -> np.ndarray:
-    """Feature tensor float64 [n_traces, n_checkpoints, 5]."""
-    n, m = arr.ids.shape
-    flips, streaks = flips_and_streaks(arr.ids)
+def question_features(arr: QuestionArrays, traces: np.ndarray | None = None) -> np.ndarray:
+    """Feature tensor float64 [n_traces, n_checkpoints, 5] (of ``traces`` only, if given)."""
+    ids = arr.ids if traces is None else arr.ids[traces]
+    n, m = ids.shape
+    flips, streaks = flips_and_streaks(ids)
     if arr.conf_at_pos is not None:
-        conf = arr.conf_at_pos
+        conf = arr.conf_at_pos if traces is None else arr.conf_at_pos[traces]
     else:
         conf = np.zeros(
             (n, m), dtype=np.float32

@@ -40,7 +40,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -48,31 +47,31 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from . import schema
 from .answers import group_answers_online, is_correct
 from .arrays import QuestionArrays, build_arrays, checkpoint_answers
-from .backends.base import Backend, Problem, TraceBatch, TraceResult
+from .atomic import write_atomic, write_json_atomic
+from .backends.base import Backend, TraceBatch, TraceResult
+from .errors import UsageError
 from .generate import (
     TraceRecord,
-    _backend_info,
-    _problems_digest,
-    _progress,
-    _write_json_atomic,
-    claim_output_dir,
+    backend_info,
+    question_rows,
     records_to_table,
     run_batch,
-    select_problems,
     token_cap,
-    write_trace_table,
 )
 from .methods import Method, get_method
-from .pool import PoolError, QuestionData, _question_from_table, open_pool
-from .simulate import MethodResult, QuestionContext, Settings, SimulationError, run_method
+from .pool import PoolError, QuestionData, open_pool, question_from_table
+from .pooldir import PoolDirWriter
+from .problems import Problem, problems_digest, select_problems
+from .progress import track
+from .settings import LIVE_KEYS, Settings
+from .simulate import MethodResult, QuestionContext, SimulationError, run_method
 
 LIVE_DIR = "live"
-PARTIAL_MANIFEST = ".solve.json"
+LIVE_RECORD = ".solve.json"
 SUMMARY_FILE = "live.csv"
 
 
@@ -95,8 +94,29 @@ def live_method(method: str | Method) -> Method:
 def live_grid(spacing: int, max_tokens: int) -> np.ndarray:
     """Checkpoints of a live run: spacing, 2·spacing, … ≤ max_tokens."""
     if spacing <= 0 or max_tokens < spacing:
-        raise ValueError(f"no checkpoint: spacing {spacing}, max_tokens {max_tokens}")
+        raise UsageError(f"no checkpoint: --spacing {spacing}, --max-tokens {max_tokens}")
     return spacing * np.arange(1, max_tokens // spacing + 1, dtype=np.int64)
+
+
+def live_settings(
+    n_traces: int, warmup: int, seed: int, spacing: int, max_tokens: int, knobs: dict
+) -> Settings:
+    """The simulator settings of a live run: N traces, one iteration, the rule's knobs.
+
+    ``knobs`` are the settings `mars solve` takes (:data:`mars.settings.LIVE_KEYS`); the others
+    are fixed by the run itself.
+    """
+    if n_traces < 1:
+        raise UsageError(f"--traces {n_traces}: must be at least 1")
+    if warmup < 0:
+        raise UsageError(f"--warmup {warmup}: must be ≥ 0")
+    bad = sorted(set(knobs) - set(LIVE_KEYS))
+    if bad:
+        raise UsageError(f"unknown or fixed live settings {bad} (live: {', '.join(LIVE_KEYS)})")
+    live_grid(spacing, max_tokens)
+    return Settings(
+        budget=n_traces, iterations=1, warmup=warmup, seed=seed, spacing=spacing, **knobs
+    ).validate()
 
 
 def decide(
@@ -147,7 +167,7 @@ def _as_stopped(r: TraceResult) -> TraceResult:
 
 
 def _question(problem: Problem, tables: Sequence[pa.Table]) -> QuestionData:
-    return _question_from_table(
+    return question_from_table(
         pa.concat_tables(tables),
         problem.qid,
         f"<live question {problem.qid}>",
@@ -296,17 +316,7 @@ def solve(
     """
     m = live_method(method)
     max_tokens = token_cap(backend, max_tokens)
-    if n_traces < 1:
-        raise ValueError(f"n_traces must be at least 1, got {n_traces}")
-    bad = sorted(
-        set(knobs) - set(Settings.__dataclass_fields__)
-        | set(knobs) & {"budget", "iterations", "warmup", "spacing", "seed"}
-    )
-    if bad:
-        raise ValueError(f"unknown or fixed settings {bad}")
-    settings = Settings(
-        budget=n_traces, iterations=1, warmup=warmup, seed=seed, spacing=spacing, **knobs
-    ).validate()
+    settings = live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)
     grid = live_grid(spacing, max_tokens)
 
     t0 = time.perf_counter()
@@ -446,11 +456,12 @@ def solve_pool(
     by_qid, qids = select_problems(problems, questions)
     m = live_method(method)
     max_tokens = token_cap(backend, max_tokens)
+    live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)  # before touching ``out``
     sel = [by_qid[q] for q in qids]
     datasets = sorted({p.dataset for p in sel})
     params = {
         "generator": "mars.live",
-        **_backend_info(backend),
+        **backend_info(backend),
         "method": m.name,
         "seed": int(seed),
         "n_traces": int(n_traces),
@@ -461,67 +472,51 @@ def solve_pool(
         "compare_full": bool(compare_full),
         "dataset": datasets[0] if len(datasets) == 1 else datasets,
         "qids": qids,
-        "problems_digest": _problems_digest(sel),
+        "problems_digest": problems_digest(sel),
     }
     out = Path(out)
-    manifest_path = out / schema.POOL_MANIFEST
-    if manifest_path.exists():
-        done = json.loads(manifest_path.read_text()).get("live", {})
-        if done != params:
-            raise PoolError(f"{out}: holds a finished live run with other parameters")
-        return [json.loads(_live_path(out, q).read_text()) for q in qids]
-    claim_output_dir(out, params, PARTIAL_MANIFEST, "live run")
-    (out / LIVE_DIR).mkdir(exist_ok=True)
-
-    todo = [q for q in qids if not _live_path(out, q).exists()]
-    for qid in _progress(todo, len(todo), f"solve {m.name}", progress):
-        run = solve(
-            backend,
-            by_qid[qid],
-            m,
-            n_traces=n_traces,
-            warmup=warmup,
-            seed=seed,
-            spacing=spacing,
-            max_tokens=max_tokens,
-            compare_full=compare_full,
-            **knobs,
-        )
-        write_trace_table(run.table, out / schema.trace_file_name(qid))
-        _write_json_atomic(_live_path(out, qid), run.summary())
-        if on_question is not None:
-            on_question(run)
-
-    rows = [
-        {
-            "qid": q,
-            "ground_truth": by_qid[q].answer,
-            "question": by_qid[q].question,
-            "dataset": by_qid[q].dataset,
-            "model": params.get("model", ""),
+    writer = PoolDirWriter(
+        out,
+        params,
+        record=LIVE_RECORD,
+        what="live run",
+        params_of=lambda manifest: manifest.get("live", {}),
+        done_marker=lambda qid: _live_path(out, qid),
+    )
+    if writer.start(qids):
+        (out / LIVE_DIR).mkdir(exist_ok=True)
+        todo = writer.todo(qids)
+        for qid in track(todo, len(todo), f"solve {m.name}", progress):
+            run = solve(
+                backend,
+                by_qid[qid],
+                m,
+                n_traces=n_traces,
+                warmup=warmup,
+                seed=seed,
+                spacing=spacing,
+                max_tokens=max_tokens,
+                compare_full=compare_full,
+                **knobs,
+            )
+            assert run.table is not None
+            writer.write_question(qid, run.table)
+            write_json_atomic(_live_path(out, qid), run.summary())
+            if on_question is not None:
+                on_question(run)
+        summaries = [json.loads(_live_path(out, q).read_text()) for q in qids]
+        _write_summary_csv(out / SUMMARY_FILE, summaries)
+        manifest = {
+            **{
+                k: v
+                for k, v in params.items()
+                if k not in ("settings", "method", "warmup", "compare_full")
+            },
+            "n_traces": int(warmup + n_traces),
+            "live": params,
         }
-        for q in qids
-    ]
-    tmp = out / f".{schema.POOL_QUESTIONS}.tmp-{os.getpid()}"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema.QUESTION_SCHEMA), tmp)
-    os.replace(tmp, out / schema.POOL_QUESTIONS)
-    summaries = [json.loads(_live_path(out, q).read_text()) for q in qids]
-    _write_summary_csv(out / SUMMARY_FILE, summaries)
-    manifest = {
-        "format": schema.POOL_FORMAT,
-        "version": schema.POOL_FORMAT_VERSION,
-        **{
-            k: v
-            for k, v in params.items()
-            if k not in ("settings", "method", "warmup", "compare_full")
-        },
-        "n_traces": int(warmup + n_traces),
-        "n_questions": len(qids),
-        "live": params,
-    }
-    _write_json_atomic(manifest_path, manifest)
-    (out / PARTIAL_MANIFEST).unlink()
-    return summaries
+        writer.finish(question_rows(by_qid, qids, params.get("model", "")), manifest)
+    return [json.loads(_live_path(out, q).read_text()) for q in qids]
 
 
 SUMMARY_COLUMNS = (
@@ -572,9 +567,7 @@ def _write_summary_csv(path: Path, summaries: list[dict]) -> None:
                 s["replay_ok"],
             ]
         )
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(buf.getvalue())
-    os.replace(tmp, path)
+    write_atomic(path, lambda p: p.write_text(buf.getvalue()))
 
 
 def replay(path: str | Path, questions: Iterable[int] | None = None) -> list[dict]:

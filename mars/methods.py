@@ -34,10 +34,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import UsageError
+
 
 @dataclass(frozen=True)
 class Method:
+    """A method: what votes, what filters, what stops, which q, which γ, and how it is shown.
+
+    ``label`` is the display name; ``{setting}`` in it shows that setting as ``symbol=value``
+    (``{gamma}`` → ``γ=1``) and ``{setting:value}`` its value alone (from the run's settings).
+    ``group`` orders the report's rows: the SC pipeline, the DeepConf pipeline, other stopping
+    baselines, oracle bounds.
+    """
+
     name: str
+    label: str
+    group: str = "sc"  # sc | dco | other | oracle
     conf_weights: bool = False
     deepconf: bool = False
     stopping: str = "never"  # never | mars | pp | oracle-first | oracle-last | consensus
@@ -45,39 +57,113 @@ class Method:
     calibrate: bool = False  # γ calibrated on the warmup with oracle q
     certified: bool = False
     faithful: bool = False  # Parallel-Probe as its authors define it
+    reference: bool = False  # one of the 14 methods of the authors' simulator
 
     @property
     def needs_confs(self) -> bool:
         return self.conf_weights or self.deepconf
 
+    @property
+    def baseline(self) -> str:
+        """The full-budget vote this method's answer and savings are compared with."""
+        return "dco" if self.deepconf or self.conf_weights else "sc"
+
 
 _METHODS = [
-    Method("sc"),
-    Method("dco", conf_weights=True, deepconf=True),
-    Method("sc-mars", stopping="mars"),
-    Method("sc-mars-cal", stopping="mars", calibrate=True),
-    Method("sc-mars-oracle", stopping="mars", q="oracle"),
-    Method("sc-mars-oracle-cal", stopping="mars", q="oracle", calibrate=True),
-    Method("dco-mars", deepconf=True, stopping="mars"),
-    Method("dco-mars-cal", conf_weights=True, deepconf=True, stopping="mars", calibrate=True),
-    Method("dco-mars-oracle", conf_weights=True, deepconf=True, stopping="mars", q="oracle"),
-    Method("sc-pp", stopping="pp"),
-    Method("oracle-first", stopping="oracle-first"),
-    Method("oracle-last", stopping="oracle-last"),
-    Method("oracle-dco-first", conf_weights=True, deepconf=True, stopping="oracle-first"),
-    Method("oracle-dco-last", conf_weights=True, deepconf=True, stopping="oracle-last"),
+    Method("sc", "SC (baseline)", reference=True),
+    Method("dco", "DCO (baseline)", "dco", conf_weights=True, deepconf=True, reference=True),
+    Method("sc-mars", "MARS ({gamma})", stopping="mars", reference=True),
+    Method("sc-mars-cal", "MARS", stopping="mars", calibrate=True, reference=True),
+    Method(
+        "sc-mars-oracle", "MARS (oracle q, {gamma})", stopping="mars", q="oracle", reference=True
+    ),
+    Method(
+        "sc-mars-oracle-cal",
+        "MARS (oracle q)",
+        stopping="mars",
+        q="oracle",
+        calibrate=True,
+        reference=True,
+    ),
+    Method(
+        "dco-mars", "DCO + MARS ({gamma})", "dco", deepconf=True, stopping="mars", reference=True
+    ),
+    Method(
+        "dco-mars-cal",
+        "DCO + MARS",
+        "dco",
+        conf_weights=True,
+        deepconf=True,
+        stopping="mars",
+        calibrate=True,
+        reference=True,
+    ),
+    Method(
+        "dco-mars-oracle",
+        "DCO + MARS (oracle q, {gamma})",
+        "dco",
+        conf_weights=True,
+        deepconf=True,
+        stopping="mars",
+        q="oracle",
+        reference=True,
+    ),
+    Method("sc-pp", "Parallel-Probe ({pp_conv})", "other", stopping="pp", reference=True),
+    Method("oracle-first", "Oracle stop, first", "oracle", stopping="oracle-first", reference=True),
+    Method(
+        "oracle-last", "Oracle stop, absorbing", "oracle", stopping="oracle-last", reference=True
+    ),
+    Method(
+        "oracle-dco-first",
+        "DCO oracle stop, first",
+        "oracle",
+        conf_weights=True,
+        deepconf=True,
+        stopping="oracle-first",
+        reference=True,
+    ),
+    Method(
+        "oracle-dco-last",
+        "DCO oracle stop, absorbing",
+        "oracle",
+        conf_weights=True,
+        deepconf=True,
+        stopping="oracle-last",
+        reference=True,
+    ),
     # new
-    Method("sc-mars-cert", stopping="mars", certified=True),
-    Method("sc-mars-oracle-cert", stopping="mars", q="oracle", certified=True),
-    Method("dco-mars-cert", conf_weights=True, deepconf=True, stopping="mars", certified=True),
-    Method("sc-pp-faithful", stopping="pp", faithful=True),
-    Method("sc-consensus", stopping="consensus"),
+    Method("sc-mars-cert", "MARS certified ({delta})", stopping="mars", certified=True),
+    Method(
+        "sc-mars-oracle-cert",
+        "MARS certified (oracle q, {delta})",
+        stopping="mars",
+        q="oracle",
+        certified=True,
+    ),
+    Method(
+        "dco-mars-cert",
+        "DCO + MARS certified ({delta})",
+        "dco",
+        conf_weights=True,
+        deepconf=True,
+        stopping="mars",
+        certified=True,
+    ),
+    Method(
+        "sc-pp-faithful",
+        "Parallel-Probe, pruning ({pp_conv})",
+        "other",
+        stopping="pp",
+        faithful=True,
+    ),
+    Method("sc-consensus", "Consensus (share ≥ {consensus:value})", "other", stopping="consensus"),
 ]
 
 METHODS: dict[str, Method] = {m.name: m for m in _METHODS}
-REFERENCE_METHODS = [m.name for m in _METHODS[:14]]
+REFERENCE_METHODS = [m.name for m in _METHODS if m.reference]
 #: Aliases for the reference CLI's names.
 ALIASES = {"offline": "sc"}
+GROUPS = ("sc", "dco", "other", "oracle")
 
 
 def get_method(name: str) -> Method:
@@ -85,11 +171,11 @@ def get_method(name: str) -> Method:
     try:
         return METHODS[name]
     except KeyError:
-        raise ValueError(f"unknown method {name!r} (known: {', '.join(METHODS)})") from None
+        raise UsageError(f"unknown method {name!r} (known: {', '.join(METHODS)})") from None
 
 
 def parse_methods(spec: str) -> list[Method]:
-    """``"sc,sc-mars-cal"`` or ``"all"`` / ``"reference"`` → methods (order kept, duplicates dropped)."""
+    """``"sc,sc-mars-cal"`` or ``"all"`` / ``"reference"`` → methods (order kept, no duplicates)."""
     names: list[str] = []
     for part in spec.split(","):
         part = part.strip()
@@ -103,5 +189,12 @@ def parse_methods(spec: str) -> list[Method]:
             names.append(get_method(part).name)
     seen = dict.fromkeys(names)
     if not seen:
-        raise ValueError("no method given")
+        raise UsageError("no method given")
     return [METHODS[n] for n in seen]
+
+
+def method_order(names) -> list[str]:
+    """Known methods by group (SC, DeepConf, other baselines, oracles) in registry order, then the
+    unknown ones alphabetically."""
+    known = [m.name for g in GROUPS for m in _METHODS if m.group == g and m.name in names]
+    return known + sorted(n for n in names if n not in METHODS)

@@ -16,8 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +26,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import schema
+from .errors import MarsError
 
 
-class PoolError(ValueError):
+class PoolError(MarsError):
     """Bad pool input. The message is one line naming the file, question and trace."""
 
 
@@ -219,6 +218,8 @@ class Pool:
 
     source: str
     qids: list[int]
+    #: probe spacing the pool records (None: not recorded; the published format records none)
+    recorded_spacing: int | None = None
 
     def read_question(self, qid: int) -> QuestionData:  # pragma: no cover - interface
         raise NotImplementedError
@@ -287,10 +288,10 @@ class PublishedPool(Pool):
             cols.append("confs")
         t = self._pf.read_row_groups(self._row_groups[qid], columns=cols)
         t = t.filter(pc.equal(t.column("qid"), qid))
-        return _question_from_table(t, qid, self.source, published=True)
+        return question_from_table(t, qid, self.source, published=True)
 
 
-def _question_from_table(
+def question_from_table(
     t: pa.Table,
     qid: int,
     source: str,
@@ -446,6 +447,12 @@ class LayoutPool(Pool):
         if not self._questions:
             raise PoolError(f"{qfile}: empty pool (no questions)")
         self.qids = sorted(self._questions)
+        spacing = self.manifest.get("spacing")
+        if spacing is not None and (
+            isinstance(spacing, bool) or not isinstance(spacing, int) or spacing < 1
+        ):
+            raise PoolError(f"{manifest}: spacing {spacing!r} is not a positive whole number")
+        self.recorded_spacing = spacing
 
     def _files(self) -> list[Path]:
         return [self.path / schema.POOL_QUESTIONS] + [
@@ -474,7 +481,7 @@ class LayoutPool(Pool):
         )
         _require_columns(t.schema, required, str(f))
         meta = self._questions[qid]
-        q = _question_from_table(
+        q = question_from_table(
             t,
             qid,
             str(f),
@@ -543,73 +550,7 @@ def open_pool(path: str | Path) -> Pool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Writing
-
-
-class PoolWriter:
-    """Write a pool directory atomically: everything goes to a temporary sibling, renamed on close.
-
-    Use as a context manager; an exception leaves no partial pool behind.
-    """
-
-    def __init__(self, out: str | Path, manifest: dict | None = None, overwrite: bool = False):
-        self.out = Path(out)
-        if self.out.exists() and not overwrite:
-            raise PoolError(f"{self.out}: already exists (refusing to overwrite)")
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
-        (self._tmp / schema.POOL_TRACES_DIR).mkdir()
-        self.manifest = {
-            "format": schema.POOL_FORMAT,
-            "version": schema.POOL_FORMAT_VERSION,
-            **(manifest or {}),
-        }
-        self._questions: list[dict] = []
-        self._overwrite = overwrite
-
-    def write_question(self, meta: dict, traces: pa.Table | dict) -> None:
-        """Write one question: ``meta`` has qid, ground_truth (+ question, dataset, model)."""
-        qid = int(meta["qid"])
-        table = (
-            traces
-            if isinstance(traces, pa.Table)
-            else pa.Table.from_pydict(traces, schema=schema.TRACE_SCHEMA)
-        )
-        table = (
-            table.cast(schema.TRACE_SCHEMA)
-            if not table.schema.equals(schema.TRACE_SCHEMA)
-            else table
-        )
-        pq.write_table(
-            table, self._tmp / schema.trace_file_name(qid), **schema.TRACE_PARQUET_OPTIONS
-        )
-        self._questions.append({n: meta.get(n) for n in schema.QUESTION_SCHEMA.names})
-
-    def close(self) -> Path:
-        qt = pa.Table.from_pylist(
-            sorted(self._questions, key=lambda r: r["qid"]), schema=schema.QUESTION_SCHEMA
-        )
-        pq.write_table(qt, self._tmp / schema.POOL_QUESTIONS)
-        self.manifest["n_questions"] = len(self._questions)
-        (self._tmp / schema.POOL_MANIFEST).write_text(
-            json.dumps(self.manifest, indent=2, sort_keys=True) + "\n"
-        )
-        if self.out.exists() and self._overwrite:
-            shutil.rmtree(self.out)
-        os.replace(self._tmp, self.out)
-        return self.out
-
-    def abort(self) -> None:
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def __enter__(self) -> PoolWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
+# The inverse of the readers
 
 
 def question_to_table(q: QuestionData) -> pa.Table:

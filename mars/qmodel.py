@@ -9,11 +9,16 @@ follows scikit-learn's estimator conventions (fit / predict_proba, fitted attrib
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, check_X_y, validate_data
+
+from .arrays import QuestionArrays, digest_arrays
+from .features import question_features, switch_labels
 
 STD_FLOOR = 1e-10
 PLATT_CLIP = 1e-7
@@ -95,3 +100,74 @@ class SwitchModel(ClassifierMixin, BaseEstimator):
 
     def predict(self, X) -> np.ndarray:
         return (self.predict_proba(X)[:, 1] > 0.5).astype(int)
+
+    def fitted_params(self) -> dict:
+        """The fitted state as plain float64 numbers (one row of the fit stage's models.parquet);
+        :meth:`from_params` restores a model that predicts bit for bit the same."""
+        check_is_fitted(self)
+        a, b = self.platt_
+        return {
+            "mean": [float(v) for v in self.mean_],
+            "scale": [float(v) for v in self.scale_],
+            "intercept": float(self.intercept_),
+            "coef": [float(v) for v in self.coef_],
+            "platt_a": float(a),
+            "platt_b": float(b),
+        }
+
+    @classmethod
+    def from_params(cls, params: dict, **init) -> SwitchModel:
+        model = cls(**init)
+        model.mean_ = np.asarray(params["mean"], dtype=np.float64)
+        model.scale_ = np.asarray(params["scale"], dtype=np.float64)
+        model.intercept_ = np.float64(params["intercept"])
+        model.coef_ = np.asarray(params["coef"], dtype=np.float64)
+        model.platt_ = (float(params["platt_a"]), float(params["platt_b"]))
+        model.classes_ = np.array([0, 1])
+        model.n_features_in_ = len(model.mean_)
+        return model
+
+
+@dataclass
+class QuestionFit:
+    """One question's switch model fitted on its warmup traces, with in-sample diagnostics."""
+
+    warm: np.ndarray  # trace indices of the warmup traces (rows = these traces × all checkpoints)
+    model: SwitchModel | None  # None without warmup traces: q = 1 everywhere
+    n_rows: int
+    n_positive: int
+    log_loss: float
+    brier: float
+
+
+def fit_question(arr: QuestionArrays, warm: np.ndarray, memo: dict | None = None) -> QuestionFit:
+    """Fit q on the warmup traces × every checkpoint (reference-protocol §6).
+
+    ``memo`` (a dict kept by the caller) reuses a model fitted on byte-identical training rows, as
+    at every checkpoint of a live run.
+    """
+    warm = np.asarray(warm, dtype=np.int64)
+    if len(warm) == 0:
+        return QuestionFit(warm, None, 0, 0, float("nan"), float("nan"))
+    X = question_features(arr, warm)
+    Xw = X.reshape(-1, X.shape[-1])
+    yw = switch_labels(arr, warm).reshape(-1)
+    key = ("q", digest_arrays(Xw, yw))
+    model = memo.get(key) if memo is not None else None
+    if model is None:
+        model = SwitchModel().fit(Xw, yw)
+        if memo is not None:
+            memo[key] = model
+    q = np.clip(model.predict_proba(Xw)[:, 1], 1e-15, 1 - 1e-15)
+    log_loss = float(-np.mean(yw * np.log(q) + (1 - yw) * np.log1p(-q)))
+    brier = float(np.mean((q - yw) ** 2))
+    return QuestionFit(warm, model, len(yw), int(yw.sum()), log_loss, brier)
+
+
+def predict_question(model: SwitchModel | None, arr: QuestionArrays) -> np.ndarray:
+    """Learned switch probabilities of every trace × checkpoint, float32 [n, m] (1 without model)."""
+    n, m = arr.ids.shape
+    if model is None:
+        return np.ones((n, m), dtype=np.float32)
+    X = question_features(arr)
+    return model.predict_proba(X.reshape(-1, X.shape[-1]))[:, 1].astype(np.float32).reshape(n, m)

@@ -103,6 +103,39 @@ PUBLISHED_SCHEMA = pa.schema(
     ]
 )
 
+#: The fit stage's artifact (``mars fit``): FIT/fit.json (provenance), FIT/models.parquet (one
+#: row per question × warmup size) and the per-question arrays (``q000007-<key>.npz``).
+FIT_MANIFEST = "fit.json"
+FIT_MODELS = "models.parquet"
+FIT_FORMAT = "mars-fit"
+
+#: One fitted switch model (reference-protocol §6): standardisation, logistic coefficients and
+#: Platt parameters (null without warmup traces: q = 1), training size and in-sample fit.
+MODEL_SCHEMA = pa.schema(
+    [
+        pa.field("qid", pa.int64(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),  # "switch": learned q of the MARS methods
+        pa.field("warmup", pa.int64(), nullable=False),  # warmup size asked for
+        pa.field("warmup_traces", pa.list_(pa.int64()), nullable=False),  # trace indices used
+        pa.field("content_hash", pa.string(), nullable=False),  # of the question's traces
+        pa.field("n_traces", pa.int64(), nullable=False),
+        pa.field("n_checkpoints", pa.int64(), nullable=False),
+        pa.field("n_answers", pa.int64(), nullable=False),
+        pa.field(
+            "n_rows", pa.int64(), nullable=False
+        ),  # training rows: warmup traces × checkpoints
+        pa.field("n_positive", pa.int64(), nullable=False),  # rows whose answer differs from final
+        pa.field("log_loss", pa.float64()),  # in-sample, calibrated q
+        pa.field("brier", pa.float64()),
+        pa.field("mean", pa.list_(pa.float64())),  # feature standardisation
+        pa.field("scale", pa.list_(pa.float64())),
+        pa.field("intercept", pa.float64()),
+        pa.field("coef", pa.list_(pa.float64())),  # on standardised features, FEATURE_NAMES order
+        pa.field("platt_a", pa.float64()),
+        pa.field("platt_b", pa.float64()),
+    ]
+)
+
 #: Columns of a simulator's per-iteration output, in order.
 PER_ITERATION_COLUMNS = [
     "qid",

@@ -1,79 +1,51 @@
 """The bootstrap stopping simulation (reference-protocol §4), vectorised over iterations × traces.
 
 Per question: draw ``iterations`` bootstrap samples of ``budget`` traces (with replacement, from
-the traces that have a final answer, ``default_rng(seed + 10000·qid + i)``), fit the switch model
-on the first ``warmup`` pool traces, then walk the checkpoint grid once per method, stopping each
-iteration when its rule fires. Several methods share loading, arrays, samples and the q-model.
+the traces that have a final answer, ``default_rng(seed + 10000·qid + i)``), take the switch model
+fitted on the first ``warmup`` pool traces (from the fit stage, or fitted here), then walk the
+checkpoint grid once per method, stopping each iteration when its rule fires. Several methods
+share loading, arrays, samples and the q-model.
+
+:class:`MethodRun` is the walk itself, one checkpoint at a time: :func:`run_method` runs it to
+the end, and the report's trajectory figure reads the same snapshots and the same rule.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
-from functools import cached_property
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from . import deepconf
-from .arrays import QuestionArrays, load_arrays
+from .arrays import QuestionArrays, digest_arrays, load_arrays
 from .calibration import calibrate_gamma
-from .features import question_features, switch_labels
+from .errors import SimulationError
+from .features import switch_labels
 from .methods import Method
-from .pool import PoolError, open_pool
-from .qmodel import SwitchModel
-from .schema import CHECKPOINT_SPACING
-from .stopping import Consensus, Mars, Never, ParallelProbe, Snapshot
+from .pool import Pool, PoolError, open_pool
+from .qmodel import QuestionFit, fit_question, predict_question
+from .settings import Settings, resolve_spacing
+from .stopping import Consensus, Mars, Never, ParallelProbe, Rule, Snapshot
 from .voting import leader, tally
 
-MAX_BUDGET = 1 << 16
-MAX_DRAWS = 1 << 26  # iterations × budget
-
-
-class SimulationError(ValueError):
-    """Bad simulation settings or a method that does not apply to the pool."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    budget: int = 512
-    iterations: int = 64
-    warmup: int = 16
-    seed: int = 42
-    window: int = 2048
-    gamma: float = 1.0
-    ucb_z: float = 1.0
-    gamma_min: float = 0.5
-    pp_conv: int = 3
-    pp_warmup: int = 4
-    pp_patience: int = 2
-    delta: float = 0.05
-    consensus: float = 0.9
-    spacing: int = CHECKPOINT_SPACING
-
-    def validate(self) -> Settings:
-        if not 1 <= self.budget <= MAX_BUDGET:
-            raise SimulationError(f"--budget {self.budget}: must be between 1 and {MAX_BUDGET}")
-        if not 1 <= self.iterations <= 1_000_000:
-            raise SimulationError(f"--iterations {self.iterations}: must be at least 1")
-        if self.budget * self.iterations > MAX_DRAWS:
-            raise SimulationError(
-                f"--budget × --iterations = {self.budget * self.iterations}: more than {MAX_DRAWS} draws"
-            )
-        if self.warmup < 0:
-            raise SimulationError(f"--warmup {self.warmup}: must be ≥ 0")
-        if self.window < 1 or self.spacing < 1:
-            raise SimulationError("--window and the checkpoint spacing must be positive")
-        if not 0 < self.delta < 1:
-            raise SimulationError(f"--delta {self.delta}: must be in (0, 1)")
-        if not 0 <= self.gamma_min <= 1 or self.gamma < 0 or self.ucb_z < 0:
-            raise SimulationError("--gamma, --ucb-z must be ≥ 0 and --gamma-min in [0, 1]")
-        if not 0 < self.consensus <= 1:
-            raise SimulationError(f"--consensus {self.consensus}: must be in (0, 1]")
-        if self.pp_conv < 1 or self.pp_warmup < 0 or self.pp_patience < 0:
-            raise SimulationError("--pp-conv must be ≥ 1, --pp-warmup and --pp-patience ≥ 0")
-        return self
+__all__ = [
+    "MethodResult",
+    "MethodRun",
+    "QuestionContext",
+    "QuestionResult",
+    "Settings",
+    "SimulationError",
+    "bootstrap_samples",
+    "pool_settings",
+    "run_method",
+    "simulate_pool",
+    "simulate_question",
+]
 
 
 @dataclass
@@ -89,7 +61,7 @@ class MethodResult:
     probe_tokens: np.ndarray  # float (NaN: unknown)
     gamma: float = float("nan")
     pruned_at: np.ndarray | None = (
-        None  # [I, B] Parallel-Probe (faithful): position a trace was pruned at
+        None  # [I, B] Parallel-Probe (faithful): where a trace was pruned
     )
 
 
@@ -116,9 +88,10 @@ class QuestionContext:
     """What every method of one question shares: samples, warmup, q-models, DeepConf state.
 
     ``samples`` and ``warm`` default to the bootstrap protocol; a live run's replay passes its own
-    (one iteration: the traces it ran; the warmup traces it ran first). ``memo`` (a dict kept by
-    the caller) reuses fitted q-models and calibrated γ across contexts whose warmup inputs are
-    byte-identical, as at every checkpoint of a live run.
+    (one iteration: the traces it ran; the warmup traces it ran first). ``fitted`` is the switch
+    model of the fit stage (its warmup traces must be this context's); without it the model is
+    fitted here. ``memo`` (a dict kept by the caller) reuses fitted q-models and calibrated γ
+    across contexts whose warmup inputs are byte-identical, as at every checkpoint of a live run.
     """
 
     def __init__(
@@ -128,6 +101,7 @@ class QuestionContext:
         samples: np.ndarray | None = None,
         warm: np.ndarray | None = None,
         memo: dict | None = None,
+        fitted: QuestionFit | None = None,
     ):
         self.arr = arr
         self.s = settings
@@ -138,50 +112,71 @@ class QuestionContext:
             else np.asarray(samples, dtype=np.int64)
         )
         self.warm = (
-            arr.pool_ids()[: settings.warmup] if warm is None else np.asarray(warm, dtype=np.int64)
+            arr.warmup_ids(settings.warmup) if warm is None else np.asarray(warm, dtype=np.int64)
         )
+        if fitted is not None and not np.array_equal(fitted.warm, self.warm):
+            raise SimulationError(
+                f"question {arr.qid}: the fitted switch model was trained on warmup traces "
+                f"{fitted.warm.tolist()[:4]}…, this simulation's warmup is "
+                f"{self.warm.tolist()[:4]}… (refit with the same --warmup)"
+            )
+        self.fitted = fitted
+        self._shared: dict[str, Any] = {}  # computed state that depends on samples/warmup only
         if len(self.warm):
             self.warm_ref = int(np.argmax(np.bincount(arr.final_ids[self.warm])))
         else:
             self.warm_ref = -1
 
-    @cached_property
+    def with_settings(self, settings: Settings) -> QuestionContext:
+        """A context for other settings of the same question.
+
+        When only stopping knobs change (γ, δ, u, share, …: ``settings.sampling_key()`` equal),
+        the new context shares this one's bootstrap samples, warmup, switch model, learned and
+        oracle q and DeepConf state (computed once, by whichever context needs them first),
+        exactly what a fresh simulation would rebuild; otherwise it starts afresh.
+        """
+        if settings.sampling_key() != self.s.sampling_key():
+            return QuestionContext(self.arr, settings, memo=self.memo)
+        other = QuestionContext(
+            self.arr, settings, self.samples, self.warm, memo=self.memo, fitted=self.fitted
+        )
+        other._shared = self._shared
+        return other
+
+    def _cached(self, name: str, compute: Callable[[], Any]) -> Any:
+        if name not in self._shared:
+            self._shared[name] = compute()
+        return self._shared[name]
+
+    @property
     def q_learned(self) -> np.ndarray:
-        """Learned switch probabilities [n, m]; shared by reorderings of the same arrays (ids only break ties)."""
+        """Learned switch probabilities [n, m]; shared by reorderings of the same arrays."""
+        return self._cached("q_learned", self._learned_q)
+
+    def _learned_q(self) -> np.ndarray:
         arr = self.arr
         key = ("q_learned", self.warm.tobytes())
-        if key in arr.derived:
+        if key in arr.derived:  # ids only break ties: reordered arrays share the model's output
             return arr.derived[key]
-        arr.derived[key] = q = self._fit_q()
+        fit = self.fitted if self.fitted is not None else fit_question(arr, self.warm, self.memo)
+        arr.derived[key] = q = predict_question(fit.model, arr)
         return q
 
-    def _fit_q(self) -> np.ndarray:
-        arr = self.arr
-        X = question_features(arr)
-        n, m, f = X.shape
-        if len(self.warm) == 0:
-            return np.ones((n, m), dtype=np.float32)
-        Xw, yw = X[self.warm].reshape(-1, f), switch_labels(arr, self.warm).reshape(-1)
-        key = ("q", _digest(Xw, yw))
-        model = self.memo.get(key) if self.memo is not None else None
-        if model is None:
-            model = SwitchModel().fit(Xw, yw)
-            if self.memo is not None:
-                self.memo[key] = model
-        self.q_model = model
-        return model.predict_proba(X.reshape(-1, f))[:, 1].astype(np.float32).reshape(n, m)
-
-    @cached_property
+    @property
     def q_oracle(self) -> np.ndarray:
-        return switch_labels(self.arr)
+        return self._cached("q_oracle", lambda: switch_labels(self.arr))
 
-    @cached_property
-    def dco(self):
-        """(τ per iteration float32 [I], truncation [I, B], running-min checkpoint confidence [n, m])."""
-        taus, trunc = deepconf.iteration_state(self.arr, self.samples, self.s.warmup)
-        return np.array(taus, dtype=np.float32), trunc, deepconf.running_min_conf(self.arr)
+    @property
+    def dco(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(τ per iteration float32 [I], truncation [I, B], running-min checkpoint conf [n, m])."""
 
-    def gamma_for(self, method: Method):
+        def compute():
+            taus, trunc = deepconf.iteration_state(self.arr, self.samples, self.s.warmup)
+            return np.array(taus, dtype=np.float32), trunc, deepconf.running_min_conf(self.arr)
+
+        return self._cached("dco", compute)
+
+    def gamma_for(self, method: Method) -> Any:
         s = self.s
         if method.certified:
             return 1.0
@@ -197,7 +192,7 @@ class QuestionContext:
         else:
             weights = np.ones(ids.shape)
         args = (ids, arr.final_ids[warm], weights, eligible, self.q_oracle[warm])
-        key = ("gamma", method.deepconf, arr.n_answers, s.ucb_z, s.gamma_min, _digest(*args))
+        key = ("gamma", method.deepconf, arr.n_answers, s.ucb_z, s.gamma_min, digest_arrays(*args))
         if self.memo is not None and key in self.memo:
             return self.memo[key]
         gamma = calibrate_gamma(*args, arr.n_answers, ucb_z=s.ucb_z, gamma_min=s.gamma_min)
@@ -205,68 +200,74 @@ class QuestionContext:
             self.memo[key] = gamma
         return gamma
 
-
-def _digest(*arrays: np.ndarray) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for a in arrays:
-        h.update(f"{a.dtype}{a.shape}".encode())
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
-
-
-def _rule_for(method: Method, ctx: QuestionContext, gamma):
-    s = ctx.s
-    if method.stopping == "mars":
-        return Mars(
-            gamma=gamma,
-            guard_answer=ctx.warm_ref,
-            certified=method.certified,
-            delta=s.delta,
-            label="certified" if method.certified else "margin",
-        )
-    if method.stopping == "pp":
-        return ParallelProbe(
-            conv=s.pp_conv, warmup=s.pp_warmup, patience=s.pp_patience, faithful=method.faithful
-        )
-    if method.stopping == "consensus":
-        return Consensus(share=s.consensus)
-    return Never()
+    def rule_for(self, method: Method, gamma: Any = None) -> Rule:
+        """The stopping rule of ``method`` with this context's settings, γ (calibrated here unless
+        given) and probe-0 guard."""
+        s = self.s
+        if method.stopping == "mars":
+            return Mars(
+                gamma=self.gamma_for(method) if gamma is None else gamma,
+                guard_answer=self.warm_ref,
+                certified=method.certified,
+                delta=s.delta,
+                label="certified" if method.certified else "margin",
+            )
+        if method.stopping == "pp":
+            return ParallelProbe(
+                conv=s.pp_conv,
+                warmup=s.pp_warmup,
+                patience=s.pp_patience,
+                faithful=method.faithful,
+            )
+        if method.stopping == "consensus":
+            return Consensus(share=s.consensus)
+        return Never()
 
 
-def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
-    arr, S = ctx.arr, ctx.samples
-    I, B = S.shape
-    grid = arr.grid
-    m = len(grid)
-    if method.needs_confs and not arr.has_confs:
-        raise SimulationError(
-            f"method {method.name} needs per-token confidences; question {arr.qid} has none"
-        )
-    lens = arr.lengths[S]
-    run_lens = arr.run_lengths[S]
-    if method.deepconf:
-        taus, trunc, runmin = ctx.dco
-    else:
-        taus, trunc, runmin = None, lens, None
-    truncated = trunc < lens
-    cap = np.minimum(lens, trunc)
-    baseline = cap.sum(axis=1)
-    gamma = ctx.gamma_for(method)
-    rule = _rule_for(method, ctx, gamma)
-    rule.reset(I, B)
-    q_matrix = None
-    if getattr(rule, "needs_q", False):
-        q_matrix = ctx.q_oracle if method.q == "oracle" else ctx.q_learned
+class MethodRun:
+    """One method on one question's bootstrap samples, checkpoint by checkpoint.
 
-    def snapshot(k: int, rows: np.ndarray) -> Snapshot:
-        Sk = S[rows]
+    Holds what the method sees of every sampled trace (DeepConf threshold and truncation,
+    eligibility, vote weights, q) and its stopping rule; :meth:`snapshot` is the vote at one
+    checkpoint for some iterations, :meth:`run` walks the grid and returns the result.
+    """
+
+    def __init__(self, ctx: QuestionContext, method: Method):
+        arr = ctx.arr
+        if method.needs_confs and not arr.has_confs:
+            raise SimulationError(
+                f"method {method.name} needs per-token confidences; question {arr.qid} has none"
+            )
+        self.ctx, self.method, self.arr = ctx, method, arr
+        S = self.samples = ctx.samples
+        self.lens = arr.lengths[S]
+        self.run_lens = arr.run_lengths[S]
+        if method.deepconf:
+            self.taus, self.trunc, self.runmin = ctx.dco
+        else:
+            self.taus, self.trunc, self.runmin = None, self.lens, None
+        self.truncated = self.trunc < self.lens
+        self.cap = np.minimum(self.lens, self.trunc)
+        self.gamma = ctx.gamma_for(method)
+        self.rule = ctx.rule_for(method, self.gamma)
+        self.rule.reset(*S.shape)
+        self.q_matrix = None
+        if self.rule.needs_q:
+            self.q_matrix = ctx.q_oracle if method.q == "oracle" else ctx.q_learned
+
+    def snapshot(self, k: int, rows: np.ndarray) -> Snapshot:
+        """The vote at checkpoint ``k`` of iterations ``rows``."""
+        arr, method = self.arr, self.method
+        grid = arr.grid
+        Sk = self.samples[rows]
         ids = arr.ids[Sk, k]
         kept = np.ones(ids.shape, dtype=bool)
         if method.deepconf:
-            kept &= runmin[Sk, k] >= taus[rows, None]
-            kept &= ~(truncated[rows] & (grid[k] >= trunc[rows]))
+            assert self.runmin is not None and self.taus is not None
+            kept &= self.runmin[Sk, k] >= self.taus[rows, None]
+            kept &= ~(self.truncated[rows] & (grid[k] >= self.trunc[rows]))
         e = kept & (ids >= 0)
-        running = run_lens[rows] > grid[k]
+        running = self.run_lens[rows] > grid[k]
         w = arr.conf_at_pos[Sk, k] if method.conf_weights else np.ones(ids.shape)
         votes = tally(ids, w, e, arr.n_answers)
         lead, has = leader(votes)
@@ -282,105 +283,132 @@ def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
             has_votes=has,
             running=running,
             n_answers=arr.n_answers,
-            q=None if q_matrix is None else q_matrix[Sk, k],
+            q=None if self.q_matrix is None else self.q_matrix[Sk, k],
             pending=kept & running & (ids < 0),
         )
 
-    answer = np.full(I, -1, dtype=np.int64)
-    stop_k = np.full(I, m, dtype=np.int64)  # m = ran to the full budget
-    label = np.full(I, "budget", dtype=object)
+    def full_budget_vote(self, rows: np.ndarray, exclude: np.ndarray | None = None) -> np.ndarray:
+        """The answer of iterations ``rows`` that run to the end: a vote over final answers."""
+        arr, method, grid = self.arr, self.method, self.arr.grid
+        S = self.samples[rows]
+        e = arr.final_ids[S] >= 0
+        if method.deepconf:
+            assert self.runmin is not None and self.taus is not None
+            e &= self.runmin[S, len(grid) - 1] >= self.taus[rows, None]
+            e &= ~(self.truncated[rows] & (self.trunc[rows] <= grid[-1]))
+        if exclude is not None:
+            e &= ~exclude
+        w = arr.conf_at_pos[S, len(grid) - 1] if method.conf_weights else np.ones(S.shape)
+        return leader(tally(arr.final_ids[S], w, e, arr.n_answers))[0]
 
-    # full-budget vote over final answers (the answer of iterations that never stop)
-    e_f = arr.final_ids[S] >= 0
-    if method.deepconf:
-        e_f &= runmin[S, m - 1] >= taus[:, None]
-        e_f &= ~(truncated & (trunc <= grid[-1]))
-    w_f = arr.conf_at_pos[S, m - 1] if method.conf_weights else np.ones(S.shape)
+    def run(self) -> MethodResult:
+        arr, method, rule = self.arr, self.method, self.rule
+        I = len(self.samples)
+        grid = arr.grid
+        m = len(grid)
+        answer = np.full(I, -1, dtype=np.int64)
+        stop_k = np.full(I, m, dtype=np.int64)  # m = ran to the full budget
+        label = np.full(I, "budget", dtype=object)
+        everyone = np.arange(I)
 
-    if method.stopping in ("oracle-first", "oracle-last"):
-        final_answer, _ = leader(tally(arr.final_ids[S], w_f, e_f, arr.n_answers))
-        rows = np.arange(I)
-        agree = np.stack([snapshot(k, rows).lead == final_answer for k in range(m)], axis=1)
-        if method.stopping == "oracle-first":
-            stop_k = np.where(agree.any(axis=1), np.argmax(agree, axis=1), m)
+        if method.stopping in ("oracle-first", "oracle-last"):
+            final_answer = self.full_budget_vote(everyone)
+            agree = np.stack(
+                [self.snapshot(k, everyone).lead == final_answer for k in range(m)], axis=1
+            )
+            if method.stopping == "oracle-first":
+                stop_k = np.where(agree.any(axis=1), np.argmax(agree, axis=1), m)
+            else:
+                last_dis = np.where(
+                    (~agree).any(axis=1), m - 1 - np.argmax(~agree[:, ::-1], axis=1), -1
+                )
+                stop_k = last_dis + 1
+            answer = final_answer.astype(np.int64)
+            label = np.where(stop_k < m, "oracle", "budget").astype(object)
         else:
-            last_dis = np.where(
-                (~agree).any(axis=1), m - 1 - np.argmax(~agree[:, ::-1], axis=1), -1
-            )
-            stop_k = last_dis + 1
-        answer = final_answer.astype(np.int64)
-        label = np.where(stop_k < m, "oracle", "budget").astype(object)
-    else:
-        active = np.ones(I, dtype=bool)
-        for k in range(m):
-            rows = np.flatnonzero(active)
-            if len(rows) == 0:
-                break
-            snap = snapshot(k, rows)
-            stop = rule.check(snap)
-            hit = rows[stop]
-            if len(hit):
-                answer[hit] = rule.winner[hit] if method.faithful else snap.lead[stop]
-                stop_k[hit] = k
-                label[hit] = rule.label
-                active[hit] = False
-        rest = np.flatnonzero(active)
-        if len(rest):
-            e_rest = e_f[rest]
-            if method.faithful:
-                e_rest &= ~rule.pruned[rest]
-            final_answer, _ = leader(
-                tally(arr.final_ids[S[rest]], w_f[rest], e_rest, arr.n_answers)
-            )
-            answer[rest] = final_answer
+            active = np.ones(I, dtype=bool)
+            for k in range(m):
+                rows = np.flatnonzero(active)
+                if len(rows) == 0:
+                    break
+                snap = self.snapshot(k, rows)
+                stop = rule.check(snap)
+                hit = rows[stop]
+                if len(hit):
+                    answer[hit] = self._winner(hit) if method.faithful else snap.lead[stop]
+                    stop_k[hit] = k
+                    label[hit] = rule.label
+                    active[hit] = False
+            rest = np.flatnonzero(active)
+            if len(rest):
+                pruned = self._pp().pruned[rest] if method.faithful else None
+                answer[rest] = self.full_budget_vote(rest, exclude=pruned)
 
-    # tokens: every sampled trace is charged up to the stop position (and its truncation / pruning)
-    charged = cap
-    if method.faithful:
-        charged = np.minimum(cap, rule.pruned_at)
-    stop_pos = np.where(stop_k < m, grid[np.minimum(stop_k, m - 1)], np.iinfo(np.int64).max)
-    tokens = np.minimum(charged, stop_pos[:, None]).sum(axis=1)
-    position = grid[np.minimum(stop_k, m - 1)]
+        # tokens: every sampled trace is charged up to the stop position (and truncation/pruning)
+        charged = self.cap
+        if method.faithful:
+            charged = np.minimum(self.cap, self._pp().pruned_at)
+        stop_pos = np.where(stop_k < m, grid[np.minimum(stop_k, m - 1)], np.iinfo(np.int64).max)
+        tokens = np.minimum(charged, stop_pos[:, None]).sum(axis=1)
+        position = grid[np.minimum(stop_k, m - 1)]
+        correct = np.where(
+            answer >= 0, arr.correct[np.maximum(answer, 0)] if arr.n_answers else False, False
+        )
+        return MethodResult(
+            answer=answer,
+            correct=correct.astype(bool),
+            tokens=tokens.astype(np.int64),
+            baseline=self.cap.sum(axis=1).astype(np.int64),
+            position=position.astype(np.int64),
+            stopped_by=label,
+            probe_tokens=self._probe_tokens(stop_k),
+            gamma=float(self.gamma),
+            pruned_at=self._pp().pruned_at if method.faithful else None,
+        )
 
-    probe_tokens = np.zeros(I, dtype=np.float64)
-    if method.stopping != "never":
+    def _pp(self) -> ParallelProbe:
+        """The Parallel-Probe rule, whose pruning the faithful variant applies to votes and cost."""
+        assert isinstance(self.rule, ParallelProbe)
+        return self.rule
+
+    def _winner(self, rows: np.ndarray) -> np.ndarray:
+        return self._pp().winner[rows]
+
+    def _probe_tokens(self, stop_k: np.ndarray) -> np.ndarray:
+        """Probe cost per iteration: every running sampled trace is probed up to the decision (a
+        pruned trace up to where it was pruned); NaN where the pool does not record the cost."""
+        arr, m = self.arr, len(self.arr.grid)
+        out = np.zeros(len(self.samples), dtype=np.float64)
+        if self.method.stopping == "never":
+            return out
         if arr.probe_tokens is None:
-            probe_tokens[:] = np.nan
-        else:
-            # probed while running, up to the decision; a pruned trace was probed where it was pruned
-            probed_until = (
-                np.minimum(run_lens, np.minimum(rule.pruned_at, run_lens) + 1)
-                if method.faithful
-                else run_lens
-            )
-            probed = (grid[None, None, :] < probed_until[:, :, None]) & (
-                np.arange(m)[None, None, :] <= stop_k[:, None, None]
-            )
-            cost = arr.probe_tokens[S]
-            unknown = (probed & (cost < 0)).any(axis=(1, 2))
-            probe_tokens = (
-                np.where(probed, np.maximum(cost, 0), 0).sum(axis=(1, 2)).astype(np.float64)
-            )
-            probe_tokens[unknown] = np.nan
+            out[:] = np.nan
+            return out
+        run_lens = self.run_lens
+        probed_until = (
+            np.minimum(run_lens, np.minimum(self._pp().pruned_at, run_lens) + 1)
+            if self.method.faithful
+            else run_lens
+        )
+        probed = (arr.grid[None, None, :] < probed_until[:, :, None]) & (
+            np.arange(m)[None, None, :] <= stop_k[:, None, None]
+        )
+        cost = arr.probe_tokens[self.samples]
+        unknown = (probed & (cost < 0)).any(axis=(1, 2))
+        out = np.where(probed, np.maximum(cost, 0), 0).sum(axis=(1, 2)).astype(np.float64)
+        out[unknown] = np.nan
+        return out
 
-    correct = np.where(
-        answer >= 0, arr.correct[np.maximum(answer, 0)] if arr.n_answers else False, False
-    )
-    return MethodResult(
-        answer=answer,
-        correct=correct.astype(bool),
-        tokens=tokens.astype(np.int64),
-        baseline=baseline.astype(np.int64),
-        position=position.astype(np.int64),
-        stopped_by=label,
-        probe_tokens=probe_tokens,
-        gamma=float(gamma),
-        pruned_at=rule.pruned_at if method.faithful else None,
-    )
+
+def run_method(ctx: QuestionContext, method: Method) -> MethodResult:
+    return MethodRun(ctx, method).run()
 
 
 def simulate_question(
-    arr: QuestionArrays, methods: list[Method], settings: Settings
+    arr: QuestionArrays,
+    methods: list[Method],
+    settings: Settings,
+    fitted: QuestionFit | None = None,
 ) -> QuestionResult:
     res = QuestionResult(
         qid=arr.qid,
@@ -390,10 +418,16 @@ def simulate_question(
     )
     if len(arr.pool_ids()) == 0:
         raise SimulationError(f"question {arr.qid}: no trace has a final answer; nothing to sample")
-    ctx = QuestionContext(arr, settings)
+    ctx = QuestionContext(arr, settings, fitted=fitted)
     for method in methods:
         res.methods[method.name] = run_method(ctx, method)
     return res
+
+
+def pool_settings(pool: Pool, settings: Settings) -> Settings:
+    """``settings`` with the pool's checkpoint spacing filled in (an explicit one must agree)."""
+    spacing = resolve_spacing(settings.spacing, pool.recorded_spacing, pool.source)
+    return settings.replace(spacing=spacing)
 
 
 def _check_confs(methods: list[Method], arr: QuestionArrays, source: str) -> None:
@@ -405,22 +439,37 @@ def _check_confs(methods: list[Method], arr: QuestionArrays, source: str) -> Non
             )
 
 
-def _worker(args) -> QuestionResult:
-    pool_path, qid, methods, settings, cache_dir = args
-    pool = _worker_pool(pool_path)
-    q = pool.read_question(qid)
-    arr = load_arrays(q, cache_dir, spacing=settings.spacing, window=settings.window)
-    _check_confs(methods, arr, pool.source)
-    return simulate_question(arr, methods, settings)
+_POOLS: dict[str, Pool] = {}
+_FITS: dict[str, Any] = {}
 
 
-_POOLS: dict = {}
-
-
-def _worker_pool(path):
+def _worker_pool(path: str) -> Pool:
     if path not in _POOLS:
         _POOLS[path] = open_pool(path)
     return _POOLS[path]
+
+
+def _worker_fit(path: str):
+    from .fit import FitDir
+
+    if path not in _FITS:
+        _FITS[path] = FitDir(path)
+    return _FITS[path]
+
+
+def _worker(args) -> QuestionResult:
+    pool_path, qid, methods, settings, cache_dir, fit_dir = args
+    pool = _worker_pool(pool_path)
+    q = pool.read_question(qid)
+    fitted = None
+    if fit_dir is not None:
+        fit = _worker_fit(fit_dir)
+        arr = fit.arrays(q, settings)
+        fitted = fit.question(arr, settings.warmup)
+    else:
+        arr = load_arrays(q, cache_dir, spacing=settings.spacing, window=settings.window)
+    _check_confs(methods, arr, pool.source)
+    return simulate_question(arr, methods, settings, fitted)
 
 
 def simulate_pool(
@@ -431,18 +480,35 @@ def simulate_pool(
     workers: int = 1,
     cache_dir=None,
     progress=None,
+    fit_dir: str | Path | None = None,
 ) -> list[QuestionResult]:
-    """Simulate every requested question of a pool; results are sorted by qid and independent of ``workers``."""
+    """Simulate every requested question of a pool; results sorted by qid, whatever ``workers``.
+
+    ``fit_dir`` (from ``mars fit``) supplies the per-question arrays and the fitted switch models
+    (nothing is refitted; the results are identical to fitting here); ``cache_dir`` caches arrays
+    only.
+    """
     settings.validate()
     pool = _worker_pool(str(pool_path))
+    settings = pool_settings(pool, settings)
     qids = pool.qids if questions is None else questions
-    missing = [q for q in qids if q not in set(pool.qids)]
+    known = set(pool.qids)
+    missing = [q for q in qids if q not in known]
     if missing:
         raise PoolError(
             f"{pool.source}: no question {missing[0]} (questions: {', '.join(map(str, pool.qids))})"
         )
+    if fit_dir is not None:
+        _worker_fit(str(fit_dir)).check(pool, settings, qids)
     jobs = [
-        (str(pool_path), q, methods, settings, None if cache_dir is None else str(cache_dir))
+        (
+            str(pool_path),
+            q,
+            methods,
+            settings,
+            None if cache_dir is None else str(cache_dir),
+            None if fit_dir is None else str(fit_dir),
+        )
         for q in qids
     ]
     results = []
@@ -458,7 +524,3 @@ def simulate_pool(
                 if progress:
                     progress()
     return sorted(results, key=lambda r: r.qid)
-
-
-def settings_dict(s: Settings) -> dict:
-    return asdict(s)

@@ -59,19 +59,50 @@ def _challengers(votes: np.ndarray, lead: np.ndarray) -> np.ndarray:
     return out
 
 
-def margin_test(
-    votes, lead, has_votes, ids, weights, eligible, q, gamma, epsilon=None, strict=True
-) -> np.ndarray:
+#: The binding challenger id reported for the unseen answer (no trace holds it yet).
+UNSEEN = -2
+
+
+@dataclass
+class Margin:
+    """The MARS certificate of every row, and why: ``passed`` [R]; with ``explain``, the smallest
+    slack (margin − threshold, NaN without votes) over the unseen and every voted challenger and
+    the challenger that binds there (:data:`UNSEEN` for the unseen answer)."""
+
+    passed: np.ndarray
+    slack: np.ndarray | None = None
+    binding: np.ndarray | None = None
+
+
+def margin(
+    votes,
+    lead,
+    has_votes,
+    ids,
+    weights,
+    eligible,
+    q,
+    gamma,
+    epsilon=None,
+    strict=True,
+    explain=False,
+) -> Margin:
     """The MARS certificate for every row: leader safe against the unseen and every voted challenger.
 
     Costs follow reference-protocol §5.1 term by term (γ·2w for leader voters, −w for the
     challenger's own voters, γ·w otherwise, times eligibility) and each threshold is summed over the
     B traces with numpy's pairwise summation, so floating-point results match the reference.
-    ``epsilon`` (per row) adds the Hoeffding term of the certified rule.
+    ``epsilon`` (per row) adds the Hoeffding term of the certified rule. The decision is the
+    comparison itself; the slack (``explain``) is computed from the same rounded quantities.
     """
     R = len(lead)
     if R == 0:
-        return np.zeros(0, dtype=bool)
+        empty = np.zeros(0)
+        return Margin(
+            np.zeros(0, dtype=bool),
+            empty if explain else None,
+            empty.astype(np.int64) if explain else None,
+        )
     base = gamma * weights
     is_lead = ids == lead[:, None]
     cost_unseen = np.where(is_lead, base * 2, base) * eligible
@@ -79,7 +110,12 @@ def margin_test(
     v_lead = votes[np.arange(R), np.maximum(lead, 0)]
     eps = 0.0 if epsilon is None else epsilon
     cmp = np.greater if strict else np.greater_equal
-    ok = has_votes & cmp(v_lead, thr_unseen + eps)
+    rhs_unseen = thr_unseen + eps
+    ok = has_votes & cmp(v_lead, rhs_unseen)
+    slack = binding = None
+    if explain:
+        slack = np.where(has_votes, v_lead - rhs_unseen, np.nan).astype(np.float64)
+        binding = np.full(R, UNSEEN, dtype=np.int64)
     chal = _challengers(votes, lead)
     if chal.shape[1]:
         own = ids[:, None, :] == chal[:, :, None]
@@ -99,9 +135,24 @@ def margin_test(
         thr = np.sum(q[:, None, :] * cost, axis=-1)
         v_chal = np.take_along_axis(votes, np.maximum(chal, 0), axis=1)
         eps_k = eps if np.ndim(eps) == 0 else eps[:, None]
-        passed = cmp(v_lead[:, None] - v_chal, thr + eps_k) | (chal < 0)
+        lhs, rhs = v_lead[:, None] - v_chal, thr + eps_k
+        passed = cmp(lhs, rhs) | (chal < 0)
         ok &= passed.all(axis=1)
-    return ok
+        if explain:
+            s_k = np.where(chal >= 0, lhs - rhs, np.inf)
+            k_min = np.argmin(s_k, axis=1)
+            s_min = s_k[np.arange(R), k_min]
+            tighter = has_votes & (s_min < slack)
+            slack = np.where(tighter, s_min, slack)
+            binding = np.where(tighter, chal[np.arange(R), k_min], binding)
+    return Margin(ok, slack, binding)
+
+
+def margin_test(
+    votes, lead, has_votes, ids, weights, eligible, q, gamma, epsilon=None, strict=True
+) -> np.ndarray:
+    """Whether the MARS certificate holds, per row (see :func:`margin`)."""
+    return margin(votes, lead, has_votes, ids, weights, eligible, q, gamma, epsilon, strict).passed
 
 
 class Rule:
@@ -139,6 +190,11 @@ class Mars(Rule):
         self._budget = budget
 
     def check(self, snap: Snapshot) -> np.ndarray:
+        return self.explain(snap, slack=False).passed
+
+    def explain(self, snap: Snapshot, slack: bool = True) -> Margin:
+        """The rule's decision per row (margin test and probe-0 guard) and, with ``slack``, the
+        slack and binding challenger of the margin test: what the report's figures draw."""
         q = snap.q
         if self.certified:
             q = np.where(snap.running, q, np.float32(0))  # finished traces cannot switch
@@ -151,7 +207,7 @@ class Mars(Rule):
             w_el = np.where(charged, np.broadcast_to(snap.weights, snap.ids.shape), 0)
             w_max = np.maximum(w_el.max(axis=1), 0) if w_el.size else np.ones(len(snap.rows))
             eps = w_max * np.sqrt(2.0 * n_active * np.log(max(self._budget, 1) / self.delta))
-            ok = margin_test(
+            out = margin(
                 snap.votes,
                 snap.lead,
                 snap.has_votes,
@@ -162,9 +218,10 @@ class Mars(Rule):
                 self.gamma,
                 epsilon=eps,
                 strict=False,
+                explain=slack,
             )
         else:
-            ok = margin_test(
+            out = margin(
                 snap.votes,
                 snap.lead,
                 snap.has_votes,
@@ -173,10 +230,11 @@ class Mars(Rule):
                 snap.eligible,
                 q,
                 self.gamma,
+                explain=slack,
             )
         if snap.k == 0 and self.guard_answer >= 0 and not self.certified:
-            ok &= snap.lead == self.guard_answer
-        return ok
+            out.passed &= snap.lead == self.guard_answer
+        return out
 
 
 @dataclass

@@ -160,7 +160,6 @@ def _group_of(arr, s: str) -> int:
         pass
     idx = getattr(arr, "_index_cache", None)
     if idx is None:
-
         idx = {}
         arr._index_cache = idx
     if s not in idx:

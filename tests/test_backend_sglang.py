@@ -23,8 +23,9 @@ from mars import schema
 from mars.answers import normalize_answer
 from mars.backends.base import Problem
 from mars.backends.sglang import EngineOutputError, SGLangBackend, parse_generation, request_seed
-from mars.backends.transformers import PROBE_SUFFIX
-from mars.generate import consolidate, generate_pool, run_batch
+from mars.backends.tokens import PROBE_SUFFIX
+from mars.generate import generate_pool, run_batch
+from mars.shards import consolidate
 from mars.pool import open_pool
 
 DATA = Path(__file__).resolve().parent / "data" / "sglang"
@@ -355,21 +356,22 @@ def test_shutdown_only_stops_an_engine_it_started():
 def test_cli_without_sglang_is_a_clean_error(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from mars.cli import _real_backend, app
+    from mars.backends.factory import make_backend as real_backend
+    from mars.cli import app
 
     monkeypatch.delenv("MARS_BACKEND_OPTIONS", raising=False)
     with pytest.raises(ValueError, match="needs --model"):
-        _real_backend("sglang", None, 100)
+        real_backend("sglang", model=None, max_tokens=100)
     monkeypatch.setenv("MARS_BACKEND_OPTIONS", '{"no_such_option": 1}')
     with pytest.raises(ValueError, match="unknown sglang backend options"):
-        _real_backend("sglang", "org/model", 100)
+        real_backend("sglang", model="org/model", max_tokens=100)
     monkeypatch.setenv("MARS_BACKEND_OPTIONS", "[1]")
     with pytest.raises(ValueError, match="JSON object"):
-        _real_backend("sglang", "org/model", 100)
+        real_backend("sglang", model="org/model", max_tokens=100)
     monkeypatch.delenv("MARS_BACKEND_OPTIONS")
     if importlib.util.find_spec("sglang") is None:
         with pytest.raises(ValueError, match=r"mars\[sglang\]"):
-            _real_backend("sglang", "org/model", 100)
+            real_backend("sglang", model="org/model", max_tokens=100)
         res = CliRunner().invoke(
             app,
             [

@@ -34,15 +34,16 @@ pytest.importorskip("accelerate")  # transformers needs it to load GGUF files
 
 from mars import schema  # noqa: E402
 from mars.answers import extract_boxed, normalize_answer  # noqa: E402
-from mars.backends.base import Problem  # noqa: E402
+from mars.backends.tokens import PROBE_SUFFIX  # noqa: E402
 from mars.backends.transformers import (  # noqa: E402
-    PROBE_SUFFIX,
     TransformersBackend,
     load_model,
     sample_tokens,
 )
-from mars.generate import consolidate, generate_pool, run_batch  # noqa: E402
+from mars.generate import generate_pool, run_batch  # noqa: E402
 from mars.pool import open_pool  # noqa: E402
+from mars.problems import Problem  # noqa: E402
+from mars.shards import consolidate  # noqa: E402
 
 
 def _gguf_file() -> Path | None:
@@ -254,10 +255,10 @@ def test_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monkeypatch
     assert open_pool(out).qids == [0, 1] and not (out / ".generate.json").exists()
 
     # uninterrupted reference, in this process: two shards of one trace each, consolidated
-    from mars.cli import _real_backend
+    from mars.backends.factory import make_backend
 
     monkeypatch.setenv("MARS_BACKEND_OPTIONS", opts)
-    ref_be = _real_backend("transformers", str(model_dir), 16)
+    ref_be = make_backend("transformers", model=str(model_dir), max_tokens=16)
     shards = [
         generate_pool(
             ref_be,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.reference,
     pytest.mark.skipif(not C.FIXTURES.exists(), reason="../shared/fixtures not present"),
 ]

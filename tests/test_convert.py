@@ -47,6 +47,7 @@ def test_parallel_probe_import_equals_fixture_pool(imported_pp):
 
 @needs_shared
 @pytest.mark.reference
+@pytest.mark.slow
 def test_simulating_imported_pool_gives_fixture_results(imported_pp, tmp_path):
     for folder in ("sc", "sc-mars-cal", "sc-pp-u3"):
         s = C.fixture_settings("pp-aime24", folder)

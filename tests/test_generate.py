@@ -11,16 +11,11 @@ import pytest
 
 from mars import schema
 from mars.backends.synthetic import SyntheticBackend
-from mars.generate import (
-    consolidate,
-    generate_pool,
-    load_problems,
-    main,
-    parse_qids,
-    records_to_table,
-    run_batch,
-    shard_range,
-)
+from mars.cli import main
+from mars.generate import generate_pool, records_to_table, run_batch
+from mars.problems import load_problems
+from mars.problems import parse_question_spec as parse_qids
+from mars.shards import consolidate, shard_range
 from mars.pool import PoolError, open_pool
 
 TOY = {
@@ -209,6 +204,7 @@ def test_cli(tmp_path):
     assert (
         main(
             [
+                "generate",
                 "--backend",
                 "synthetic",
                 "--preset",
@@ -240,6 +236,7 @@ def test_cli(tmp_path):
     s = [
         main(
             [
+                "generate",
                 "--problems",
                 "brumo_2025",
                 "--traces",

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from mars import schema
 from mars.answers import group_answers_online
 from mars.backends.synthetic import SyntheticBackend
-from mars.generate import load_problems
+from mars.problems import load_problems
 from mars.live import live_method, replay, solve, solve_pool
 from mars.pool import PoolError, open_pool
 from mars.simulate import SimulationError
@@ -65,7 +65,13 @@ def mars_run(tmp_path_factory, backend, problems):
     return out, rows
 
 
-@pytest.mark.parametrize("method", LIVE_METHODS)
+@pytest.mark.parametrize(
+    "method",
+    [
+        m if m in ("sc", "sc-mars-cal") else pytest.param(m, marks=pytest.mark.slow)
+        for m in LIVE_METHODS
+    ],
+)
 def test_replay_of_live_records_is_exact(tmp_path, backend, problems, method):
     out = tmp_path / method
     rows = solve_pool(
@@ -101,6 +107,7 @@ def test_replay_of_live_records_is_exact(tmp_path, backend, problems, method):
             assert live["stopped_by"] == "budget" and not stopped.any()
 
 
+@pytest.mark.slow
 def test_live_mars_stops_early_and_keeps_the_full_answer(mars_run):
     out, rows = mars_run
     tokens = sum(r["tokens"] for r in rows)
@@ -121,6 +128,7 @@ def test_live_mars_stops_early_and_keeps_the_full_answer(mars_run):
         assert (q.lengths[~stopped & (q.trace_idx >= 16)] <= r["stop_position"]).all()
 
 
+@pytest.mark.slow
 def test_live_outputs_files_and_simulate_reads_them(mars_run, tmp_path):
     out, _rows = mars_run
     manifest = json.loads((out / schema.POOL_MANIFEST).read_text())
@@ -151,6 +159,7 @@ def test_live_outputs_files_and_simulate_reads_them(mars_run, tmp_path):
     assert (tmp_path / "sim" / "sc-mars-cal" / "overall.json").exists()
 
 
+@pytest.mark.slow
 def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, problems, mars_run):
     ref_out, _ = mars_run
     out = tmp_path / "run"
@@ -218,6 +227,7 @@ def test_other_seed_other_run(backend, problems):
     assert not a.table.equals(b.table)
 
 
+@pytest.mark.slow
 def test_tampered_record_is_caught(tmp_path, mars_run):
     src, _ = mars_run
     out = tmp_path / "run"

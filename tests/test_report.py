@@ -438,7 +438,7 @@ def simulated(tmp_path_factory):
     from mars.methods import parse_methods
     from mars.report import trace
     from mars.results import write_method
-    from mars.simulate import Settings, settings_dict, simulate_question
+    from mars.simulate import Settings, simulate_question
 
     root = tmp_path_factory.mktemp("sim")
     res_root = root / "results"
@@ -455,7 +455,7 @@ def simulated(tmp_path_factory):
                 res_root / "synthetic" / "synth-5q" / setting / "sim",
                 m.name,
                 results,
-                settings_dict(s),
+                s.to_dict(),
                 str(SYNTH5Q),
             )
     out = root / "report"

@@ -16,7 +16,9 @@ from mars.backends.synthetic import (
     resolve_params,
     wrong_answer,
 )
-from mars.generate import load_problems, run_batch
+from mars.generate import run_batch
+from mars.errors import MarsError
+from mars.problems import load_problems
 
 #: Short traces so tests stay fast; everything else from the calibrated preset.
 TOY = {
@@ -234,7 +236,7 @@ def test_problem_loading(tmp_path, aime):
     f.write_text('{"question": "1+1?", "answer": " 2 "}\n{"question": "2+2?", "answer": "4"}\n')
     ps = load_problems(f)
     assert [(p.qid, p.answer, p.dataset) for p in ps] == [(0, "2", "mine"), (1, "4", "mine")]
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(MarsError, match="no_such_set: no such problem file or bundled set"):
         load_problems("no_such_set")
 
 
@@ -247,7 +249,8 @@ def test_custom_problem_without_digits():
 
 def test_calibration_fast_path_matches_pool_path(tmp_path):
     """The statistics the fit uses (latent model read directly) equal those of a generated pool."""
-    from mars.calibrate_synthetic import compute_stats, views_from_backend, views_from_pool
+    from mars.synthetic.stats import compute_stats
+    from mars.synthetic.views import views_from_backend, views_from_pool
     from mars.generate import generate_pool
 
     probs = load_problems("aime_2025")[:4]
@@ -273,7 +276,8 @@ def test_real_sc64_reproduces_parallel_probe():
     """SC@64 with Parallel-Probe's protocol on the real Qwen3-8B traces: 80.37 % (aime24_raw.csv)."""
     from pathlib import Path
 
-    from mars.calibrate_synthetic import compute_stats, views_from_real
+    from mars.synthetic.stats import compute_stats
+    from mars.synthetic.views import views_from_real
 
     real = (
         Path(__file__).resolve().parents[1].parent
@@ -287,6 +291,7 @@ def test_real_sc64_reproduces_parallel_probe():
     assert len(problems) == 30 and st["n_traces"] == 30 * 128
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["qwen3-8b", "deepseek-r1-0528-qwen3-8b"])
 def test_mars_saves_tokens_and_keeps_sc_accuracy_on_generated_pools(tmp_path, aime, preset):
     """Issue #3: on generated pools calibrated MARS saves tokens and keeps SC accuracy.

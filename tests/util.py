@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mars import schema
-from mars.pool import PoolWriter
+from mars.pooldir import PoolDirWriter
 
 
 def random_traces(
@@ -61,9 +61,12 @@ def random_traces(
 
 def write_layout_pool(path, seed: int = 0, n_questions: int = 3, **kw):
     rng = np.random.default_rng(seed)
-    with PoolWriter(path, {"backend": "test"}) as w:
+    with PoolDirWriter(path, atomic=True) as w:
         for q in range(n_questions):
-            w.write_question({"qid": q, "ground_truth": "101"}, random_traces(rng, q, **kw))
+            w.write_question(q, random_traces(rng, q, **kw))
+        w.finish(
+            [{"qid": q, "ground_truth": "101"} for q in range(n_questions)], {"backend": "test"}
+        )
     return path
 
 

@@ -14,15 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Problem:
-    """A question to solve."""
-
-    qid: int
-    question: str
-    answer: str  # ground truth
-    dataset: str = ""
+from ..errors import UsageError
+from ..problems import Problem
 
 
 @dataclass
@@ -100,7 +93,7 @@ class Backend(ABC):
     def check_start(n_traces: int, seed: int, first_trace: int) -> None:
         """The argument checks every ``start`` shares."""
         if n_traces < 0 or first_trace < 0 or seed < 0:
-            raise ValueError("n_traces, first_trace and seed must be non-negative")
+            raise UsageError("n_traces, first_trace and seed must be non-negative")
 
     @abstractmethod
     def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> TraceBatch:

@@ -45,8 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from .base import Backend, ProbeResult, Problem
-from .transformers import (
+from ..errors import MarsError
+from ..problems import Problem
+from .base import Backend, ProbeResult
+from .tokens import (
     CONF_TOP_K,
     DEFAULT_PROMPT_TEMPLATE,
     PROBE_MAX_NEW_TOKENS,
@@ -212,15 +214,15 @@ class SGLangBackend(Backend):
         name: str | None = None,
     ):
         if temperature < 0 or not 0 < top_p <= 1 or (top_k is not None and top_k < 0):
-            raise ValueError(
+            raise MarsError(
                 f"bad sampling settings: temperature={temperature}, top_p={top_p}, top_k={top_k}"
             )
         if max_tokens <= 0 or probe_max_new_tokens <= 0 or dp_size <= 0 or tp_size <= 0:
-            raise ValueError(
+            raise MarsError(
                 "max_tokens, probe_max_new_tokens, dp_size and tp_size must be positive"
             )
         if "{question}" not in prompt_template:
-            raise ValueError("prompt_template must contain '{question}'")
+            raise MarsError("prompt_template must contain '{question}'")
         self.model_path = str(model_path)
         self.model = str(name or model_path)
         self.temperature = float(temperature)

@@ -77,7 +77,9 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize, signal, special
 
-from .base import Backend, ProbeResult, Problem, TraceBatch, TraceResult
+from ..errors import MarsError
+from ..problems import Problem
+from .base import Backend, ProbeResult, TraceBatch, TraceResult
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
 DEFAULT_PRESET = "qwen3-8b"
@@ -231,10 +233,15 @@ def load_preset(preset: str | dict | Path) -> dict:
         if not (path.suffix == ".json" and path.exists()):
             path = PRESET_DIR / f"{preset}.json"
         if not path.exists():
-            raise ValueError(
+            raise MarsError(
                 f"unknown synthetic preset {preset!r} (bundled: {', '.join(list_presets())})"
             )
-        p = json.loads(path.read_text())
+        try:
+            p = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise MarsError(f"{path}: invalid preset JSON ({exc})") from None
+        if not isinstance(p, dict):
+            raise MarsError(f"{path}: a preset is a JSON object")
         p.setdefault("name", path.stem)
     base = p.pop("base", None)
     if base:
@@ -250,11 +257,11 @@ def load_preset(preset: str | dict | Path) -> dict:
     unknown = set(p["params"]) | {k for d in p["datasets"].values() for k in d}
     unknown -= set(PARAMS)
     if any("max_tokens" in d for d in p["datasets"].values()):
-        raise ValueError(
+        raise MarsError(
             f"preset {p.get('name')!r}: max_tokens is a model property, not a dataset one"
         )
     if unknown:
-        raise ValueError(f"preset {p.get('name')!r}: unknown parameters {sorted(unknown)}")
+        raise MarsError(f"preset {p.get('name')!r}: unknown parameters {sorted(unknown)}")
     return p
 
 
@@ -895,9 +902,9 @@ class SyntheticBackend(Backend):
         self.overrides = dict(params or {})
         bad = set(self.overrides) - set(PARAMS)
         if bad:
-            raise ValueError(f"unknown synthetic parameters {sorted(bad)}")
+            raise MarsError(f"unknown synthetic parameters {sorted(bad)}")
         if skill is not None and not 0 < skill < 1:
-            raise ValueError(f"skill must lie in (0, 1), got {skill}")
+            raise MarsError(f"skill must lie in (0, 1), got {skill}")
         self._max_tokens = max_tokens
         self.with_confs = with_confs
         self.max_tokens = int(self.params_for("")["max_tokens"])

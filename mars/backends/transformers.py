@@ -43,114 +43,41 @@ import contextlib
 import copy
 import inspect
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..answers import extract_boxed, extract_probe_answer, normalize_answer
-from .base import Backend, ProbeResult, Problem, TraceBatch, TraceResult
+from ..errors import MarsError
+from ..problems import Problem
+from .base import Backend, ProbeResult
+from .tokens import (
+    CONF_TOP_K,
+    DEFAULT_PROMPT_TEMPLATE,
+    PROBE_MAX_NEW_TOKENS,
+    PROBE_SUFFIX,
+    TokenTraceBatch,
+    build_prompt_ids,
+    derive_seed,
+    encode_suffix,
+    parse_probe,
+    window_conf,
+)
 
 __all__ = [
-    "CONF_TOP_K",
-    "DEFAULT_PROMPT_TEMPLATE",
-    "PROBE_CONF_WINDOW",
-    "PROBE_MAX_NEW_TOKENS",
-    "PROBE_SUFFIX",
     "TransformersBackend",
     "TransformersTraceBatch",
-    "build_prompt_ids",
     "convert_gguf",
-    "derive_seed",
     "load_model",
     "sample_tokens",
     "save_model",
-    "token_confidence",
 ]
-
-#: The probe suffix of the reference prober, character for character (spec §11).
-PROBE_SUFFIX = (
-    " Considering the limited time by the user, I have to give the solution based on the thinking "
-    "directly now.\n</think>\n\n\\boxed{"
-)
-#: New tokens a probe may generate (spec §11).
-PROBE_MAX_NEW_TOKENS = 50
-#: Log-probabilities averaged into a token's confidence (spec §3.1, DeepConf k = 20).
-CONF_TOP_K = 20
-#: A probe's ``conf``: mean token confidence of the window of this many tokens before it (spec §11).
-PROBE_CONF_WINDOW = 2048
-#: User message of the chat-templated prompt; ``{question}`` is replaced by the question.
-DEFAULT_PROMPT_TEMPLATE = (
-    "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
-)
 
 _UNIFORM_BLOCK = 64  # uniforms drawn per refill of a trace's generator (fixed: part of the stream)
 
 
 # ---------------------------------------------------------------------------------------------
-# Shared helpers (also used by mars.backends.sglang)
-
-
-def derive_seed(*parts: int, bits: int = 63) -> int:
-    """A seed of ``bits`` bits derived from integers (numpy SeedSequence; stable across versions)."""
-    if any(int(p) < 0 for p in parts):
-        raise ValueError(f"seed parts must be non-negative, got {parts}")
-    state = np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint32)
-    value = (int(state[0]) << 32) | int(state[1])
-    return value & ((1 << bits) - 1)
-
-
-def user_message(question: str, template: str = DEFAULT_PROMPT_TEMPLATE) -> str:
-    return template.format(question=question)
-
-
-def build_prompt_ids(
-    tokenizer,
-    question: str,
-    template: str = DEFAULT_PROMPT_TEMPLATE,
-    system_prompt: str | None = None,
-) -> list[int]:
-    """Token ids of the chat-templated prompt (user message, generation prompt added).
-
-    The template is rendered to text and tokenised without adding special tokens again (the
-    template already holds them).  A tokenizer without a chat template gets the bare user message.
-    """
-    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-        {"role": "user", "content": user_message(question, template)}
-    ]
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    else:
-        text = messages[-1]["content"] + "\n"
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def encode_suffix(tokenizer, suffix: str = PROBE_SUFFIX) -> list[int]:
-    """The probe suffix's token ids (``tokenizer.encode``, no special tokens; spec §11)."""
-    return list(tokenizer.encode(suffix, add_special_tokens=False))
-
-
-def window_conf(
-    confs: Sequence[float] | np.ndarray, p: int, w: int = PROBE_CONF_WINDOW
-) -> float | None:
-    """Mean confidence of tokens ``[p - w, p)`` as stored (float16), NaNs ignored; None when empty."""
-    a = max(0, p - w)
-    if p <= a or len(confs) == 0:
-        return None
-    x = np.asarray(confs[a:p], np.float64).astype(np.float16).astype(np.float64)
-    x = x[~np.isnan(x)]
-    return float(x.mean()) if x.size else None
-
-
-def parse_answer(text: str | None) -> str | None:
-    """Final answer of a trace's text: last ``\\boxed{…}``, normalised."""
-    return normalize_answer(extract_boxed(text or ""))
-
-
-def parse_probe(completion: str | None) -> str | None:
-    """Answer of a probe completion (generated after ``…\\boxed{``), normalised."""
-    return normalize_answer(extract_probe_answer(completion))
+# Helpers
 
 
 def _round_confs(values: np.ndarray) -> np.ndarray:
@@ -167,7 +94,7 @@ def _eos_ids(tokenizer, model=None) -> set[int]:
             continue
         ids.update(int(i) for i in (src if isinstance(src, (list, tuple, set)) else [src]))
     if not ids:
-        raise ValueError("the tokenizer/model defines no EOS token")
+        raise MarsError("the tokenizer/model defines no EOS token")
     return ids
 
 
@@ -248,7 +175,7 @@ def _resolve_dtype(torch, dtype, device: str):
         try:
             return getattr(torch, dtype)
         except AttributeError:
-            raise ValueError(f"unknown torch dtype {dtype!r}") from None
+            raise MarsError(f"unknown torch dtype {dtype!r}") from None
     return dtype
 
 
@@ -359,21 +286,21 @@ class TransformersBackend(Backend):
     ):
         torch = _torch()
         if temperature < 0 or not 0 < top_p <= 1 or (top_k is not None and top_k < 0):
-            raise ValueError(
+            raise MarsError(
                 f"bad sampling settings: temperature={temperature}, top_p={top_p}, top_k={top_k}"
             )
         if max_tokens <= 0 or batch_size <= 0 or probe_max_new_tokens <= 0:
-            raise ValueError("max_tokens, batch_size and probe_max_new_tokens must be positive")
+            raise MarsError("max_tokens, batch_size and probe_max_new_tokens must be positive")
         if logprobs not in ("scaled", "raw"):
-            raise ValueError(f"logprobs must be 'scaled' or 'raw', got {logprobs!r}")
+            raise MarsError(f"logprobs must be 'scaled' or 'raw', got {logprobs!r}")
         if "{question}" not in prompt_template:
-            raise ValueError("prompt_template must contain '{question}'")
+            raise MarsError("prompt_template must contain '{question}'")
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = str(device)
         if model is None or tokenizer is None:
             if model_path is None:
-                raise ValueError("give model_path, or both model and tokenizer")
+                raise MarsError("give model_path, or both model and tokenizer")
             model, tokenizer = load_model(
                 model_path,
                 gguf_file,
@@ -571,67 +498,6 @@ class _Chunk:
         self.rows = self.rows[keep]
 
 
-class TokenTraceBatch(TraceBatch):
-    """What the token-level engines' batches share (transformers, SGLang): per-trace token ids and
-    confidences, end of text, stops, and the trace record decoded from the ids."""
-
-    def __init__(self, backend, problem: Problem, n: int, seed: int, first_trace: int):
-        self.backend = backend
-        self.problem = problem
-        self.n = int(n)
-        self.seed = int(seed)
-        self.first_trace = int(first_trace)
-        self.prompt = backend.prompt_ids(problem.question)
-        self._ids: list[list[int]] = [[] for _ in range(self.n)]
-        self._confs: list[list[float]] = [[] for _ in range(self.n)]
-        self._eos = np.zeros(self.n, bool)
-        self._stopped = np.zeros(self.n, bool)
-        self._has_confs = True
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.array([len(x) for x in self._ids], np.int64)
-
-    @property
-    def ended(self) -> np.ndarray:
-        return self._eos | self._stopped | (self.lengths >= self.backend.max_tokens)
-
-    def stop(self, idx) -> None:
-        self._stopped[np.asarray(idx, np.int64)] = True
-
-    def _probe_targets(self, idx) -> np.ndarray:
-        """The traces to probe, as an index array; probing a trace that has ended is an error."""
-        idx = np.asarray(idx, np.int64)
-        if idx.size and self.ended[idx].any():
-            raise ValueError("probe() of a trace that has ended")
-        return idx
-
-    def _text(self, j: int) -> str:
-        return self.backend.tokenizer.decode(self._ids[j], skip_special_tokens=True)
-
-    def result(self, j: int) -> TraceResult:
-        j = int(j)
-        text = self._text(j)
-        return TraceResult(
-            length=len(self._ids[j]),
-            final_answer=parse_answer(text),
-            finished=bool(self._eos[j]),
-            confs=self.confs_so_far(j),
-            text=text,
-        )
-
-    def confs_so_far(self, j: int) -> np.ndarray | None:
-        return (
-            np.asarray(self._confs[int(j)], np.float64).astype(np.float16)
-            if self._has_confs
-            else None
-        )
-
-    def token_ids(self, j: int) -> list[int]:
-        """Generated token ids of trace ``j`` so far (EOS included when generated)."""
-        return list(self._ids[int(j)])
-
-
 class TransformersTraceBatch(TokenTraceBatch):
     """``n`` traces of one question, decoded in chunks of ``backend.batch_size``."""
 
@@ -796,10 +662,3 @@ class TransformersTraceBatch(TokenTraceBatch):
 
     def close(self) -> None:
         self._chunks = []
-
-
-def token_confidence(logprobs_top: Sequence[float]) -> float:
-    """−mean of a token's top-k log-probabilities, rounded to 3 decimals (NaN when empty; spec §3.1)."""
-    if not len(logprobs_top):
-        return float("nan")
-    return round(-float(np.mean(np.asarray(logprobs_top, np.float64))), 3)

@@ -22,15 +22,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..simulate import Settings
+from ..errors import MarsError
+from ..settings import Settings, from_dict
 
 DEFAULT_SETTING = "default"
 UNKNOWN_MODEL = "-"
 
-_SETTING_FIELDS = set(Settings.__dataclass_fields__)
 
-
-class ReportError(ValueError):
+class ReportError(MarsError):
     """Bad report input (no results, a malformed label, ...)."""
 
 
@@ -90,8 +89,7 @@ class Run:
 
     def sim_settings(self, method: str) -> Settings:
         """The method's simulation settings as a :class:`~mars.simulate.Settings`."""
-        s = {k: v for k, v in self.settings(method).items() if k in _SETTING_FIELDS}
-        return Settings(**s)
+        return from_dict(self.settings(method), strict=False)
 
     def source(self, method: str | None = None) -> str | None:
         methods = [method] if method else self.methods

@@ -22,8 +22,9 @@ import pandas as pd
 import seaborn as sns
 from scipy import stats
 
+from ..settings import same_sampling
 from . import trace
-from .collect import Results, Run, resolve_pool
+from .collect import ReportError, Results, Run, resolve_pool
 
 DPI = 150
 FORMATS = ("png", "pdf")
@@ -433,10 +434,10 @@ def pick_example(results: Results, pools: dict, spec: str | None = None) -> Exam
         bits = rest.split(":") if rest else []
         run = results.find(*pair, "sc-mars-cal") if pair else None
         if run is None:
-            raise ValueError(f"--example {spec}: no sc-mars-cal results for {label}")
+            raise ReportError(f"--example {spec}: no sc-mars-cal results for {label}")
         pool = resolve_pool(run, "sc-mars-cal", pools)
         if pool is None:
-            raise ValueError(f"--example {spec}: trace pool not found (pass --pool {label}=PATH)")
+            raise ReportError(f"--example {spec}: trace pool not found (pass --pool {label}=PATH)")
         return Example(
             run,
             pool,
@@ -612,13 +613,6 @@ def fig_example(
 
 
 # -- Fig. 2: consensus stopping vs MARS on a hard question ------------------------------------------
-def _sampling_match(a: dict, b: dict) -> bool:
-    return all(
-        a.get(k) == b.get(k)
-        for k in ("budget", "iterations", "warmup", "seed", "window", "spacing")
-    )
-
-
 def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: int = 8):
     """A question whose early leader is wrong and later overtaken, where PP errs more than MARS.
 
@@ -636,7 +630,7 @@ def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: in
                 r
                 for r in results.runs_of(*pair)
                 if "sc-pp" in r.overall
-                and _sampling_match(r.settings("sc-pp"), run.settings("sc-mars-cal"))
+                and same_sampling(r.settings("sc-pp"), run.settings("sc-mars-cal"))
                 and r.settings("sc-pp").get("pp_conv", 3) == 3
             ),
             None,
@@ -645,7 +639,7 @@ def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: in
                 r
                 for r in results.runs_of(*pair)
                 if "sc-pp" in r.overall
-                and _sampling_match(r.settings("sc-pp"), run.settings("sc-mars-cal"))
+                and same_sampling(r.settings("sc-pp"), run.settings("sc-mars-cal"))
             ),
             None,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 from scipy.stats import beta
 
+from ..settings import same_sampling
 from .collect import Results, Run
 from .fmt import Table, integer, num, pct, text
 from .names import family_baseline, is_baseline, method_label, method_order, run_commands
@@ -417,7 +418,6 @@ def table_probe_cost(results: Results, command: str | None = None) -> Table:
 
 
 # -- new: risk audit of the certified rule ---------------------------------------------------------
-_SAMPLING_KEYS = ("budget", "iterations", "warmup", "seed", "window", "spacing")
 AUDIT_METHODS = [
     "sc-mars-cert",
     "sc-mars-oracle-cert",
@@ -427,15 +427,11 @@ AUDIT_METHODS = [
 ]
 
 
-def _same_samples(a: dict, b: dict) -> bool:
-    return all(a.get(k) == b.get(k) for k in _SAMPLING_KEYS)
-
-
 def _reference_run(results: Results, run: Run, method: str) -> Run | None:
     base = family_baseline(method)
     s = run.settings(method)
     for r in [run, *results.runs_of(run.model, run.dataset)]:
-        if base in r.overall and _same_samples(s, r.settings(base)):
+        if base in r.overall and same_sampling(s, r.settings(base)):
             return r
     return None
 

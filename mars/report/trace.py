@@ -14,13 +14,11 @@ import pandas as pd
 
 from ..arrays import QuestionArrays, load_arrays
 from ..methods import METHODS
-from ..pool import open_pool
-from ..simulate import QuestionContext, Settings
-from ..stopping import margin_test
-from ..voting import leader, tally
+from ..pool import Pool, open_pool
+from ..simulate import MethodRun, QuestionContext, Settings, pool_settings
+from ..stopping import UNSEEN, Mars
 
-_POOLS: dict = {}
-UNSEEN = -2  # binding challenger id of the synthetic unseen answer
+_POOLS: dict[str, Pool] = {}
 
 
 def pool_of(path) -> object:
@@ -35,44 +33,15 @@ _ARRAYS: dict = {}
 
 def load_question(pool_path, qid: int, settings: Settings, cache_dir=None) -> QuestionArrays:
     """A question's arrays, memoised per process (figures share them) and cached on disk if asked."""
-    key = (str(pool_path), int(qid), settings.spacing, settings.window)
+    pool = pool_of(pool_path)
+    spacing = pool_settings(pool, settings).spacing
+    key = (str(pool_path), int(qid), spacing, settings.window)
     if key not in _ARRAYS:
         if len(_ARRAYS) > 64:
             _ARRAYS.clear()
-        q = pool_of(pool_path).read_question(int(qid))
-        _ARRAYS[key] = load_arrays(q, cache_dir, spacing=settings.spacing, window=settings.window)
+        q = pool.read_question(int(qid))
+        _ARRAYS[key] = load_arrays(q, cache_dir, spacing=spacing, window=settings.window)
     return _ARRAYS[key]
-
-
-def mars_slack(
-    votes: np.ndarray,
-    lead: int,
-    ids: np.ndarray,
-    weights: np.ndarray,
-    eligible: np.ndarray,
-    q: np.ndarray,
-    gamma: float,
-) -> tuple[float, int]:
-    """Minimum slack (margin − threshold) over the unseen and every voted challenger, and which binds.
-
-    The cost formula is :func:`mars.stopping.margin_test`'s (γ·2w for leader voters, −w for the
-    challenger's own voters, γ·w otherwise, times eligibility); the rule fires when every slack is
-    positive. Returns (slack, binding challenger id; ``UNSEEN`` for the unseen answer).
-    """
-    w = np.broadcast_to(weights, ids.shape).astype(np.float64)
-    base = gamma * w
-    is_lead = ids == lead
-    v_lead = votes[lead] if lead >= 0 else 0.0
-    thr_unseen = np.sum(q * (np.where(is_lead, base * 2, base) * eligible))
-    best, binding = v_lead - thr_unseen, UNSEEN
-    for c in np.flatnonzero(votes > 0):
-        if c == lead:
-            continue
-        cost = np.where(is_lead, base * 2, np.where(ids == c, -w, base)) * eligible
-        s = (v_lead - votes[c]) - np.sum(q * cost)
-        if s < best:
-            best, binding = s, int(c)
-    return float(best), binding
 
 
 @dataclass
@@ -122,35 +91,31 @@ class Trajectory:
 def sc_trajectory(
     arr: QuestionArrays, ctx: QuestionContext, iteration: int, method: str = "sc-mars-cal"
 ) -> Trajectory:
-    """Vote shares and the MARS slack at every checkpoint of one bootstrap sample (SC votes)."""
-    m_ = METHODS[method]
-    S = ctx.samples[iteration]
-    gamma = ctx.gamma_for(m_)
-    qm = ctx.q_oracle if m_.q == "oracle" else ctx.q_learned
+    """Vote shares and the MARS slack at every checkpoint of one bootstrap sample.
+
+    The snapshots and the decision are the simulator's own (:class:`~mars.simulate.MethodRun`,
+    :meth:`~mars.stopping.Mars.explain`), so the figure shows exactly the rule the tables report.
+    """
+    run = MethodRun(ctx, METHODS[method])
+    rows = np.array([iteration])
     m, A = arr.n_checkpoints, arr.n_answers
     shares = np.zeros((m, A))
     lead = np.full(m, -1, dtype=np.int64)
     slack = np.full(m, np.nan)
     binding = np.full(m, UNSEEN, dtype=np.int64)
     fires = np.zeros(m, dtype=bool)
-    w = np.ones(len(S))
     for k in range(m):
-        ids = arr.ids[S, k]
-        e = ids >= 0
-        votes = tally(ids[None], w[None], e[None], A)
-        ld, has = leader(votes)
-        tot = votes[0].sum()
+        snap = run.snapshot(k, rows)
+        tot = snap.votes[0].sum()
         if tot > 0:
-            shares[k] = votes[0] / tot
-        lead[k] = ld[0]
-        q = qm[S, k]
-        if has[0]:
-            slack[k], binding[k] = mars_slack(votes[0], int(ld[0]), ids, w, e, q, gamma)
-        ok = margin_test(votes, ld, has, ids[None], w[None], e[None], q[None], gamma)[0]
-        if k == 0 and ctx.warm_ref >= 0 and not m_.certified:
-            ok &= ld[0] == ctx.warm_ref
-        fires[k] = ok
-    fv, _ = leader(tally(arr.final_ids[S][None], w[None], (arr.final_ids[S] >= 0)[None], A))
+            shares[k] = snap.votes[0] / tot
+        lead[k] = snap.lead[0]
+        if isinstance(run.rule, Mars):
+            out = run.rule.explain(snap)
+            assert out.slack is not None and out.binding is not None
+            slack[k], binding[k], fires[k] = out.slack[0], out.binding[0], out.passed[0]
+        else:
+            fires[k] = run.rule.check(snap)[0]
     return Trajectory(
         qid=arr.qid,
         iteration=iteration,
@@ -160,8 +125,8 @@ def sc_trajectory(
         slack=slack,
         binding=binding,
         fires=fires,
-        gamma=float(gamma),
-        final_answer=int(fv[0]),
+        gamma=float(run.gamma),
+        final_answer=int(run.full_budget_vote(rows)[0]),
         representatives=list(arr.representatives),
         correct=np.asarray(arr.correct, dtype=bool),
     )

@@ -9,8 +9,7 @@ simulations. Keep it cheap with few questions / iterations.
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -23,6 +22,7 @@ import seaborn as sns
 
 from ..methods import get_method
 from ..results import per_question_frame
+from ..settings import SPECS
 from ..simulate import QuestionContext, QuestionResult, Settings, run_method
 from . import trace
 from .figures import FORMATS, FigureOut, _finish, style
@@ -48,14 +48,6 @@ POINTS = (
     ("MARS, calibrated γ", "sc-mars-cal"),
     ("oracle stop (first)", "oracle-first"),
 )
-PARAM_SYMBOL = {"gamma": "γ", "delta": "δ", "pp_conv": "u", "consensus": "share"}
-
-
-_SAMPLING = ("budget", "iterations", "seed", "warmup", "window", "spacing")
-
-
-def _sampling_key(s: Settings) -> tuple:
-    return tuple(getattr(s, k) for k in _SAMPLING)
 
 
 def run_tradeoff(
@@ -69,13 +61,13 @@ def run_tradeoff(
     """One row per (family, value): accuracy and savings (means over questions, as overall.json).
 
     Settings that only change a stopping rule's knob (γ, δ, u, share, ...) share each question's
-    :class:`~mars.simulate.QuestionContext` (bootstrap samples, warmup q-model): the context is
-    copied with the new settings, which is exactly what a fresh simulation would rebuild.
+    bootstrap samples and warmup q-model through :meth:`~mars.simulate.QuestionContext.with_settings`,
+    which is exactly what a fresh simulation would rebuild.
     """
     jobs: dict[Settings, list] = {}
     for sw in sweeps:
         for v in sw.values:
-            s = replace(base, **{sw.param: type(getattr(base, sw.param))(v)}).validate()
+            s = base.replace(**{sw.param: SPECS[sw.param].type(v)}).validate()
             jobs.setdefault(s, []).append((sw.family, sw.method, sw.param, v))
     for family, method in points:
         jobs.setdefault(base.validate(), []).append((family, method, None, None))
@@ -86,17 +78,10 @@ def run_tradeoff(
         contexts: dict[tuple, QuestionContext] = {}
         for s, entries in jobs.items():
             arr = trace.load_question(pool, qid, s, cache_dir)
-            key = _sampling_key(s)
+            key = s.sampling_key()
             if key not in contexts:
-                c = QuestionContext(arr, s)
-                c.q_learned, c.q_oracle  # fit once; copies share the cached values  # noqa: B018
-                if arr.has_confs and any(
-                    get_method(m).deepconf for _, m, _, _ in (e for es in jobs.values() for e in es)
-                ):
-                    c.dco  # noqa: B018
-                contexts[key] = c
-            ctx = copy.copy(contexts[key])
-            ctx.s = s
+                contexts[key] = QuestionContext(arr, s)
+            ctx = contexts[key].with_settings(s)
             res = QuestionResult(
                 qid=arr.qid,
                 ground_truth=arr.ground_truth,
@@ -168,7 +153,8 @@ def fig_tradeoff(
             curves = df[df.param.notna()]
             for fam, sub in curves.groupby("family", sort=False):
                 sub = sub.sort_values("value")
-                sym = PARAM_SYMBOL.get(sub.param.iloc[0], sub.param.iloc[0])
+                param = sub.param.iloc[0]
+                sym = SPECS[param].symbol or param if param in SPECS else param
                 vals = ", ".join(_fmt(v) for v in sub.value)
                 ax.plot(
                     sub.savings_pct,

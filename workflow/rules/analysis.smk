@@ -1,8 +1,8 @@
-# fit (per-question arrays) -> simulate (every method of a setting in one job)
+# fit (per-question arrays and switch models) -> simulate (every method of a setting in one job)
 
 
 rule fit:
-    """Precompute the per-question arrays of a pool (answer groups, confidences)."""
+    """Fit every question of a pool: its arrays and its switch model q for each warmup size."""
     input:
         pool=pool_path,
     output:
@@ -11,10 +11,12 @@ rule fit:
         "results/logs/fit/{model}/{dataset}.log",
     benchmark:
         "results/benchmarks/fit/{model}/{dataset}.tsv"
+    threads: SIM["workers"]
     params:
-        window=config["fit"]["window"],
+        args=fit_args,
     shell:
-        "mars fit {input.pool} --out {output} --window {params.window} --quiet > {log} 2>&1"
+        "mars fit {input.pool} --out {output} {params.args} --workers {threads}"
+        " --quiet > {log} 2>&1"
 
 
 rule simulate:
@@ -34,4 +36,4 @@ rule simulate:
         args=simulate_args,
     shell:
         "mars simulate {input.pool} --method {params.methods} --out {output} {params.args}"
-        " --cache {input.fit} --workers {threads} > {log} 2>&1"
+        " --fit {input.fit} --workers {threads} > {log} 2>&1"

@@ -14,46 +14,27 @@ def _config_error(msg):
     raise WorkflowError(f"Invalid MARS workflow config: {msg} (see config/README.md)")
 
 
-def _mars_data_dir():
-    """mars/data of the installed package (None when snakemake runs outside its env)."""
-    import importlib.util
+try:
+    from mars.backends.factory import bundled_presets
+    from mars.methods import parse_methods
+    from mars.problems import bundled_problem_sets
+    from mars.settings import SETTINGS as MARS_SETTINGS
+except ImportError as exc:
+    raise WorkflowError(
+        f"the workflow needs the mars package in snakemake's environment ({exc}); "
+        "run `pip install -e .` in the checkout"
+    )
 
-    spec = importlib.util.find_spec("mars")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / "data"
-
-
-MARS_DATA = _mars_data_dir()
-BUNDLED_PROBLEMS = (
-    sorted(p.stem for p in (MARS_DATA / "problems").glob("*.jsonl"))
-    if MARS_DATA
-    else None
-)
-BUNDLED_PRESETS = (
-    sorted(p.stem for p in (MARS_DATA / "presets").glob("*.json"))
-    if MARS_DATA
-    else None
-)
+BUNDLED_PROBLEMS = bundled_problem_sets()
+BUNDLED_PRESETS = bundled_presets()
 
 DATASETS = config["datasets"]
 MODELS = config["models"]
 GEN = config["generation"]
 SIM = config["simulation"]
 SETTINGS = SIM["settings"]
-SIM_KEYS = (
-    "budget",
-    "iterations",
-    "warmup",
-    "seed",
-    "gamma",
-    "ucb_z",
-    "gamma_min",
-    "pp_conv",
-    "pp_warmup",
-    "pp_patience",
-    "delta",
-    "consensus",
+# the simulation settings a config's `simulation` section may set: declared once, in mars.settings
+SIM_KEYS = tuple(s.name for s in MARS_SETTINGS if s.section == "simulation") + (
     "questions",
 )
 
@@ -88,8 +69,7 @@ def methods_spec(methods):
 
 def _check_config():
     for name, source in DATASETS.items():
-        bundled = BUNDLED_PROBLEMS is None or source in BUNDLED_PROBLEMS
-        if not bundled and not Path(source).is_file():
+        if source not in BUNDLED_PROBLEMS and not Path(source).is_file():
             _config_error(
                 f"datasets.{name}: {source!r} is neither a bundled problem set "
                 f"({', '.join(BUNDLED_PROBLEMS)}) nor an existing jsonl file"
@@ -104,7 +84,7 @@ def _check_config():
                 f"(defined: {', '.join(DATASETS) or 'none'})"
             )
     for m, spec in MODELS.items():
-        if spec["backend"] == "synthetic" and BUNDLED_PRESETS is not None:
+        if spec["backend"] == "synthetic":
             preset = spec["preset"]
             if preset not in BUNDLED_PRESETS and not Path(preset).is_file():
                 _config_error(
@@ -125,12 +105,6 @@ def _check_config():
             )
     if not POOLS:
         _config_error("nothing to do: no models (with datasets) and no imports")
-    try:
-        from mars.methods import parse_methods
-    except (
-        ImportError
-    ):  # snakemake runs outside the mars env: `mars simulate` checks later
-        return
     for s in SETTINGS:
         try:
             parse_methods(methods_spec(setting_params(s)["methods"]))
@@ -175,7 +149,7 @@ def dataset_source(wildcards):
 def questions_source(wildcards):
     """The problems file a dataset is read from (nothing for a bundled set)."""
     source = DATASETS[wildcards.dataset]
-    return [] if BUNDLED_PROBLEMS is None or source in BUNDLED_PROBLEMS else [source]
+    return [] if source in BUNDLED_PROBLEMS else [source]
 
 
 def shard_inputs(wildcards):
@@ -243,11 +217,38 @@ def simulate_methods(wildcards):
     return methods_spec(setting_params(wildcards.setting)["methods"])
 
 
+def pool_spacing(wildcards):
+    """`--spacing` of a generated pool (its probe spacing; fit and simulate check it agrees)."""
+    if (wildcards.model, wildcards.dataset) in IMPORTED:
+        return ""  # an imported pool records its own
+    return f"--spacing {GEN['spacing']}"
+
+
+def fit_warmups():
+    """Every warmup size the settings simulate with: the fit job fits a switch model for each."""
+    return sorted({setting_params(s)["warmup"] for s in SETTINGS})
+
+
+def fit_args(wildcards):
+    """`mars fit` options of a pool: the window, the warmup sizes, the probe spacing."""
+    warmups = ",".join(map(str, fit_warmups()))
+    args = [
+        f"--window {config['fit']['window']}",
+        f"--warmup {warmups}",
+        pool_spacing(wildcards),
+    ]
+    return " ".join(a for a in args if a)
+
+
 def simulate_args(wildcards):
     """`mars simulate` options of one setting: the defaults overridden by the setting."""
     p = setting_params(wildcards.setting)
     opts = {k: p[k] for k in SIM_KEYS if p.get(k) is not None}
-    return " ".join(_flags(opts) + [f"--window {config['fit']['window']}"])
+    args = _flags(opts) + [
+        f"--window {config['fit']['window']}",
+        pool_spacing(wildcards),
+    ]
+    return " ".join(a for a in args if a)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 import json
 import sys
 
-from mars.generate import load_problems
+from mars.problems import load_problems
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script directive
 

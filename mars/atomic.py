@@ -1,0 +1,95 @@
+"""Writing outputs safely: atomic files, and output locations checked before any work.
+
+A file is written to a temporary name in its own folder and renamed over the target
+(``os.replace``), so a reader never sees half a file and an interrupted writer leaves the old one.
+:func:`output_dir` checks an output folder *before* the work that fills it (an existing file, a
+path under a file or an unwritable place is a one-line :class:`~mars.errors.MarsError`) and
+removes the folder again if the work fails and it is still empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from .errors import MarsError
+
+#: Permissions of the folders we create (group/other may read, as any ordinary output).
+DIR_MODE = 0o755
+
+
+def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """Call ``write(tmp)`` on a temporary sibling of ``path``, then rename it to ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return path
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    return write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def write_json_atomic(path: str | Path, obj: object) -> Path:
+    return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def make_dirs(path: Path) -> None:
+    """``mkdir -p`` with mode 0755 (independent of a restrictive umask for the leaf)."""
+    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+
+
+def check_output_dir(path: str | Path, what: str = "--out") -> None:
+    """Refuse an output folder that cannot be created or written, before any work.
+
+    An existing file, a path under a file, or a folder we may not write to is an error naming
+    the path. Nothing is created.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise MarsError(f"{what} {path}: exists and is not a directory")
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise MarsError(f"{what} {path}: {probe} is a file, not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise MarsError(f"{what} {path}: {probe} is not writable")
+
+
+@contextlib.contextmanager
+def output_dir(path: str | Path, what: str = "--out") -> Iterator[Path]:
+    """Create the output folder ``path`` before the work (checked, one-line errors) and remove it
+    again if the work raises and the folder is still empty (nothing partial left behind)."""
+    path = Path(path)
+    check_output_dir(path, what)
+    created = not path.exists()
+    try:
+        make_dirs(path)
+    except OSError as exc:
+        raise MarsError(f"{what} {path}: cannot create it ({exc.strerror or exc})") from None
+    try:
+        yield path
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only if empty
+        raise
+
+
+def check_output_file(path: str | Path, what: str = "output") -> None:
+    """Refuse an output file whose folder cannot be created or written, or that is a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise MarsError(f"{what} {path}: is a directory")
+    check_output_dir(path.parent, what)

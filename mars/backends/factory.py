@@ -1,0 +1,112 @@
+"""The one place a backend is built by name: for ``mars generate``, ``mars solve`` and the library.
+
+``make_backend("synthetic", preset=...)`` or ``make_backend("transformers" | "sglang",
+model=PATH, ...)``. Real-backend options (sampling, engine, batch size…: the keyword arguments of
+:class:`~mars.backends.transformers.TransformersBackend` /
+:class:`~mars.backends.sglang.SGLangBackend`) come from ``options`` (None values ignored) over the
+JSON object in the environment variable ``MARS_BACKEND_OPTIONS``, e.g.
+``MARS_BACKEND_OPTIONS='{"top_k": 20, "batch_size": 8}'``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import MarsError
+from .base import Backend
+
+BACKENDS = ("synthetic", "transformers", "sglang")
+PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
+
+
+def bundled_presets() -> list[str]:
+    """Names of the synthetic presets shipped with the package (no import of the backend)."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+
+
+def make_backend(
+    name: str,
+    *,
+    model: str | None = None,
+    preset: str | None = None,
+    skill: float | None = None,
+    max_tokens: int | None = None,
+    with_confs: bool = True,
+    **options: Any,
+) -> Backend:
+    """A backend by name; bad names, options or models are a one-line :class:`MarsError`.
+
+    ``with_confs=False`` spares the synthetic backend computing confidences; real engines always
+    return them (generation drops them from the pool when asked).
+    """
+    if name not in BACKENDS:
+        raise MarsError(f"unknown backend {name!r} ({' | '.join(BACKENDS)})")
+    if max_tokens is not None and max_tokens < 1:
+        raise MarsError(f"--max-tokens {max_tokens}: must be at least 1")
+    if name == "synthetic":
+        from .synthetic import DEFAULT_PRESET, SyntheticBackend
+
+        ignored = sorted(k for k, v in options.items() if v is not None)
+        if ignored:
+            raise MarsError(
+                f"the synthetic backend has no {', '.join('--' + k.replace('_', '-') for k in ignored)} "
+                "(its sampling is part of the preset)"
+            )
+        return SyntheticBackend(
+            preset or DEFAULT_PRESET, skill=skill, max_tokens=max_tokens, with_confs=with_confs
+        )
+    if preset is not None or skill is not None:
+        raise MarsError(f"--preset and --skill are for the synthetic backend, not {name}")
+    if not model:
+        raise MarsError(f"--backend {name} needs --model (a model directory, hub id or .gguf file)")
+    opts = _env_options()
+    opts.update({k: v for k, v in options.items() if v is not None})
+    if max_tokens is not None:
+        opts["max_tokens"] = int(max_tokens)
+    try:
+        if name == "transformers":
+            from .transformers import TransformersBackend
+
+            cls: type[Backend] = TransformersBackend
+        else:
+            from .sglang import SGLangBackend
+
+            cls = SGLangBackend
+    except ImportError as exc:
+        raise MarsError(
+            f"backend {name!r} is not installed ({exc}); pip install 'mars[{name}]'"
+        ) from None
+    known = set(inspect.signature(cls.__init__).parameters) - {
+        "self",
+        "model_path",
+        "engine",
+        "model",
+        "tokenizer",
+    }
+    bad = sorted(set(opts) - known)
+    if bad:
+        raise MarsError(f"unknown {name} backend options {bad} (known: {', '.join(sorted(known))})")
+    try:
+        return cls(model, **opts)  # type: ignore[call-arg]
+    except ImportError as exc:
+        raise MarsError(
+            f"backend {name!r} is not installed ({exc}); pip install 'mars[{name}]'"
+        ) from None
+    except OSError as exc:  # transformers: no such model directory / hub id not cached offline
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MarsError(f"cannot load model {model!r}: {first}") from None
+
+
+def _env_options() -> dict:
+    raw = os.environ.get("MARS_BACKEND_OPTIONS", "").strip()
+    try:
+        opts = json.loads(raw) if raw else {}
+    except json.JSONDecodeError as exc:
+        raise MarsError(f"MARS_BACKEND_OPTIONS is not valid JSON ({exc})") from None
+    if not isinstance(opts, dict):
+        raise MarsError("MARS_BACKEND_OPTIONS must be a JSON object")
+    return opts

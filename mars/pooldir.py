@@ -1,0 +1,206 @@
+"""Writing pool directories (the layout of :mod:`mars.schema`): the one writer behind generation,
+live runs, imports and consolidation.
+
+Two modes:
+
+* **resumable** (``mars generate``, ``mars solve``): written in place. The run's parameters go
+  first into a record file (``.generate.json``, ``.solve.json``); every trace file is written
+  atomically, so a question whose file exists is done; ``questions.parquet`` and ``pool.json``
+  (the completion marker) come last and the record is removed. Re-running the same command skips
+  what is done and regenerates the rest; since every trace is reproducible from (seed, qid,
+  trace_idx) the result is identical to an uninterrupted run. A run with *other* parameters into
+  the same folder is refused.
+* **atomic** (``mars import``, ``mars consolidate``): everything is written to a hidden sibling
+  folder and renamed into place at the end; a failure leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import schema
+from .atomic import check_output_dir, make_dirs, write_atomic, write_json_atomic
+from .errors import MarsError
+from .pool import PoolError
+
+#: A manifest's view of the parameters it was written with (compared on resume).
+ParamsOf = Callable[[dict], dict]
+
+
+def _params_at_top(params: dict) -> ParamsOf:
+    return lambda manifest: {k: manifest.get(k) for k in params}
+
+
+def write_trace_table(table: pa.Table, path: str | Path) -> None:
+    """Write one question's trace table atomically, with the pool's parquet options."""
+    write_atomic(path, lambda p: pq.write_table(table, p, **schema.TRACE_PARQUET_OPTIONS))
+
+
+def _as_trace_table(traces: pa.Table | dict) -> pa.Table:
+    if isinstance(traces, dict):
+        return pa.Table.from_pydict(traces, schema=schema.TRACE_SCHEMA)
+    return traces if traces.schema.equals(schema.TRACE_SCHEMA) else traces.cast(schema.TRACE_SCHEMA)
+
+
+class PoolDirWriter:
+    """Write a pool directory question by question (see the module docstring for the modes).
+
+    Resumable use::
+
+        w = PoolDirWriter(out, params, record=".generate.json", what="generation")
+        if not w.start(qids):            # False: a finished pool of these parameters is there
+            return out
+        for qid in w.todo(qids): w.write_question(qid, table)
+        w.finish(question_rows, manifest)
+
+    Atomic use: ``with PoolDirWriter(out, atomic=True) as w: w.write_question(...);
+    w.finish(rows, manifest)`` (leaving the block without ``finish`` discards everything).
+    """
+
+    def __init__(
+        self,
+        out: str | Path,
+        params: dict | None = None,
+        *,
+        record: str = ".generate.json",
+        what: str = "generation",
+        atomic: bool = False,
+        overwrite: bool = False,
+        params_of: ParamsOf | None = None,
+        done_marker: Callable[[int], Path] | None = None,
+    ):
+        self.out = Path(out)
+        self.params = dict(params or {})
+        self.record = self.out / record
+        self.what = what
+        self.atomic = atomic
+        self.overwrite = overwrite
+        self.params_of = params_of or _params_at_top(self.params)
+        self._done_marker = done_marker
+        self._tmp: Path | None = None
+        if atomic:
+            if self.out.exists() and not overwrite:
+                raise PoolError(f"{self.out}: already exists (refusing to overwrite)")
+            check_output_dir(self.out.parent, "output")
+            try:
+                make_dirs(self.out.parent)
+                self._tmp = Path(
+                    tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent)
+                )
+            except OSError as exc:
+                raise MarsError(f"{self.out}: cannot write here ({exc.strerror or exc})") from None
+            (self._tmp / schema.POOL_TRACES_DIR).mkdir()
+
+    # -- where things go ---------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        """The folder being written (the hidden sibling in atomic mode)."""
+        return self._tmp if self._tmp is not None else self.out
+
+    def trace_path(self, qid: int) -> Path:
+        return self.root / schema.trace_file_name(qid)
+
+    def is_done(self, qid: int) -> bool:
+        marker = self._done_marker(qid) if self._done_marker else self.trace_path(qid)
+        return marker.exists()
+
+    def todo(self, qids: list[int]) -> list[int]:
+        return [q for q in qids if not self.is_done(q)]
+
+    # -- resumable protocol ------------------------------------------------------------------
+    def start(self, qids: list[int]) -> bool:
+        """Claim ``out`` for this run: False when a finished pool of the same parameters holding
+        every question is already there (nothing to do), True when work may start or resume."""
+        out, manifest_path = self.out, self.out / schema.POOL_MANIFEST
+        check_output_dir(out)
+        if manifest_path.exists():
+            done = _read_json(manifest_path)
+            if self.params_of(done) != self.params:
+                raise PoolError(f"{out}: holds a finished pool {self.what} with other parameters")
+            if all(self.is_done(q) for q in qids):
+                return False
+            # files were deleted since: regenerate them (the manifest is rewritten at the end)
+            manifest_path.unlink()
+            write_json_atomic(self.record, self.params)
+        if self.record.exists():
+            prev = _read_json(self.record)
+            if prev != self.params:
+                diff = sorted(
+                    k for k in set(prev) | set(self.params) if prev.get(k) != self.params.get(k)
+                )
+                raise PoolError(
+                    f"{out}: holds an interrupted {self.what} with other parameters "
+                    f"({', '.join(diff)})"
+                )
+        elif out.exists() and any(out.iterdir()):
+            raise PoolError(
+                f"{out}: exists and is not an interrupted {self.what} (refusing to overwrite)"
+            )
+        try:
+            make_dirs(out / schema.POOL_TRACES_DIR)
+        except OSError as exc:
+            raise MarsError(f"{out}: cannot create it ({exc.strerror or exc})") from None
+        if not self.record.exists():
+            write_json_atomic(self.record, self.params)
+        for stale in (out / schema.POOL_TRACES_DIR).glob(".*.tmp-*"):
+            stale.unlink()
+        return True
+
+    # -- writing -----------------------------------------------------------------------------
+    def write_question(self, qid: int, traces: pa.Table | dict) -> None:
+        write_trace_table(_as_trace_table(traces), self.trace_path(int(qid)))
+
+    def finish(self, questions: list[dict], manifest: dict) -> Path:
+        """Write ``questions.parquet`` and then ``pool.json`` (the completion marker)."""
+        rows = sorted(
+            ({n: r.get(n) for n in schema.QUESTION_SCHEMA.names} for r in questions),
+            key=lambda r: r["qid"],
+        )
+        table = pa.Table.from_pylist(rows, schema=schema.QUESTION_SCHEMA)
+        write_atomic(self.root / schema.POOL_QUESTIONS, lambda p: pq.write_table(table, p))
+        full = {
+            "format": schema.POOL_FORMAT,
+            "version": schema.POOL_FORMAT_VERSION,
+            **manifest,
+            "n_questions": len(rows),
+        }
+        write_json_atomic(self.root / schema.POOL_MANIFEST, full)
+        if self._tmp is not None:
+            if self.out.exists() and self.overwrite:
+                shutil.rmtree(self.out)
+            os.replace(self._tmp, self.out)
+            self._tmp = None
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.record.unlink()
+        return self.out
+
+    def abort(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> PoolDirWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.abort()  # a no-op after finish()
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PoolError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise PoolError(f"{path}: not a JSON object")
+    return data
