@@ -257,6 +257,7 @@ def test_methods_that_cannot_run_live_are_refused(method, msg):
         live_method(method)
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_and_leave_nothing(tmp_path):
     out = tmp_path / "x"
     res = subprocess.run(

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -24,17 +25,7 @@ BIN = Path(sys.executable).parent
 TEST_CONFIG = REPO / "config" / "test.yaml"
 
 
-def _has_report() -> bool:
-    try:
-        r = subprocess.run(
-            [sys.executable, "-m", "mars.cli", "report", "--help"], capture_output=True, timeout=120
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return r.returncode == 0
-
-
-HAS_REPORT = _has_report()
+slow = pytest.mark.slow  # a real Snakemake process (seconds to minutes)
 
 
 def _env(extra_path: Path | None = None) -> dict:
@@ -118,10 +109,8 @@ def write_config(path: Path, base: Path | dict = TEST_CONFIG, **changes) -> Path
 
 
 def tiny_config(tmp: Path, **changes) -> Path:
-    """config/test.yaml, with the report switched off where `mars report` does not exist yet."""
+    """config/test.yaml with ``changes``."""
     cfg = yaml.safe_load(TEST_CONFIG.read_text())
-    if not HAS_REPORT:
-        cfg["report"] = {"enabled": False}
     cfg.update(changes)
     return write_config(tmp / "config.yaml", cfg)
 
@@ -163,6 +152,7 @@ def test_default_config_dag(tmp_path):
     assert any("--method sc-pp,sc-pp-faithful" in b and "--pp-conv 14" in b for b in sim)
 
 
+@slow
 def test_paper_config_dag_and_resources(tmp_path):
     out = smk(tmp_path, "-n", configfile=REPO / "config" / "paper.yaml").stdout
     stats = job_stats(out)
@@ -189,6 +179,7 @@ def test_paper_config_dag_and_resources(tmp_path):
     assert any("--budget 512 --iterations 64 --warmup 16 --seed 42" in b for b in sim)
 
 
+@slow
 def test_slurm_profile_dry_run(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm")
     out = smk(
@@ -229,6 +220,7 @@ def _with(base: dict, **sections) -> dict:
     ],
     ids=["schema", "preset", "method"],
 )
+@slow
 def test_bad_config_fails_at_parse_time(tmp_path, change, message):
     cfg = _with(yaml.safe_load(TEST_CONFIG.read_text()), **change)
     r = smk(tmp_path, "-n", configfile=write_config(tmp_path / "bad.yaml", cfg), check=False)
@@ -291,6 +283,7 @@ def test_schema_fills_defaults():
     )
 
 
+@slow
 def test_schema_defaults_fill_a_minimal_config(tmp_path):
     """A config with a user's jsonl dataset and nothing else: the schema's defaults fill the rest."""
     problems = tmp_path / "mine.jsonl"
@@ -350,19 +343,23 @@ def _copy_run(run, dest: Path) -> Path:
     return work
 
 
+@slow
 def test_tiny_run_outputs(tiny_run):
     work, out = tiny_run["work"], tiny_run["out"]
     stats = job_stats(out)
     expected = {"questions": 1, "generate": 2, "consolidate": 1, "fit": 1, "simulate": 2, "all": 1}
-    if HAS_REPORT:
-        expected["tables_figures"] = 1
+    expected["tables_figures"] = 1
     assert stats == expected
     res = work / "results"
     assert (res / "questions" / "aime_2025.jsonl").read_text().count("\n") == 30
     for s in (0, 1):
         assert (res / "traces" / "tiny" / "aime_2025" / f"shard{s}" / "pool.json").is_file()
     assert (res / "pools" / "tiny" / "aime_2025" / "pool.json").is_file()
-    assert any((res / "fit" / "tiny" / "aime_2025").glob("q*.npz"))
+    fit = res / "fit" / "tiny" / "aime_2025"
+    assert any(fit.glob("q*.npz"))
+    models = pq.read_table(fit / "models.parquet").to_pylist()
+    assert sorted((m["qid"], m["warmup"]) for m in models) == [(0, 4), (1, 4)]
+    assert all(m["coef"] is not None and m["n_rows"] > 0 for m in models)
     default = res / "simulate" / "tiny" / "aime_2025" / "default"
     methods = sorted(p.name for p in default.iterdir() if (p / "overall.json").is_file())
     assert (
@@ -378,10 +375,21 @@ def test_tiny_run_outputs(tiny_run):
         assert list((res / "logs" / rule).rglob("*.log")), rule
         bench = list((res / "benchmarks" / rule).rglob("*.tsv"))
         assert bench and bench[0].read_text().startswith("s\th:m:s"), rule
-    if HAS_REPORT:
-        assert any((res / "report").rglob("*.png")) or any((res / "report").rglob("*.md"))
+    report = res / "report"
+    assert (report / "report.md").is_file()
+    for table in (
+        "table1-main",
+        "table2-parallel-probe",
+        "table-oracle-bounds",
+        "table-probe-cost",
+    ):
+        for ext in ("md", "tex", "csv"):
+            assert (report / "tables" / f"{table}.{ext}").is_file(), (table, ext)
+    for fig in ("fig1-left-savings", "fig1-right-example", "fig4-ablations"):
+        assert (report / "figures" / f"{fig}.png").stat().st_size > 5_000, fig
 
 
+@slow
 def test_generated_traces_are_write_protected(tiny_run):
     manifest = (
         tiny_run["work"] / "results" / "traces" / "tiny" / "aime_2025" / "shard0" / "pool.json"
@@ -389,6 +397,7 @@ def test_generated_traces_are_write_protected(tiny_run):
     assert not manifest.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
 
 
+@slow
 def test_gpu_jobs_never_share_the_card(tiny_run):
     """With the default profile's global `gpu: 1`, two GPU jobs never run at the same time."""
     out = tiny_run["out"]
@@ -406,6 +415,7 @@ def test_gpu_jobs_never_share_the_card(tiny_run):
     assert len(gpu_jobs) == 2 and peak == 1
 
 
+@slow
 def test_rerun_nothing_to_do_and_library_edits(tiny_run, tmp_path):
     work = _copy_run(tiny_run, tmp_path)
     r = smk(work, "-n", configfile=tiny_run["config"], path=tiny_run["bin"])
@@ -421,10 +431,11 @@ def test_rerun_nothing_to_do_and_library_edits(tiny_run, tmp_path):
     assert "results/" not in r.stdout.split("Building DAG of jobs...")[-1]
 
 
+@slow
 def test_simulation_parameter_change_reruns_only_downstream(tiny_run, tmp_path):
     work = _copy_run(tiny_run, tmp_path)
     cfg = yaml.safe_load(tiny_run["config"].read_text())
-    downstream = {"tables_figures": 1} if HAS_REPORT else {}
+    downstream = {"tables_figures": 1}
     # a simulation default: every setting's simulate job, and what follows
     cfg["simulation"]["budget"] = 6
     path = write_config(tmp_path / "budget.yaml", cfg)
@@ -445,10 +456,11 @@ def test_simulation_parameter_change_reruns_only_downstream(tiny_run, tmp_path):
     assert '"pp_conv": 5' in pp.read_text()
 
 
+@slow
 def test_forcerun_and_until(tiny_run, tmp_path):
     work = _copy_run(tiny_run, tmp_path)
     cfg = tiny_run["config"]
-    downstream = {"tables_figures": 1} if HAS_REPORT else {}
+    downstream = {"tables_figures": 1}
     # -R fit: the fit and everything after it, never the generation
     r = smk(work, "-n", "-R", "fit", configfile=cfg)
     assert job_stats(r.stdout) == {"fit": 1, "simulate": 2, "all": 1, **downstream}
@@ -474,6 +486,7 @@ def test_forcerun_and_until(tiny_run, tmp_path):
     assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "consolidate": 1, "fit": 1}
 
 
+@slow
 def test_forcing_generation_keeps_the_traces(tiny_run, tmp_path):
     """-R generate: refused (write-protected; as root, `mars generate` refuses to overwrite)."""
     work = _copy_run(tiny_run, tmp_path)
@@ -500,6 +513,7 @@ def test_forcing_generation_keeps_the_traces(tiny_run, tmp_path):
     assert sorted(p.name for p in (shard / "traces").iterdir()) == before
 
 
+@slow
 def test_second_entry_from_existing_pools(tiny_run, tmp_path):
     """Published parquet (mars export) and an existing pool directory: only the downstream stages."""
     pool = tiny_run["work"] / "results" / "pools" / "tiny" / "aime_2025"
@@ -531,12 +545,12 @@ def test_second_entry_from_existing_pools(tiny_run, tmp_path):
             "warmup": 4,
             "workers": 1,
         },
-        "report": {"enabled": HAS_REPORT},
+        "report": {"enabled": True},
     }
     path = write_config(tmp_path / "pools.yaml", cfg)
     r = smk(work, "-n", configfile=path)
     stats = job_stats(r.stdout)
-    assert stats.pop("tables_figures", 0) == int(HAS_REPORT)
+    assert stats.pop("tables_figures", 0) == 1
     assert stats == {"import_pool": 1, "fit": 2, "simulate": 2, "all": 1}
     r = smk(work, "all_simulations", configfile=path, path=tiny_run["bin"])
     for model in ("published", "ours"):
@@ -545,6 +559,7 @@ def test_second_entry_from_existing_pools(tiny_run, tmp_path):
     assert (work / "results" / "imported" / "published" / "aime_2025" / "pool.json").is_file()
 
 
+@slow
 def test_import_parallel_probe_dag(tmp_path):
     out = smk(tmp_path, "-n", configfile=REPO / "config" / "pools.yaml", check=False).stdout
     # the example points at data the user downloads: a missing input, not a config error
@@ -557,6 +572,7 @@ PP_DATA = REPO.parent / "shared" / "data" / "parallel-probe-qwen3-8b" / "aime24.
 
 @pytest.mark.reference
 @pytest.mark.skipif(not PP_DATA.is_file(), reason="needs ../shared/data (Parallel-Probe traces)")
+@slow
 def test_import_parallel_probe_pool(tmp_path):
     """config/pools.yaml pointed at the real Parallel-Probe matrices: import_pool runs."""
     cfg = yaml.safe_load((REPO / "config" / "pools.yaml").read_text())
@@ -567,7 +583,7 @@ def test_import_parallel_probe_pool(tmp_path):
     assert (tmp_path / "results" / "imported" / "qwen3-8b" / "aime_2024" / "pool.json").is_file()
 
 
-@pytest.mark.skipif(not HAS_REPORT, reason="`mars report` is not available yet")
+@slow
 def test_html_report(tiny_run, tmp_path):
     work = _copy_run(tiny_run, tmp_path)
     smk(work, "--report", "report.html", configfile=tiny_run["config"])
@@ -578,6 +594,7 @@ def test_html_report(tiny_run, tmp_path):
 # lint and format
 
 
+@slow
 def test_lint_only_the_deliberate_conda_lint(tmp_path):
     """`snakemake --lint` finds nothing but the per-rule conda lint (one environment: mars's own)."""
     r = smk(tmp_path, "--lint", configfile=TEST_CONFIG, check=False, cores=None)
