@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars.backends.synthetic import SyntheticBackend
 from mars.generate import generate_pool
+from mars.pool import open_pool
 from mars.problems import load_problems
 from mars.problems import parse_question_spec as parse_qids
-from mars.pool import open_pool
 
 
 def _cpu() -> float:

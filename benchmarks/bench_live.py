@@ -1,8 +1,9 @@
 """Live MARS (`mars solve`): tokens and wall time against running every trace to completion.
 
-    python benchmarks/bench_live.py [--backend synthetic|transformers] [--model PATH] [--preset qwen3-8b]
-                                    [--problems aime_2025] [--questions 0-29] [--traces 64] [--warmup 16]
-                                    [--method sc-mars-cal] [--spacing 2048] [--max-tokens N] [--overhead]
+    python benchmarks/bench_live.py [--backend synthetic|transformers] [--model PATH]
+                                    [--preset qwen3-8b] [--problems aime_2025] [--questions 0-29]
+                                    [--traces 64] [--warmup 16] [--method sc-mars-cal]
+                                    [--spacing 2048] [--max-tokens N] [--overhead]
 
 Per question: the live run (warmup, then N traces stopped when the method fires) and the same N
 traces run to completion (``compare_full``). Prints one line of JSON: accuracy of both, tokens
@@ -28,9 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars.backends.synthetic import SyntheticBackend
+from mars.live import solve
 from mars.problems import load_problems
 from mars.problems import parse_question_spec as parse_qids
-from mars.live import solve
 
 
 def _backend(a):
@@ -47,7 +48,8 @@ def _backend(a):
 
 
 def overhead(a) -> dict:
-    """Decision time per checkpoint vs N on the synthetic engine (generation there costs ~nothing)."""
+    """Decision time per checkpoint vs N on the synthetic engine
+    (generation there costs ~nothing)."""
     be = SyntheticBackend(a.preset)
     problem = load_problems(a.problems)[a.overhead_question]
     out = {}
@@ -108,8 +110,9 @@ def main(argv=None) -> int:
         )
         runs.append(run)
         print(
-            f"q{q}: {run.stopped_by} at {run.stop_position}, {run.tokens} vs {run.full['tokens']} tokens, "
-            f"{run.wall_s['main']:.2f} vs {run.full['wall_s']:.2f} s, replay_ok={run.replay_ok}",
+            f"q{q}: {run.stopped_by} at {run.stop_position}, {run.tokens} vs {run.full['tokens']} "
+            f"tokens, {run.wall_s['main']:.2f} vs {run.full['wall_s']:.2f} s, "
+            f"replay_ok={run.replay_ok}",
             file=sys.stderr,
         )
     n = len(runs)

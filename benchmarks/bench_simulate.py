@@ -1,7 +1,8 @@
 """Simulator benchmark: all 14 reference methods from a cold start, time and peak memory.
 
-    python benchmarks/bench_simulate.py               # 10 questions × 1,024 traces (≈15k tokens)
-    python benchmarks/bench_simulate.py --scaling     # + per-question cost at 1,024 / 2,048 / 4,096 traces
+    python benchmarks/bench_simulate.py            # 10 questions × 1,024 traces (≈15k tokens)
+    python benchmarks/bench_simulate.py --scaling  # + per-question cost at 1,024 / 2,048 /
+                                                   #   4,096 traces
 
 The pool is generated once with our synthetic backend (DeepSeek-R1-8B preset on AIME 2025, traces of
 about 15k tokens with per-token confidences) into benchmarks/out/. Each measurement runs

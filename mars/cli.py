@@ -33,7 +33,10 @@ app = typer.Typer(
 )
 err = Console(stderr=True, width=110)
 
-PROBLEMS_HELP = f"jsonl file ({{question, answer}} per line) or bundled set: {', '.join(bundled_problem_sets())}"
+PROBLEMS_HELP = (
+    "jsonl file ({question, answer} per line) or bundled set: "
+    f"{', '.join(bundled_problem_sets())}"
+)
 PRESET_HELP = f"synthetic preset (a name or a JSON file): {', '.join(bundled_presets())}"
 BACKEND_HELP = " | ".join(BACKENDS)
 
@@ -394,7 +397,7 @@ def replay(
     run: Path = typer.Argument(..., help="a `mars solve` output directory"),
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
 ):
-    """Re-simulate a live run from its records; exit 1 if any question differs from what ran live."""
+    """Re-simulate a live run from its records; exit 1 if any question differs from what ran live."""  # noqa: E501 - typer shows it verbatim as the command summary
     from .live import replay as replay_run
 
     with user_errors():

@@ -10,7 +10,8 @@ PERCENTILE = 90
 
 
 def threshold(arr: QuestionArrays, warm: np.ndarray):
-    """Confidence threshold: 90th percentile (linear) of the warmup traces' lowest group confidence."""
+    """Confidence threshold: 90th percentile (linear)
+    of the warmup traces' lowest group confidence."""
     return np.percentile(arr.min_group[warm], PERCENTILE)
 
 
@@ -20,7 +21,8 @@ def running_min_conf(arr: QuestionArrays) -> np.ndarray:
 
 
 def iteration_state(arr: QuestionArrays, samples: np.ndarray, n_warmup: int):
-    """Per-iteration thresholds τ_i (from each sample's first ``n_warmup`` columns) and truncation [I, B]."""
+    """Per-iteration thresholds τ_i (from each sample's first ``n_warmup`` columns)
+    and truncation [I, B]."""
     taus = [threshold(arr, s[:n_warmup]) for s in samples]
     trunc = np.stack([arr.truncation(t)[s] for t, s in zip(taus, samples)])
     return taus, trunc

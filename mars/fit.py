@@ -109,7 +109,7 @@ def fit_pool(
     manifest last.
     """
     pool = open_pool(pool_path)
-    warmups = tuple(sorted(set(int(w) for w in warmups)))
+    warmups = tuple(sorted({int(w) for w in warmups}))
     if not warmups:
         raise FitError("no --warmup size given")
     for w in warmups:
@@ -183,7 +183,7 @@ class FitDir:
         models = self.path / schema.FIT_MODELS
         try:
             rows = pq.read_table(models).to_pylist()
-        except Exception as exc:  # noqa: BLE001 - any reader failure is a bad fit directory
+        except Exception as exc:  # any reader failure is a bad fit directory
             raise FitError(
                 f"{models}: unreadable ({str(exc).splitlines()[0] if str(exc) else exc})"
             ) from None
@@ -194,11 +194,13 @@ class FitDir:
         where = str(self.path)
         if settings.window != self.window:
             raise FitError(
-                f"{where}: fitted with --window {self.window}, the simulation asks {settings.window}"
+                f"{where}: fitted with --window {self.window}, the simulation asks "
+                f"{settings.window}"
             )
         if settings.spacing != self.spacing:
             raise FitError(
-                f"{where}: fitted on the {self.spacing}-token grid, the simulation uses {settings.spacing}"
+                f"{where}: fitted on the {self.spacing}-token grid, the simulation uses "
+                f"{settings.spacing}"
             )
         if settings.warmup not in self.warmups:
             raise FitError(
@@ -225,8 +227,8 @@ class FitDir:
             )
         if row["content_hash"] != arr.content_hash:
             raise FitError(
-                f"{self.path}: question {arr.qid} was fitted on other traces than the pool holds now "
-                "(rerun `mars fit`)"
+                f"{self.path}: question {arr.qid} was fitted on other traces than the pool holds "
+                "now (rerun `mars fit`)"
             )
         model = None if row["coef"] is None else SwitchModel.from_params(row)
         return QuestionFit(

@@ -99,7 +99,8 @@ def run_batch(
 
 
 def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord]) -> pa.Table:
-    """One question's trace table (:data:`mars.schema.TRACE_SCHEMA`); trace_idx = first_trace + j."""
+    """One question's trace table (:data:`mars.schema.TRACE_SCHEMA`);
+    trace_idx = first_trace + j."""
     n = len(records)
     res = [r.result for r in records]
     has_confs = [r.confs is not None for r in res]
@@ -112,7 +113,8 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
         if bad.size:
             j = int(bad[0])
             raise ValueError(
-                f"question {qid}, trace {first_trace + j}: {counts[j]} confidences for length {lengths[j]}"
+                f"question {qid}, trace {first_trace + j}: {counts[j]} confidences for length "
+                f"{lengths[j]}"
             )
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])

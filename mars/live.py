@@ -19,8 +19,8 @@ differ from the offline simulator, each because a live run cannot see the future
 * the checkpoint grid is fixed in advance (``spacing``, 2·spacing, … ≤ ``max_tokens``), not taken
   from the traces;
 * answers are grouped online, in the order they arrive (warmup traces first, then checkpoint by
-  checkpoint), so that an answer's group id never changes (:func:`~mars.answers.group_answers_online`;
-  ids break vote ties);
+  checkpoint), so that an answer's group id never changes
+  (:func:`~mars.answers.group_answers_online`; ids break vote ties);
 * a checkpoint's confidence is the mean of the W tokens *before* the probe; the reference's window
   ends at token p, which does not exist yet when the engine probes at p tokens.
 
@@ -308,7 +308,8 @@ def solve(
     compare_full: bool = False,
     **knobs,
 ) -> LiveRun:
-    """Answer ``problem`` live with ``method`` (see the module docstring); the records are in ``.table``.
+    """Answer ``problem`` live with ``method`` (see the module docstring);
+    the records are in ``.table``.
 
     ``knobs`` are :class:`mars.simulate.Settings` fields (gamma, ucb_z, gamma_min, delta, pp_conv,
     pp_warmup, pp_patience, consensus, window). ``compare_full`` also runs the same N traces to
@@ -448,10 +449,12 @@ def solve_pool(
     on_question: Callable[[LiveRun], None] | None = None,
     **knobs,
 ) -> list[dict]:
-    """:func:`solve` every requested question into the pool directory ``out``; one summary per question.
+    """:func:`solve` every requested question into the pool directory ``out``;
+    one summary per question.
 
     Resumable: a question is done once its ``live/qNNNNNN.json`` exists (written after its trace
-    file); re-running the same command skips it. Other parameters into the same directory are refused.
+    file); re-running the same command skips it. Other parameters into the same directory are
+    refused.
     """
     by_qid, qids = select_problems(problems, questions)
     m = live_method(method)

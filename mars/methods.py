@@ -2,24 +2,26 @@
 
 Names with the reference's meaning (reference-protocol §5.3; ``sc`` is its ``offline``):
 
-=====================  ========  ==========  ==============================  =======  ===========
-method                 weights   DeepConf    stopping                        q        γ
-=====================  ========  ==========  ==============================  =======  ===========
-sc                     uniform   no          never (full-budget vote)        –        –
-dco                    conf      yes         never                           –        –
-sc-mars                uniform   no          MARS                            learned  ``--gamma``
-sc-mars-cal            uniform   no          MARS                            learned  calibrated (oracle q on warmup)
-sc-mars-oracle         uniform   no          MARS                            oracle   ``--gamma``
-sc-mars-oracle-cal     uniform   no          MARS                            oracle   calibrated (oracle q)
-dco-mars               uniform   yes         MARS                            learned  ``--gamma``
-dco-mars-cal           conf      yes         MARS                            learned  calibrated (oracle q, conf, filter)
-dco-mars-oracle        conf      yes         MARS                            oracle   ``--gamma``
-sc-pp                  uniform   no          Parallel-Probe (reference)      –        –
-oracle-first           uniform   no          first checkpoint = final vote   –        –
-oracle-last            uniform   no          one after last disagreement     –        –
-oracle-dco-first       conf      yes         as oracle-first                 –        –
-oracle-dco-last        conf      yes         as oracle-last                  –        –
-=====================  ========  ==========  ==============================  =======  ===========
+==================  =======  ========  =============================  =======  =====================
+method              weights  DeepConf  stopping                       q        γ
+==================  =======  ========  =============================  =======  =====================
+sc                  uniform  no        never (full-budget vote)       –        –
+dco                 conf     yes       never                          –        –
+sc-mars             uniform  no        MARS                           learned  ``--gamma``
+sc-mars-cal         uniform  no        MARS                           learned  calibrated (oracle q
+                                                                               on warmup)
+sc-mars-oracle      uniform  no        MARS                           oracle   ``--gamma``
+sc-mars-oracle-cal  uniform  no        MARS                           oracle   calibrated (oracle q)
+dco-mars            uniform  yes       MARS                           learned  ``--gamma``
+dco-mars-cal        conf     yes       MARS                           learned  calibrated (oracle q,
+                                                                               conf, filter)
+dco-mars-oracle     conf     yes       MARS                           oracle   ``--gamma``
+sc-pp               uniform  no        Parallel-Probe (reference)     –        –
+oracle-first        uniform  no        first checkpoint = final vote  –        –
+oracle-last         uniform  no        one after last disagreement    –        –
+oracle-dco-first    conf     yes       as oracle-first                –        –
+oracle-dco-last     conf     yes       as oracle-last                 –        –
+==================  =======  ========  =============================  =======  =====================
 
 New methods (not in the reference):
 

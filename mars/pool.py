@@ -184,7 +184,8 @@ def _check_traces(q: QuestionData) -> None:
             pos = int(np.flatnonzero(~finite)[0])
             j = int(np.searchsorted(q.conf_offsets, pos, side="right") - 1)
             raise PoolError(
-                f"{q.where(j)}: non-finite confidence (NaN or inf) at token {pos - q.conf_offsets[j]}"
+                f"{q.where(j)}: non-finite confidence (NaN or inf) at token "
+                f"{pos - q.conf_offsets[j]}"
             )
 
 
@@ -229,7 +230,8 @@ class Pool:
             yield self.read_question(qid)
 
     def fingerprint(self) -> str:
-        """Cheap identity of the input (size + mtime of every file); content hashes are per question."""
+        """Cheap identity of the input (size + mtime of every file);
+        content hashes are per question."""
         h = hashlib.blake2b(digest_size=16)
         for p in sorted(self._files()):
             st = os.stat(p)
@@ -329,7 +331,8 @@ def question_from_table(
     answers = p_flat.field("answer")
     cost = None
     if published:
-        # The authors' loader drops probes whose answer is None; '' stays (and later maps to no group).
+        # The authors' loader drops probes whose answer is None; '' stays
+        # (and later maps to no group).
         keep = np.asarray(pc.is_valid(answers).to_numpy(zero_copy_only=False), dtype=bool)
         if not keep.all():
             counts = (
@@ -393,8 +396,8 @@ def question_from_table(
             if bad.size:
                 j = int(bad[0])
                 raise PoolError(
-                    f"{where}, trace {int(trace_idx[j])}: {int(np.diff(conf_offsets)[j])} confidences "
-                    f"for length {int(lengths[j])}"
+                    f"{where}, trace {int(trace_idx[j])}: {int(np.diff(conf_offsets)[j])} "
+                    f"confidences for length {int(lengths[j])}"
                 )
     q = QuestionData(
         qid=int(qid),

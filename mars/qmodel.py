@@ -165,7 +165,8 @@ def fit_question(arr: QuestionArrays, warm: np.ndarray, memo: dict | None = None
 
 
 def predict_question(model: SwitchModel | None, arr: QuestionArrays) -> np.ndarray:
-    """Learned switch probabilities of every trace × checkpoint, float32 [n, m] (1 without model)."""
+    """Learned switch probabilities of every trace × checkpoint, float32 [n, m]
+    (1 without model)."""
     n, m = arr.ids.shape
     if model is None:
         return np.ones((n, m), dtype=np.float32)

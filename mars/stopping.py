@@ -87,7 +87,8 @@ def margin(
     strict=True,
     explain=False,
 ) -> Margin:
-    """The MARS certificate for every row: leader safe against the unseen and every voted challenger.
+    """The MARS certificate for every row: leader safe against the unseen
+    and every voted challenger.
 
     Costs follow reference-protocol §5.1 term by term (γ·2w for leader voters, −w for the
     challenger's own voters, γ·w otherwise, times eligibility) and each threshold is summed over the
@@ -285,7 +286,8 @@ class ParallelProbe(Rule):
 
 @dataclass
 class Consensus(Rule):
-    """Stop once the leader holds at least ``share`` of the eligible vote (after ``min_checkpoint``)."""
+    """Stop once the leader holds at least ``share`` of the eligible vote
+    (after ``min_checkpoint``)."""
 
     share: float = 0.9
     min_checkpoint: int = 0

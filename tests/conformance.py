@@ -238,7 +238,8 @@ def explain(pool: str, qid: int, max_rounds: int = 12):
 
 
 def _tied_leaders(arr, pool: str, folder: str, iterations) -> set:
-    """Answers tied for the lead (uniform snapshot vote) at any checkpoint of the given iterations."""
+    """Answers tied for the lead (uniform snapshot vote)
+    at any checkpoint of the given iterations."""
     from mars.simulate import bootstrap_samples
     from mars.voting import tally
 
@@ -262,7 +263,8 @@ def main(argv):
         bad_q = sorted({q for df in res.values() for q in df.index.get_level_values(0)})
         for folder, df in res.items():
             print(
-                f"{pool:14s} {folder:20s} mismatching rows {len(df):4d}  questions {sorted(set(df.index.get_level_values(0)))}"
+                f"{pool:14s} {folder:20s} mismatching rows {len(df):4d}  questions "
+                f"{sorted(set(df.index.get_level_values(0)))}"
             )
         for q in bad_q:
             print(f"  {pool} q{q}: explained by answer order {explain(pool, q)}")

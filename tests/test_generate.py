@@ -13,10 +13,10 @@ from mars import schema
 from mars.backends.synthetic import SyntheticBackend
 from mars.cli import main
 from mars.generate import generate_pool, records_to_table, run_batch
+from mars.pool import PoolError, open_pool
 from mars.problems import load_problems
 from mars.problems import parse_question_spec as parse_qids
 from mars.shards import consolidate, shard_range
-from mars.pool import PoolError, open_pool
 
 TOY = {
     "name": "toy",

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from mars import schema
 from mars.answers import group_answers_online
 from mars.backends.synthetic import SyntheticBackend
-from mars.problems import load_problems
 from mars.live import live_method, replay, solve, solve_pool
 from mars.pool import PoolError, open_pool
+from mars.problems import load_problems
 from mars.simulate import SimulationError
 
 LIVE_METHODS = [
@@ -120,7 +120,8 @@ def test_live_mars_stops_early_and_keeps_the_full_answer(mars_run):
     for r in early:
         q = pool.read_question(r["qid"])
         stopped = np.isin(q.trace_idx, r["stopped_traces"])
-        # a stopped trace holds exactly the tokens it had at the stop, no final answer, its last probe there
+        # a stopped trace holds exactly the tokens it had at the stop, no final answer,
+        # its last probe there
         assert (q.lengths[stopped] == r["stop_position"]).all()
         assert all(q.final_answers[j] is None for j in np.flatnonzero(stopped))
         last = q.probe_positions[q.probe_offsets[1:][stopped] - 1]

@@ -62,7 +62,7 @@ QIDS = [0, 1, 2]
 ITERS = 4
 
 
-# -- a hand-made results tree ------------------------------------------------------------------------
+# -- a hand-made results tree ---------------------------------------------------------------------
 def _write_method(run_dir: Path, method: str, rng, settings: dict, answers=None, probes=True):
     d = run_dir / method
     d.mkdir(parents=True)
@@ -179,7 +179,7 @@ def close(a, b, tol=1e-9):
     return abs(float(a) - float(b)) <= tol * max(1.0, abs(float(b)))
 
 
-# -- discovery ------------------------------------------------------------------------------------------
+# -- discovery ------------------------------------------------------------------------------------
 def test_labels_from_paths(tree):
     results, _, rep = tree
     labels = sorted(r.label for r in rep.results.runs)
@@ -209,7 +209,7 @@ def test_labels_from_paths(tree):
         collect([run_dir, run_dir])  # same label twice
 
 
-# -- tables equal their sources -----------------------------------------------------------------------
+# -- tables equal their sources -------------------------------------------------------------------
 def test_table1_numbers_equal_overall(tree):
     results, out, _ = tree
     df = read_csv(out / "tables" / "table1-main.csv")
@@ -329,7 +329,7 @@ def test_every_table_carries_its_commands(tree):
     assert "--pp-conv 4" in tex
 
 
-# -- LaTeX escaping -----------------------------------------------------------------------------------
+# -- LaTeX escaping -------------------------------------------------------------------------------
 def test_tex_escape_unit():
     assert (
         tex_escape("a_b & 50% #1 {x} $y ~^\\")
@@ -376,7 +376,7 @@ def test_markdown_tables_are_rectangular(tree):
         assert len(widths) == 1, t.key
 
 
-# -- figures --------------------------------------------------------------------------------------------
+# -- figures --------------------------------------------------------------------------------------
 def test_figures_without_pool(tree):
     results, out, rep = tree
     stems = [f.stem for f in rep.figures]
@@ -430,7 +430,7 @@ def test_cli_report(tmp_path):
     assert main(["report", str(tmp_path / "missing"), "--out", str(out)]) == 2
 
 
-# -- with a real simulation of the synthetic-5q pool ---------------------------------------------------
+# -- with a real simulation of the synthetic-5q pool ----------------------------------------------
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
     if not SYNTH5Q.exists():
@@ -495,7 +495,8 @@ def test_every_figure_is_produced(simulated):
 
 @needs_shared
 def test_example_trajectory_matches_the_simulator(simulated):
-    """Recomputed vote shares / slack reproduce the simulator's stop for every question and sample."""
+    """Recomputed vote shares / slack reproduce the simulator's stop for every question and
+    sample."""
     from mars.report import trace
 
     _res_root, _, rep = simulated
@@ -512,7 +513,8 @@ def test_example_trajectory_matches_the_simulator(simulated):
             assert (k < len(tr.positions)) == (row.stopped_by == "margin")
             if k < len(tr.positions):
                 assert tr.positions[k] == row.stop_position
-            # the slack is positive exactly where the margin test passes (checkpoint 0 also has the guard)
+            # the slack is positive exactly where the margin test passes
+            # (checkpoint 0 also has the guard)
             assert np.array_equal(tr.slack[1:] > 0, tr.fires[1:])
             assert np.allclose(tr.shares.sum(axis=1)[tr.lead >= 0], 1.0)
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
+from util import write_layout_pool
 
 from mars.cli import app
 from mars.errors import MarsError, SimulationError
@@ -17,7 +18,6 @@ from mars.methods import METHODS
 from mars.pool import open_pool
 from mars.report.names import method_label, simulate_command
 from mars.settings import LIVE_KEYS, SAMPLING_KEYS, SETTINGS, SPECS, Settings, from_dict
-from util import write_layout_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())

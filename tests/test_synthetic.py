@@ -1,7 +1,9 @@
-"""The synthetic reasoning-model backend: presets, determinism, latent behaviour, probes, confidences."""
+"""The synthetic reasoning-model backend: presets, determinism, latent behaviour, probes,
+confidences."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
@@ -16,8 +18,8 @@ from mars.backends.synthetic import (
     resolve_params,
     wrong_answer,
 )
-from mars.generate import run_batch
 from mars.errors import MarsError
+from mars.generate import run_batch
 from mars.problems import load_problems
 
 #: Short traces so tests stay fast; everything else from the calibrated preset.
@@ -179,8 +181,8 @@ def test_latent_behaviour_is_qualitatively_right(aime):
             no_final += res.final_answer is None
             answers = [x.answer for _, x in r.probes if x.answer is not None]
             seq = answers + ([res.final_answer] if res.final_answer else [])
-            switches.append(sum(a != c for a, c in zip(seq, seq[1:])))
-            for p, x in r.probes[:2]:
+            switches.append(sum(a != c for a, c in itertools.pairwise(seq)))
+            for _, x in r.probes[:2]:
                 early_probes += 1
                 early_none += x.answer is None
             if res.final_answer is not None:
@@ -193,9 +195,7 @@ def test_latent_behaviour_is_qualitatively_right(aime):
         for j in range(n):
             ch = batch._changes(j)
             c = batch._trace_confs(j).astype(np.float32)
-            for x in ch.tolist():
-                if 300 <= x < len(c) - 300:
-                    dip.append(c[x - 100 : x + 100].mean())
+            dip.extend(c[x - 100 : x + 100].mean() for x in ch.tolist() if 300 <= x < len(c) - 300)
             base.append(c.mean())
     assert abs(np.mean(correct) - skill) < 0.06
     assert cut > 0 and no_final > 0
@@ -203,7 +203,8 @@ def test_latent_behaviour_is_qualitatively_right(aime):
     assert 0 < early_none < early_probes
     assert np.mean(dip) < np.mean(base) - 0.5
     gap = np.mean(conf_c) - np.mean(conf_w)
-    # higher for correct traces (DeepConf: low-confidence traces are more often wrong), not absurdly so
+    # higher for correct traces (DeepConf: low-confidence traces are more often wrong),
+    # not absurdly so
     assert 0.5 < gap < 4.0
 
 
@@ -249,9 +250,9 @@ def test_custom_problem_without_digits():
 
 def test_calibration_fast_path_matches_pool_path(tmp_path):
     """The statistics the fit uses (latent model read directly) equal those of a generated pool."""
+    from mars.generate import generate_pool
     from mars.synthetic.stats import compute_stats
     from mars.synthetic.views import views_from_backend, views_from_pool
-    from mars.generate import generate_pool
 
     probs = load_problems("aime_2025")[:4]
     b = SyntheticBackend(TOY, with_confs=False)
@@ -273,7 +274,8 @@ def test_calibration_fast_path_matches_pool_path(tmp_path):
 
 @pytest.mark.reference
 def test_real_sc64_reproduces_parallel_probe():
-    """SC@64 with Parallel-Probe's protocol on the real Qwen3-8B traces: 80.37 % (aime24_raw.csv)."""
+    """SC@64 with Parallel-Probe's protocol on the real Qwen3-8B traces: 80.37 %
+    (aime24_raw.csv)."""
     from pathlib import Path
 
     from mars.synthetic.stats import compute_stats

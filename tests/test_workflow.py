@@ -166,8 +166,8 @@ def test_paper_config_dag_and_resources(tmp_path):
     for res in ("gpu=4", "gpu_model=h100", "mem_mb=256000", "runtime=1440"):
         assert res in b
     assert (
-        "--backend sglang --model Qwen/Qwen3-Next-80B-A3B-Thinking --traces 4096 --n-shards 16 --seed 42"
-        in b
+        "--backend sglang --model Qwen/Qwen3-Next-80B-A3B-Thinking --traces 4096 --n-shards 16 "
+        "--seed 42" in b
     )
     assert "--max-tokens 81920 --temperature 0.6 --top-p 0.95 --top-k 20 --tp-size 4" in b
     r1 = next(b for b in gen if "model=deepseek-r1-8b," in b)
@@ -285,7 +285,8 @@ def test_schema_fills_defaults():
 
 @slow
 def test_schema_defaults_fill_a_minimal_config(tmp_path):
-    """A config with a user's jsonl dataset and nothing else: the schema's defaults fill the rest."""
+    """A config with a user's jsonl dataset and nothing else:
+    the schema's defaults fill the rest."""
     problems = tmp_path / "mine.jsonl"
     problems.write_text(
         '{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": "4"}\n'
@@ -515,7 +516,8 @@ def test_forcing_generation_keeps_the_traces(tiny_run, tmp_path):
 
 @slow
 def test_second_entry_from_existing_pools(tiny_run, tmp_path):
-    """Published parquet (mars export) and an existing pool directory: only the downstream stages."""
+    """Published parquet (mars export) and an existing pool directory:
+    only the downstream stages."""
     pool = tiny_run["work"] / "results" / "pools" / "tiny" / "aime_2025"
     published = tmp_path / "published.parquet"
     subprocess.run(
@@ -596,7 +598,8 @@ def test_html_report(tiny_run, tmp_path):
 
 @slow
 def test_lint_only_the_deliberate_conda_lint(tmp_path):
-    """`snakemake --lint` finds nothing but the per-rule conda lint (one environment: mars's own)."""
+    """`snakemake --lint` finds nothing but the per-rule conda lint (one environment:
+    mars's own)."""
     r = smk(tmp_path, "--lint", configfile=TEST_CONFIG, check=False, cores=None)
     lints = re.findall(r"^\s+\* (.+?):?$", r.stdout, re.M)
     assert lints, r.stdout[-3000:]

@@ -76,26 +76,26 @@ def write_published_pool(path, seed: int = 0, n_questions: int = 3, rows_hook=No
     rows = []
     for q in range(n_questions):
         cols = random_traces(rng, q, **kw)
-        for j in range(len(cols["qid"])):
-            rows.append(
-                {
-                    "qid": q,
-                    "trace_idx": cols["trace_idx"][j],
-                    "ground_truth": "101",
-                    "extracted_answer": cols["final_answer"][j],
-                    "confs": cols["confs"][j],
-                    "probes": [
-                        {
-                            "position": p["position"],
-                            "answer": p["answer"] if p["answer"] else "",
-                            "is_correct": False,
-                            "raw_text": "",
-                            "avg_conf": 1.0,
-                        }
-                        for p in cols["probes"][j]
-                    ],
-                }
-            )
+        rows.extend(
+            {
+                "qid": q,
+                "trace_idx": cols["trace_idx"][j],
+                "ground_truth": "101",
+                "extracted_answer": cols["final_answer"][j],
+                "confs": cols["confs"][j],
+                "probes": [
+                    {
+                        "position": p["position"],
+                        "answer": p["answer"] if p["answer"] else "",
+                        "is_correct": False,
+                        "raw_text": "",
+                        "avg_conf": 1.0,
+                    }
+                    for p in cols["probes"][j]
+                ],
+            }
+            for j in range(len(cols["qid"]))
+        )
     if rows_hook:
         rows = rows_hook(rows)
     table = pa.Table.from_pylist(rows, schema=schema.PUBLISHED_SCHEMA)

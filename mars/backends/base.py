@@ -79,7 +79,7 @@ class TraceBatch(ABC):
         """
         return self.result(j).confs
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: a no-op unless the engine holds resources
         """Release engine resources."""
 
 

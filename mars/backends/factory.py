@@ -53,7 +53,8 @@ def make_backend(
         ignored = sorted(k for k, v in options.items() if v is not None)
         if ignored:
             raise MarsError(
-                f"the synthetic backend has no {', '.join('--' + k.replace('_', '-') for k in ignored)} "
+                "the synthetic backend has no "
+                f"{', '.join('--' + k.replace('_', '-') for k in ignored)} "
                 "(its sampling is part of the preset)"
             )
         return SyntheticBackend(

@@ -17,19 +17,20 @@ How a batch of N traces of one question runs (one :class:`SGLangTraceBatch`):
   ``{"type": "length", …}`` at the token cap ends it as cut.
 * **Per-trace seed**: ``sampling_seed`` of every request is derived from (seed, qid, trace_idx,
   position of the request's first new token), so a trace is reproducible from (seed, qid, trace_idx)
-  and the checkpoint grid *where the engine honours per-request seeds* (recent SGLang; bit-exact only
-  with ``enable_deterministic_inference=True``, otherwise batch composition can change the float
-  rounding).  ``seed_per_trace=False`` leaves the engine's own randomness (the reference: no seed).
+  and the checkpoint grid *where the engine honours per-request seeds* (recent SGLang; bit-exact
+  only with ``enable_deterministic_inference=True``, otherwise batch composition can change the
+  float rounding).  ``seed_per_trace=False`` leaves the engine's own randomness (the reference: no
+  seed).
 * **Per-token confidence** = −mean of the 20 ``output_top_logprobs`` of the token, rounded to 3
   decimals (spec §3.1); NaN for a position the engine returned no top log-probabilities for.
   SGLang's log-probabilities are those of ``logits / temperature`` (before top-k/top-p) unless the
-  engine runs with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``; :meth:`SGLangBackend.describe` records which
-  (read from the environment when the backend is built), so it lands in the pool manifest.
+  engine runs with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``; :meth:`SGLangBackend.describe` records
+  which (read from the environment when the backend is built), so it lands in the pool manifest.
 * **probe(idx)**: ``input_ids = prompt + ids_j[:p] + suffix_ids`` (:data:`PROBE_SUFFIX`, spec §11),
-  ``max_new_tokens = 50``, the same sampling; the radix cache serves prompt + trace (``cached_tokens``
-  ≈ P + p) and only the suffix is prefilled.  The completion's text → :func:`extract_probe_answer`
-  → :func:`normalize_answer`; ``prompt_tokens``, ``cached_tokens``, ``completion_tokens`` of the
-  engine's ``meta_info`` go into the ProbeResult.
+  ``max_new_tokens = 50``, the same sampling; the radix cache serves prompt + trace
+  (``cached_tokens`` ≈ P + p) and only the suffix is prefilled.  The completion's text →
+  :func:`extract_probe_answer` → :func:`normalize_answer`; ``prompt_tokens``, ``cached_tokens``,
+  ``completion_tokens`` of the engine's ``meta_info`` go into the ProbeResult.
 * **Final answer**: last ``\\boxed{…}`` of the decoded trace, normalised once.
 
 Data parallelism: ``dp_size > 1`` starts the engine's data-parallel replicas (one Engine per job).
@@ -175,7 +176,8 @@ class SGLangBackend(Backend):
         model_path: model directory or hub id (the engine's ``model_path`` and the tokenizer's).
         engine: an engine-like object to use instead of starting one (tests inject a fake): it needs
             ``generate(input_ids=list[list[int]], sampling_params=list[dict], return_logprob=bool,
-            top_logprobs_num=int)`` returning one ``{"text", "output_ids", "meta_info"}`` per request.
+            top_logprobs_num=int)`` returning one ``{"text", "output_ids", "meta_info"}`` per
+            request.
         tokenizer: a transformers-like tokenizer (``apply_chat_template``, ``__call__``, ``encode``,
             ``decode``); default ``AutoTokenizer.from_pretrained(model_path)``.
         dp_size, tp_size, mem_fraction_static, context_length, random_seed, engine_kwargs: engine

@@ -24,12 +24,13 @@ Per question (drawn from ``(seed, dataset, qid)``):
 * the correct answer (the problem's ground truth), ``n_distractors`` popular wrong answers with
   Dirichlet weights, a share ``eta`` of one-off (idiosyncratic) wrong answers, and a pool of
   ``n_explore`` exploratory answers that traces try on the way;
-* with probability ``min(1, attractor_base + attractor_rate * hardness)`` an early *attractor*: a wrong answer that
-  a large share of traces hold first and abandon later (the consensus-stopping failure of the
-  paper's Fig. 2); half the time (``attractor_distractor_prob``) it is the top distractor, so
-  some traces also end on it;
+* with probability ``min(1, attractor_base + attractor_rate * hardness)`` an early *attractor*:
+  a wrong answer that a large share of traces hold first and abandon later (the consensus-stopping
+  failure of the paper's Fig. 2); half the time (``attractor_distractor_prob``) it is the top
+  distractor, so some traces also end on it;
 * a median trace length that grows with hardness (its per-question noise is stratified too);
-* a typical convergence point ``c_q = expit(conv_logit + conv_hard_slope * hardness + conv_q_sd * z)``
+* a typical convergence point
+  ``c_q = expit(conv_logit + conv_hard_slope * hardness + conv_q_sd * z)``
   as a fraction of the trace length (``z`` stratified too): easy questions are often solved within
   the first probe and then checked at length, hard ones are worked out late.
 
@@ -92,7 +93,8 @@ PARAMS: dict[str, tuple[float, str]] = {
     "difficulty_sd": (1.5, "sd of the correctness logit of regular questions"),
     "trap_frac": (
         0.8,
-        "trap questions (the model mostly converges on a wrong answer) make up trap_frac * (1 - skill) of the questions",
+        "trap questions (the model mostly converges on a wrong answer) make up "
+        "trap_frac * (1 - skill) of the questions",
     ),
     "trap_logit": (-3.0, "mean correctness logit of trap questions"),
     "trap_sd": (1.0, "sd of the correctness logit of trap questions"),
@@ -136,11 +138,13 @@ PARAMS: dict[str, tuple[float, str]] = {
     "seg_tokens": (1500.0, "mean tokens an exploratory answer is held (sticky exploration)"),
     "explore_own_final": (
         0.25,
-        "mean P(an exploratory segment holds the trace's final answer) before the convergence point; grows from 0 at token 0 as (t / C) ** explore_own_pow",
+        "mean P(an exploratory segment holds the trace's final answer) before the convergence "
+        "point; grows from 0 at token 0 as (t / C) ** explore_own_pow",
     ),
     "explore_own_pow": (
         1.0,
-        "shape of that growth (1: linear, to twice the mean at C; larger: the final answer turns up only shortly before C)",
+        "shape of that growth (1: linear, to twice the mean at C; larger: the final answer turns "
+        "up only shortly before C)",
     ),
     "explore_unique": (0.15, "P(an exploratory segment holds a one-off answer)"),
     "n_explore": (5, "exploratory answers per question"),
@@ -179,7 +183,8 @@ PARAMS: dict[str, tuple[float, str]] = {
     "conf_trace_sd": (0.6, "per-trace sd of the level"),
     "conf_conv_corr": (
         0.0,
-        "correlation of the per-trace level with how early the trace converges (fluent traces find their answer sooner)",
+        "correlation of the per-trace level with how early the trace converges (fluent traces find "
+        "their answer sooner)",
     ),
     "conf_correct_bonus": (0.3, "level bonus of traces whose final answer is correct"),
     "conf_hard_slope": (-1.0, "level change per unit hardness"),
@@ -190,7 +195,8 @@ PARAMS: dict[str, tuple[float, str]] = {
     "conf_dip_tokens": (300.0, "width (sd, tokens) of the dip"),
     "conf_dip_lead": (
         0.0,
-        "tokens by which the dip's centre precedes the change of answer (doubt comes before the revision)",
+        "tokens by which the dip's centre precedes the change of answer (doubt comes before the "
+        "revision)",
     ),
     "conf_floor": (0.1, "smallest token confidence"),
     "conf_ceil": (25.0, "largest token confidence"),
@@ -266,7 +272,8 @@ def load_preset(preset: str | dict | Path) -> dict:
 
 
 def resolve_params(preset: dict, dataset: str = "", **overrides) -> dict:
-    """Defaults <- preset params <- preset.datasets[longest matching prefix] <- overrides (not None)."""
+    """Defaults <- preset params <- preset.datasets[longest matching prefix] <- overrides
+    (not None)."""
     out = {k: v for k, (v, _) in PARAMS.items()}
     out.update(preset.get("params", {}))
     keys = [k for k in preset.get("datasets", {}) if dataset == k or dataset.startswith(k)]
@@ -288,11 +295,14 @@ def _mu_for_skill(
     x, w = np.polynomial.hermite_e.hermegauss(64)
     w = w / w.sum()
     trap_mean = float(np.dot(w, special.expit(trap_logit + trap_sd * x)))
-    f = lambda mu: (
-        trap_rate * trap_mean
-        + (1 - trap_rate) * float(np.dot(w, special.expit(mu + sd * x)))
-        - skill
-    )
+
+    def f(mu):
+        return (
+            trap_rate * trap_mean
+            + (1 - trap_rate) * float(np.dot(w, special.expit(mu + sd * x)))
+            - skill
+        )
+
     lo, hi = -30.0, 30.0
     if f(lo) >= 0:
         return lo
@@ -310,8 +320,9 @@ def question_logit(u: float, prm: dict) -> float:
     """Correctness logit of a question at difficulty quantile ``u`` (small u = hard).
 
     A mixture: with probability :func:`trap_share` a *trap* question (the model converges on a wrong
-    answer: logit ``trap_logit + trap_sd * z``), else a regular one (``mu(skill) + difficulty_sd * z``),
-    laid out as one quantile function so stratified ``u`` spans both components.
+    answer: logit ``trap_logit + trap_sd * z``), else a regular one
+    (``mu(skill) + difficulty_sd * z``), laid out as one quantile function so stratified ``u`` spans
+    both components.
     """
     t = trap_share(prm)
     if u < t:
@@ -440,7 +451,8 @@ def question_latent(problem: Problem, seed: int, prm: dict) -> QuestionLatent:
         3
     )
     u = min(max((u0 + problem.qid * _GOLDEN) % 1.0, 1e-6), 1 - 1e-6)
-    # the per-question length and convergence noise are stratified the same way (other irrational steps)
+    # the per-question length and convergence noise are stratified the same way
+    # (other irrational steps)
     z_len = float(special.ndtri(min(max((u1 + problem.qid * _SILVER) % 1.0, 1e-6), 1 - 1e-6)))
     z_conv = float(special.ndtri(min(max((u2 + problem.qid * _PLASTIC) % 1.0, 1e-6), 1 - 1e-6)))
     p_correct = float(special.expit(question_logit(u, prm)))
@@ -661,9 +673,7 @@ class SyntheticTraceBatch(TraceBatch):
         codes, none = self.probe_codes(idx, pos)
         qtok = self.q.question_tokens
         out = []
-        for k, (j, p, c, nn) in enumerate(
-            zip(idx.tolist(), pos.tolist(), codes.tolist(), none.tolist())
-        ):
+        for j, p, c, nn in zip(idx.tolist(), pos.tolist(), codes.tolist(), none.tolist()):
             conf = self._window_conf(j, p) if self.with_confs else None
             if nn:
                 frag = _UNPARSED[int(self._hkey[j] ^ np.uint64(p)) % len(_UNPARSED)]
@@ -861,8 +871,8 @@ class SyntheticTraceBatch(TraceBatch):
         if len(path) > 8:
             path = [*path[:3], "...", *path[-4:]]
         body = (
-            f"<think>[synthetic trace {self.first_trace + j} of question {self.problem.qid}: {length} tokens; "
-            f"answers considered: {' -> '.join(path) or '-'}]</think>\n"
+            f"<think>[synthetic trace {self.first_trace + j} of question {self.problem.qid}: "
+            f"{length} tokens; answers considered: {' -> '.join(path) or '-'}]</think>\n"
         )
         return body + (
             f"The answer is \\boxed{{{final}}}." if final is not None else "[no final answer]"

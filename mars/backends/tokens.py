@@ -35,7 +35,8 @@ DEFAULT_PROMPT_TEMPLATE = (
 
 
 def derive_seed(*parts: int, bits: int = 63) -> int:
-    """A seed of ``bits`` bits derived from integers (numpy SeedSequence; stable across versions)."""
+    """A seed of ``bits`` bits derived from integers (numpy SeedSequence;
+    stable across versions)."""
     if any(int(p) < 0 for p in parts):
         raise ValueError(f"seed parts must be non-negative, got {parts}")
     state = np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint32)
@@ -76,7 +77,8 @@ def encode_suffix(tokenizer, suffix: str = PROBE_SUFFIX) -> list[int]:
 def window_conf(
     confs: Sequence[float] | np.ndarray, p: int, w: int = PROBE_CONF_WINDOW
 ) -> float | None:
-    """Mean confidence of tokens ``[p - w, p)`` as stored (float16), NaNs ignored; None when empty."""
+    """Mean confidence of tokens ``[p - w, p)`` as stored (float16), NaNs ignored;
+    None when empty."""
     a = max(0, p - w)
     if p <= a or len(confs) == 0:
         return None
@@ -96,7 +98,8 @@ def parse_probe(completion: str | None) -> str | None:
 
 
 def token_confidence(logprobs_top: Sequence[float]) -> float:
-    """−mean of a token's top-k log-probabilities, rounded to 3 decimals (NaN when empty; spec §3.1)."""
+    """−mean of a token's top-k log-probabilities, rounded to 3 decimals (NaN when empty;
+    spec §3.1)."""
     if not len(logprobs_top):
         return float("nan")
     return round(-float(np.mean(np.asarray(logprobs_top, np.float64))), 3)

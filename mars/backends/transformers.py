@@ -10,8 +10,8 @@ sampling loop:
   the same number of tokens while running, so there is no padding and no attention mask; a trace
   that ends (EOS, token cap, :meth:`stop`) is dropped from the chunk's cache at once.
 * **Per-trace randomness.**  Every trace owns a ``torch.Generator`` seeded from
-  ``(seed, qid, trace_idx)`` (:func:`derive_seed`); a token is drawn by inverse-CDF sampling with one
-  uniform of that generator, so a trace does not depend on which other traces share its chunk's
+  ``(seed, qid, trace_idx)`` (:func:`derive_seed`); a token is drawn by inverse-CDF sampling with
+  one uniform of that generator, so a trace does not depend on which other traces share its chunk's
   random stream (only, through floating-point rounding, on the chunk's composition, which is itself
   a function of ``(first_trace, n_traces, batch_size)``; shards and resumed runs use the same).
 * **Sampling** as SGLang/vLLM: logits / temperature → top-k → top-p (nucleus) → sample;
@@ -23,10 +23,11 @@ sampling loop:
 * **Probes reuse the trace's KV cache.**  At a checkpoint every probed trace's cache (prompt + its
   ``p`` tokens) is copied and only the probe suffix (:data:`PROBE_SUFFIX`, spec §11) is prefilled,
   then ≤ ``probe_max_new_tokens`` tokens are sampled with the same sampling settings and a generator
-  seeded from ``(seed, qid, trace_idx, p)``; the trace itself is not touched.  ``probe_kv_reuse=False``
-  re-prefills prompt + trace + suffix from scratch instead (for benchmarks, or a model whose cache
-  cannot be copied).  Probe cost: ``prompt_tokens = P + p + S``, ``cached_tokens = P + p`` (0 when
-  re-prefilling), ``generated_tokens`` = sampled tokens (EOS included).
+  seeded from ``(seed, qid, trace_idx, p)``; the trace itself is not touched.
+  ``probe_kv_reuse=False`` re-prefills prompt + trace + suffix from scratch instead (for benchmarks,
+  or a model whose cache cannot be copied).  Probe cost: ``prompt_tokens = P + p + S``,
+  ``cached_tokens = P + p`` (0 when re-prefilling), ``generated_tokens`` = sampled tokens (EOS
+  included).
 * A generated EOS token counts as a token of the trace (it has a confidence), as in SGLang's
   ``completion_tokens``.  The final answer is the last ``\\boxed{…}`` of the decoded text
   (:func:`mars.answers.extract_boxed`), normalised once (:func:`mars.answers.normalize_answer`), for
@@ -214,7 +215,8 @@ def load_model(
 
 
 def save_model(model, tokenizer, out_dir: str | os.PathLike) -> Path:
-    """Write a loaded (possibly GGUF-de-quantised) model and its tokenizer as a plain model directory."""
+    """Write a loaded (possibly GGUF-de-quantised)
+    model and its tokenizer as a plain model directory."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # a GGUF-loaded model carries a quantizer that refuses to serialise; its weights are plain
@@ -248,7 +250,8 @@ class TransformersBackend(Backend):
         gguf_file: GGUF file name inside ``model_path`` (alternative to passing the file path).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``…; default CUDA when available.
         dtype: torch dtype or its name; default float32 on CPU, bfloat16 on CUDA.
-        temperature, top_p, top_k: sampling (``top_k=0`` or ``None``: off; ``temperature=0``: greedy).
+        temperature, top_p, top_k: sampling (``top_k=0`` or ``None``: off;
+            ``temperature=0``: greedy).
         max_tokens: token cap of a trace.
         batch_size: traces decoded together in one forward pass (a question's traces are split into
             chunks of this size; each chunk holds its own KV cache).
@@ -256,7 +259,8 @@ class TransformersBackend(Backend):
         logprobs: ``"scaled"`` (log-softmax of logits / temperature, SGLang's default) or ``"raw"``.
         probe_kv_reuse: probes continue from a copy of the trace's KV cache (True) or re-prefill.
         prompt_template, system_prompt: the chat prompt (user message ``prompt_template``).
-        model, tokenizer: an already loaded model and tokenizer (``model_path`` is then only a name).
+        model, tokenizer: an already loaded model and tokenizer (``model_path`` is then only a
+            name).
         name: the model name recorded in the pool (default: ``model_path`` as given).
     """
 
@@ -458,7 +462,8 @@ def sample_tokens(
 
 
 class _Stream:
-    """Uniforms of one torch.Generator, drawn in fixed blocks (the block size is part of the stream)."""
+    """Uniforms of one torch.Generator, drawn in fixed blocks
+    (the block size is part of the stream)."""
 
     def __init__(self, seed: int):
         torch = _torch()
@@ -590,8 +595,7 @@ class TransformersTraceBatch(TokenTraceBatch):
                 want = np.isin(ch.rows, idx)
                 if not want.any():
                     continue
-                for j, r in zip(ch.rows[want].tolist(), self._probe_chunk(ch, want)):
-                    results[j] = r
+                results.update(zip(ch.rows[want].tolist(), self._probe_chunk(ch, want)))
         be.stats["probe_s"] += time.perf_counter() - t0
         return [results[j] for j in idx.tolist()]
 

@@ -1,4 +1,5 @@
-"""Tables and figures of the MARS paper (and the ones it left out), rendered from `mars simulate` outputs.
+"""Tables and figures of the MARS paper (and the ones it left out),
+rendered from `mars simulate` outputs.
 
 ``render_report(results_root, out_dir)`` is what ``mars report`` runs; the pieces are
 :mod:`.collect` (find and load runs), :mod:`.tables`, :mod:`.figures`, :mod:`.tradeoff`

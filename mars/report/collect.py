@@ -38,7 +38,8 @@ STAGE_DIRS = ("sim", "simulate", "simulations")
 
 
 def split_label(parts: list[str]) -> tuple[str, str, str]:
-    """(model, dataset, setting) from label parts (a leading or trailing stage directory dropped)."""
+    """(model, dataset, setting) from label parts
+    (a leading or trailing stage directory dropped)."""
     parts = [p for p in parts if p not in ("", ".")]
     if parts and parts[-1] in STAGE_DIRS:
         parts = parts[:-1]
@@ -151,7 +152,8 @@ def load_run(path: Path, model: str, dataset: str, setting: str) -> Run:
 
 
 def _own_label_parts(path: Path) -> list[str]:
-    """Label parts of a run directory given directly: after a ``results`` component, else its name."""
+    """Label parts of a run directory given directly: after a ``results`` component,
+    else its name."""
     parts = list(Path(os.path.abspath(path)).parts)
     if parts and parts[-1] in STAGE_DIRS:
         parts = parts[:-1]
@@ -199,7 +201,8 @@ class Results:
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:
             raise ReportError(
-                f"two result directories share the label {dup[0]!r}; pass --label to tell them apart"
+                f"two result directories share the label {dup[0]!r}; pass --label to tell them "
+                "apart"
             )
         self.runs = sorted(self.runs, key=lambda r: (r.model, _dataset_key(r.dataset), r.setting))
 
@@ -230,7 +233,8 @@ class Results:
         return None
 
     def overall_frame(self) -> pd.DataFrame:
-        """One row per (model, dataset, setting, method) with the overall.json numbers and settings."""
+        """One row per (model, dataset, setting, method)
+        with the overall.json numbers and settings."""
         rows = []
         for r in self.runs:
             for m, ov in r.overall.items():
@@ -289,7 +293,8 @@ def collect(
 
 
 def resolve_pool(run: Run, method: str | None = None, overrides: dict | None = None) -> Path | None:
-    """The trace pool of a run: ``--pool`` override, else overall.json's input.source if it exists."""
+    """The trace pool of a run: ``--pool`` override,
+    else overall.json's input.source if it exists."""
     overrides = overrides or {}
     for key in (
         f"{run.model}/{run.dataset}/{run.setting}",

@@ -133,7 +133,8 @@ ORACLE_PAIRS = {
 
 
 def savings_summary(results: Results, methods: dict = FIG1_METHODS) -> pd.DataFrame:
-    """Mean per-question savings and its 95 % CI across questions, per (model, dataset, pipeline)."""
+    """Mean per-question savings and its 95 % CI across questions,
+    per (model, dataset, pipeline)."""
     rows = []
     for model, dataset in results.pairs:
         for pipeline, method in methods.items():
@@ -174,7 +175,8 @@ def savings_summary(results: Results, methods: dict = FIG1_METHODS) -> pd.DataFr
 
 
 def paired_difference(results: Results, pairs: dict, column: str = "savings_pct") -> pd.DataFrame:
-    """Per-question difference a − b of ``column`` (same run), mean and 95 % CI per (model, dataset, pipeline)."""
+    """Per-question difference a − b of ``column`` (same run), mean and 95 % CI
+    per (model, dataset, pipeline)."""
     rows = []
     for model, dataset in results.pairs:
         for pipeline, (a, b) in pairs.items():
@@ -354,8 +356,9 @@ def fig_savings(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     fo = FigureOut(
         "fig1-left-savings",
         "Fig. 1 (left): token savings per model and dataset",
-        "Mean per-question token savings of calibrated MARS under self-consistency (sc-mars-cal) and "
-        "DeepConf Online (dco-mars-cal) voting; error bars are 95% t-intervals across questions.",
+        "Mean per-question token savings of calibrated MARS under self-consistency (sc-mars-cal) "
+        "and DeepConf Online (dco-mars-cal) voting; error bars are 95% t-intervals across "
+        "questions.",
         data=df,
     )
     if df.empty:
@@ -363,7 +366,7 @@ def fig_savings(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     return _finish(fo, fig, out_dir, formats)
 
 
-# -- Fig. 1 right: one question's vote shares and slack ----------------------------------------------
+# -- Fig. 1 right: one question's vote shares and slack -------------------------------------------
 @dataclass
 class Example:
     run: Run
@@ -492,10 +495,11 @@ def fig_example(
     fo = FigureOut(
         "fig1-right-example",
         "Fig. 1 (right): MARS on one question",
-        "Top: vote share of each answer across checkpoints (one bootstrap sample, self-consistency votes). "
-        "Bottom: minimum slack of the MARS test (the binding challenger's margin minus its adversarial "
-        "threshold, in votes); MARS (sc-mars-cal) stops at the first checkpoint where the slack is "
-        "positive for every challenger (and, at checkpoint 0, the leader matches the warmup majority).",
+        "Top: vote share of each answer across checkpoints (one bootstrap sample, self-consistency "
+        "votes). Bottom: minimum slack of the MARS test (the binding challenger's margin minus its "
+        "adversarial threshold, in votes); MARS (sc-mars-cal) stops at the first checkpoint where "
+        "the slack is positive for every challenger (and, at checkpoint 0, the leader matches the "
+        "warmup majority).",
     )
     ex = pick_example(results, pools or {}, spec)
     with style():
@@ -551,8 +555,8 @@ def fig_example(
         else:
             _stop_label(ax1, x.max(), "MARS never stops early (full budget)", "#222222", "right")
         fig.suptitle(
-            f"{ex.run.model} / {ex.run.dataset}\nquestion {ex.qid}, bootstrap sample {ex.iteration} "
-            f"(calibrated γ = {tr.gamma:.2f})",
+            f"{ex.run.model} / {ex.run.dataset}\nquestion {ex.qid}, bootstrap sample "
+            f"{ex.iteration} (calibrated γ = {tr.gamma:.2f})",
             fontsize=9,
         )
         ok = np.isfinite(tr.slack)
@@ -607,12 +611,13 @@ def fig_example(
     )
     if (tr.positions[min(k, len(x) - 1)] != row.stop_position) or (stopped != (k < len(x))):
         fo.notes.append(
-            "warning: the recomputed stop differs from per_iteration.csv (pool or settings changed?)"
+            "warning: the recomputed stop differs from per_iteration.csv (pool or settings "
+            "changed?)"
         )
     return _finish(fo, fig, out_dir, formats)
 
 
-# -- Fig. 2: consensus stopping vs MARS on a hard question ------------------------------------------
+# -- Fig. 2: consensus stopping vs MARS on a hard question ----------------------------------------
 def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: int = 8):
     """A question whose early leader is wrong and later overtaken, where PP errs more than MARS.
 
@@ -657,7 +662,7 @@ def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: in
         return None
     cands.sort(key=lambda c: (-c[0], results.pairs.index(c[1]), c[2]))
     fallback = None
-    for gap, pair, qid, run, pp_run, pool in cands[:max_loads]:
+    for gap, _pair, qid, run, pp_run, pool in cands[:max_loads]:
         im = run.per_iteration("sc-mars-cal")
         ip = pp_run.per_iteration("sc-pp")
         im, ip = im[im.qid == qid].set_index("iteration"), ip[ip.qid == qid].set_index("iteration")
@@ -672,13 +677,14 @@ def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: in
         if gap > 0 and leader_changed:
             ex.reason = (
                 f"sc-pp is right in {100 * both.correct_pp.mean():.0f}% of samples, sc-mars-cal in "
-                f"{100 * both.correct_mars.mean():.0f}%; the checkpoint-0 leader is not the full-budget vote"
+                f"{100 * both.correct_mars.mean():.0f}%; the checkpoint-0 leader is not the "
+                "full-budget vote"
             )
             return ex, pp_run, tr
         if fallback is None:
             ex.reason = (
-                f"no question where the early leader is overtaken and PP loses accuracy; showing the largest "
-                f"PP-vs-MARS accuracy gap ({100 * gap:+.0f} pp)"
+                "no question where the early leader is overtaken and PP loses accuracy; showing "
+                f"the largest PP-vs-MARS accuracy gap ({100 * gap:+.0f} pp)"
             )
             fallback = (ex, pp_run, tr)
     return fallback
@@ -690,9 +696,9 @@ def fig_pp_failure(
     fo = FigureOut(
         "fig2-pp-failure",
         "Fig. 2: consensus stopping fails on a hard question",
-        "Vote shares across checkpoints of one bootstrap sample of a question whose early leader is wrong "
-        "and later overtaken; dashed lines mark where Parallel-Probe's consensus rule (sc-pp) and MARS "
-        "(sc-mars-cal) stop, and the answers they return.",
+        "Vote shares across checkpoints of one bootstrap sample of a question whose early leader "
+        "is wrong and later overtaken; dashed lines mark where Parallel-Probe's consensus rule "
+        "(sc-pp) and MARS (sc-mars-cal) stop, and the answers they return.",
     )
     picked = pick_pp_failure(results, pools or {}, cache_dir)
     with style():
@@ -748,7 +754,7 @@ def fig_pp_failure(
     return _finish(fo, fig, out_dir, formats)
 
 
-# -- Fig. 4: ablations -------------------------------------------------------------------------------
+# -- Fig. 4: ablations ----------------------------------------------------------------------------
 def q_calibration_frames(
     results: Results, pools: dict, max_questions: int | None = 10, cache_dir=None
 ):
@@ -788,19 +794,20 @@ def fig_ablations(
     cache_dir=None,
     formats=FORMATS,
 ) -> FigureOut:
-    """Fig. 4: (a) savings from γ calibration, (b) savings gap oracle − learned q, (c–d) learned vs oracle q."""
+    """Fig. 4: (a) savings from γ calibration, (b) savings gap oracle − learned q,
+    (c–d) learned vs oracle q."""
     gam = paired_difference(results, GAMMA_PAIRS).assign(panel="a")
     orc = paired_difference(results, ORACLE_PAIRS).assign(panel="b")
     bins, cps = q_calibration_frames(results, pools or {}, q_questions, cache_dir)
     fo = FigureOut(
         "fig4-ablations",
         "Fig. 4: γ calibration and the learned switch model",
-        "(a) Savings added by per-question γ calibration over γ = 1 (sc-mars-cal − sc-mars, dco-mars-cal − "
-        "dco-mars; mean per-question difference, 95% CI). (b) Savings gap of oracle q over learned q "
-        "(sc-mars-oracle-cal − sc-mars-cal; dco-mars-oracle − dco-mars at γ = 1). (c) Calibration of the "
-        "learned switch probability: held-out running traces binned by learned q against the share that "
-        "actually switch before the end (oracle q). (d) Mean learned q against the oracle switch rate at "
-        "each checkpoint position.",
+        "(a) Savings added by per-question γ calibration over γ = 1 (sc-mars-cal − sc-mars, "
+        "dco-mars-cal − dco-mars; mean per-question difference, 95% CI). (b) Savings gap of oracle "
+        "q over learned q (sc-mars-oracle-cal − sc-mars-cal; dco-mars-oracle − dco-mars at γ = 1). "
+        "(c) Calibration of the learned switch probability: held-out running traces binned by "
+        "learned q against the share that actually switch before the end (oracle q). (d) Mean "
+        "learned q against the oracle switch rate at each checkpoint position.",
     )
     data = [gam, orc]
     with style():

@@ -249,7 +249,8 @@ class Table:
 
 
 def read_table_csv(path) -> pd.DataFrame:
-    """A table CSV written here: the leading ``#`` provenance lines skipped (labels may contain ``#``)."""
+    """A table CSV written here: the leading ``#`` provenance lines skipped
+    (labels may contain ``#``)."""
     import io
     from pathlib import Path
 

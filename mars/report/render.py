@@ -158,14 +158,16 @@ def _index(rep: Report) -> str:
         s = r.settings(r.methods[0]) if r.methods else {}
         nq = max((int(ov.get("n_questions") or 0) for ov in r.overall.values()), default=0)
         out.append(
-            f"| {md_escape(r.model)} | {md_escape(r.dataset)} | {md_escape(r.setting)} | {len(r.methods)} | {nq} "
-            f"| {s.get('budget', '')} | {s.get('iterations', '')} | `{r.path}` |"
+            f"| {md_escape(r.model)} | {md_escape(r.dataset)} | {md_escape(r.setting)} | "
+            f"{len(r.methods)} | {nq} | {s.get('budget', '')} | {s.get('iterations', '')} | "
+            f"`{r.path}` |"
         )
     out += ["", "## Tables", ""]
     for t in rep.tables:
         out.append(t.markdown().replace("### ", "### ", 1))
         out.append(
-            f"Files: [Markdown](tables/{t.key}.md) · [LaTeX](tables/{t.key}.tex) · [CSV](tables/{t.key}.csv)"
+            f"Files: [Markdown](tables/{t.key}.md) · [LaTeX](tables/{t.key}.tex) · "
+            f"[CSV](tables/{t.key}.csv)"
         )
         out.append("")
     if rep.figures:

@@ -98,8 +98,8 @@ def table_main(results: Results, command: str | None = None) -> Table:
         key="table1-main",
         title="Table 1: accuracy and token savings of calibrated MARS",
         caption="Accuracy (%) and token savings for calibrated MARS (sc-mars-cal, dco-mars-cal). "
-        "Baseline is the full-budget vote (sc, dco); +MARS is the early-stopped vote; savings are the "
-        "mean per-question token reduction against the same pipeline's baseline.",
+        "Baseline is the full-budget vote (sc, dco); +MARS is the early-stopped vote; savings are "
+        "the mean per-question token reduction against the same pipeline's baseline.",
         headers=[
             "Model",
             "Dataset",
@@ -155,7 +155,7 @@ def table_pp(results: Results, command: str | None = None) -> Table:
             continue
         best = max(a for a in accs if a is not None)
         cells = list(_model_cells(results, pair, prev))
-        for i, (method, u) in enumerate(variants):
+        for method, u in variants:
             a = rec[f"{method}-u{u}.accuracy_pct"]
             cells += [
                 num(a, bold=a is not None and round(a, 1) == round(best, 1)),
@@ -178,8 +178,8 @@ def table_pp(results: Results, command: str | None = None) -> Table:
     notes = []
     if not variants:
         notes.append(
-            "No Parallel-Probe run (method sc-pp) found: run `mars simulate -m sc-pp --pp-conv U` into a "
-            "setting such as `pp-u4`."
+            "No Parallel-Probe run (method sc-pp) found: run `mars simulate -m sc-pp --pp-conv U` "
+            "into a setting such as `pp-u4`."
         )
     if any(m == "sc-pp-faithful" for m, _ in variants):
         notes.append(
@@ -195,8 +195,9 @@ def table_pp(results: Results, command: str | None = None) -> Table:
     return Table(
         key="table2-parallel-probe",
         title="Table 2: Parallel-Probe against MARS",
-        caption="Comparison with Parallel-Probe (PP; stop after u equal majority answers in a row). Accuracy (%) "
-        "and mean per-question token savings (%); MARS is calibrated MARS on self-consistency (sc-mars-cal).",
+        caption="Comparison with Parallel-Probe (PP; stop after u equal majority answers in a "
+        "row). Accuracy (%) and mean per-question token savings (%); MARS is calibrated MARS on "
+        "self-consistency (sc-mars-cal).",
         headers=headers,
         groups=groups,
         rows=rows,
@@ -251,9 +252,9 @@ def tables_full(results: Results, command: str | None = None) -> list[Table]:
             Table(
                 key=f"table{3 + i}-full-{_slug(model)}",
                 title=f"Table {3 + i}: full results for {model}",
-                caption=f"Full results for {model}: every simulated method. Accuracy, mean tokens per question "
-                "(all sampled traces, warmup included) and mean per-question savings against the pipeline's "
-                "own full-budget baseline (SC or DCO).",
+                caption=f"Full results for {model}: every simulated method. Accuracy, mean tokens "
+                "per question (all sampled traces, warmup included) and mean per-question savings "
+                "against the pipeline's own full-budget baseline (SC or DCO).",
                 headers=["Dataset", "Method", "Accuracy", "Mean tokens", "Savings"],
                 rows=rows,
                 data=pd.DataFrame(
@@ -313,10 +314,10 @@ def table_oracle(results: Results, command: str | None = None) -> Table:
     return Table(
         key="table-oracle-bounds",
         title="MARS against the oracle stopping bounds",
-        caption="Token savings (%) of calibrated MARS and of the two oracle stopping rules, which know the "
-        "full-budget vote: first = stop at the first checkpoint whose leader equals it, absorbing = stop "
-        "one checkpoint after the last checkpoint whose leader differs. Share = MARS savings / oracle-first "
-        "savings: how much of the possible saving MARS gets.",
+        caption="Token savings (%) of calibrated MARS and of the two oracle stopping rules, which "
+        "know the full-budget vote: first = stop at the first checkpoint whose leader equals it, "
+        "absorbing = stop one checkpoint after the last checkpoint whose leader differs. Share = "
+        "MARS savings / oracle-first savings: how much of the possible saving MARS gets.",
         headers=["Model", "Dataset"] + ["MARS", "Oracle first", "Oracle absorbing", "Share"] * 2,
         groups=[("", 2, None), ("SC", 4, None), ("DeepConf", 4, None)],
         rows=rows,
@@ -384,9 +385,10 @@ def table_probe_cost(results: Results, command: str | None = None) -> Table:
     return Table(
         key="table-probe-cost",
         title="Probe cost: savings with and without the probes' tokens",
-        caption="Token savings (%) without and with the probe completions charged (each probe's prompt tokens "
-        "not served from the prefix cache plus its generated tokens); probe cost = the difference in "
-        "percentage points; probe tokens = mean per question. The paper excludes probe tokens.",
+        caption="Token savings (%) without and with the probe completions charged (each probe's "
+        "prompt tokens not served from the prefix cache plus its generated tokens); probe cost = "
+        "the difference in percentage points; probe tokens = mean per question. The paper excludes "
+        "probe tokens.",
         headers=[
             "Model",
             "Dataset",
@@ -541,22 +543,24 @@ def table_risk(results: Results, command: str | None = None) -> Table:
         )
         prev, prev_model = block, r.model
     notes = [
-        "A run is one (question, bootstrap iteration); the full-budget vote is the pipeline's baseline (sc, or dco "
-        "for DeepConf methods) on the same bootstrap sample. Rate upper = one-sided 95% Clopper–Pearson bound.",
-        "The certificate bounds P(stopped answer ≠ full-budget vote) by δ when q is the true switch probability; "
-        "the learned-q certified rows test it with estimated q, the calibrated rows (γ < 1) carry no guarantee.",
+        "A run is one (question, bootstrap iteration); the full-budget vote is the pipeline's "
+        "baseline (sc, or dco for DeepConf methods) on the same bootstrap sample. Rate upper = "
+        "one-sided 95% Clopper–Pearson bound.",
+        "The certificate bounds P(stopped answer ≠ full-budget vote) by δ when q is the true "
+        "switch probability; the learned-q certified rows test it with estimated q, the calibrated "
+        "rows (γ < 1) carry no guarantee.",
     ]
     if df.empty:
         notes.insert(
             0,
-            "No audited method found (sc-mars-cert, sc-mars-oracle-cert, dco-mars-cert, sc-mars-cal, "
-            "dco-mars-cal with their baseline in the same sampling settings).",
+            "No audited method found (sc-mars-cert, sc-mars-oracle-cert, dco-mars-cert, "
+            "sc-mars-cal, dco-mars-cal with their baseline in the same sampling settings).",
         )
     return Table(
         key="table-risk-audit",
         title="Risk audit of the certified rule",
-        caption="Share of runs whose early-stopped answer differs from the full-budget vote, against the risk level δ "
-        "of the certified MARS rule (Corollary 1).",
+        caption="Share of runs whose early-stopped answer differs from the full-budget vote, "
+        "against the risk level δ of the certified MARS rule (Corollary 1).",
         headers=[
             "Model",
             "Dataset",

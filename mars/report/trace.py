@@ -32,7 +32,8 @@ _ARRAYS: dict = {}
 
 
 def load_question(pool_path, qid: int, settings: Settings, cache_dir=None) -> QuestionArrays:
-    """A question's arrays, memoised per process (figures share them) and cached on disk if asked."""
+    """A question's arrays, memoised per process (figures share them)
+    and cached on disk if asked."""
     pool = pool_of(pool_path)
     spacing = pool_settings(pool, settings).spacing
     key = (str(pool_path), int(qid), spacing, settings.window)
@@ -70,21 +71,21 @@ class Trajectory:
     def frame(self) -> pd.DataFrame:
         rows = []
         for k, p in enumerate(self.positions):
-            for a in np.flatnonzero(self.shares[k] > 0):
-                rows.append(
-                    {
-                        "qid": self.qid,
-                        "iteration": self.iteration,
-                        "checkpoint": k,
-                        "position": int(p),
-                        "answer": self.representatives[a],
-                        "correct": bool(self.correct[a]),
-                        "share": float(self.shares[k, a]),
-                        "leader": self.representatives[self.lead[k]] if self.lead[k] >= 0 else "",
-                        "slack": float(self.slack[k]),
-                        "fires": bool(self.fires[k]),
-                    }
-                )
+            rows.extend(
+                {
+                    "qid": self.qid,
+                    "iteration": self.iteration,
+                    "checkpoint": k,
+                    "position": int(p),
+                    "answer": self.representatives[a],
+                    "correct": bool(self.correct[a]),
+                    "share": float(self.shares[k, a]),
+                    "leader": self.representatives[self.lead[k]] if self.lead[k] >= 0 else "",
+                    "slack": float(self.slack[k]),
+                    "fires": bool(self.fires[k]),
+                }
+                for a in np.flatnonzero(self.shares[k] > 0)
+            )
         return pd.DataFrame(rows)
 
 

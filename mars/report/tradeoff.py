@@ -61,8 +61,9 @@ def run_tradeoff(
     """One row per (family, value): accuracy and savings (means over questions, as overall.json).
 
     Settings that only change a stopping rule's knob (γ, δ, u, share, ...) share each question's
-    bootstrap samples and warmup q-model through :meth:`~mars.simulate.QuestionContext.with_settings`,
-    which is exactly what a fresh simulation would rebuild.
+    bootstrap samples and warmup q-model through
+    :meth:`~mars.simulate.QuestionContext.with_settings`, which is exactly what a fresh simulation
+    would rebuild.
     """
     jobs: dict[Settings, list] = {}
     for sw in sweeps:
@@ -134,10 +135,10 @@ def fig_tradeoff(
     fo = FigureOut(
         "fig-tradeoff",
         "Accuracy–savings trade-off",
-        "Accuracy against mean per-question token savings when each rule's knob is swept (MARS with a "
-        "fixed γ, the certified rule's δ, Parallel-Probe's u, the consensus share), with the full-budget "
-        "vote, calibrated MARS and the oracle stop as single points. Simulated in-process on few questions "
-        "and iterations; see tradeoff.csv.",
+        "Accuracy against mean per-question token savings when each rule's knob is swept (MARS "
+        "with a fixed γ, the certified rule's δ, Parallel-Probe's u, the consensus share), with "
+        "the full-budget vote, calibrated MARS and the oracle stop as single points. Simulated "
+        "in-process on few questions and iterations; see tradeoff.csv.",
         data=data,
     )
     palette = dict(
@@ -164,7 +165,8 @@ def fig_tradeoff(
                     zorder=2,
                     label=f"{fam} ({sym} = {vals})",
                 )
-                # marker size grows with the knob's value: the curve's direction without text clutter
+                # marker size grows with the knob's value:
+                # the curve's direction without text clutter
                 ax.scatter(
                     sub.savings_pct,
                     sub.accuracy_pct,

@@ -4,7 +4,8 @@ Maintainer tooling, not part of the runtime: no pipeline stage imports it. It li
 (rather than a loose script) because its statistics are tested and it rewrites the bundled presets
 in ``mars/data/presets`` and the generated section of ``docs/synthetic.md``::
 
-    python -m mars.synthetic --real ../shared/data/parallel-probe-qwen3-8b/aime24.json --out docs [--fit]
+    python -m mars.synthetic --real ../shared/data/parallel-probe-qwen3-8b/aime24.json \\
+        --out docs [--fit]
 
 Modules: :mod:`.views` (traces of a question on a probe grid, from real JSON, a pool or a
 backend), :mod:`.stats` (running share, agreement curves, switches, SC accuracy, stopping

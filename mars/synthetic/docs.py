@@ -98,7 +98,8 @@ def comparison_rows(real: dict, syn: dict) -> list[tuple[str, str, str]]:
     for k, p in enumerate(EARLY):
         rows.append(
             (
-                f"vote share of the final majority / of the snapshot leader at {p:,}, median over questions",
+                f"vote share of the final majority / of the snapshot leader at {p:,}, median over "
+                "questions",
                 *(
                     f"{_fmt(float(np.median(s['early_final'][:, k])), True)} / "
                     f"{_fmt(float(np.median(s['early_leader'][:, k])), True)}"
@@ -245,7 +246,7 @@ def plot_anatomy(pool_dir: Path, path: Path, title: str) -> None:
         for p in grid:
             votes = Counter()
             sel = q.probe_positions == p
-            for j, c in zip(tr[sel], q.probe_codes[sel]):
+            for _, c in zip(tr[sel], q.probe_codes[sel]):
                 if c >= 0:
                     votes[q.probe_strings[c]] += 1
             for j in np.flatnonzero(L <= p):
@@ -332,7 +333,8 @@ def paper_rows(n: int = 256, seeds=EVAL_SEEDS) -> list[str]:
         for key, (acc_t, tokens) in table.items():
             acc, tok = sc_baseline(backend, load_problems(DATASET_FILES[key]), n, seeds=seeds)
             lines.append(
-                f"| `{name}` | {DATASET_FILES[key]} | {acc_t:.1f} % | {acc:.1f} % | {tokens / 512:,.0f} | {tok:,.0f} |"
+                f"| `{name}` | {DATASET_FILES[key]} | {acc_t:.1f} % | {acc:.1f} % | "
+                f"{tokens / 512:,.0f} | {tok:,.0f} |"
             )
     return lines
 

@@ -238,7 +238,7 @@ def fit_paper_presets(dynamics: dict, n: int = 128, log=print) -> dict:
             skill = ds.get("skill", dynamics.get("skill", 0.75))
             lm = ds.get("len_median", dynamics.get("len_median", 6000.0))
 
-            def backend(s, m):
+            def backend(s, m, preset=preset, key=key):
                 return SyntheticBackend(
                     {**preset, "datasets": {key: {"skill": s, "len_median": m}}}, with_confs=False
                 )
@@ -258,8 +258,8 @@ def fit_paper_presets(dynamics: dict, n: int = 128, log=print) -> dict:
             acc, tok = sc_baseline(backend(skill, lm), probs, n)
             fitted[name][key] = {"skill": round(skill, 4), "len_median": round(lm, 1)}
             log(
-                f"paper fit {name} {key}: skill {skill:.3f} len_median {lm:.0f} -> SC {acc:.1f} (paper {acc_t}), "
-                f"tokens/trace {tok:.0f} (paper {tok_t:.0f})"
+                f"paper fit {name} {key}: skill {skill:.3f} len_median {lm:.0f} -> SC {acc:.1f} "
+                f"(paper {acc_t}), tokens/trace {tok:.0f} (paper {tok_t:.0f})"
             )
     return fitted
 

@@ -246,7 +246,8 @@ def mars_stats(
 def pool_mars_stats(
     pool_path, methods=MARS_METHODS, budget: int = MARS_BUDGET, iterations: int = 64
 ) -> dict:
-    """:func:`mars_stats` through the real path: ``mars simulate``'s :func:`~mars.simulate.simulate_pool`
+    """:func:`mars_stats` through the real path:
+    ``mars simulate``'s :func:`~mars.simulate.simulate_pool`
     on a pool directory (answers grouped as the simulator groups them)."""
     from ..methods import get_method
     from ..simulate import Settings, simulate_pool
@@ -292,8 +293,9 @@ def mars_rows(real_path, tmp: Path, seeds=MARS_SEEDS, log=print) -> list[str]:
         ]
 
     lines = [
-        "| traces | questions × traces, budget | `sc` accuracy | `sc-mars` (γ = 1): accuracy / savings | "
-        "`sc-mars-cal`: accuracy / savings | `sc-mars-cal` − `sc` (points) | `sc-pp` (u = 3): accuracy / savings |",
+        "| traces | questions × traces, budget | `sc` accuracy | "
+        "`sc-mars` (γ = 1): accuracy / savings | `sc-mars-cal`: accuracy / savings | "
+        "`sc-mars-cal` − `sc` (points) | `sc-pp` (u = 3): accuracy / savings |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     real = import_parallel_probe(real_path, tmp / "real-pool")

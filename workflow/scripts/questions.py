@@ -1,4 +1,5 @@
-"""Write a dataset's problems (a bundled set or a jsonl file) as results/questions/{dataset}.jsonl."""
+"""Write a dataset's problems (a bundled set or a jsonl file)
+as results/questions/{dataset}.jsonl."""
 
 import json
 import sys

@@ -16,9 +16,9 @@ fixtures are hand-built to the documented shape of ``sglang.Engine.generate`` re
   earlier call (prompt + output of every earlier request, minus the last output token whose KV was
   never computed), never the whole input.
 
-Regenerate with ``python tests/data/sglang/toy.py`` (it drives :class:`mars.backends.sglang.SGLangBackend`
-against :class:`ScriptedEngine` and records every request/response pair); the tests only replay the
-JSON files.
+Regenerate with ``python tests/data/sglang/toy.py`` (it drives
+:class:`mars.backends.sglang.SGLangBackend` against :class:`ScriptedEngine` and records every
+request/response pair); the tests only replay the JSON files.
 """
 
 from __future__ import annotations
@@ -368,8 +368,9 @@ def main() -> int:
     be.engine = engine
     records = run_batch(be.start(problem, n, seed), spacing, max_tokens=max_tokens)
     doc = {
-        "about": "Hand-built SGLang Engine.generate exchanges (shape of SGLang 0.5.x meta_info), NOT recorded "
-        "from a live engine; written by tests/data/sglang/toy.py, replayed by tests/test_backend_sglang.py.",
+        "about": "Hand-built SGLang Engine.generate exchanges (shape of SGLang 0.5.x meta_info), "
+        "NOT recorded from a live engine; written by tests/data/sglang/toy.py, replayed by "
+        "tests/test_backend_sglang.py.",
         "problem": {
             "qid": problem.qid,
             "question": problem.question,
