@@ -117,7 +117,7 @@ def extract_boxed(text: str) -> str | None:
     return rest[1:]  # unclosed box: everything after the opening brace
 
 
-def extract_probe_answer(completion: str) -> str | None:
+def extract_probe_answer(completion: str | None) -> str | None:
     """Answer of a probe completion generated after a prompt ending in ``\\boxed{``.
 
     ``extract_boxed("\\\\boxed{" + completion)``; if that is empty (or only whitespace), the

@@ -21,6 +21,7 @@ import os
 import zipfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -93,6 +94,8 @@ class QuestionArrays:
         ``length`` where no group confidence falls below ``tau``, else (first such window) + W.
         Records strictly decrease within a trace, so the first record below ``tau`` marks it.
         """
+        assert self.rec_value is not None and self.rec_offsets is not None
+        assert self.rec_index is not None
         pos = np.flatnonzero(self.rec_value < tau)
         if len(pos) == 0:
             return self.lengths.copy()
@@ -107,22 +110,22 @@ class QuestionArrays:
         Group ids only break ties (lowest id wins), so this replays a run under another id order,
         e.g. the hash-seed-dependent order of the reference implementation.
         """
-        order = np.asarray(order, dtype=np.int64)
-        if sorted(order.tolist()) != list(range(self.n_answers)):
+        perm = np.asarray(order, dtype=np.int64)
+        if sorted(perm.tolist()) != list(range(self.n_answers)):
             raise ValueError("order must be a permutation of the answer ids")
         new_of_old = np.empty(self.n_answers + 1, dtype=np.int32)
-        new_of_old[order] = np.arange(self.n_answers, dtype=np.int32)
+        new_of_old[perm] = np.arange(self.n_answers, dtype=np.int32)
         new_of_old[-1] = -1  # -1 stays -1 (index -1 picks the last slot)
         out = QuestionArrays(**{f.name: getattr(self, f.name) for f in fields(self)})
         out.ids = new_of_old[self.ids]
         out.final_ids = new_of_old[self.final_ids]
-        out.representatives = [self.representatives[i] for i in order]
-        out.correct = self.correct[order]
+        out.representatives = [self.representatives[i] for i in perm]
+        out.correct = self.correct[perm]
         return out
 
     # -- caching -------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        arrays = {}
+        arrays: dict[str, Any] = {}
         meta = {}
         for f in fields(self):
             v = getattr(self, f.name)

@@ -123,7 +123,7 @@ def parallel_probe_question(
         gold = str(item["gold_answer"])
     except (KeyError, TypeError, ValueError) as exc:
         raise PoolError(f"{src}: question {qid}: missing or bad field ({exc})") from None
-    cols = {n: [] for n in schema.TRACE_SCHEMA.names}
+    cols: dict[str, list] = {n: [] for n in schema.TRACE_SCHEMA.names}
     for t, br in enumerate(branches):
         try:
             probe_list, n_tok, final = br[0], int(br[1]), br[2]

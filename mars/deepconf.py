@@ -12,11 +12,13 @@ PERCENTILE = 90
 def threshold(arr: QuestionArrays, warm: np.ndarray):
     """Confidence threshold: 90th percentile (linear)
     of the warmup traces' lowest group confidence."""
+    assert arr.min_group is not None  # DeepConf needs confidences
     return np.percentile(arr.min_group[warm], PERCENTILE)
 
 
 def running_min_conf(arr: QuestionArrays) -> np.ndarray:
     """Running minimum over checkpoints of the checkpoint confidence (once below, out for good)."""
+    assert arr.conf_at_pos is not None  # DeepConf needs confidences
     return np.minimum.accumulate(arr.conf_at_pos, axis=1)
 
 

@@ -83,7 +83,7 @@ def _fit_one(args) -> list[dict]:
     return [_model_row(arr, w, fit_question(arr, arr.warmup_ids(w))) for w in fs.warmups]
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)

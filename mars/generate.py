@@ -108,7 +108,7 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
         raise ValueError(f"question {qid}: confidences for some traces only")
     lengths = np.array([r.length for r in res], np.int64)
     if all(has_confs) and n:
-        counts = np.array([len(r.confs) for r in res], np.int64)
+        counts = np.array([len(r.confs) for r in res if r.confs is not None], np.int64)
         bad = np.flatnonzero(counts != lengths)
         if bad.size:
             j = int(bad[0])

@@ -143,6 +143,7 @@ def decide(
         *finals[n_warm:],
     ]
     groups = group_answers_online(arrival)
+    assert settings.spacing is not None  # live settings carry the spacing
     arr = build_arrays(
         q,
         settings.spacing,
@@ -245,15 +246,15 @@ class _Controller:
                 if j not in self.ended:
                     r = batch.result(j)
                     self.ended[j] = _as_stopped(r) if self.pruned[j] else r
-                res = self.ended[j]
+                trace_res = self.ended[j]
             else:
-                res = TraceResult(
+                trace_res = TraceResult(
                     length=int(lengths[j]),
                     final_answer=None,
                     finished=False,
                     confs=batch.confs_so_far(j),
                 )
-            records.append(TraceRecord(res, list(self.probes[j])))
+            records.append(TraceRecord(trace_res, list(self.probes[j])))
         running = ~ended
         q = _question(
             self.problem,

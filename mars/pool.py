@@ -65,6 +65,7 @@ class QuestionData:
 
     def confs(self, j: int) -> np.ndarray:
         """Per-token confidences of trace ``j`` (float16 view)."""
+        assert self.conf_values is not None and self.conf_offsets is not None
         return self.conf_values[self.conf_offsets[j] : self.conf_offsets[j + 1]]
 
     def content_hash(self) -> str:
@@ -82,10 +83,10 @@ class QuestionData:
             self.probe_positions,
             self.probe_codes,
         ):
-            h.update(memoryview(np.ascontiguousarray(arr)).cast("B"))
+            h.update(np.ascontiguousarray(arr).data.cast("B"))
         if self.conf_values is not None:
-            h.update(memoryview(np.ascontiguousarray(self.conf_offsets)).cast("B"))
-            h.update(memoryview(np.ascontiguousarray(self.conf_values).view(np.uint16)).cast("B"))
+            h.update(np.ascontiguousarray(self.conf_offsets).data.cast("B"))
+            h.update(np.ascontiguousarray(self.conf_values).view(np.uint16).data.cast("B"))
         return h.hexdigest()
 
     def where(self, j: int | None = None) -> str:
@@ -179,6 +180,7 @@ def _check_traces(q: QuestionData) -> None:
         j = int(np.flatnonzero(q.lengths < 0)[0])
         raise PoolError(f"{q.where(j)}: negative length")
     if q.conf_values is not None and q.conf_values.size:
+        assert q.conf_offsets is not None
         finite = np.isfinite(q.conf_values)
         if not finite.all():
             pos = int(np.flatnonzero(~finite)[0])
@@ -202,6 +204,7 @@ def _sort_by_trace(q: QuestionData) -> QuestionData:
     if q.probe_cost is not None:
         q.probe_cost = q.probe_cost[take_p]
     if q.conf_values is not None:
+        assert q.conf_offsets is not None
         take_c = np.concatenate(
             [np.arange(q.conf_offsets[j], q.conf_offsets[j + 1]) for j in order]
         )
@@ -364,9 +367,9 @@ def question_from_table(
     if confs is not None:
         conf_offsets, conf_values = confs
     elif "confs" in t.column_names:
-        confs = t.column("confs")
-        if confs.null_count == 0:
-            conf_offsets, c_flat = _list_buffers(confs)
+        ccol = t.column("confs")
+        if ccol.null_count == 0:
+            conf_offsets, c_flat = _list_buffers(ccol)
             if isinstance(c_flat, pa.ChunkedArray):
                 c_flat = c_flat.combine_chunks()
             if c_flat.null_count:
@@ -374,9 +377,9 @@ def question_from_table(
             conf_values = c_flat.to_numpy(zero_copy_only=False)
             if conf_values.dtype != np.float16:
                 conf_values = conf_values.astype(np.float16)
-        elif confs.null_count != t.num_rows:
+        elif ccol.null_count != t.num_rows:
             j = int(
-                np.flatnonzero(~np.asarray(pc.is_valid(confs).to_numpy(zero_copy_only=False)))[0]
+                np.flatnonzero(~np.asarray(pc.is_valid(ccol).to_numpy(zero_copy_only=False)))[0]
             )
             raise PoolError(
                 f"{where}, trace {int(trace_idx[j])}: confs missing for some traces only"

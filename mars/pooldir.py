@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from operator import itemgetter
 from pathlib import Path
 
 import pyarrow as pa
@@ -163,7 +164,7 @@ class PoolDirWriter:
         """Write ``questions.parquet`` and then ``pool.json`` (the completion marker)."""
         rows = sorted(
             ({n: r.get(n) for n in schema.QUESTION_SCHEMA.names} for r in questions),
-            key=lambda r: r["qid"],
+            key=itemgetter("qid"),
         )
         table = pa.Table.from_pylist(rows, schema=schema.QUESTION_SCHEMA)
         write_atomic(self.root / schema.POOL_QUESTIONS, lambda p: pq.write_table(table, p))

@@ -25,7 +25,7 @@ PACKAGES = ("mars", "numpy", "scipy", "scikit-learn", "pandas", "pyarrow", "math
 
 
 def package_versions() -> dict:
-    out = {}
+    out: dict[str, str | None] = {}
     for p in PACKAGES:
         try:
             out[p] = version(p)

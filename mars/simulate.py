@@ -188,6 +188,7 @@ class QuestionContext:
         if method.deepconf:
             tau_w = deepconf.threshold(arr, warm)
             eligible &= deepconf.running_min_conf(arr)[warm] >= tau_w
+            assert arr.conf_at_pos is not None  # deepconf methods need confidences
             weights = arr.conf_at_pos[warm]
         else:
             weights = np.ones(ids.shape)
@@ -242,6 +243,8 @@ class MethodRun:
         S = self.samples = ctx.samples
         self.lens = arr.lengths[S]
         self.run_lens = arr.run_lengths[S]
+        self.taus: np.ndarray | None
+        self.runmin: np.ndarray | None
         if method.deepconf:
             self.taus, self.trunc, self.runmin = ctx.dco
         else:
@@ -251,7 +254,7 @@ class MethodRun:
         self.gamma = ctx.gamma_for(method)
         self.rule = ctx.rule_for(method, self.gamma)
         self.rule.reset(*S.shape)
-        self.q_matrix = None
+        self.q_matrix: np.ndarray | None = None
         if self.rule.needs_q:
             self.q_matrix = ctx.q_oracle if method.q == "oracle" else ctx.q_learned
 
@@ -268,7 +271,11 @@ class MethodRun:
             kept &= ~(self.truncated[rows] & (grid[k] >= self.trunc[rows]))
         e = kept & (ids >= 0)
         running = self.run_lens[rows] > grid[k]
-        w = arr.conf_at_pos[Sk, k] if method.conf_weights else np.ones(ids.shape)
+        if method.conf_weights:
+            assert arr.conf_at_pos is not None
+            w = arr.conf_at_pos[Sk, k]
+        else:
+            w = np.ones(ids.shape)
         votes = tally(ids, w, e, arr.n_answers)
         lead, has = leader(votes)
         return Snapshot(
@@ -298,7 +305,11 @@ class MethodRun:
             e &= ~(self.truncated[rows] & (self.trunc[rows] <= grid[-1]))
         if exclude is not None:
             e &= ~exclude
-        w = arr.conf_at_pos[S, len(grid) - 1] if method.conf_weights else np.ones(S.shape)
+        if method.conf_weights:
+            assert arr.conf_at_pos is not None
+            w = arr.conf_at_pos[S, len(grid) - 1]
+        else:
+            w = np.ones(S.shape)
         return leader(tally(arr.final_ids[S], w, e, arr.n_answers))[0]
 
     def run(self) -> MethodResult:
@@ -341,13 +352,19 @@ class MethodRun:
                     active[hit] = False
             rest = np.flatnonzero(active)
             if len(rest):
-                pruned = self._pp().pruned[rest] if method.faithful else None
+                pruned = None
+                if method.faithful:
+                    pp_pruned = self._pp().pruned
+                    assert pp_pruned is not None  # set by reset()
+                    pruned = pp_pruned[rest]
                 answer[rest] = self.full_budget_vote(rest, exclude=pruned)
 
         # tokens: every sampled trace is charged up to the stop position (and truncation/pruning)
         charged = self.cap
         if method.faithful:
-            charged = np.minimum(self.cap, self._pp().pruned_at)
+            pruned_at = self._pp().pruned_at
+            assert pruned_at is not None  # set by reset()
+            charged = np.minimum(self.cap, pruned_at)
         stop_pos = np.where(stop_k < m, grid[np.minimum(stop_k, m - 1)], np.iinfo(np.int64).max)
         tokens = np.minimum(charged, stop_pos[:, None]).sum(axis=1)
         position = grid[np.minimum(stop_k, m - 1)]
@@ -385,11 +402,11 @@ class MethodRun:
             out[:] = np.nan
             return out
         run_lens = self.run_lens
-        probed_until = (
-            np.minimum(run_lens, np.minimum(self._pp().pruned_at, run_lens) + 1)
-            if self.method.faithful
-            else run_lens
-        )
+        probed_until = run_lens
+        if self.method.faithful:
+            pruned_at = self._pp().pruned_at
+            assert pruned_at is not None  # set by reset()
+            probed_until = np.minimum(run_lens, np.minimum(pruned_at, run_lens) + 1)
         probed = (arr.grid[None, None, :] < probed_until[:, :, None]) & (
             np.arange(m)[None, None, :] <= stop_k[:, None, None]
         )

@@ -17,6 +17,7 @@ iteration, whether to stop now. Rules with memory (Parallel-Probe) keep it per i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -109,11 +110,12 @@ def margin(
     cost_unseen = np.where(is_lead, base * 2, base) * eligible
     thr_unseen = np.sum(q * cost_unseen, axis=-1)
     v_lead = votes[np.arange(R), np.maximum(lead, 0)]
-    eps = 0.0 if epsilon is None else epsilon
+    eps: Any = 0.0 if epsilon is None else epsilon  # a scalar or one value per row
     cmp = np.greater if strict else np.greater_equal
     rhs_unseen = thr_unseen + eps
     ok = has_votes & cmp(v_lead, rhs_unseen)
-    slack = binding = None
+    slack: np.ndarray | None = None
+    binding: np.ndarray | None = None
     if explain:
         slack = np.where(has_votes, v_lead - rhs_unseen, np.nan).astype(np.float64)
         binding = np.full(R, UNSEEN, dtype=np.int64)
@@ -140,6 +142,7 @@ def margin(
         passed = cmp(lhs, rhs) | (chal < 0)
         ok &= passed.all(axis=1)
         if explain:
+            assert slack is not None and binding is not None
             s_k = np.where(chal >= 0, lhs - rhs, np.inf)
             k_min = np.argmin(s_k, axis=1)
             s_min = s_k[np.arange(R), k_min]
@@ -198,6 +201,7 @@ class Mars(Rule):
         slack and binding challenger of the margin test: what the report's figures draw."""
         q = snap.q
         if self.certified:
+            assert q is not None  # the rule needs q
             q = np.where(snap.running, q, np.float32(0))  # finished traces cannot switch
             # a running trace whose probe abstained may still vote later: charge it as a neutral
             # voter (cost w against every challenger); the reference ignores such traces
@@ -252,8 +256,9 @@ class ParallelProbe(Rule):
     patience: int = 2
     faithful: bool = False
     label: str = "pp_consensus"
-    pruned: np.ndarray = field(default=None, repr=False)
-    pruned_at: np.ndarray = field(default=None, repr=False)  # position where a trace was pruned
+    pruned: np.ndarray | None = field(default=None, repr=False)
+    # position where a trace was pruned
+    pruned_at: np.ndarray | None = field(default=None, repr=False)
 
     def reset(self, n_iterations: int, budget: int) -> None:
         self.stable = np.zeros(n_iterations, dtype=np.int64)
@@ -264,6 +269,7 @@ class ParallelProbe(Rule):
         self.winner = np.full(n_iterations, -1, dtype=np.int64)
 
     def check(self, snap: Snapshot) -> np.ndarray:
+        assert self.pruned is not None and self.pruned_at is not None  # set by reset()
         r = snap.rows
         voting = snap.eligible & ~self.pruned[r]
         votes = tally(snap.ids, np.ones(1), voting, snap.n_answers)

@@ -860,6 +860,7 @@ class SyntheticTraceBatch(TraceBatch):
             return None
         if a % _BLOCK == 0 and p % _BLOCK == 0 and p <= (len(c) // _BLOCK) * _BLOCK:
             bs = self._block_cs[j]
+            assert bs is not None  # set by _trace_confs
             return float((bs[p // _BLOCK] - bs[a // _BLOCK]) / (p - a))
         return float(c[a:p].astype(np.float64).mean())
 

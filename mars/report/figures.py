@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import matplotlib
 
@@ -277,7 +278,7 @@ def _bars(ax, df: pd.DataFrame, datasets: list[str], ylabel: str, labels: bool =
 
 
 def _legend_entries(axes) -> dict:
-    out = {}
+    out: dict[str, Any] = {}
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             out.setdefault(lab, h)
@@ -814,7 +815,8 @@ def fig_ablations(
         width = max(_panels_width(results, gam), _panels_width(results, orc), 9.0)
         ha, hb = (0.3 if gam.empty else 1.0), (0.3 if orc.empty else 1.0)
         fig = plt.figure(figsize=(width, 3.2 * (ha + hb) + 4.0), layout="constrained")
-        top, mid, bottom = fig.subfigures(3, 1, height_ratios=[ha, hb, 1.25])
+        # three rows: an array of subfigures (the stub's return type also allows a single one)
+        top, mid, bottom = cast(np.ndarray, fig.subfigures(3, 1, height_ratios=[ha, hb, 1.25]))
         for sf, df, title, pairs in (
             (top, gam, "(a) savings gained by γ calibration over γ = 1", GAMMA_PAIRS),
             (mid, orc, "(b) savings gap: oracle q − learned q", ORACLE_PAIRS),

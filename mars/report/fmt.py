@@ -46,7 +46,7 @@ _TEX_UNICODE = {
 }
 
 
-def tex_escape(text: str) -> str:
+def tex_escape(text: object) -> str:
     """Escape LaTeX's special characters (and the few non-ASCII ones labels use)."""
     out = _TEX_RE.sub(lambda m: _TEX_SPECIAL[m.group(0)], str(text))
     for k, v in _TEX_UNICODE.items():
@@ -54,7 +54,7 @@ def tex_escape(text: str) -> str:
     return out
 
 
-def md_escape(text: str) -> str:
+def md_escape(text: object) -> str:
     return str(text).replace("|", r"\|").replace("\n", " ")
 
 

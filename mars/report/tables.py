@@ -8,12 +8,14 @@ unrounded numbers and whose ``commands`` name the report command and the simulat
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 from scipy.stats import beta
 
 from ..settings import same_sampling
 from .collect import Results, Run
-from .fmt import Table, integer, num, pct, text
+from .fmt import Cell, Table, integer, num, pct, text
 from .names import family_baseline, is_baseline, method_label, method_order, run_commands
 
 
@@ -122,7 +124,7 @@ def table_main(results: Results, command: str | None = None) -> Table:
 # -- Table 2 --------------------------------------------------------------------------------------
 def _pp_runs(results: Results, model: str, dataset: str, method: str) -> dict:
     """{u: (run, overall)} of a Parallel-Probe method, the main setting winning ties."""
-    out = {}
+    out: dict[int, Run] = {}
     for r in results.runs_of(model, dataset):
         if method in r.overall:
             u = int(r.settings(method).get("pp_conv", 3))
@@ -139,7 +141,7 @@ def table_pp(results: Results, command: str | None = None) -> Table:
         variants += [(method, u) for u in us]
     rows, data, prev = [], [], None
     for pair in results.pairs:
-        rec = {"model": pair[0], "dataset": pair[1]}
+        rec: dict[str, Any] = {"model": pair[0], "dataset": pair[1]}
         accs = []
         for method, u in variants:
             run = _pp_runs(results, *pair, method).get(u)
@@ -169,7 +171,7 @@ def table_pp(results: Results, command: str | None = None) -> Table:
         rows.append(cells)
         data.append(rec)
         prev = pair[0]
-    groups = [("", 2, None)]
+    groups: list[tuple[str, int, str | None]] = [("", 2, None)]
     for method, u in variants:
         name = "PP" if method == "sc-pp" else "PP + pruning"
         groups.append((f"{name} (u={u})", 2, f"{name} ($u{{=}}{u}$)"))
@@ -215,7 +217,8 @@ def tables_full(results: Results, command: str | None = None) -> list[Table]:
     out = []
     for i, model in enumerate(results.models):
         used = _Used()
-        rows, data, breaks = [], [], []
+        rows: list[list[Cell]] = []
+        data, breaks = [], []
         for pair in [p for p in results.pairs if p[0] == model]:
             runs = results.runs_of(*pair)
             for run in runs:
@@ -293,7 +296,7 @@ def table_oracle(results: Results, command: str | None = None) -> Table:
     ]
     rows, data, prev = [], [], None
     for pair in results.pairs:
-        rec = {"model": pair[0], "dataset": pair[1]}
+        rec: dict[str, Any] = {"model": pair[0], "dataset": pair[1]}
         cells = list(_model_cells(results, pair, prev))
         for _, mars, first, last in fams:
             vals = {
@@ -332,7 +335,8 @@ def table_oracle(results: Results, command: str | None = None) -> Table:
 def table_probe_cost(results: Results, command: str | None = None) -> Table:
     """Savings with and without the probes' own tokens, for every early-stopping method."""
     used = _Used()
-    rows, data, breaks, prev = [], [], [], None
+    rows: list[list[Cell]] = []
+    data, breaks, prev = [], [], None
     for pair in results.pairs:
         run = results.main_run(*pair)
         first = True
@@ -506,9 +510,11 @@ def risk_audit(results: Results) -> pd.DataFrame:
 def table_risk(results: Results, command: str | None = None) -> Table:
     df = risk_audit(results)
     used = _Used()
-    rows, breaks, prev, prev_model = [], [], None, None
+    rows: list[list[Cell]] = []
+    breaks, prev, prev_model = [], None, None
     n_settings = df.groupby(["model", "dataset"]).setting.nunique() if len(df) else None
     for _, r in df.iterrows():
+        assert n_settings is not None  # df has rows
         run = next(
             x
             for x in results.runs

@@ -21,7 +21,7 @@ from ..stopping import UNSEEN, Mars
 _POOLS: dict[str, Pool] = {}
 
 
-def pool_of(path) -> object:
+def pool_of(path) -> Pool:
     key = str(path)
     if key not in _POOLS:
         _POOLS[key] = open_pool(path)
@@ -36,6 +36,7 @@ def load_question(pool_path, qid: int, settings: Settings, cache_dir=None) -> Qu
     and cached on disk if asked."""
     pool = pool_of(pool_path)
     spacing = pool_settings(pool, settings).spacing
+    assert spacing is not None  # pool_settings fills it in
     key = (str(pool_path), int(qid), spacing, settings.window)
     if key not in _ARRAYS:
         if len(_ARRAYS) > 64:
@@ -69,7 +70,7 @@ class Trajectory:
         return int(hit[0]) if len(hit) else len(self.positions)
 
     def frame(self) -> pd.DataFrame:
-        rows = []
+        rows: list[dict] = []
         for k, p in enumerate(self.positions):
             rows.extend(
                 {

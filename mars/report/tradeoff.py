@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -206,7 +207,7 @@ def fig_tradeoff(
             pad = max(2.0, 0.08 * (hi - lo))
             ax.set_ylim(max(lo - pad, -1), min(hi + pad, 101))
         if labels:
-            entries = {}
+            entries: dict[str, Any] = {}
             for ax in axes[0]:
                 for h, lab in zip(*ax.get_legend_handles_labels()):
                     entries.setdefault(lab, h)

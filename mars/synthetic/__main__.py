@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     out = Path(a.out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    real = {}
+    real: dict[int | str, dict] = {}
     for spacing in (2048, 500):
         views, problems = views_from_real(a.real, spacing)
         real[spacing] = compute_stats(views, spacing)
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     seeds = [int(x) for x in a.seeds.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="mars-calib-"))
     try:
-        syn = {}
+        syn: dict[int | str, dict] = {}
         for spacing in (2048, 500):
             views = []
             for seed in seeds:

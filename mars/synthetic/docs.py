@@ -23,9 +23,9 @@ def _fmt(x, pct=False, nd=2):
     return f"{100 * x:.1f} %" if pct else f"{x:,.{nd}f}"
 
 
-def comparison_rows(real: dict, syn: dict) -> list[tuple[str, str, str]]:
+def comparison_rows(real: dict, syn: dict) -> list[tuple[str, ...]]:
     r2, s2, r5, s5 = real[2048], syn[2048], real[500], syn[500]
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             "questions × traces",
             f"{r2['n_questions']} × {r2['n_traces'] // r2['n_questions']}",
@@ -244,14 +244,14 @@ def plot_anatomy(pool_dir: Path, path: Path, title: str) -> None:
         final_major = answers.most_common(1)[0][0]
         wrong_lead = 0
         for p in grid:
-            votes = Counter()
+            votes: Counter[str] = Counter()
             sel = q.probe_positions == p
             for _, c in zip(tr[sel], q.probe_codes[sel]):
                 if c >= 0:
                     votes[q.probe_strings[c]] += 1
-            for j in np.flatnonzero(L <= p):
-                if fin[j]:
-                    votes[fin[j]] += 1
+            for i in np.flatnonzero(L <= p):
+                if fin[i]:
+                    votes[fin[i]] += 1
             snap_share.append(votes)
             if votes and votes.most_common(1)[0][0] != final_major:
                 wrong_lead += 1
@@ -261,7 +261,7 @@ def plot_anatomy(pool_dir: Path, path: Path, title: str) -> None:
     if best is not None:
         _, q, grid, shares = best
         tot = np.array([sum(s.values()) for s in shares], float)
-        keys = Counter()
+        keys: Counter[str] = Counter()
         for s in shares:
             keys.update(s)
         for a, _ in keys.most_common(4):
@@ -293,11 +293,11 @@ def plot_anatomy(pool_dir: Path, path: Path, title: str) -> None:
         cd = q.probe_codes[q.probe_offsets[j] : q.probe_offsets[j + 1]]
         prev = None
         for p, cc in zip(ps, cd):
-            a = q.probe_strings[cc] if cc >= 0 else None
-            if a is not None and prev is not None and a != prev:
+            ans = q.probe_strings[cc] if cc >= 0 else None
+            if ans is not None and prev is not None and ans != prev:
                 ax[1].axvline(p / 1000, color="grey", ls=":", lw=0.8)
-            if a is not None:
-                prev = a
+            if ans is not None:
+                prev = ans
         ax[1].set(
             title="confidence of one trace; dotted: probe answer changed",
             xlabel="tokens (k)",

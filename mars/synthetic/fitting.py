@@ -104,7 +104,7 @@ def synthetic_stats(
     stopping-method statistics of :func:`mars_stats` under ``"mars"``)."""
     preset = {"name": "fit", "base": base, "params": params}
     backend = SyntheticBackend(preset, with_confs=False)
-    out = {}
+    out: dict[int | str, dict] = {}
     for spacing in (2048, 500):
         views = [v for s in seeds for v in views_from_backend(backend, problems, n, s, spacing)]
         out[spacing] = compute_stats(views, spacing, with_sc=spacing == 2048)
@@ -227,7 +227,7 @@ def fit_paper_presets(dynamics: dict, n: int = 128, log=print) -> dict:
     """Per paper model and dataset: bisection of ``skill`` on the SC accuracy and a fixed point of
     ``len_median`` on the mean tokens per trace (two alternations). Dynamics (convergence,
     exploration, probes, confidence) are the Qwen3-8B fit's."""
-    fitted = {}
+    fitted: dict[str, dict] = {}
     for name, table in PAPER.items():
         preset = load_preset(name)
         fitted[name] = {}

@@ -52,7 +52,7 @@ def sc_at_k(v: QView, k: int = 64, n_seeds: int = 100) -> float:
     sub = dense[_shuffles(len(v.F), n_seeds)[:, :k]]  # [seeds, k]
     rows = np.repeat(np.arange(n_seeds), sub.shape[1])
     counts = np.bincount(rows * K + sub.ravel(), minlength=n_seeds * K).reshape(n_seeds, K)
-    first = np.full(n_seeds * K, k, np.int64)
+    first: np.ndarray = np.full(n_seeds * K, k, np.int64)
     np.minimum.at(first, rows * K + sub.ravel(), np.tile(np.arange(sub.shape[1]), n_seeds))
     first = first.reshape(n_seeds, K)
     best = np.where(counts == counts.max(axis=1, keepdims=True), first, k + 1)
@@ -148,7 +148,7 @@ def compute_stats(
         distinct.append(len(np.unique(f)))
         acc.append(float((v.F == v.gt).mean()))
         sc.append(sc_at_k(v) if with_sc else np.nan)
-    sw = np.concatenate(sw)
+    sw_flat = np.concatenate(sw)
     with np.errstate(invalid="ignore", divide="ignore"):
         pf = num / den
         pn = none / run_n
@@ -166,7 +166,7 @@ def compute_stats(
         "majority": maj.mean(axis=0),
         "early_final": np.array(early_f),
         "early_leader": np.array(early_l),
-        "switches": sw,
+        "switches": sw_flat,
         "entropy": np.array(ent),
         "acc_q": np.array(acc),
         "distinct": np.array(distinct),
@@ -226,8 +226,8 @@ def mars_stats(
 
     ms = [get_method(m) for m in methods]
     s = Settings(budget=budget, iterations=iterations, seed=seed)
-    acc = {m: [] for m in methods}
-    sav = {m: [] for m in methods}
+    acc: dict[str, list[float]] = {m: [] for m in methods}
+    sav: dict[str, list[float]] = {m: [] for m in methods}
     for qid, v in enumerate(views):
         arr = view_arrays(v, qid)
         if len(arr.pool_ids()) == 0:
