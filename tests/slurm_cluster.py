@@ -295,9 +295,8 @@ ReturnToService=2
 # finished jobs stay visible to squeue for MinJobAge seconds: the profile's
 # `slurm-status-command: squeue` needs it >= 3 x the plugin's first status-check delay
 MinJobAge={MIN_JOB_AGE}
+# no database: sacct fails, sshare answers nothing (the plugin then passes -A unchecked)
 AccountingStorageType=accounting_storage/none
-# with multifactor, `sshare` answers (empty) and the plugin accepts the profile's account unchecked
-PriorityType=priority/multifactor
 JobCompType=jobcomp/filetxt
 JobCompLoc={self.jobcomp}
 GresTypes=gpu
