@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from datetime import datetime
@@ -30,7 +31,8 @@ SNAKEFILE = REPO / "Snakefile"
 PROFILE = REPO / "profiles" / "slurm"
 PROFILE_KEYS = yaml.safe_load((PROFILE / "profile.yaml").read_text())
 TEST_CONFIG = REPO / "config" / "test.yaml"
-BIN = Path(sys.executable).parent
+PYTHON = Path(sys.executable).absolute()  # not resolved: a venv's python is a symlink
+BIN = PYTHON.parent
 STATUS_DELAY = 2  # s before the plugin's first status check (default 40)
 SLURM_ARGS = ["--slurm-init-seconds-before-status-checks", str(STATUS_DELAY),
               "--slurm-keep-successful-logs"]
@@ -70,7 +72,7 @@ def job_stats(out: str) -> dict[str, int]:
 
 
 def snakemake_cmd(workdir: Path, *args) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE),
+    return [str(PYTHON), "-m", "snakemake", "--snakefile", str(SNAKEFILE),
             "--directory", str(workdir), *map(str, args)]
 
 
@@ -175,9 +177,9 @@ class Run(SimpleNamespace):
         return dict(found)
 
 
-def _launch(workdir: Path, args: list, env: dict) -> tuple[subprocess.Popen, Path]:
-    workdir.mkdir(parents=True)
-    log = workdir.parent / f"{workdir.name}.log"
+def _launch(workdir: Path, args: list, env: dict, name: str = "") -> tuple[subprocess.Popen, Path]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir.parent / f"{name or workdir.name}.log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(snakemake_cmd(workdir, *args), cwd=workdir, env=env, stdout=fh,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -193,6 +195,39 @@ def _interrupt(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _interrupt_then_rerun(workdir: Path, args: list, env: dict, slow_env: dict,
+                          cluster: LocalCluster, launched: list, result: dict) -> None:
+    """Ctrl-C while the run's SLURM job runs, then the same command again (a thread's body)."""
+    try:
+        proc, log = _launch(workdir, args, slow_env, "interrupted")
+        launched.append(proc)
+        deadline = time.monotonic() + RUN_TIMEOUT
+        job_id = None
+        while job_id is None or _job_state(cluster, job_id) != "RUNNING":
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"no running SLURM job to interrupt:\n{log.read_text()[-3000:]}")
+            found = re.search(r"submitted with SLURM jobid (\d+)", log.read_text())
+            job_id = found and found.group(1)
+            time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+        incomplete = sorted(p.name for p in (workdir / ".snakemake" / "incomplete").iterdir())
+        result["interrupted"] = Run(rc=proc.returncode, out=log.read_text(), job_id=job_id,
+                                    state=_job_state(cluster, job_id), incomplete=incomplete)
+        proc, log = _launch(workdir, args, env, "rerun")
+        launched.append(proc)
+        proc.wait(timeout=max(1, deadline - time.monotonic()))
+        result["rerun"] = Run(rc=proc.returncode, out=log.read_text(), workdir=workdir)
+    except Exception as exc:  # reported by the test
+        result["error"] = exc
+
+
+def _job_state(cluster: LocalCluster, job_id: str) -> str:
+    r = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], env=cluster.env(),
+                       capture_output=True, text=True)
+    return r.stdout.strip()
 
 
 def _wait_all(procs: dict, started: float) -> dict[str, float]:
@@ -229,9 +264,19 @@ def runs(cluster, tmp_path_factory):
     one_job = ["--workflow-profile", PROFILE, "--configfile", root / "one-shard.yaml",
                *SLURM_ARGS, "all_traces"]
 
+    slow = root / "slow-bin"  # the interrupted run: its job runs long enough to be interrupted
+    slow.mkdir()
+    (slow / "mars").write_text(f'#!/bin/sh\nsleep 60\nexec {PYTHON} -m mars.cli "$@"\n')
+    (slow / "mars").chmod(0o755)
+
     started = time.monotonic()
     launched = []
+    interrupted = {}
     try:
+        thread = threading.Thread(target=_interrupt_then_rerun, args=(
+            root / "interrupted", one_job, _env(cluster), _env(cluster, slow), cluster, launched,
+            interrupted))
+        thread.start()
         # the trap: sacct as the status command on a cluster without accounting (never ends)
         stuck = _launch(root / "sacct", [*one_job, "--slurm-status-command", "sacct"],
                         _env(cluster))
@@ -245,6 +290,7 @@ def runs(cluster, tmp_path_factory):
         }
         launched += [proc for proc, _ in procs.values()]
         seconds = _wait_all(procs, started)
+        thread.join(timeout=max(1, started + RUN_TIMEOUT - time.monotonic()))
         done = {name: Run(rc=proc.returncode, out=log.read_text(), workdir=root / name,
                           seconds=seconds[name]) for name, (proc, log) in procs.items()}
         proc, log = stuck
@@ -254,10 +300,12 @@ def runs(cluster, tmp_path_factory):
             run = done[name]
             run.run_id = re.search(r"SLURM run ID: (\S+)", run.out).group(1)
             run.jobs = scheduler_jobs(cluster, run.run_id)
+        done["interrupted"] = interrupted
     finally:  # also on a failure or Ctrl-C here: no Snakemake is left behind
         for proc in launched:
             _interrupt(proc)
-    print(f"SLURM test runs: {', '.join(f'{n} {r.seconds:.0f} s' for n, r in done.items())}")
+    took = ", ".join(f"{n} {r.seconds:.0f} s" for n, r in done.items() if isinstance(r, Run))
+    print(f"SLURM test runs: {took}")
     return done
 
 
@@ -408,12 +456,29 @@ def test_sacct_status_command_waits_forever_without_accounting(runs):
     assert "Finished jobid" not in run.out.split("submitted with SLURM jobid", 1)[1]
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_interrupted_run_cancels_its_jobs_and_the_rerun_redoes_them(runs):
+    """Ctrl-C: the running SLURM job is cancelled, its output marked incomplete; the next run
+    (the profile's --rerun-incomplete) submits exactly that job again and finishes."""
+    result = runs["interrupted"]
+    assert "error" not in result, result.get("error")
+    first, rerun = result["interrupted"], result["rerun"]
+    assert first.rc != 0 and first.state == "CANCELLED", first.out[-3000:]
+    assert len(first.incomplete) == 1
+    assert rerun.rc == 0, rerun.out[-5000:]
+    assert job_stats(rerun.out) == {"generate": 1, "all_traces": 1}
+    assert len(Run(out=rerun.out).submissions()) == 1
+    assert (rerun.workdir / "results" / "traces" / "tiny" / "aime_2025" / "shard0" /
+            "pool.json").is_file()
+
+
 # ---------------------------------------------------------------------------------------------
 # the cluster script itself
 
 
 def _cli(*args, root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "tests" / "slurm_cluster.py"), *args,
+    return subprocess.run([str(PYTHON), str(REPO / "tests" / "slurm_cluster.py"), *args,
                            "--dir", str(root)], capture_output=True, text=True, timeout=120)
 
 
@@ -450,7 +515,7 @@ def test_cluster_script_start_stop_and_parent_death(cluster):
                 " from slurm_cluster import LocalCluster;"
                 " LocalCluster(sys.argv[2], tie_to_parent=True).start(); print('up', flush=True);"
                 " time.sleep(300)")
-        owner = subprocess.Popen([sys.executable, "-c", code, str(REPO / "tests"), str(root)],
+        owner = subprocess.Popen([str(PYTHON), "-c", code, str(REPO / "tests"), str(root)],
                                  stdout=subprocess.PIPE, text=True)
         assert owner.stdout.readline().strip() == "up"
         tied = LocalCluster(root).pids()
