@@ -102,6 +102,13 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:  # it ended on its own meanwhile
+        pass
+
+
 class LocalCluster:
     """One node, two partitions, under ``root``; ``tie_to_parent`` ends it with this process."""
 
@@ -164,7 +171,8 @@ class LocalCluster:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except FileNotFoundError:
             return False
-        return Path(argv[0].decode()).name == daemon and str(self.root).encode() in b" ".join(argv)
+        inside = f"{self.root}/".encode()  # a path under root among its arguments
+        return Path(argv[0].decode()).name == daemon and any(inside in arg for arg in argv)
 
     def running(self) -> bool:
         return len(self.pids()) == len(DAEMONS)
@@ -234,14 +242,14 @@ class LocalCluster:
         for group in (("slurmd", "slurmctld"), ("munged",)):
             pids = {d: p for d, p in self.pids().items() if d in group}
             for pid in pids.values():
-                os.kill(pid, signal.SIGTERM)
+                _signal(pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout
             for daemon, pid in pids.items():
                 while self._is_ours(pid, daemon) and time.monotonic() < deadline:
                     self._reap(daemon)
                     time.sleep(0.1)
                 if self._is_ours(pid, daemon):
-                    os.kill(pid, signal.SIGKILL)
+                    _signal(pid, signal.SIGKILL)
                 self._reap(daemon, block=True)
         for daemon in DAEMONS:
             self._pidfile(daemon).unlink(missing_ok=True)
@@ -254,6 +262,10 @@ class LocalCluster:
 
     # configuration -----------------------------------------------------------------------------
     def _write_config(self) -> None:
+        closed = [d for d in self.root.parents if d.exists() and not d.stat().st_mode & 0o001]
+        if closed:  # munged refuses a socket other users cannot reach
+            raise RuntimeError(f"{closed[0]} is not searchable by all users, as munged needs: "
+                               f"choose a directory under /tmp (--dir)")
         for sub in ("etc/munge", "run", "state", "spool", "log", "pids", "bin"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         # munged insists on a private key and on a socket every user can reach
@@ -264,6 +276,7 @@ class LocalCluster:
         if not key.exists():
             key.write_bytes(os.urandom(128))
         key.chmod(0o600)
+        self.munge_socket.unlink(missing_ok=True)  # left by a killed munged: not a sign of life
         r = self.root
         gres = "\n".join(f"NodeName={self.host} Name=gpu Type={GPU_MODEL} File={dev}"
                          for dev in NODE_GPUS)
