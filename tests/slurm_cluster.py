@@ -2,8 +2,8 @@
 """A throwaway one-node SLURM cluster (munge + slurmctld + slurmd) to run the workflow through.
 
 Everything it writes lives under one directory (default /tmp/mars-slurm, or $MARS_SLURM_DIR):
-config, munge key and socket, state, logs, PID files. No systemd, no system config is touched;
-missing Debian packages are installed with apt-get (as root). Start it twice and the second start
+config, munge key and socket, state, logs, PID files. No systemd, no system config is touched
+(missing Debian packages are installed with apt-get, as root). Start it twice and the second start
 reuses the running daemons; stop ends exactly the daemons it started, by PID.
 
     eval "$(python3 tests/slurm_cluster.py start)"   # prints the exports SLURM clients need
@@ -110,7 +110,11 @@ def _signal(pid: int, sig: int) -> None:
 
 
 class LocalCluster:
-    """One node, two partitions, under ``root``; ``tie_to_parent`` ends it with this process."""
+    """One node, two partitions, under ``root``.
+
+    ``tie_to_parent``: the daemons get SIGTERM when the thread that started them ends, so a killed
+    test run takes them along (start it from the main thread).
+    """
 
     def __init__(self, root: Path | str = DEFAULT_DIR, *, tie_to_parent: bool = False):
         self.root = Path(root).resolve()
