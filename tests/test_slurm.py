@@ -1,9 +1,10 @@
 """The workflow through a live SLURM scheduler (tests/slurm_cluster.py), with profiles/slurm.
 
-Three Snakemake runs go at once, since most of a SLURM run is waiting for status checks: the tiny
-config through SLURM, the same config locally (the reference outputs), and a run whose job fails
-inside SLURM. The SLURM runs use the profile users edit; the command line only shortens the
-plugin's first status-check delay and keeps the SLURM logs of successful jobs.
+Most of a SLURM run is waiting for status checks, so the runs go at once: config/test.yaml through
+SLURM and locally (the reference outputs), a run whose job fails inside SLURM, one interrupted
+with Ctrl-C and run again, and one with the `sacct` status command that hangs. The SLURM runs use
+the profile users edit; the command line only shortens the plugin's first status-check delay and
+keeps the SLURM logs of successful jobs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ SNAKEFILE = REPO / "Snakefile"
 PROFILE = REPO / "profiles" / "slurm"
 PROFILE_KEYS = yaml.safe_load((PROFILE / "profile.yaml").read_text())
 TEST_CONFIG = REPO / "config" / "test.yaml"
+_TINY = yaml.safe_load(TEST_CONFIG.read_text())
+POOL = f"{next(iter(_TINY['models']))}/{next(iter(_TINY['datasets']))}"  # tiny/aime_2025
 PYTHON = Path(sys.executable).absolute()  # not resolved: a venv's python is a symlink
 BIN = PYTHON.parent
 STATUS_DELAY = 2  # s before the plugin's first status check (default 40)
@@ -417,10 +420,9 @@ def test_failing_job_fails_the_run(runs):
     assert set(run.jobs) == set(submitted)
     # the failed job's logs are kept: the plugin's and the rule's own
     assert all(Path(path).is_file() for path in submitted.values())
-    rule_log = run.workdir / "results" / "logs" / "generate" / "tiny" / "aime_2025" / "shard0.log"
+    rule_log = run.workdir / "results" / "logs" / "generate" / POOL / "shard0.log"
     assert "deliberate failure of mars generate" in rule_log.read_text()
-    assert not (run.workdir / "results" / "traces" / "tiny" / "aime_2025" / "shard0" /
-                "pool.json").exists()
+    assert not (run.workdir / "results" / "traces" / POOL / "shard0" / "pool.json").exists()
 
 
 @pytest.mark.slurm
@@ -469,8 +471,7 @@ def test_interrupted_run_cancels_its_jobs_and_the_rerun_redoes_them(runs):
     assert rerun.rc == 0, rerun.out[-5000:]
     assert job_stats(rerun.out) == {"generate": 1, "all_traces": 1}
     assert len(Run(out=rerun.out).submissions()) == 1
-    assert (rerun.workdir / "results" / "traces" / "tiny" / "aime_2025" / "shard0" /
-            "pool.json").is_file()
+    assert (rerun.workdir / "results" / "traces" / POOL / "shard0" / "pool.json").is_file()
 
 
 # ---------------------------------------------------------------------------------------------
