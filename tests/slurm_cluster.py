@@ -152,8 +152,10 @@ class LocalCluster:
         return env
 
     def exports(self) -> str:
-        return (f"export SLURM_CONF={shlex.quote(str(self.conf))}\n"
-                f"export PATH={shlex.quote(str(self.bin))}:\"$PATH\"\n")
+        return (
+            f"export SLURM_CONF={shlex.quote(str(self.conf))}\n"
+            f'export PATH={shlex.quote(str(self.bin))}:"$PATH"\n'
+        )
 
     # processes ---------------------------------------------------------------------------------
     def pids(self) -> dict[str, int]:
@@ -190,12 +192,23 @@ class LocalCluster:
         self.stop()  # leftovers of a half-started cluster
         try:
             self._write_config()
-            self._spawn("munged", [which("munged"), "--foreground", "--key-file",
-                                   str(self.root / "etc" / "munge" / "munge.key"),
-                                   "--socket", str(self.munge_socket),
-                                   "--pid-file", str(self.root / "run" / "munged.pid"),
-                                   "--log-file", str(self.root / "log" / "munged.log"),
-                                   "--seed-file", str(self.root / "run" / "munged.seed")])
+            self._spawn(
+                "munged",
+                [
+                    which("munged"),
+                    "--foreground",
+                    "--key-file",
+                    str(self.root / "etc" / "munge" / "munge.key"),
+                    "--socket",
+                    str(self.munge_socket),
+                    "--pid-file",
+                    str(self.root / "run" / "munged.pid"),
+                    "--log-file",
+                    str(self.root / "log" / "munged.log"),
+                    "--seed-file",
+                    str(self.root / "run" / "munged.seed"),
+                ],
+            )
             self._wait_for(self.munge_socket.exists, timeout, "munged to create its socket")
             self._spawn("slurmctld", [which("slurmctld"), "-D", "-c", "-f", str(self.conf)])
             self._spawn("slurmd", [which("slurmd"), "-D", "-c", "-f", str(self.conf)])
@@ -207,10 +220,15 @@ class LocalCluster:
 
     def _spawn(self, daemon: str, argv: list) -> None:
         with open(self.root / "log" / f"{daemon}.out", "ab") as out:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, env=self.env(),
-                                    start_new_session=True,
-                                    preexec_fn=_die_with_parent if self.tie_to_parent else None)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env(),
+                start_new_session=True,
+                preexec_fn=_die_with_parent if self.tie_to_parent else None,
+            )
         self._procs[daemon] = proc
         self._pidfile(daemon).write_text(f"{proc.pid}\n")
 
@@ -221,14 +239,20 @@ class LocalCluster:
             if dead or time.monotonic() > deadline:
                 why = f"{', '.join(dead)} exited" if dead else f"no luck after {timeout:.0f} s"
                 raise RuntimeError(
-                    f"local SLURM cluster: waiting for {what}: {why}\n{self.log_tail()}")
+                    f"local SLURM cluster: waiting for {what}: {why}\n{self.log_tail()}"
+                )
             time.sleep(0.2)
 
     def wait_ready(self, timeout: float = 60, states: set[str] = frozenset({"idle"})) -> None:
         """Wait until slurmctld answers and the node is in one of ``states`` (a new one: idle)."""
+
         def ready() -> bool:
-            r = subprocess.run([which("sinfo"), "-h", "-N", "-o", "%T"], env=self.env(),
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [which("sinfo"), "-h", "-N", "-o", "%T"],
+                env=self.env(),
+                capture_output=True,
+                text=True,
+            )
             return r.returncode == 0 and bool(r.stdout.split()) and set(r.stdout.split()) <= states
 
         self._wait_for(ready, timeout, f"node {self.host} to be {'/'.join(sorted(states))}")
@@ -268,8 +292,10 @@ class LocalCluster:
     def _write_config(self) -> None:
         closed = [d for d in self.root.parents if d.exists() and not d.stat().st_mode & 0o001]
         if closed:  # munged refuses a socket other users cannot reach
-            raise RuntimeError(f"{closed[0]} is not searchable by all users, as munged needs: "
-                               f"choose a directory under /tmp (--dir)")
+            raise RuntimeError(
+                f"{closed[0]} is not searchable by all users, as munged needs: "
+                f"choose a directory under /tmp (--dir)"
+            )
         for sub in ("etc/munge", "run", "state", "spool", "log", "pids", "bin"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         # munged insists on a private key and on a socket every user can reach
@@ -282,8 +308,9 @@ class LocalCluster:
         key.chmod(0o600)
         self.munge_socket.unlink(missing_ok=True)  # left by a killed munged: not a sign of life
         r = self.root
-        gres = "\n".join(f"NodeName={self.host} Name=gpu Type={GPU_MODEL} File={dev}"
-                         for dev in NODE_GPUS)
+        gres = "\n".join(
+            f"NodeName={self.host} Name=gpu Type={GPU_MODEL} File={dev}" for dev in NODE_GPUS
+        )
         (r / "etc" / "gres.conf").write_text(f"AutoDetect=off\n{gres}\n")
         self.conf.write_text(f"""\
 # written by tests/slurm_cluster.py: one virtual node, no accounting database
@@ -331,17 +358,20 @@ PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["start", "stop", "status", "env"])
-    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR,
-                        help=f"state directory [{DEFAULT_DIR}]")
+    parser.add_argument(
+        "--dir", type=Path, default=DEFAULT_DIR, help=f"state directory [{DEFAULT_DIR}]"
+    )
     args = parser.parse_args(argv)
     cluster = LocalCluster(args.dir)
     try:
         if args.action == "start":
             cluster.start()
-            print(f"SLURM is up: node {cluster.host} ({NODE_CPUS} CPUs, {NODE_MEM_MB} MB, "
-                  f"{len(NODE_GPUS)} {GPU_MODEL} GPUs, virtual), partitions cpu (default) and gpu, "
-                  f"files in {cluster.root}. Stop it: python3 {sys.argv[0]} stop",
-                  file=sys.stderr)
+            print(
+                f"SLURM is up: node {cluster.host} ({NODE_CPUS} CPUs, {NODE_MEM_MB} MB, "
+                f"{len(NODE_GPUS)} {GPU_MODEL} GPUs, virtual), partitions cpu (default) and gpu, "
+                f"files in {cluster.root}. Stop it: python3 {sys.argv[0]} stop",
+                file=sys.stderr,
+            )
             print(cluster.exports(), end="")
         elif args.action == "stop":
             cluster.stop()

@@ -36,9 +36,12 @@ _TINY = yaml.safe_load(TEST_CONFIG.read_text())
 POOL = f"{next(iter(_TINY['models']))}/{next(iter(_TINY['datasets']))}"  # tiny/aime_2025
 PYTHON = Path(sys.executable).absolute()  # not resolved: a venv's python is a symlink
 BIN = PYTHON.parent
-STATUS_DELAY = 2  # s before the plugin's first status check (default 40)
-SLURM_ARGS = ["--slurm-init-seconds-before-status-checks", str(STATUS_DELAY),
-              "--slurm-keep-successful-logs"]
+STATUS_DELAY = 8  # s before the plugin's first status check (default 40)
+SLURM_ARGS = [
+    "--slurm-init-seconds-before-status-checks",
+    str(STATUS_DELAY),
+    "--slurm-keep-successful-logs",
+]
 # the synthetic model claims a GPU, so its jobs take the profile's GPU path (gpu partition,
 # cpus_per_gpu, --gpus=MODEL:N) on the cluster's stand-in cards
 GPU_RESOURCES = {"gpu": 1, "gpu_model": "h100", "mem_mb": 2000, "runtime": 30}
@@ -75,8 +78,16 @@ def job_stats(out: str) -> dict[str, int]:
 
 
 def snakemake_cmd(workdir: Path, *args) -> list[str]:
-    return [str(PYTHON), "-m", "snakemake", "--snakefile", str(SNAKEFILE),
-            "--directory", str(workdir), *map(str, args)]
+    return [
+        str(PYTHON),
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        *map(str, args),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,9 +107,21 @@ def test_paper_generate_jobs_request_their_gpus(tmp_path):
     from snakemake_executor_plugin_slurm_jobstep import get_cpu_setting
 
     paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
-    r = subprocess.run(snakemake_cmd(tmp_path, "-n", "--workflow-profile", PROFILE, "--configfile",
-                                     REPO / "config" / "paper.yaml"),
-                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        snakemake_cmd(
+            tmp_path,
+            "-n",
+            "--workflow-profile",
+            PROFILE,
+            "--configfile",
+            REPO / "config" / "paper.yaml",
+        ),
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout + r.stderr
     gpu_profile = PROFILE_KEYS["set-resources"]["generate"]
@@ -151,8 +174,13 @@ def scheduler_jobs(cluster: LocalCluster, run_id: str) -> dict[str, dict]:
 
     Finished jobs stay in slurmctld for MinJobAge (300 s), longer than these runs take.
     """
-    r = subprocess.run(["scontrol", "show", "job", "--oneliner"], env=cluster.env(),
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        ["scontrol", "show", "job", "--oneliner"],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     jobs = {}
     for line in r.stdout.splitlines():
         fields = dict(re.findall(r"(?:^|\s)([\w:/]+)=(\S*)", line))
@@ -184,8 +212,14 @@ def _launch(workdir: Path, args: list, env: dict, name: str = "") -> tuple[subpr
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir.parent / f"{name or workdir.name}.log"
     with open(log, "w") as fh:
-        proc = subprocess.Popen(snakemake_cmd(workdir, *args), cwd=workdir, env=env, stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            snakemake_cmd(workdir, *args),
+            cwd=workdir,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return proc, log
 
 
@@ -200,8 +234,15 @@ def _interrupt(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _interrupt_then_rerun(workdir: Path, args: list, env: dict, slow_env: dict,
-                          cluster: LocalCluster, launched: list, result: dict) -> None:
+def _interrupt_then_rerun(
+    workdir: Path,
+    args: list,
+    env: dict,
+    slow_env: dict,
+    cluster: LocalCluster,
+    launched: list,
+    result: dict,
+) -> None:
     """Ctrl-C while the run's SLURM job runs, then the same command again (a thread's body)."""
     try:
         proc, log = _launch(workdir, args, slow_env, "interrupted")
@@ -217,8 +258,13 @@ def _interrupt_then_rerun(workdir: Path, args: list, env: dict, slow_env: dict,
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
         incomplete = sorted(p.name for p in (workdir / ".snakemake" / "incomplete").iterdir())
-        result["interrupted"] = Run(rc=proc.returncode, out=log.read_text(), job_id=job_id,
-                                    state=_job_state(cluster, job_id), incomplete=incomplete)
+        result["interrupted"] = Run(
+            rc=proc.returncode,
+            out=log.read_text(),
+            job_id=job_id,
+            state=_job_state(cluster, job_id),
+            incomplete=incomplete,
+        )
         proc, log = _launch(workdir, args, env, "rerun")
         launched.append(proc)
         proc.wait(timeout=max(1, deadline - time.monotonic()))
@@ -228,8 +274,12 @@ def _interrupt_then_rerun(workdir: Path, args: list, env: dict, slow_env: dict,
 
 
 def _job_state(cluster: LocalCluster, job_id: str) -> str:
-    r = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], env=cluster.env(),
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+    )
     return r.stdout.strip()
 
 
@@ -241,8 +291,11 @@ def _wait_all(procs: dict, started: float) -> dict[str, float]:
             if name not in ended and proc.poll() is not None:
                 ended[name] = time.monotonic() - started
         if time.monotonic() - started > RUN_TIMEOUT:
-            tails = "\n".join(f"--- {n}\n{log.read_text()[-3000:]}" for n, (_, log) in procs.items()
-                              if n not in ended)
+            tails = "\n".join(
+                f"--- {n}\n{log.read_text()[-3000:]}"
+                for n, (_, log) in procs.items()
+                if n not in ended
+            )
             pytest.fail(f"snakemake ran past {RUN_TIMEOUT} s:\n{tails}")
         time.sleep(0.5)
     return ended
@@ -264,8 +317,14 @@ def runs(cluster, tmp_path_factory):
     broken.mkdir()
     (broken / "mars").write_text('#!/bin/sh\necho "deliberate failure of mars $1" >&2\nexit 3\n')
     (broken / "mars").chmod(0o755)
-    one_job = ["--workflow-profile", PROFILE, "--configfile", root / "one-shard.yaml",
-               *SLURM_ARGS, "all_traces"]
+    one_job = [
+        "--workflow-profile",
+        PROFILE,
+        "--configfile",
+        root / "one-shard.yaml",
+        *SLURM_ARGS,
+        "all_traces",
+    ]
 
     slow = root / "slow-bin"  # the interrupted run: its job runs long enough to be interrupted
     slow.mkdir()
@@ -276,29 +335,54 @@ def runs(cluster, tmp_path_factory):
     launched = []
     interrupted = {}
     try:
-        thread = threading.Thread(target=_interrupt_then_rerun, args=(
-            root / "interrupted", one_job, _env(cluster), _env(cluster, slow), cluster, launched,
-            interrupted))
+        thread = threading.Thread(
+            target=_interrupt_then_rerun,
+            args=(
+                root / "interrupted",
+                one_job,
+                _env(cluster),
+                _env(cluster, slow),
+                cluster,
+                launched,
+                interrupted,
+            ),
+        )
         thread.start()
         # the trap: sacct as the status command on a cluster without accounting (never ends)
-        stuck = _launch(root / "sacct", [*one_job, "--slurm-status-command", "sacct"],
-                        _env(cluster))
+        stuck = _launch(
+            root / "sacct", [*one_job, "--slurm-status-command", "sacct"], _env(cluster)
+        )
         launched.append(stuck[0])
         procs = {
-            "slurm": _launch(root / "slurm", ["--workflow-profile", PROFILE, "--configfile",
-                                              config, *SLURM_ARGS], _env(cluster)),
+            "slurm": _launch(
+                root / "slurm",
+                ["--workflow-profile", PROFILE, "--configfile", config, *SLURM_ARGS],
+                _env(cluster),
+            ),
             "failing": _launch(root / "failing", one_job, _env(cluster, broken)),
-            "local": _launch(root / "local", ["--workflow-profile", "none", "--cores", "2",
-                                              "--configfile", config], _env()),
+            "local": _launch(
+                root / "local",
+                ["--workflow-profile", "none", "--cores", "2", "--configfile", config],
+                _env(),
+            ),
         }
         launched += [proc for proc, _ in procs.values()]
         seconds = _wait_all(procs, started)
         thread.join(timeout=max(1, started + RUN_TIMEOUT - time.monotonic()))
-        done = {name: Run(rc=proc.returncode, out=log.read_text(), workdir=root / name,
-                          seconds=seconds[name]) for name, (proc, log) in procs.items()}
+        done = {
+            name: Run(
+                rc=proc.returncode, out=log.read_text(), workdir=root / name, seconds=seconds[name]
+            )
+            for name, (proc, log) in procs.items()
+        }
         proc, log = stuck
-        done["sacct"] = Run(rc=proc.poll(), out=log.read_text(), workdir=root / "sacct",
-                            seconds=time.monotonic() - started, now=datetime.now())
+        done["sacct"] = Run(
+            rc=proc.poll(),
+            out=log.read_text(),
+            workdir=root / "sacct",
+            seconds=time.monotonic() - started,
+            now=datetime.now(),
+        )
         for name in ("slurm", "failing", "sacct"):
             run = done[name]
             run.run_id = re.search(r"SLURM run ID: (\S+)", run.out).group(1)
@@ -328,15 +412,26 @@ def test_every_cluster_job_ran_as_one_slurm_job(runs):
     stats = job_stats(run.out)
     local = set(re.findall(r"^\s*localrule (\w+):$", run.out, re.M))
     assert local == {"all", "questions"}
-    assert stats == {"questions": 1, "generate": 2, "consolidate": 1, "fit": 1, "simulate": 2,
-                     "tables_figures": 1, "all": 1}
+    assert stats == {
+        "questions": 1,
+        "generate": 2,
+        "consolidate": 1,
+        "fit": 1,
+        "simulate": 2,
+        "tables_figures": 1,
+        "all": 1,
+    }
     # consolidate and fit of the one pool are one group job (profile: groups, group-components)
     assert run.out.count("Group job pool") == 1
     expected = sum(n for rule, n in stats.items() if rule not in local) - 1
     submitted = run.submissions()
     kinds = Counter(re.search(r"slurm_logs/([^/]+)/", path).group(1) for path in submitted.values())
-    assert kinds == {"rule_generate": stats["generate"], "rule_simulate": stats["simulate"],
-                     "rule_tables_figures": 1, "group_pool_consolidate_fit": 1}
+    assert kinds == {
+        "rule_generate": stats["generate"],
+        "rule_simulate": stats["simulate"],
+        "rule_tables_figures": 1,
+        "group_pool_consolidate_fit": 1,
+    }
     assert len(submitted) == expected == 6
     # the scheduler knows exactly these jobs under this run's name, all finished well
     assert set(run.jobs) == set(submitted) and len(run.jobs) == expected
@@ -367,25 +462,46 @@ def test_resources_reach_the_scheduler(runs):
 
     def check(rule, partition, cpus, mem_mb, runtime, **extra):
         for job in by_rule[rule]:
-            got = (job["Partition"], int(job["NumCPUs"]), megabytes(job["MinMemoryNode"]),
-                   minutes(job["TimeLimit"]), job["Account"])
+            got = (
+                job["Partition"],
+                int(job["NumCPUs"]),
+                megabytes(job["MinMemoryNode"]),
+                minutes(job["TimeLimit"]),
+                job["Account"],
+            )
             assert got == (partition, cpus, mem_mb, runtime, defaults["slurm_account"]), rule
             for key, value in extra.items():
                 assert job.get(key) == value, (rule, key, job.get(key))
 
     gpu = PROFILE_KEYS["set-resources"]["generate"]
-    check("generate", gpu["slurm_partition"], GPU_RESOURCES["gpu"] * gpu["cpus_per_gpu"],
-          GPU_RESOURCES["mem_mb"], GPU_RESOURCES["runtime"],
-          TresPerJob=f"gres:gpu:{GPU_RESOURCES['gpu_model']}:{GPU_RESOURCES['gpu']}",
-          CpusPerTres=f"gres:gpu:{gpu['cpus_per_gpu']}")
+    check(
+        "generate",
+        gpu["slurm_partition"],
+        GPU_RESOURCES["gpu"] * gpu["cpus_per_gpu"],
+        GPU_RESOURCES["mem_mb"],
+        GPU_RESOURCES["runtime"],
+        TresPerJob=f"gres:gpu:{GPU_RESOURCES['gpu_model']}:{GPU_RESOURCES['gpu']}",
+        CpusPerTres=f"gres:gpu:{gpu['cpus_per_gpu']}",
+    )
     sim = PROFILE_KEYS["set-resources"]["simulate"]
     threads = PROFILE_KEYS["set-threads"]["simulate"]
-    check("simulate", defaults["slurm_partition"], threads, sim["mem_mb"], sim["runtime"],
-          **{"CPUs/Task": str(threads)})
+    check(
+        "simulate",
+        defaults["slurm_partition"],
+        threads,
+        sim["mem_mb"],
+        sim["runtime"],
+        **{"CPUs/Task": str(threads)},
+    )
     check("tables_figures", defaults["slurm_partition"], 1, defaults["mem_mb"], defaults["runtime"])
     # a group job: the largest memory of its members, their runtimes one after the other
-    check("pool_consolidate_fit", defaults["slurm_partition"], 1, defaults["mem_mb"],
-          2 * defaults["runtime"])
+    check(
+        "pool_consolidate_fit",
+        defaults["slurm_partition"],
+        1,
+        defaults["mem_mb"],
+        2 * defaults["runtime"],
+    )
 
 
 @pytest.mark.slurm
@@ -394,8 +510,11 @@ def test_slurm_outputs_equal_the_local_run(runs):
     slurm, local = (runs[n].workdir / "results" for n in ("slurm", "local"))
 
     def files(root: Path) -> set[str]:
-        return {str(p.relative_to(root)) for p in root.rglob("*")
-                if p.is_file() and p.relative_to(root).parts[0] not in ("logs", "benchmarks")}
+        return {
+            str(p.relative_to(root))
+            for p in root.rglob("*")
+            if p.is_file() and p.relative_to(root).parts[0] not in ("logs", "benchmarks")
+        }
 
     assert files(slurm) == files(local)
     csvs = sorted(f for f in files(local) if f.startswith("simulate/") and f.endswith(".csv"))
@@ -479,8 +598,12 @@ def test_interrupted_run_cancels_its_jobs_and_the_rerun_redoes_them(runs):
 
 
 def _cli(*args, root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(PYTHON), str(REPO / "tests" / "slurm_cluster.py"), *args,
-                           "--dir", str(root)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(PYTHON), str(REPO / "tests" / "slurm_cluster.py"), *args, "--dir", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _wait_gone(pids, timeout: float = 30) -> bool:
@@ -512,12 +635,17 @@ def test_cluster_script_start_stop_and_parent_death(cluster):
         assert cluster.pids() == others and cluster.running()
 
         # started tied to a process that is then killed outright: its daemons end with it
-        code = ("import sys, time; sys.path.insert(0, sys.argv[1]);"
-                " from slurm_cluster import LocalCluster;"
-                " LocalCluster(sys.argv[2], tie_to_parent=True).start(); print('up', flush=True);"
-                " time.sleep(300)")
-        owner = subprocess.Popen([str(PYTHON), "-c", code, str(REPO / "tests"), str(root)],
-                                 stdout=subprocess.PIPE, text=True)
+        code = (
+            "import sys, time; sys.path.insert(0, sys.argv[1]);"
+            " from slurm_cluster import LocalCluster;"
+            " LocalCluster(sys.argv[2], tie_to_parent=True).start(); print('up', flush=True);"
+            " time.sleep(300)"
+        )
+        owner = subprocess.Popen(
+            [str(PYTHON), "-c", code, str(REPO / "tests"), str(root)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert owner.stdout.readline().strip() == "up"
         tied = LocalCluster(root).pids()
         assert sorted(tied) == ["munged", "slurmctld", "slurmd"] and tied != pids
