@@ -309,7 +309,7 @@ def runs(cluster, tmp_path_factory):
         spec["resources"] = dict(GPU_RESOURCES)
     config = root / "config.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    # one generate shard, no GPU claim: for the failing run and the sacct run
+    # one generate shard, no GPU claim: for the failing, sacct and interrupted runs
     one_shard = yaml.safe_load(TEST_CONFIG.read_text())
     one_shard["generation"]["shards"] = 1
     (root / "one-shard.yaml").write_text(yaml.safe_dump(one_shard, sort_keys=False))
