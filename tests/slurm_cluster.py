@@ -50,7 +50,7 @@ NODE_MEM_MB = 128000
 NODE_GPUS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/urandom")  # stand-ins for 4 cards
 GPU_MODEL = "h100"
 MIN_JOB_AGE = 300  # s a finished job stays visible to squeue / scontrol (SLURM's default)
-SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin", "/sbin"])
+LOOKUP_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin", "/sbin"])
 
 
 class Unavailable(RuntimeError):
@@ -58,7 +58,7 @@ class Unavailable(RuntimeError):
 
 
 def which(command: str) -> str | None:
-    return shutil.which(command, path=SEARCH_PATH)
+    return shutil.which(command, path=LOOKUP_PATH)
 
 
 def ensure_installed() -> None:
@@ -293,7 +293,7 @@ class LocalCluster:
         closed = [d for d in self.root.parents if d.exists() and not d.stat().st_mode & 0o001]
         if closed:  # munged refuses a socket other users cannot reach
             raise RuntimeError(
-                f"{closed[0]} is not searchable by all users, as munged needs: "
+                f"{closed[0]} lacks o+x (every user must reach munged's socket): "
                 f"choose a directory under /tmp (--dir)"
             )
         for sub in ("etc/munge", "run", "state", "spool", "log", "pids", "bin"):

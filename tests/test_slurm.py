@@ -154,7 +154,7 @@ def _env(cluster: LocalCluster | None = None, path: Path | None = None) -> dict:
 
 @pytest.fixture(scope="session")
 def cluster():
-    """A fresh cluster under /tmp (munged wants every parent directory world-searchable)."""
+    """A fresh cluster under /tmp (munged wants every parent directory open to all users)."""
     root = Path(tempfile.mkdtemp(prefix="mars-slurm-", dir="/tmp"))
     local = LocalCluster(root, tie_to_parent=True)
     try:
