@@ -100,6 +100,7 @@ class _Resources(dict):
     __getattr__ = dict.__getitem__
 
 
+@pytest.mark.slow  # a Snakemake process (a dry run, seconds)
 def test_paper_generate_jobs_request_their_gpus(tmp_path):
     """config/paper.yaml with the profile: every generate job asks SLURM for its model's GPUs."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
