@@ -31,7 +31,15 @@ Deliberate differences from the reference (``mars/answer_equiv.py`` @ 6f31776):
    string (cluster opener / group representative) as ``b``.
 4. **Bounded time.**  Every sympy / Math-Verify call runs under a 5 s wall-clock limit
    (``SYMBOLIC_TIMEOUT_S``); a timed-out key is "symbolic" (None) and a timed-out comparison is
-   "not equivalent".  Results, timeouts included, are cached per process.
+   "not equivalent".  Results, timeouts included, are cached per process.  A question's whole
+   grouping and grading runs under :func:`symbolic_budget` (30 s); once spent, the remaining keys
+   and comparisons fall back to string identity and the count is recorded.  Values with more than
+   :data:`MAX_DIGITS` digits (``2^{2^{32}}``) are recognised from the expression tree and never
+   evaluated (their key is their structure), so the worst case stays cheap.
+5. **An answer must be its value.**  Only LaTeX extraction is used: Math-Verify's plain-expression
+   extractor reads the last number of an expression it cannot parse (``10 \\bmod 852`` → 852).
+   Integers of 10^15 and more get exact keys and compare exactly (9 significant digits, or a
+   relative tolerance of 1e-4, cannot tell ``10^{18}`` from ``10^{18}+1``).
 
 Timeout mechanism (choice): ``signal.setitimer(ITIMER_REAL)`` + a ``SIGALRM`` handler raising a
 private ``BaseException`` subclass (so library ``except Exception`` blocks cannot swallow it; the
@@ -50,6 +58,7 @@ so we have not seen this in practice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
@@ -80,6 +89,12 @@ MAX_SYMBOLIC_PAIRWISE: int = 50
 MAX_GROUPS_COMPARED: int = 20
 #: Spec §2.3: relative tolerance for two plain numbers.
 REL_TOL: float = 1e-4
+#: Total symbolic time (seconds) one question's grouping and grading may take.
+QUESTION_BUDGET_S: float = 30.0
+#: Beyond this many decimal digits a value is "absurd": never evaluated, compared by structure.
+MAX_DIGITS: float = 10_000.0
+#: From this magnitude on, integers get an exact key (9 significant digits cannot tell them apart).
+EXACT_FROM: float = 1e15
 
 _CACHE_SIZE = 1 << 16
 
@@ -200,20 +215,70 @@ class _SymbolicTimeout(BaseException):
     """Raised by our SIGALRM handler; BaseException so library ``except Exception`` lets it by."""
 
 
+class BudgetExhausted(BaseException):
+    """The question's symbolic time budget is spent (see :class:`SymbolicBudget`).
+
+    Not a :class:`_SymbolicTimeout`: the per-call handlers that turn a timeout into "symbolic" /
+    "not equivalent" (and cache that) let it through, so nothing decided by the budget is cached.
+    """
+
+
+@dataclass
+class SymbolicBudget:
+    """Total wall-clock time the symbolic work of one question may take.
+
+    Adversarial answers (hundreds of distinct expressions that each hit the per-call limit) would
+    otherwise cost minutes per question. Once the budget is spent, the remaining keys and
+    comparisons fall back to string identity; ``fallbacks`` counts them and the simulator records
+    the count per question.
+    """
+
+    seconds: float
+    deadline: float = 0.0
+    fallbacks: int = 0
+
+    @property
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+_BUDGET: list[SymbolicBudget] = []
+
+
+@contextlib.contextmanager
+def symbolic_budget(seconds: float = QUESTION_BUDGET_S):
+    """Bound the symbolic work inside the block to ``seconds`` in total (nested: innermost)."""
+    budget = SymbolicBudget(seconds, time.monotonic() + seconds)
+    _BUDGET.append(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.pop()
+
+
 def _run_limited(fn, *args, seconds: float | None = None):
     """``fn(*args)`` under a wall-clock limit (main thread only; see module docstring).
 
-    Raises :class:`_SymbolicTimeout` when the limit is hit.
+    Raises :class:`_SymbolicTimeout` when the limit is hit, :class:`BudgetExhausted` when the
+    question's budget (:func:`symbolic_budget`) is spent before or during the call.
     """
     if seconds is None:
         seconds = SYMBOLIC_TIMEOUT_S
+    budget = _BUDGET[-1] if _BUDGET else None
+    by_budget = False
+    if budget is not None:
+        left = budget.remaining
+        if left <= 0:
+            raise BudgetExhausted()
+        if seconds is None or seconds <= 0 or left < seconds:
+            seconds, by_budget = left, True
     if seconds is None or seconds <= 0 or not hasattr(signal, "setitimer"):
         return fn(*args)
     armed = [True]
 
     def _handler(signum, frame):
         if armed[0]:
-            raise _SymbolicTimeout()
+            raise BudgetExhausted() if by_budget else _SymbolicTimeout()
 
     try:
         old_handler = signal.signal(signal.SIGALRM, _handler)
@@ -273,14 +338,69 @@ def _get_latex2sympy():
     return _latex2sympy
 
 
+_INT_LITERAL = re.compile(r"[+-]?\d+")
+
+
+def _exact_int_key(s: str, value: float) -> str | None:
+    """An exact key for a huge integer literal (``1,000,000,000,000,000,001``), else None."""
+    if abs(value) < EXACT_FROM:
+        return None
+    body = _strip_dollars(s).replace(",", "").strip()
+    return f"int:{int(body)}" if _INT_LITERAL.fullmatch(body) else None
+
+
+def log10_bound(expr) -> float:
+    """An upper bound on log10 of |value| of a sympy expression, from its tree alone.
+
+    Cheap (no evaluation), so a giant power such as ``2^{2^{32}}`` is recognised before sympy
+    tries to build its billion digits (a C-level computation no timeout can interrupt).
+    """
+    import sympy
+
+    if expr.is_Integer or expr.is_Rational:
+        p, q = abs(int(expr.p)), int(expr.q)
+        return max(p.bit_length(), q.bit_length()) * math.log10(2)
+    if expr.is_Number:
+        try:
+            v = abs(complex(expr))
+        except (TypeError, ValueError, OverflowError):
+            return math.inf
+        return math.log10(v) if v > 0 else 0.0
+    if not expr.args:
+        return 1.0  # a symbol or a constant (pi, e, i)
+    if isinstance(expr, sympy.Pow):
+        base, exp = expr.args
+        lb, le = log10_bound(base), log10_bound(exp)
+        if le > 15:
+            return math.inf if lb > 0 else 0.0
+        return max(lb, 0.0) * 10.0**le + 1.0
+    if isinstance(expr, sympy.factorial):
+        n = 10.0 ** min(log10_bound(expr.args[0]), 300)
+        return n * math.log10(max(n, 2)) + 1.0
+    bounds = [log10_bound(a) for a in expr.args]
+    if isinstance(expr, sympy.Mul):
+        return sum(max(b, 0.0) for b in bounds) + 1.0
+    return max(bounds) + math.log10(len(bounds)) + 1.0
+
+
 def _symbolic_value(s: str) -> str | None:
     import sympy
 
     expr = _get_latex2sympy()(s)
+    if not isinstance(expr, sympy.Basic):
+        return None
+    if log10_bound(expr) > MAX_DIGITS:
+        return f"expr:{structure(expr)}"  # absurd: compared by structure, never evaluated
     value = complex(sympy.N(expr, 15))
-    if value.imag == 0:
-        return format(value.real, ".9g")
-    return None
+    if value.imag != 0 or not math.isfinite(value.real):
+        return None
+    if abs(value.real) >= EXACT_FROM:
+        exact = expr.doit()
+        if getattr(exact, "is_Integer", False):
+            return f"int:{int(exact)}"
+        if getattr(exact, "is_Rational", False):
+            return f"rat:{int(exact.p)}/{int(exact.q)}"
+    return format(value.real, ".9g")
 
 
 @lru_cache(maxsize=_CACHE_SIZE)
@@ -291,16 +411,24 @@ def numeric_key(s: str) -> str | None:
     ``float()`` path without touching sympy.  Otherwise the stripped, de-dollared string (commas
     kept) is parsed with ``latex2sympy2_extended.latex2sympy`` and evaluated with
     ``complex(sympy.N(expr, 15))`` under the symbolic time limit; a real value (imaginary part
-    exactly 0) gives its key.  Never raises.
+    exactly 0) gives its key.  Deliberate differences from the reference: integers of 10^15 and
+    more get an exact key (``int:…``), and an expression whose value has more than
+    :data:`MAX_DIGITS` digits is never evaluated: its key is its structure (``expr:…``).  Never
+    raises, except :class:`BudgetExhausted` when the question's budget is spent.
     """
     if not isinstance(s, str):
         return None
     v = _plain_float(s)
     if v is not None:
-        return format(v, ".9g")
+        if not math.isfinite(v):
+            return format(v, ".9g")
+        return _exact_int_key(s, v) or format(v, ".9g")
     body = _strip_dollars(s)
     if not body.strip():
         return None
+    huge = _absurd_key(_mv_parse(s))  # Math-Verify's parse builds no values: safe to inspect
+    if huge is not None:
+        return huge
     try:
         return _run_limited(_symbolic_value, body)
     except (Exception, _SymbolicTimeout):
@@ -341,7 +469,7 @@ def _math_verify():
     global _mv
     if _mv is None:
         from latex2sympy2_extended import NormalizationConfig
-        from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+        from math_verify import LatexExtractionConfig, parse, verify
 
         for name in ("math_verify.parser", "math_verify.grader"):
             logging.getLogger(name).addFilter(_SuppressTimeoutDisabledWarning())
@@ -357,8 +485,8 @@ def _math_verify():
                     equations=False,
                 ),
             ),
-            ExprExtractionConfig(),
-        )
+        )  # LaTeX only: the plain-expression extractor takes the last number of an expression
+        # it cannot parse ("10 \\bmod 852" -> 852), and an answer must BE its value
         _mv = (parse, verify, config)
     return _mv
 
@@ -474,12 +602,41 @@ def _clearly_different(a: str, b: str) -> bool:
     return True
 
 
+def _absurd(items) -> bool:
+    """Whether a Math-Verify parse holds a value too large to evaluate (see :data:`MAX_DIGITS`)."""
+    return _absurd_key(items) is not None
+
+
+def _absurd_key(items) -> str | None:
+    """The structural key of the first too-large expression of a Math-Verify parse, else None."""
+    import sympy
+
+    for x in items:
+        if isinstance(x, sympy.Basic):
+            try:
+                if log10_bound(x) > MAX_DIGITS:
+                    return f"expr:{structure(x)}"
+            except (TypeError, ValueError, OverflowError, RecursionError):
+                return None
+    return None
+
+
+def structure(expr) -> str:
+    """The expression tree as text, in the order it was built (``sympy.srepr`` would sort the
+    terms of a sum, which evaluates them)."""
+    if not expr.args:
+        return f"{type(expr).__name__}({expr})"
+    return f"{expr.func.__name__}({', '.join(structure(a) for a in expr.args)})"
+
+
 def _symbolic_equal(a: str, b: str) -> bool:
-    """Math-Verify comparison with ``b`` as gold."""
+    """Math-Verify comparison with ``b`` as gold (never on absurd magnitudes)."""
     gold = _mv_parse(b)
     pred = _mv_parse(a)
     if not gold or not pred:
         return False
+    if _absurd(gold) or _absurd(pred):
+        return False  # string equality was checked before; sympy would hang on such a value
     if _clearly_different(a, b):
         return False
     _, verify, _ = _math_verify()
@@ -500,6 +657,9 @@ def _equivalent_cached(a: str, b: str) -> bool:
     fa = _plain_float(a)
     fb = _plain_float(b)
     if fa is not None and fb is not None:
+        ka, kb = _exact_int_key(a, fa), _exact_int_key(b, fb)
+        if ka is not None and kb is not None:
+            return ka == kb  # huge integers: equal only if they are the same integer
         try:
             return math.isclose(fa, fb, rel_tol=REL_TOL)
         except (TypeError, ValueError):
@@ -529,11 +689,44 @@ def answers_equivalent(a: str | None, b: str | None) -> bool:
 
 
 def is_correct(answer: str | None, ground_truth: str) -> bool:
-    """Spec §2.4: ``answers_equivalent(answer, ground_truth)``; on error, plain string equality."""
+    """Spec §2.4: ``answers_equivalent(answer, ground_truth)``; on error, plain string equality
+    (and string identity once the question's symbolic budget is spent)."""
     try:
         return answers_equivalent(answer, ground_truth)
+    except BudgetExhausted:
+        _note_fallback()
+        return answer is not None and same_string(answer, ground_truth)
     except Exception:
         return answer is not None and answer == ground_truth
+
+
+def same_string(a: str, b: str) -> bool:
+    """The string-level part of equivalence: equal up to case, spaces, ``$…$`` and ``\\dfrac``."""
+    return a == b or _quick_normalise(a) == _quick_normalise(b)
+
+
+def _note_fallback() -> None:
+    if _BUDGET:
+        _BUDGET[-1].fallbacks += 1
+
+
+def _key_or_fallback(s: str) -> str | None:
+    """:func:`numeric_key`, or only its plain-number part once the budget is spent."""
+    try:
+        return numeric_key(s)
+    except BudgetExhausted:
+        _note_fallback()
+        v = _plain_float(s)
+        return None if v is None else format(v, ".9g")
+
+
+def _equivalent_or_fallback(a: str, b: str) -> bool:
+    """:func:`answers_equivalent`, or string identity once the budget is spent."""
+    try:
+        return _safe_equivalent(a, b)
+    except BudgetExhausted:
+        _note_fallback()
+        return same_string(a, b)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -570,12 +763,9 @@ class AnswerGroups:
             return gid
         gid = -1
         for g, rep in enumerate(self.representatives):
-            try:
-                if answers_equivalent(s, rep):
-                    gid = g
-                    break
-            except Exception:
-                continue
+            if _equivalent_or_fallback(s, rep):
+                gid = g
+                break
         self._fallback[s] = gid
         return gid
 
@@ -599,7 +789,7 @@ def group_answers(strings: Iterable[str | None]) -> AnswerGroups:
     key_group: dict[str, int] = {}
     symbolic: list[str] = []
     for s in unique:
-        key = numeric_key(s)
+        key = _key_or_fallback(s)
         if key is None:
             symbolic.append(s)
             continue
@@ -622,14 +812,14 @@ def group_answers(strings: Iterable[str | None]) -> AnswerGroups:
             for j in range(i + 1, len(symbolic)):
                 if used[j]:
                     continue
-                if _safe_equivalent(symbolic[j], opener):
+                if _equivalent_or_fallback(symbolic[j], opener):
                     used[j] = True
                     cluster.append(symbolic[j])
             # up to 20 largest existing groups; sorted() is stable, so ties keep group order
             largest = sorted(range(len(members)), key=lambda g: -len(members[g]))
             target = -1
             for g in largest[:MAX_GROUPS_COMPARED]:
-                if _safe_equivalent(opener, members[g][0]):
+                if _equivalent_or_fallback(opener, members[g][0]):
                     target = g
                     break
             if target >= 0:
@@ -659,14 +849,14 @@ def group_answers_online(strings: Iterable[str | None]) -> AnswerGroups:
     for s in strings:
         if not s or not isinstance(s, str) or s in index:
             continue
-        key = numeric_key(s)
+        key = _key_or_fallback(s)
         g = key_group.get(key, -1) if key is not None else -1
         if g < 0 and (key is not None or n_symbolic < MAX_SYMBOLIC_PAIRWISE):
             candidates = sorted(range(len(members)), key=lambda h: -len(members[h]))[
                 :MAX_GROUPS_COMPARED
             ]
             for h in candidates:
-                if (key is None or h in symbolic_led) and _safe_equivalent(s, members[h][0]):
+                if (key is None or h in symbolic_led) and _equivalent_or_fallback(s, members[h][0]):
                     g = h
                     break
         if key is None:

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from .answers import AnswerGroups, group_answers, is_correct
+from .answers import AnswerGroups, group_answers, is_correct, symbolic_budget
 from .pool import PoolError, QuestionData
 from .schema import CHECKPOINT_SPACING
 
-ARRAYS_VERSION = 1
+ARRAYS_VERSION = 2  # 2: answers must be their value, exact keys for huge integers
 
 
 @dataclass
@@ -47,12 +47,13 @@ class QuestionArrays:
     rec_offsets: np.ndarray | None = None  # int64 [n+1] running-min records of group confidence
     rec_index: np.ndarray | None = None  # int64 first window index reaching each record
     rec_value: np.ndarray | None = None  # float32 record values (strictly decreasing per trace)
-    probe_tokens: np.ndarray | None = (
-        None  # int64 [n, m] probe cost at each checkpoint (-1 unknown)
-    )
-    stopped: np.ndarray | None = (
-        None  # bool [n]: stopped early by a live run (still running at its length)
-    )
+    #: int64 [n, m] probe cost at each checkpoint (-1 unknown)
+    probe_tokens: np.ndarray | None = None
+    #: bool [n]: stopped early by a live run (still running at its length)
+    stopped: np.ndarray | None = None
+    #: keys and comparisons decided by string identity because the question's symbolic time
+    #: budget was spent (0 normally; see mars.answers.symbolic_budget)
+    answer_fallbacks: int = 0
     window: int = 2048
     content_hash: str = ""
     #: results derived from these arrays that do not depend on the answer-id order (e.g. learned q)
@@ -296,12 +297,20 @@ def build_arrays(
     ``group_stats=False`` (no DeepConf statistics: DeepConf does not run live).
     """
     n = q.n_traces
-    if groups is None:
-        groups = group_answers(_collect_strings(q))
     if conf_window not in ("at", "before"):
         raise ValueError(f"conf_window must be 'at' or 'before', got {conf_window!r}")
-    probe_ids_by_code = np.array([groups.id_of(s) for s in q.probe_strings] + [-1], dtype=np.int32)
-    final_ids = np.array([groups.id_of(a) if a else -1 for a in q.final_answers], dtype=np.int32)
+    with symbolic_budget() as budget:  # bounds the symbolic work of the whole question
+        if groups is None:
+            groups = group_answers(_collect_strings(q))
+        probe_ids_by_code = np.array(
+            [groups.id_of(s) for s in q.probe_strings] + [-1], dtype=np.int32
+        )
+        final_ids = np.array(
+            [groups.id_of(a) if a else -1 for a in q.final_answers], dtype=np.int32
+        )
+        correct = np.array(
+            [is_correct(r, q.ground_truth) for r in groups.representatives], dtype=bool
+        )
 
     grid, codes, finished_at, on_grid, trace_of_probe, k_of = _layout(q, spacing, grid, stopped)
     m = len(grid)
@@ -314,7 +323,6 @@ def build_arrays(
             f"{q.where(j)}: running trace (length {int(q.lengths[j])}) has no probe at "
             f"checkpoint {int(grid[k])}"
         )
-    correct = np.array([is_correct(r, q.ground_truth) for r in groups.representatives], dtype=bool)
 
     probe_tokens = None
     if q.probe_cost is not None:
@@ -336,6 +344,7 @@ def build_arrays(
         window=window,
         content_hash=q.content_hash(),
         stopped=None if stopped is None else np.asarray(stopped, dtype=bool),
+        answer_fallbacks=budget.fallbacks,
     )
     if q.has_confs:
         (arr.conf_at_pos, arr.min_group, arr.rec_offsets, arr.rec_index, arr.rec_value) = (

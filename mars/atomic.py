@@ -21,6 +21,23 @@ from .errors import MarsError
 DIR_MODE = 0o755
 
 
+def umask_mode(mode: int = 0o777) -> int:
+    """``mode`` under the process umask: what ``mkdir`` would give (``mkdtemp`` gives 0700)."""
+    current = os.umask(0)
+    os.umask(current)
+    return mode & ~current
+
+
+def make_temp_dir(parent: Path, prefix: str) -> Path:
+    """A hidden temporary folder in ``parent`` with ordinary permissions, to be renamed into
+    place when complete (a plain ``tempfile.mkdtemp`` folder would keep mode 0700)."""
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    tmp.chmod(umask_mode())
+    return tmp
+
+
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a temporary sibling of ``path``, then rename it to ``path``."""
     path = Path(path)
@@ -63,8 +80,22 @@ def check_output_dir(path: str | Path, what: str = "--out") -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise MarsError(f"{what} {path}: {probe} is a file, not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
+    if probe == path:
+        _probe_writable(probe, f"{what} {path}")
+    elif not os.access(probe, os.W_OK | os.X_OK):
         raise MarsError(f"{what} {path}: {probe} is not writable")
+
+
+def _probe_writable(folder: Path, what: str) -> None:
+    """Create and remove a file in ``folder``: file modes do not bind root, read-only or
+    pseudo file systems (``/sys``, ``/proc``) refuse anyway."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".mars-write-test-"):
+            pass
+    except OSError as exc:
+        raise MarsError(f"{what}: cannot write in {folder} ({exc.strerror or exc})") from None
 
 
 @contextlib.contextmanager
@@ -92,4 +123,7 @@ def check_output_file(path: str | Path, what: str = "output") -> None:
     path = Path(path)
     if path.is_dir():
         raise MarsError(f"{what} {path}: is a directory")
-    check_output_dir(path.parent, what)
+    if path.parent.is_dir():
+        _probe_writable(path.parent, f"{what} {path}")
+    else:
+        check_output_dir(path.parent, what)

@@ -207,12 +207,19 @@ def import_(
     ),
     src: Path = typer.Argument(..., help="input file"),
     out: Path = typer.Argument(..., help="output pool directory (must not exist)"),
+    trust_pickle: bool = typer.Option(
+        False,
+        "--trust-pickle",
+        help="mars-pickle: load with Python's full unpickler. A pickle can run any code when "
+        "loaded; by default only plain data and numpy arrays are accepted, which is all the "
+        "authors' files hold. Use only for a file you trust.",
+    ),
 ):
     """Convert published MARS data or Parallel-Probe matrices into a pool directory."""
     from .convert import import_pool
 
     with user_errors():
-        import_pool(fmt, src, out)
+        import_pool(fmt, src, out, trust_pickle=trust_pickle)
     err.print(f"pool written to {out}")
 
 

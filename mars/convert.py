@@ -3,7 +3,8 @@
 * ``mars-parquet`` — the authors' published parquet (one row per trace; length = len(confs)).
 * ``mars-pickle`` — the authors' pickle: a dict keyed by (qid, trace_idx) of dicts with
   ``ground_truth``, ``confs``, ``probes`` ({position: {answer, ...}}) and optional
-  ``extracted_answer``. Pickles execute code when loaded: import only files you trust.
+  ``extracted_answer``. A pickle can run code when loaded, so it is read by a restricted
+  unpickler (plain data and numpy arrays only) unless the user passes ``--trust-pickle``.
 * ``parallel-probe`` — Parallel-Probe's probe matrices (JSON: per question ``gold_answer`` and
   ``each_branch`` = [probe_list, branch_tokens, final_answer], a probe every ``probe_freq``
   tokens), mapped onto the 2048-token grid: for k = 1, 2, … while 2048·k < branch_tokens the
@@ -24,10 +25,14 @@ import pyarrow.parquet as pq
 
 from . import schema
 from .answers import is_correct
+from .atomic import check_output_file
 from .pool import LayoutPool, PoolError, PublishedPool, open_pool, question_to_table
 from .pooldir import PoolDirWriter
 
 FORMATS = ("mars-parquet", "mars-pickle", "parallel-probe")
+#: Parallel-Probe: how many probes a trace may lack at its end before its token count is refused
+#: (the published AIME 2024 file lacks up to 8: tokens // probe_freq − len(probe_list) ≤ 8).
+MAX_MISSING_PROBES = 32
 
 
 def _probe_rows(positions, answers) -> list[dict]:
@@ -67,10 +72,48 @@ def import_mars_parquet(src, out, **manifest) -> Path:
     return _write(out, {"imported_from": "mars-parquet", "source": str(src), **manifest}, gen())
 
 
-def import_mars_pickle(src, out, **manifest) -> Path:
+#: What the authors' pickle needs beyond plain containers: numpy arrays and scalars.
+PICKLE_ALLOWED = frozenset(
+    {
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "complex"),
+        ("builtins", "bytearray"),
+        ("collections", "OrderedDict"),
+        ("_codecs", "encode"),
+        ("codecs", "encode"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+    }
+)
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Unpickles containers, strings, numbers and numpy arrays only: loading a pickle runs any
+    callable it names, so everything else is refused before it runs."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in PICKLE_ALLOWED:
+            raise pickle.UnpicklingError(
+                f"refusing to load {module}.{name} (only numpy arrays and plain data; "
+                "pass --trust-pickle for a file you trust)"
+            )
+        return super().find_class(module, name)
+
+
+def import_mars_pickle(src, out, trust_pickle: bool = False, **manifest) -> Path:
+    """The authors' pickle, read by a restricted unpickler unless ``trust_pickle``."""
     try:
         with open(src, "rb") as f:
-            data = pickle.load(f)
+            data = pickle.load(f) if trust_pickle else _RestrictedUnpickler(f).load()
+    except FileNotFoundError:
+        raise PoolError(f"{src}: no such file") from None
     except Exception as exc:
         raise PoolError(f"{src}: not a readable pickle ({exc})") from None
     if not isinstance(data, dict) or not data:
@@ -117,27 +160,41 @@ def parallel_probe_question(
     qid: int, item: dict, spacing: int = schema.CHECKPOINT_SPACING, src: str = ""
 ) -> tuple[dict, pa.Table]:
     """One Parallel-Probe question → (meta, trace table) on the ``spacing`` grid."""
+    where = f"{src}: question {qid}"
+    if not isinstance(item, dict):
+        raise PoolError(f"{where}: not a JSON object")
     try:
-        freq = int(item["probe_freq"])
-        branches = item["each_branch"]
-        gold = str(item["gold_answer"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PoolError(f"{src}: question {qid}: missing or bad field ({exc})") from None
+        freq, branches, gold = item["probe_freq"], item["each_branch"], str(item["gold_answer"])
+    except KeyError as exc:
+        raise PoolError(f"{where}: missing field {exc}") from None
+    if isinstance(freq, bool) or not isinstance(freq, int) or freq < 1:
+        raise PoolError(f"{where}: probe_freq {freq!r} is not a positive whole number of tokens")
+    if not isinstance(branches, list):
+        raise PoolError(f"{where}: each_branch is not a list")
     cols: dict[str, list] = {n: [] for n in schema.TRACE_SCHEMA.names}
     for t, br in enumerate(branches):
-        try:
-            probe_list, n_tok, final = br[0], int(br[1]), br[2]
-        except (IndexError, TypeError, ValueError):
+        if not (isinstance(br, list) and len(br) == 3 and isinstance(br[0], list)):
+            raise PoolError(f"{where}, trace {t}: branch is not [probe_list, tokens, final]")
+        probe_list, n_tok, final = br
+        if isinstance(n_tok, bool) or not isinstance(n_tok, int) or n_tok < 0:
+            raise PoolError(f"{where}, trace {t}: token count {n_tok!r} is not a whole number ≥ 0")
+        # a probe every `freq` tokens: the claimed length must be covered by the probes (up to
+        # MAX_MISSING_PROBES), so memory never depends on a claimed length alone
+        covered = (len(probe_list) + MAX_MISSING_PROBES) * freq
+        if n_tok > covered:
             raise PoolError(
-                f"{src}: question {qid}, trace {t}: branch is not [probe_list, tokens, final]"
-            ) from None
+                f"{where}, trace {t}: claims {n_tok:,} tokens, but its {len(probe_list)} probes "
+                f"every {freq} tokens cover at most {covered:,}"
+            )
+        if not all(a is None or isinstance(a, str) for a in probe_list) or not (
+            final is None or isinstance(final, str)
+        ):
+            raise PoolError(f"{where}, trace {t}: answers must be strings (or null)")
         positions, answers = [], []
         k = 1
         while spacing * k < n_tok:
             if not probe_list:
-                raise PoolError(
-                    f"{src}: question {qid}, trace {t}: no probes for a {n_tok}-token trace"
-                )
+                raise PoolError(f"{where}, trace {t}: no probes for a {n_tok}-token trace")
             a = probe_list[min(spacing * k // freq - 1, len(probe_list) - 1)]
             positions.append(spacing * k)
             answers.append(None if a in ("ERR", "", None) else str(a))
@@ -180,13 +237,15 @@ def import_parallel_probe(src, out, spacing: int = schema.CHECKPOINT_SPACING, **
     )
 
 
-def import_pool(fmt: str, src, out) -> Path:
+def import_pool(fmt: str, src, out, trust_pickle: bool = False) -> Path:
+    if fmt not in FORMATS:
+        raise PoolError(f"unknown import format {fmt!r} (known: {', '.join(FORMATS)})")
     if Path(out).exists():
         raise PoolError(f"{out}: already exists (refusing to overwrite)")
     if fmt == "mars-parquet":
         return import_mars_parquet(src, out)
     if fmt == "mars-pickle":
-        return import_mars_pickle(src, out)
+        return import_mars_pickle(src, out, trust_pickle=trust_pickle)
     if fmt == "parallel-probe":
         return import_parallel_probe(src, out)
     raise PoolError(f"unknown import format {fmt!r} (known: {', '.join(FORMATS)})")
@@ -200,6 +259,7 @@ def export_published(pool_path, out) -> Path:
     """
     pool = open_pool(pool_path)
     out = Path(out)
+    check_output_file(out, "export")
     tmp = out.with_name(f".{out.name}.tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
     try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from .features import FEATURE_NAMES
 from .pool import Pool, QuestionData, open_pool
 from .qmodel import QuestionFit, SwitchModel, fit_question
 from .settings import Settings, resolve_spacing
+from .workers import process_pool
 
 MODEL_NAME = "switch"
 
@@ -133,7 +133,7 @@ def fit_pool(
             if progress:
                 progress()
     else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs), os.cpu_count() or 1)) as ex:
+        with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
             for r in ex.map(_fit_one, jobs):
                 rows += r
                 if progress:

@@ -29,6 +29,7 @@ from .pooldir import PoolDirWriter, write_trace_table
 from .problems import Problem, problems_digest, select_problems
 from .progress import track
 from .shards import GENERATION_RECORD, shard_range
+from .workers import process_pool
 
 #: Largest pool (traces per question, all shards) and largest shard a generation accepts: far
 #: above the paper's 4,096, far below what exhausts memory.
@@ -335,9 +336,9 @@ def generate_pool(
             del table
     else:
         import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import as_completed
 
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as ex:
+        with process_pool(workers, mp.get_context("fork")) as ex:
             futs = {
                 ex.submit(
                     _generate_question_quiet,

@@ -97,6 +97,16 @@ class QuestionData:
         return loc
 
 
+def _check_qids(qids: list[int], source: str) -> None:
+    if qids and qids[0] < 0:
+        raise PoolError(f"{source}: question id {qids[0]} is negative (ids are 0, 1, 2, ...)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _none_if_empty(values: list) -> list:
     return [v if v else None for v in values]
 
@@ -179,6 +189,7 @@ def _check_traces(q: QuestionData) -> None:
     if (q.lengths < 0).any():
         j = int(np.flatnonzero(q.lengths < 0)[0])
         raise PoolError(f"{q.where(j)}: negative length")
+    _check_probes(q)
     if q.conf_values is not None and q.conf_values.size:
         assert q.conf_offsets is not None
         finite = np.isfinite(q.conf_values)
@@ -189,6 +200,36 @@ def _check_traces(q: QuestionData) -> None:
                 f"{q.where(j)}: non-finite confidence (NaN or inf) at token "
                 f"{pos - q.conf_offsets[j]}"
             )
+
+
+def _check_probes(q: QuestionData) -> None:
+    """Probe positions lie in 0..length of their trace, one probe per position.
+
+    Two probes at one position would make the answer there arbitrary; a probe after the trace's
+    end would stretch the whole question's checkpoint grid past every trace (a terminal probe at
+    the length itself is the authors' convention and fine).
+    """
+    pos = q.probe_positions
+    if pos.size == 0:
+        return
+    counts = np.diff(q.probe_offsets)
+    trace = np.repeat(np.arange(q.n_traces), counts)
+    bad = np.flatnonzero((pos < 0) | (pos > q.lengths[trace]))
+    if bad.size:
+        i = int(bad[0])
+        j = int(trace[i])
+        where = "before the trace's start" if pos[i] < 0 else "after the trace's end"
+        raise PoolError(
+            f"{q.where(j)}: probe at position {int(pos[i])} {where} (length {int(q.lengths[j])})"
+        )
+    order = np.lexsort((pos, trace))
+    same = (np.diff(trace[order]) == 0) & (np.diff(pos[order]) == 0)
+    if same.any():
+        i = int(order[np.flatnonzero(same)[0]])
+        raise PoolError(
+            f"{q.where(int(trace[i]))}: two probes at position {int(pos[i])} "
+            "(one answer per position)"
+        )
 
 
 def _sort_by_trace(q: QuestionData) -> QuestionData:
@@ -271,7 +312,12 @@ class PublishedPool(Pool):
             raise PoolError(f"{self.source}: missing column 'ground_truth'")
         self._row_groups: dict[int, list[int]] = {}
         for rg in range(self._pf.num_row_groups):
-            qids = self._pf.read_row_group(rg, columns=["qid"]).column("qid")
+            try:
+                qids = self._pf.read_row_group(rg, columns=["qid"]).column("qid")
+            except (OSError, pa.ArrowException) as exc:
+                raise PoolError(
+                    f"{self.source}: row group {rg} unreadable ({_first_line(exc)})"
+                ) from None
             if qids.null_count:
                 raise PoolError(f"{self.source}: null qid in row group {rg}")
             for q in pc.unique(qids).to_pylist():
@@ -279,6 +325,7 @@ class PublishedPool(Pool):
         if not self._row_groups:
             raise PoolError(f"{self.source}: empty pool (no rows)")
         self.qids = sorted(self._row_groups)
+        _check_qids(self.qids, self.source)
 
     def _files(self) -> list[Path]:
         return [self.path]
@@ -291,7 +338,12 @@ class PublishedPool(Pool):
         cols = ["qid", "trace_idx", "ground_truth", "extracted_answer", "probes"]
         if self._has_confs:
             cols.append("confs")
-        t = self._pf.read_row_groups(self._row_groups[qid], columns=cols)
+        try:
+            t = self._pf.read_row_groups(self._row_groups[qid], columns=cols)
+        except (OSError, pa.ArrowException) as exc:
+            raise PoolError(
+                f"{self.source}: question {qid}: unreadable ({_first_line(exc)})"
+            ) from None
         t = t.filter(pc.equal(t.column("qid"), qid))
         return question_from_table(t, qid, self.source, published=True)
 
@@ -452,7 +504,10 @@ class LayoutPool(Pool):
         self._questions = {r["qid"]: r for r in qt.to_pylist()}
         if not self._questions:
             raise PoolError(f"{qfile}: empty pool (no questions)")
+        if any(q is None for q in self._questions):
+            raise PoolError(f"{qfile}: null qid")
         self.qids = sorted(self._questions)
+        _check_qids(self.qids, str(qfile))
         spacing = self.manifest.get("spacing")
         if spacing is not None and (
             isinstance(spacing, bool) or not isinstance(spacing, int) or spacing < 1
@@ -478,7 +533,15 @@ class LayoutPool(Pool):
         except FileNotFoundError:
             raise PoolError(f"{f}: missing trace file for question {qid}") from None
         except Exception as exc:
-            raise PoolError(f"{f}: unreadable ({exc})") from None
+            raise PoolError(f"{f}: unreadable ({_first_line(exc)})") from None
+        if "qid" in t.column_names:
+            qids = t.column("qid")
+            other = pc.unique(pc.drop_null(qids)).to_pylist()
+            if qids.null_count or other != [qid]:
+                found = sorted(int(x) for x in other if x != qid) or ["null"]
+                raise PoolError(
+                    f"{f}: holds rows of question {found[0]}, but this file is question {qid}'s"
+                )
         required = pa.schema(
             [
                 schema.TRACE_SCHEMA.field(n)
@@ -487,6 +550,10 @@ class LayoutPool(Pool):
         )
         _require_columns(t.schema, required, str(f))
         meta = self._questions[qid]
+        try:
+            confs = _read_confs(f, t)
+        except (OSError, pa.ArrowException) as exc:
+            raise PoolError(f"{f}: unreadable ({_first_line(exc)})") from None
         q = question_from_table(
             t,
             qid,
@@ -494,7 +561,7 @@ class LayoutPool(Pool):
             published=False,
             ground_truth=meta["ground_truth"],
             question=meta.get("question"),
-            confs=_read_confs(f, t),
+            confs=confs,
         )
         q.meta = {k: meta.get(k) for k in ("dataset", "model")}
         return q

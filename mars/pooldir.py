@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from operator import itemgetter
 from pathlib import Path
@@ -29,12 +28,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import schema
-from .atomic import check_output_dir, make_dirs, write_atomic, write_json_atomic
+from .atomic import check_output_dir, make_dirs, make_temp_dir, write_atomic, write_json_atomic
 from .errors import MarsError
 from .pool import PoolError
 
 #: A manifest's view of the parameters it was written with (compared on resume).
 ParamsOf = Callable[[dict], dict]
+#: Parquet metadata key of a resumable run's trace files: the run's parameters (JSON).
+RUN_METADATA_KEY = "mars.run"
 
 
 def _params_at_top(params: dict) -> ParamsOf:
@@ -94,9 +95,7 @@ class PoolDirWriter:
             check_output_dir(self.out.parent, "output")
             try:
                 make_dirs(self.out.parent)
-                self._tmp = Path(
-                    tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent)
-                )
+                self._tmp = make_temp_dir(self.out.parent, f".{self.out.name}.tmp-")
             except OSError as exc:
                 raise MarsError(f"{self.out}: cannot write here ({exc.strerror or exc})") from None
             (self._tmp / schema.POOL_TRACES_DIR).mkdir()
@@ -135,17 +134,24 @@ class PoolDirWriter:
         if self.record.exists():
             prev = _read_json(self.record)
             if prev != self.params:
-                diff = sorted(
-                    k for k in set(prev) | set(self.params) if prev.get(k) != self.params.get(k)
-                )
                 raise PoolError(
                     f"{out}: holds an interrupted {self.what} with other parameters "
-                    f"({', '.join(diff)})"
+                    f"({', '.join(_differing(prev, self.params))})"
                 )
         elif out.exists() and any(out.iterdir()):
-            raise PoolError(
-                f"{out}: exists and is not an interrupted {self.what} (refusing to overwrite)"
-            )
+            # no record and no manifest (e.g. a workflow manager deleted the completion marker
+            # of a finished run): the trace files still say which run wrote them
+            found = self._recorded_params()
+            if found is None:
+                raise PoolError(
+                    f"{out}: exists and is not an interrupted {self.what} (refusing to overwrite)"
+                )
+            if found != self.params:
+                raise PoolError(
+                    f"{out}: holds a {self.what} with other parameters "
+                    f"({', '.join(_differing(found, self.params))}); to keep it, run with its "
+                    "parameters; to replace it, delete the folder"
+                )
         try:
             make_dirs(out / schema.POOL_TRACES_DIR)
         except OSError as exc:
@@ -158,7 +164,28 @@ class PoolDirWriter:
 
     # -- writing -----------------------------------------------------------------------------
     def write_question(self, qid: int, traces: pa.Table | dict) -> None:
-        write_trace_table(_as_trace_table(traces), self.trace_path(int(qid)))
+        """Write one question's trace file atomically. In resumable mode the file carries the
+        run's parameters in its parquet metadata, so a folder is never left unidentifiable."""
+        table = _as_trace_table(traces)
+        meta = None if self.atomic else {RUN_METADATA_KEY: json.dumps(self.params, sort_keys=True)}
+        write_trace_table(table.replace_schema_metadata(meta), self.trace_path(int(qid)))
+
+    def _recorded_params(self) -> dict | None:
+        """The parameters a trace file of ``out`` was written with (None: no such file)."""
+        for path in sorted((self.out / schema.POOL_TRACES_DIR).glob("q*.parquet")):
+            try:
+                meta = pq.read_schema(path).metadata or {}
+            except (OSError, pa.ArrowException):
+                continue
+            raw = meta.get(RUN_METADATA_KEY.encode())
+            if raw is not None:
+                try:
+                    found = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    continue
+                if isinstance(found, dict):
+                    return found
+        return None
 
     def finish(self, questions: list[dict], manifest: dict) -> Path:
         """Write ``questions.parquet`` and then ``pool.json`` (the completion marker)."""
@@ -195,6 +222,10 @@ class PoolDirWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.abort()  # a no-op after finish()
+
+
+def _differing(a: dict, b: dict) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
 def _read_json(path: Path) -> dict:

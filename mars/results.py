@@ -12,13 +12,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .atomic import make_temp_dir
 from .schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
 
 PACKAGES = ("mars", "numpy", "scipy", "scikit-learn", "pandas", "pyarrow", "math-verify")
@@ -86,6 +86,7 @@ def per_question_frame(results, method: str) -> pd.DataFrame:
                 "stopped_early": int(np.sum(labels != "budget")),
                 "stopped_by_budget": int(np.sum(labels == "budget")),
                 "ground_truth": qr.ground_truth,
+                "answer_fallbacks": qr.answer_fallbacks,
             }
         )
     df = pd.DataFrame(rows)
@@ -130,7 +131,7 @@ def write_method(out_dir: Path, method: str, results, settings: dict, source: st
     it = per_iteration_frame(results, method)
     pq_ = per_question_frame(results, method)
     ov = overall(pq_, method, settings, input_checksum(results), source)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{method}.tmp-", dir=out_dir))
+    tmp = make_temp_dir(out_dir, f".{method}.tmp-")
     try:
         it.to_csv(tmp / "per_iteration.csv", index=False)
         pq_.to_csv(tmp / "per_question.csv", index=False)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from .qmodel import QuestionFit, fit_question, predict_question
 from .settings import Settings, resolve_spacing
 from .stopping import Consensus, Mars, Never, ParallelProbe, Rule, Snapshot
 from .voting import leader, tally
+from .workers import process_pool
 
 __all__ = [
     "MethodResult",
@@ -72,6 +72,7 @@ class QuestionResult:
     representatives: list
     content_hash: str
     methods: dict = field(default_factory=dict)
+    answer_fallbacks: int = 0  # answers grouped by string identity (symbolic budget spent)
 
 
 def bootstrap_samples(arr: QuestionArrays, s: Settings) -> np.ndarray:
@@ -432,6 +433,7 @@ def simulate_question(
         ground_truth=arr.ground_truth,
         representatives=arr.representatives,
         content_hash=arr.content_hash,
+        answer_fallbacks=arr.answer_fallbacks,
     )
     if len(arr.pool_ids()) == 0:
         raise SimulationError(f"question {arr.qid}: no trace has a final answer; nothing to sample")
@@ -535,7 +537,7 @@ def simulate_pool(
             if progress:
                 progress()
     else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs), os.cpu_count() or 1)) as ex:
+        with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
             for r in ex.map(_worker, jobs):
                 results.append(r)
                 if progress:

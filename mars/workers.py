@@ -1,0 +1,79 @@
+"""Worker processes that die with their parent.
+
+``simulate``, ``fit`` and generation run questions in a process pool. A plain pool outlives a
+killed parent: its workers keep computing for minutes under init. :func:`process_pool` ties them
+to the parent twice over: every worker asks the kernel for SIGTERM when its parent dies
+(``PR_SET_PDEATHSIG``, Linux; any signal, even SIGKILL of the parent), and while the pool is
+open the parent turns SIGTERM into terminating its workers and exiting with status 143.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: SIGTERM kills the worker (not the parent's handler, inherited through
+    fork), and arrives when the parent dies (or the worker exits now if it already has)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def terminate_children() -> None:
+    """Terminate every child process of this process (the pool's workers) and reap them."""
+    children = mp.active_children()
+    for p in children:
+        p.terminate()
+    for p in children:
+        p.join(timeout=5)
+
+
+@contextlib.contextmanager
+def process_pool(max_workers: int, mp_context: Any = None) -> Iterator[ProcessPoolExecutor]:
+    """A :class:`ProcessPoolExecutor` whose workers never outlive this process.
+
+    On SIGTERM (while the pool is open, in the main thread) the workers are terminated and the
+    process exits with 143; on any other exception they are terminated before it propagates.
+    """
+    ex = ProcessPoolExecutor(
+        max_workers=max_workers,
+        mp_context=mp_context,
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    )
+    previous = None
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+
+        def on_term(signum, frame):
+            terminate_children()
+            raise SystemExit(128 + signum)
+
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield ex
+    except BaseException:
+        terminate_children()
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    else:
+        ex.shutdown(wait=True)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
