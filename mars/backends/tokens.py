@@ -9,11 +9,13 @@ only how it advances and probes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..answers import extract_boxed, extract_probe_answer, normalize_answer
+from ..errors import MarsError
 from ..problems import Problem
 from .base import TraceBatch, TraceResult
 
@@ -32,6 +34,12 @@ PROBE_CONF_WINDOW = 2048
 DEFAULT_PROMPT_TEMPLATE = (
     "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 )
+#: Lowest log-probability a token confidence takes: ln of the smallest positive float32 (2^-149).
+#: Engines compute probabilities in float32; one that underflows to 0 has log −inf, which SGLang
+#: clamps to the float32 minimum (−3.4e38) before returning it.  Averaged as is, such a value makes
+#: the confidence ~1.7e37, +inf once stored as float16; floored here it stays finite and large (the
+#: token really was that certain).
+LOGPROB_FLOOR = math.log(2.0**-149)
 
 
 def derive_seed(*parts: int, bits: int = 63) -> int:
@@ -97,12 +105,43 @@ def parse_probe(completion: str | None) -> str | None:
     return normalize_answer(extract_probe_answer(completion))
 
 
-def token_confidence(logprobs_top: Sequence[float]) -> float:
-    """−mean of a token's top-k log-probabilities, rounded to 3 decimals (NaN when empty;
-    spec §3.1)."""
-    if not len(logprobs_top):
+def token_confidence(logprobs_top: Sequence[float] | None) -> float:
+    """−mean of a token's top-k log-probabilities, rounded to 3 decimals (NaN when empty or None;
+    spec §3.1).  Log-probabilities below :data:`LOGPROB_FLOOR` (−inf, or an engine's clamp value
+    such as −3.4e38) count as the floor, so the confidence is never infinite."""
+    if logprobs_top is None or not len(logprobs_top):
         return float("nan")
-    return round(-float(np.mean(np.asarray(logprobs_top, np.float64))), 3)
+    lp = np.maximum(np.asarray(logprobs_top, np.float64), LOGPROB_FLOOR)
+    return round(-float(np.mean(lp)), 3)
+
+
+def check_context(backend, problem: Problem, prompt_len: int | None = None) -> None:
+    """Refuse, before any generation, a question whose longest request would not fit the model.
+
+    The longest request of a question is a probe at the last checkpoint before the token cap:
+    prompt + up to ``max_tokens`` trace tokens + the probe suffix + the probe's new tokens; a trace
+    itself needs at most prompt + ``max_tokens``.  ``backend.context_budget()`` gives the most
+    tokens one request may hold and where that limit comes from (None, or no such method: no
+    check).
+    """
+    budget_of = getattr(backend, "context_budget", None)
+    budget = budget_of() if callable(budget_of) else None
+    if budget is None:
+        return
+    limit, source = budget
+    if prompt_len is None:
+        prompt_len = len(backend.prompt_ids(problem.question))
+    suffix, probe = len(backend.suffix_ids), int(backend.probe_max_new_tokens)
+    need = prompt_len + int(backend.max_tokens) + suffix + probe
+    if need <= limit:
+        return
+    room = limit - prompt_len - suffix - probe
+    fix = f"use --max-tokens {room} or less" if room > 0 else "the prompt alone is too long"
+    raise MarsError(
+        f"question {problem.qid}: prompt {prompt_len} + max tokens {backend.max_tokens} + "
+        f"probe suffix {suffix} + probe tokens {probe} = {need} tokens, more than {source} "
+        f"allows ({limit}): {fix}"
+    )
 
 
 class TokenTraceBatch(TraceBatch):
@@ -116,6 +155,8 @@ class TokenTraceBatch(TraceBatch):
         self.seed = int(seed)
         self.first_trace = int(first_trace)
         self.prompt = backend.prompt_ids(problem.question)
+        if self.n:
+            check_context(backend, problem, len(self.prompt))
         self._ids: list[list[int]] = [[] for _ in range(self.n)]
         self._confs: list[list[float]] = [[] for _ in range(self.n)]
         self._eos = np.zeros(self.n, bool)

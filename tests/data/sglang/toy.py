@@ -1,20 +1,32 @@
 """Toy tokenizer and scripted SGLang-like engine that wrote the fixtures in this folder.
 
 NOT a recording of a live SGLang engine: no GPU with SGLang was available to this project.  The
-fixtures are hand-built to the documented shape of ``sglang.Engine.generate`` results (SGLang
-0.5.x; /work/shared/spec/ecosystem.md §3.1 and the engine's ``meta_info``):
+fixtures are hand-built to the shape of ``sglang.Engine.generate`` results as the SGLang 0.5.23
+source builds them (``TokenizerManager._handle_batch_output`` and ``add_logprob_to_meta_info`` in
+``srt/managers/tokenizer_manager.py``; 0.5.9 differences: :func:`as_v0_5_9`):
 
 * one ``{"text", "output_ids", "meta_info"}`` dict per request of a batched call;
-* ``meta_info``: ``id``, ``finish_reason`` (``{"type": "stop", "matched": <eos id>}`` or
-  ``{"type": "length", "length": <max_new_tokens>}``), ``prompt_tokens``, ``completion_tokens``,
-  ``cached_tokens``, ``e2e_latency``; with ``return_logprob=True`` also ``output_token_logprobs`` —
-  one ``[logprob, token_id, null]`` per generated token — and ``output_top_logprobs`` — one list of
-  ``top_logprobs_num`` such triples per generated token (JSON turns the engine's tuples into lists);
+* ``meta_info`` keys in the engine's order: ``id``, ``finish_reason`` (always a dict for a finished
+  request: ``{"type": "stop", "matched": <eos id>}`` or ``{"type": "length", "length":
+  <max_new_tokens>}``), ``prompt_tokens``, ``weight_version`` (``"default"``), ``num_retractions``;
+  with ``return_logprob=True`` then ``input_token_logprobs`` (``[]``: by default SGLang starts the
+  input log-probabilities after the input), ``output_token_logprobs`` — one ``[logprob, token_id,
+  null]`` per generated token —, ``output_token_logprobs_length``, ``input_top_logprobs`` (``[]``)
+  and ``output_top_logprobs`` — per generated token a list of ``top_logprobs_num`` such triples,
+  or ``null`` for a position without any (JSON turns the engine's tuples into lists); then
+  ``reasoning_tokens`` (0 without a reasoning parser), ``completion_tokens``, ``cached_tokens``,
+  ``cached_tokens_details`` (``{"device": cached, "host": 0}``, ``null`` when nothing was cached)
+  and ``e2e_latency``;
+* log-probabilities of tokens whose probability underflowed come back clamped to the float32
+  minimum, −3.4028234663852886e38 (one position of trace A has such a tail);
 * the EOS token that ends a request is part of ``output_ids`` and of the log-probability lists and
   counts in ``completion_tokens``; ``text`` is detokenised without special tokens;
-* ``cached_tokens`` follow a radix cache: the longest prefix of the request already seen in an
-  earlier call (prompt + output of every earlier request, minus the last output token whose KV was
-  never computed), never the whole input.
+* ``cached_tokens`` follow a radix cache: the longest prefix of the request already in the tree,
+  which holds every finished request's input and output but its last output token (whose KV was
+  never computed), and never the whole input (at least its last token is prefilled) — so a probe at
+  position p gets P + p − 1;
+* the engine runs with deterministic inference: a request's ``sampling_seed`` picks its tokens
+  (a seedless one would get 42); :data:`SERVER_INFO` is what its ``get_server_info()`` reports.
 
 Regenerate with ``python tests/data/sglang/toy.py`` (it drives
 :class:`mars.backends.sglang.SGLangBackend` against :class:`ScriptedEngine` and records every
@@ -88,6 +100,27 @@ WORDS = [
     " or",
 ]
 VOCAB = SPECIAL + WORDS + [c for c in string.printable if c not in "\x0b\x0c\r"]
+#: float32 minimum: SGLang's value for a log-probability of a probability that underflowed to 0
+CLAMPED = -3.4028234663852886e38
+#: the model's context length (``tokenizer_manager.context_len``) of the scripted engine
+CONTEXT_LEN = 4096
+#: the part of ``Engine.get_server_info()`` the adapter reads (SGLang 0.5.23 with
+#: ``enable_deterministic_inference=True`` on a Hopper GPU: attention backend fa3, sampling backend
+#: forced to pytorch), plus the scheduler's limits
+SERVER_INFO = {
+    "model_path": "toy/Toy-Reasoner",
+    "enable_deterministic_inference": True,
+    "attention_backend": "fa3",
+    "sampling_backend": "pytorch",
+    "disable_radix_cache": False,
+    "page_size": 1,
+    "context_length": None,
+    "random_seed": 581273490,
+    "weight_version": "default",
+    "max_total_num_tokens": 400000,
+    "max_req_input_len": CONTEXT_LEN - 7,
+    "version": "0.5.23",
+}
 
 
 class ToyTokenizer:
@@ -225,7 +258,7 @@ class ScriptedEngine:
     def __init__(self, prompt_ids: list[int], suffix_ids: list[int], first_tokens: dict[int, str]):
         self.prompt = list(prompt_ids)
         self.suffix = list(suffix_ids)
-        self.first_tokens = first_tokens  # sampling_seed of a trace's first request -> script name
+        self.first_tokens = first_tokens  # sampling_seed of a trace -> script name
         self.seen: list[tuple[int, ...]] = []
         self.exchanges: list[dict] = []
         self.calls = 0
@@ -250,9 +283,10 @@ class ScriptedEngine:
                 return name
         raise KeyError("unknown trace prefix")
 
-    def _top(self, chosen: int, lp: float) -> list[list]:
+    def _top(self, chosen: int, lp: float, underflow: int = 0) -> list[list]:
         """20 [logprob, id, null] entries, descending; the chosen token's mass exp(lp), the other 19
-        share 90 % of the rest (the tail of the vocabulary holds the remaining 10 %)."""
+        share 90 % of the rest (the tail of the vocabulary holds the remaining 10 %); the last
+        ``underflow`` entries underflowed (clamped log-probability)."""
         others = [
             int(i)
             for i in self.rng.choice(
@@ -263,7 +297,10 @@ class ScriptedEngine:
         entries = [[round(lp, 6), chosen, None]] + [
             [round(float(np.log(max(q, 1e-30))), 6), i, None] for q, i in zip(rest, others)
         ]
-        return sorted(entries, key=lambda e: -e[0])
+        entries = sorted(entries, key=lambda e: -e[0])
+        for e in entries[len(entries) - underflow :]:
+            e[0] = CLAMPED
+        return entries
 
     def generate(
         self, input_ids, sampling_params, return_logprob=False, top_logprobs_num=None, **kw
@@ -278,10 +315,11 @@ class ScriptedEngine:
             probe = len(rest) >= len(self.suffix) and rest[-len(self.suffix) :] == self.suffix
             if probe:
                 cont = rest[: -len(self.suffix)]
-                toks = PROBES[(self._script_of(cont, -1), len(cont))]
+                name = self._script_of(cont, -1)
+                toks = PROBES[(name, len(cont))]
             else:
                 cont = rest
-                name = self._script_of(cont, sp.get("sampling_seed"))
+                name = self._script_of(cont, sp.get("sampling_seed", 42))
                 toks = SCRIPTS[name][len(cont) :]
             out_ids = T.ids(toks)[: sp["max_new_tokens"]]
             if EOS_ID in out_ids:
@@ -290,22 +328,35 @@ class ScriptedEngine:
             else:
                 assert len(out_ids) == sp["max_new_tokens"], "script too short"
                 finish = {"type": "length", "length": sp["max_new_tokens"]}
+            cached = self._cached(ids)
             meta = {
                 "id": f"{self.calls:02d}{len(outs):02d}" + "5f3c9a1e7b2d4c6e8a0f1b3d5e7a9c1e"[4:],
                 "finish_reason": finish,
                 "prompt_tokens": len(ids),
-                "completion_tokens": len(out_ids),
-                "cached_tokens": self._cached(ids),
-                "e2e_latency": round(0.05 + 0.004 * len(out_ids) + 0.0001 * len(ids), 4),
+                "weight_version": "default",
+                "num_retractions": 0,
             }
             if return_logprob:
                 lps = [-float(x) for x in self.rng.gamma(0.6, 0.4, len(out_ids))]
+                # the "5" after "\boxed{" in trace A: a peaked distribution whose tail underflowed
+                under = [
+                    3 if name == "A" and not probe and len(cont) + i == 12 else 0
+                    for i in range(len(out_ids))
+                ]
+                meta["input_token_logprobs"] = []
                 meta["output_token_logprobs"] = [
                     [round(lp, 6), t, None] for lp, t in zip(lps, out_ids)
                 ]
+                meta["output_token_logprobs_length"] = len(out_ids)
+                meta["input_top_logprobs"] = []
                 meta["output_top_logprobs"] = [
-                    self._top(t, lp)[:top_logprobs_num] for lp, t in zip(lps, out_ids)
+                    self._top(t, lp, u)[:top_logprobs_num] for lp, t, u in zip(lps, out_ids, under)
                 ]
+            meta["reasoning_tokens"] = 0
+            meta["completion_tokens"] = len(out_ids)
+            meta["cached_tokens"] = cached
+            meta["cached_tokens_details"] = {"device": cached, "host": 0} if cached else None
+            meta["e2e_latency"] = round(0.05 + 0.004 * len(out_ids) + 0.0001 * len(ids), 4)
             outs.append(
                 {
                     "text": T.decode(out_ids, skip_special_tokens=True),
@@ -327,6 +378,34 @@ class ScriptedEngine:
         for ids, out in zip(input_ids, outs):
             self.seen.append(tuple(list(ids) + out["output_ids"][:-1]))
         return outs
+
+    def get_server_info(self) -> dict:
+        return dict(SERVER_INFO)
+
+
+def as_v0_5_9(response: dict, input_ids: list[int]) -> dict:
+    """The same result as SGLang 0.5.9 shapes it: the retraction count is ``total_retractions``;
+    there is no ``reasoning_tokens`` nor ``output_token_logprobs_length``; input log-probabilities
+    start at the last input token (``input_token_logprobs = [[null, last id, null]]``,
+    ``input_top_logprobs = [null]``); ``cached_tokens_details`` is null without hierarchical
+    cache.  (``scheduler.py`` sets ``logprob_start_len = len(input) − 1`` in 0.5.9, ``len(input)``
+    in 0.5.23.)"""
+    meta = dict(response["meta_info"])
+    out: dict = {}
+    for k, v in meta.items():
+        if k == "num_retractions":
+            out["total_retractions"] = v
+        elif k in ("reasoning_tokens", "output_token_logprobs_length"):
+            continue
+        elif k == "input_token_logprobs":
+            out[k] = [[None, input_ids[-1], None]]
+        elif k == "input_top_logprobs":
+            out[k] = [None]
+        elif k == "cached_tokens_details":
+            out[k] = None
+        else:
+            out[k] = v
+    return {**response, "meta_info": out}
 
 
 def dumps(obj, level: int = 0, width: int = 110) -> str:
@@ -355,7 +434,7 @@ def dumps(obj, level: int = 0, width: int = 110) -> str:
 def main() -> int:
     sys.path.insert(0, str(HERE.parents[2]))
     from mars.backends.base import Problem
-    from mars.backends.sglang import SGLangBackend, request_seed
+    from mars.backends.sglang import SGLangBackend, trace_seed
     from mars.generate import run_batch
 
     problem = Problem(qid=0, question="What is 2 + 3?", answer="5", dataset="toy")
@@ -363,14 +442,15 @@ def main() -> int:
     tok = ToyTokenizer()
     # the prompt and suffix ids come from the adapter itself; the engine only checks them
     be = SGLangBackend("toy/Toy-Reasoner", engine=object(), tokenizer=tok, max_tokens=max_tokens)
-    firsts = {request_seed(seed, problem.qid, j, 0): name for j, name in enumerate("ABC")}
+    firsts = {trace_seed(seed, problem.qid, j): name for j, name in enumerate("ABC")}
     engine = ScriptedEngine(be.prompt_ids(problem.question), be.suffix_ids, firsts)
     be.engine = engine
+    be.engine_info = {**SERVER_INFO, "context_len": CONTEXT_LEN}
     records = run_batch(be.start(problem, n, seed), spacing, max_tokens=max_tokens)
     doc = {
-        "about": "Hand-built SGLang Engine.generate exchanges (shape of SGLang 0.5.x meta_info), "
-        "NOT recorded from a live engine; written by tests/data/sglang/toy.py, replayed by "
-        "tests/test_backend_sglang.py.",
+        "about": "Hand-built SGLang Engine.generate exchanges (shape of SGLang 0.5.23 meta_info, "
+        "read in its source), NOT recorded from a live engine; written by "
+        "tests/data/sglang/toy.py, replayed by tests/test_backend_sglang.py.",
         "problem": {
             "qid": problem.qid,
             "question": problem.question,
@@ -383,6 +463,8 @@ def main() -> int:
         "spacing": spacing,
         "max_tokens": max_tokens,
         "eos_token_id": EOS_ID,
+        "context_len": CONTEXT_LEN,
+        "server_info": SERVER_INFO,
         "vocab": VOCAB,
         "exchanges": engine.exchanges,
         "expected": [
