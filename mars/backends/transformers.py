@@ -28,6 +28,9 @@ sampling loop:
   or a model whose cache cannot be copied).  Probe cost: ``prompt_tokens = P + p + S``,
   ``cached_tokens = P + p`` (0 when re-prefilling), ``generated_tokens`` = sampled tokens (EOS
   included).
+* **Context length**: before a question's first forward pass, prompt + ``max_tokens`` + probe
+  suffix + probe tokens must fit :meth:`TransformersBackend.context_budget` (the model's
+  ``max_position_embeddings``), else a one-line :class:`MarsError` names the question and numbers.
 * A generated EOS token counts as a token of the trace (it has a confidence), as in SGLang's
   ``completion_tokens``.  The final answer is the last ``\\boxed{…}`` of the decoded text
   (:func:`mars.answers.extract_boxed`), normalised once (:func:`mars.answers.normalize_answer`), for
@@ -59,6 +62,7 @@ from .tokens import (
     PROBE_SUFFIX,
     TokenTraceBatch,
     build_prompt_ids,
+    check_context,
     derive_seed,
     encode_suffix,
     parse_probe,
@@ -399,6 +403,25 @@ class TransformersBackend(Backend):
 
     def prompt_ids(self, question: str) -> list[int]:
         return build_prompt_ids(self.tokenizer, question, self.prompt_template, self.system_prompt)
+
+    def context_budget(self) -> tuple[int, str] | None:
+        """Most tokens one sequence may hold: the model's ``max_position_embeddings`` (positions it
+        was built for; learned position tables end there), else the tokenizer's
+        ``model_max_length`` when set to a real value (transformers' "unset" is ~1e30)."""
+        cfg = self.hf_model.config
+        text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        n = getattr(text_cfg, "max_position_embeddings", None)
+        if isinstance(n, int) and n > 0:
+            return n, f"the model's max_position_embeddings {n}"
+        n = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(n, int) and 0 < n < 10**8:
+            return n, f"the tokenizer's model_max_length {n}"
+        return None
+
+    def check_context(self, problem: Problem) -> None:
+        """One-line :class:`MarsError` if a question's longest request cannot fit the model
+        (``start`` checks this before any forward pass; callers may check all questions first)."""
+        check_context(self, problem)
 
     def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
         """Write the loaded model (e.g. de-quantised from GGUF) as a plain model directory."""
