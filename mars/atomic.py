@@ -80,10 +80,7 @@ def check_output_dir(path: str | Path, what: str = "--out") -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise MarsError(f"{what} {path}: {probe} is a file, not a directory")
-    if probe == path:
-        _probe_writable(probe, f"{what} {path}")
-    elif not os.access(probe, os.W_OK | os.X_OK):
-        raise MarsError(f"{what} {path}: {probe} is not writable")
+    _probe_writable(probe, f"{what} {path}")
 
 
 def _probe_writable(folder: Path, what: str) -> None:

@@ -208,6 +208,7 @@ def _generate_question(
     max_tokens: int,
     path: Path,
     with_confs: bool = True,
+    metadata: dict[str, str] | None = None,
 ) -> pa.Table:
     """Generate traces lo..hi-1 of one question and write its trace file atomically."""
     batch = backend.start(problem, hi - lo, seed, first_trace=lo)
@@ -220,7 +221,7 @@ def _generate_question(
             r.result.confs = None
     table = records_to_table(problem.qid, lo, records)
     del records
-    write_trace_table(table, path)
+    write_trace_table(table, path, metadata)
     return table
 
 
@@ -319,6 +320,8 @@ def generate_pool(
             "n_traces": hi - lo,
         }
 
+    for p in sel:  # every question fits the model, before anything is written
+        backend.check_context(p)
     out = Path(out)
     writer = PoolDirWriter(out, params, record=GENERATION_RECORD, what="generation")
     if not writer.start(qids):
@@ -330,7 +333,9 @@ def generate_pool(
     if workers <= 1 or len(todo) <= 1:
         for qid in track(todo, len(todo), desc, progress):
             path = writer.trace_path(qid)
-            table = _generate_question(backend, by_qid[qid], lo, hi, *args, path, with_confs)
+            table = _generate_question(
+                backend, by_qid[qid], lo, hi, *args, path, with_confs, writer.run_metadata()
+            )
             if on_question is not None:
                 on_question(qid, table)
             del table
@@ -349,6 +354,7 @@ def generate_pool(
                     *args,
                     writer.trace_path(q),
                     with_confs,
+                    writer.run_metadata(),
                 ): q
                 for q in todo
             }

@@ -462,6 +462,8 @@ def solve_pool(
     max_tokens = token_cap(backend, max_tokens)
     live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)  # before touching ``out``
     sel = [by_qid[q] for q in qids]
+    for p in sel:
+        backend.check_context(p)
     datasets = sorted({p.dataset for p in sel})
     params = {
         "generator": "mars.live",

@@ -97,6 +97,25 @@ class QuestionData:
         return loc
 
 
+#: No trace is longer than this many tokens (far beyond any model's context); a larger length is
+#: damage, and must not size a buffer.
+MAX_TRACE_LENGTH = 1 << 24
+
+
+def _check_lengths(lengths: pa.ChunkedArray, trace_idx: pa.ChunkedArray, source: str) -> None:
+    if lengths.null_count:
+        return  # reported with the trace by question_from_table
+    values = lengths.to_numpy().astype(np.int64)
+    bad = np.flatnonzero((values < 0) | (values > MAX_TRACE_LENGTH))
+    if bad.size:
+        j = int(bad[0])
+        tidx = trace_idx.to_pylist()[j]
+        raise PoolError(
+            f"{source}, trace {tidx}: length {int(values[j]):,} is not between 0 and "
+            f"{MAX_TRACE_LENGTH:,} tokens"
+        )
+
+
 def _check_qids(qids: list[int], source: str) -> None:
     if qids and qids[0] < 0:
         raise PoolError(f"{source}: question id {qids[0]} is negative (ids are 0, 1, 2, ...)")
@@ -487,9 +506,9 @@ class LayoutPool(Pool):
             raise PoolError(
                 f"{self.source}: not a pool directory (no {schema.POOL_MANIFEST})"
             ) from None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise PoolError(f"{manifest}: invalid JSON ({exc})") from None
-        if self.manifest.get("format") != schema.POOL_FORMAT:
+        if not isinstance(self.manifest, dict) or self.manifest.get("format") != schema.POOL_FORMAT:
             raise PoolError(f"{manifest}: not a {schema.POOL_FORMAT} manifest")
         qfile = self.path / schema.POOL_QUESTIONS
         try:
@@ -529,7 +548,11 @@ class LayoutPool(Pool):
         f = self.path / schema.trace_file_name(qid)
         try:
             names = pq.read_schema(f).names
-            t = pq.read_table(f, columns=[n for n in names if n not in ("confs", "text")])
+            t = pq.read_table(
+                f,
+                columns=[n for n in names if n not in ("confs", "text")],
+                **schema.TRACE_READ_OPTIONS,
+            )
         except FileNotFoundError:
             raise PoolError(f"{f}: missing trace file for question {qid}") from None
         except Exception as exc:
@@ -538,7 +561,7 @@ class LayoutPool(Pool):
             qids = t.column("qid")
             other = pc.unique(pc.drop_null(qids)).to_pylist()
             if qids.null_count or other != [qid]:
-                found = sorted(int(x) for x in other if x != qid) or ["null"]
+                found = [str(x) for x in sorted(int(x) for x in other if x != qid)] or ["null"]
                 raise PoolError(
                     f"{f}: holds rows of question {found[0]}, but this file is question {qid}'s"
                 )
@@ -549,6 +572,7 @@ class LayoutPool(Pool):
             ]
         )
         _require_columns(t.schema, required, str(f))
+        _check_lengths(t.column("length"), t.column("trace_idx"), str(f))
         meta = self._questions[qid]
         try:
             confs = _read_confs(f, t)
@@ -573,7 +597,7 @@ def _read_confs(path: Path, t: pa.Table, batch_rows: int = 256) -> tuple | None:
     Decoding a whole list<float16> column at once costs several times its size in temporary
     buffers; batches keep the peak near the size of the result.
     """
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(path, **schema.TRACE_READ_OPTIONS)
     if "confs" not in pf.schema_arrow.names:
         return None
     _require_columns(pf.schema_arrow, pa.schema([schema.TRACE_SCHEMA.field("confs")]), str(path))

@@ -42,8 +42,12 @@ def _params_at_top(params: dict) -> ParamsOf:
     return lambda manifest: {k: manifest.get(k) for k in params}
 
 
-def write_trace_table(table: pa.Table, path: str | Path) -> None:
-    """Write one question's trace table atomically, with the pool's parquet options."""
+def write_trace_table(
+    table: pa.Table, path: str | Path, metadata: dict[str, str] | None = None
+) -> None:
+    """Write one question's trace table atomically, with the pool's parquet options (and
+    ``metadata`` as its schema metadata, replacing any it had)."""
+    table = table.replace_schema_metadata(metadata)
     write_atomic(path, lambda p: pq.write_table(table, p, **schema.TRACE_PARQUET_OPTIONS))
 
 
@@ -167,8 +171,13 @@ class PoolDirWriter:
         """Write one question's trace file atomically. In resumable mode the file carries the
         run's parameters in its parquet metadata, so a folder is never left unidentifiable."""
         table = _as_trace_table(traces)
-        meta = None if self.atomic else {RUN_METADATA_KEY: json.dumps(self.params, sort_keys=True)}
-        write_trace_table(table.replace_schema_metadata(meta), self.trace_path(int(qid)))
+        write_trace_table(table, self.trace_path(int(qid)), self.run_metadata())
+
+    def run_metadata(self) -> dict[str, str] | None:
+        """The parquet metadata of this run's trace files (None in atomic mode)."""
+        if self.atomic:
+            return None
+        return {RUN_METADATA_KEY: json.dumps(self.params, sort_keys=True)}
 
     def _recorded_params(self) -> dict | None:
         """The parameters a trace file of ``out`` was written with (None: no such file)."""

@@ -62,14 +62,18 @@ TRACE_SCHEMA = pa.schema(
 
 #: Parquet options of trace files: confidences are float16 noise, so no dictionary for them and
 #: byte-stream-split (≈10 % smaller, faster) instead; row groups of 256 traces keep the decoding
-#: buffers of a question small (readers stream confidences row group by row group).
+#: buffers of a question small (readers stream confidences row group by row group); every page
+#: carries a CRC32, checked when read.
 TRACE_PARQUET_OPTIONS = {
     "compression": "zstd",
     "use_dictionary": ["final_answer", "text"],
     "use_byte_stream_split": ["confs.list.element"],
     "write_statistics": ["qid", "trace_idx", "length"],
     "row_group_size": 256,
+    "write_page_checksum": True,  # a damaged page is an error on reading, never silent noise
 }
+#: Read options matching TRACE_PARQUET_OPTIONS (files without checksums read as before).
+TRACE_READ_OPTIONS = {"page_checksum_verification": True}
 
 QUESTION_SCHEMA = pa.schema(
     [

@@ -130,3 +130,115 @@ def test_import_refuses_existing_output(tmp_path):
     pool = write_layout_pool(tmp_path / "p", n_questions=1)
     res = runner.invoke(app, ["import", "parallel-probe", str(tmp_path / "x.json"), str(pool)])
     assert res.exit_code == 2 and "already exists" in res.output
+
+
+# -- issue 13: imports validate first, pickles run no code ---------------------------------------
+
+import json as _json  # noqa: E402
+import pickle  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def _pp_file(tmp_path, **edit):
+    branch = [["5", "ERR", "7", "7"], 2100, "7"]
+    item = {"question": "?", "gold_answer": "7", "probe_freq": 500, "each_branch": [branch] * 3}
+    item.update(edit)
+    path = tmp_path / "pp.json"
+    path.write_text(_json.dumps([item]))
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            {"each_branch": [[["5"], 10**12, "7"]]},
+            "claims 1,000,000,000,000 tokens, but its 1 probes",
+        ),
+        ({"each_branch": [[["5"], -5, "7"]]}, "token count -5 is not a whole number"),
+        ({"probe_freq": 0}, "probe_freq 0 is not a positive whole number"),
+        ({"probe_freq": -500}, "probe_freq -500"),
+        ({"each_branch": [["5", 100, "7"]]}, "branch is not [probe_list, tokens, final]"),
+        ({"each_branch": [[[5], 100, "7"]]}, "answers must be strings"),
+    ],
+)
+def test_parallel_probe_import_validates_before_work(tmp_path, edit, message):
+    """A claimed length of 10^12 tokens is refused at once (it was imported for 688 s and killed
+    at 22.8 GB); negative counts and probe_freq <= 0 are refused, not imported."""
+    import time
+
+    t0 = time.perf_counter()
+    res = runner.invoke(
+        app, ["import", "parallel-probe", str(_pp_file(tmp_path, **edit)), str(tmp_path / "out")]
+    )
+    assert res.exit_code == 2 and message in res.output and res.output.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+    assert time.perf_counter() - t0 < 10
+
+
+def _authors_pickle(path, protocol):
+    """A pickle shaped like the authors' aggregated_traces.pkl (numpy float16 confidences)."""
+    data = {}
+    rng = np.random.default_rng(0)
+    for t in range(6):
+        length = 3000 + 100 * t
+        data[(0, t)] = {
+            "qid": 0,
+            "trace_idx": t,
+            "ground_truth": "7",
+            "extracted_answer": "7" if t % 3 else "5",
+            "confs": (rng.random(length) * 5 + 10).astype(np.float16),
+            "probes": {
+                2048: {"answer": "5", "is_correct": False, "raw_text": "x", "avg_conf": 1.0},
+                length: {"answer": "7", "is_correct": True, "raw_text": "y", "avg_conf": None},
+            },
+        }
+    path.write_bytes(pickle.dumps(data, protocol=protocol))
+    return path
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_authors_pickle_imports_with_the_restricted_unpickler(tmp_path, protocol):
+    src = _authors_pickle(tmp_path / "a.pkl", protocol)
+    res = runner.invoke(app, ["import", "mars-pickle", str(src), str(tmp_path / "pool")])
+    assert res.exit_code == 0, res.output
+    q = open_pool(tmp_path / "pool").read_question(0)
+    assert (
+        q.n_traces == 6 and q.has_confs and q.lengths.tolist() == [3000 + 100 * t for t in range(6)]
+    )
+
+
+class _Evil:
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {_Evil.marker}",))
+
+
+def test_crafted_pickle_runs_no_code(tmp_path):
+    """A pickle whose loading runs a shell command is refused before the command runs."""
+    _Evil.marker = tmp_path / "pwned"
+    src = tmp_path / "evil.pkl"
+    src.write_bytes(pickle.dumps({(0, 0): _Evil()}))
+    res = runner.invoke(app, ["import", "mars-pickle", str(src), str(tmp_path / "pool")])
+    assert res.exit_code == 2 and "refusing to load posix.system" in res.output
+    assert "--trust-pickle" in res.output
+    assert not _Evil.marker.exists() and not (tmp_path / "pool").exists()
+    assert "--trust-pickle" in runner.invoke(app, ["import", "--help"], terminal_width=200).output
+
+
+def test_trust_pickle_loads_other_types(tmp_path):
+    """--trust-pickle is Python's own unpickler: a benign type the restricted one refuses loads."""
+    import datetime
+
+    src = _authors_pickle(tmp_path / "a.pkl", 4)
+    data = pickle.loads(src.read_bytes())
+    data[(0, 0)]["when"] = datetime.date(2026, 11, 23)
+    src.write_bytes(pickle.dumps(data))
+    res = runner.invoke(app, ["import", "mars-pickle", str(src), str(tmp_path / "p1")])
+    assert res.exit_code == 2 and "refusing to load datetime.date" in res.output
+    res = runner.invoke(
+        app, ["import", "mars-pickle", str(src), str(tmp_path / "p2"), "--trust-pickle"]
+    )
+    assert res.exit_code == 0, res.output

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 from mars import schema
 from mars.backends.synthetic import SyntheticBackend
-from mars.cli import main
+from mars.cli import app, main
+from mars.errors import MarsError
 from mars.generate import generate_pool, records_to_table, run_batch
 from mars.pool import PoolError, open_pool
 from mars.problems import load_problems
@@ -37,9 +40,8 @@ def problems():
 
 
 def gen(problems, out, seed=0, n=8, **kw):
-    return generate_pool(
-        backend(), problems, n, seed, out, questions=QS, spacing=SPACING, progress=False, **kw
-    )
+    kw.setdefault("spacing", SPACING)
+    return generate_pool(backend(), problems, n, seed, out, questions=QS, progress=False, **kw)
 
 
 def trace_bytes(pool_dir):
@@ -271,3 +273,57 @@ def test_cli(tmp_path):
     d = open_pool(tmp_path / "m").read_question(0)
     assert d.n_traces == 4 and not d.has_confs
     shutil.rmtree(tmp_path / "m")
+
+
+# -- issue 13: settings checked before the output is claimed; recoverable folders ---------------
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"spacing": 0}, "--spacing 0"),
+        ({"seed": -1}, "--seed -1"),
+        ({"max_tokens": 0}, "--max-tokens 0"),
+        ({"n": 1_000_000_000}, "--traces 1000000000"),
+        ({"max_tokens": 512}, "below --spacing 1024"),
+    ],
+)
+def test_bad_settings_leave_no_blocking_folder(tmp_path, problems, change, message):
+    """Refused before `out` is claimed, so the corrected command into the same folder works."""
+    out = tmp_path / "p"
+    kw = {"n": 4, "seed": 0, **change}
+    n, seed = kw.pop("n"), kw.pop("seed")
+    with pytest.raises(MarsError, match=re.escape(message)):
+        gen(problems, out, seed=seed, n=n, **kw)
+    assert not out.exists()
+    gen(problems, out, n=4)
+    assert open_pool(out).qids == QS
+
+
+def test_cli_rejects_absurd_generation_before_work(tmp_path):
+    out = tmp_path / "o"
+    for args, message in (
+        (["--traces", "1000000000"], "--traces 1000000000: must be between 1 and"),
+        (["--traces", "4", "--max-tokens", "0"], "--max-tokens 0: must be at least 1"),
+    ):
+        res = CliRunner().invoke(
+            app,
+            ["generate", "--problems", "aime_2025", "--questions", "0", "--out", str(out), *args],
+        )
+        assert res.exit_code == 2 and message in res.output and res.output.count("\n") == 1
+        assert not out.exists()
+
+
+def test_deleted_completion_marker_is_recoverable(tmp_path, problems):
+    """A workflow manager running as root deletes pool.json to regenerate with other settings:
+    `mars generate` refuses clearly (the traces stay), and the original settings resume."""
+    out = gen(problems, tmp_path / "shard", shard=0, n_shards=2)
+    before = trace_bytes(out)
+    manifest = (out / schema.POOL_MANIFEST).read_bytes()
+    (out / schema.POOL_MANIFEST).unlink()
+    with pytest.raises(PoolError, match=r"holds a generation with other parameters \(n_traces, "):
+        gen(problems, out, n=6, shard=0, n_shards=2)
+    assert trace_bytes(out) == before  # nothing lost
+    gen(problems, out, shard=0, n_shards=2)  # the reverted settings: no regeneration needed
+    assert trace_bytes(out) == before
+    assert (out / schema.POOL_MANIFEST).read_bytes() == manifest

@@ -178,3 +178,158 @@ def test_existing_results_survive_a_failed_run(tmp_path):
     assert res.exit_code == 2
     assert (out / "sc" / "per_iteration.csv").read_bytes() == before
     assert not (out / "dco").exists()
+
+
+# -- issue 13: inputs that were silently wrong or crashed ------------------------------------------
+
+
+def _rewrite_trace_file(pool, qid, edit):
+    """Apply ``edit(table) -> table`` to one question's trace file of a layout pool."""
+    path = pool / schema.trace_file_name(qid)
+    pq.write_table(edit(pq.read_table(path)), path)
+    return path
+
+
+def test_trace_file_holding_another_questions_rows(tmp_path):
+    """traces/q000001.parquet with question 2's rows is refused, not simulated as question 1."""
+    pool = write_layout_pool(tmp_path / "p", n_questions=3)
+    (pool / schema.trace_file_name(2)).replace(pool / schema.trace_file_name(1))
+    assert_rejected(tmp_path, pool, "q000001.parquet", "holds rows of question 2")
+
+
+def test_two_probes_at_one_position(tmp_path):
+    pool = write_layout_pool(tmp_path / "p", n_questions=1)
+
+    def dup(t):
+        rows = t.to_pylist()
+        first = rows[0]["probes"][0]
+        rows[0]["probes"].append({**first, "answer": "999"})
+        return pa.Table.from_pylist(rows, schema=t.schema)
+
+    _rewrite_trace_file(pool, 0, dup)
+    assert_rejected(tmp_path, pool, "trace 0", "two probes at position 2048")
+
+
+def test_probe_after_the_trace_end(tmp_path):
+    pool = write_layout_pool(tmp_path / "p", n_questions=1)
+
+    def late(t):
+        rows = t.to_pylist()
+        rows[3]["probes"].append({**rows[3]["probes"][0], "position": 102_400})
+        return pa.Table.from_pylist(rows, schema=t.schema)
+
+    _rewrite_trace_file(pool, 0, late)
+    assert_rejected(tmp_path, pool, "trace 3", "probe at position 102400 after the trace's end")
+
+
+def test_negative_question_id(tmp_path):
+    path = tmp_path / "pub.parquet"
+    write_published_pool(
+        path, n_questions=1, rows_hook=lambda rows: [{**r, "qid": -3} for r in rows]
+    )
+    assert_rejected(tmp_path, path, "question id -3 is negative")
+
+
+def test_corrupted_zstd_page(tmp_path):
+    """A damaged compressed page is one line naming the file, not an OSError traceback."""
+    pool = write_layout_pool(tmp_path / "p", n_questions=1)
+    path = pool / schema.trace_file_name(0)
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 64):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    assert_rejected(tmp_path, pool, "q000000.parquet")
+
+
+FUZZ_TRIALS = 60
+
+
+def _fuzz_case(rng, pool):
+    """Damage a pool in one random way: flip bytes, truncate, or edit its schema or values."""
+    target = pool / schema.trace_file_name(0)
+    kind = rng.choice(["flip", "truncate", "manifest", "questions", "schema", "values"])
+    if kind == "flip":
+        f = rng.choice([target, pool / schema.POOL_QUESTIONS])
+        data = bytearray(f.read_bytes())
+        for i in rng.integers(0, len(data), size=int(rng.integers(1, 40))):
+            data[int(i)] = int(rng.integers(0, 256))
+        f.write_bytes(bytes(data))
+    elif kind == "truncate":
+        data = target.read_bytes()
+        target.write_bytes(data[: int(rng.integers(0, len(data)))])
+    elif kind == "manifest":
+        (pool / schema.POOL_MANIFEST).write_text(
+            rng.choice(["", "{", "[]", '{"format": "mars-pool", "spacing": -5}', "null"])
+        )
+    elif kind == "questions":
+        t = pq.read_table(pool / schema.POOL_QUESTIONS)
+        col = rng.choice(t.column_names)
+        pq.write_table(t.drop_columns([col]), pool / schema.POOL_QUESTIONS)
+    elif kind == "schema":
+        t = pq.read_table(target)
+        col = rng.choice(t.column_names)
+        edit = rng.choice(["drop", "null", "string"])
+        if edit == "drop":
+            t = t.drop_columns([col])
+        elif edit == "null":
+            i = t.column_names.index(col)
+            t = t.set_column(
+                i,
+                pa.field(col, t.schema.field(col).type),
+                pa.nulls(t.num_rows, t.schema.field(col).type),
+            )
+        else:
+            i = t.column_names.index(col)
+            t = t.set_column(i, col, pa.array([str(x) for x in t.column(col).to_pylist()]))
+        pq.write_table(t, target)
+    else:
+        t = pq.read_table(target)
+        rows = t.to_pylist()
+        j = int(rng.integers(0, len(rows)))
+        field = rng.choice(["length", "trace_idx", "qid", "position"])
+        value = int(rng.choice([-1, 0, 10**12, 2**62]))
+        if field == "position" and rows[j]["probes"]:
+            rows[j]["probes"][0]["position"] = value
+        elif field != "position":
+            rows[j][field] = value
+        pq.write_table(pa.Table.from_pylist(rows, schema=t.schema), target)
+    return kind
+
+
+@pytest.mark.slow
+def test_fuzz_damaged_pools_never_give_a_traceback(tmp_path):
+    """Corrupt bytes and random schema/value edits: exit 0 with results, or exit 2 with one line."""
+    rng = np.random.default_rng(13)
+    clean = write_layout_pool(tmp_path / "clean", seed=4, n_questions=2, n=24)
+    outcomes = {0: 0, 2: 0}
+    for trial in range(FUZZ_TRIALS):
+        pool = tmp_path / f"p{trial}"
+        import shutil
+
+        shutil.copytree(clean, pool)
+        kind = _fuzz_case(rng, pool)
+        out = tmp_path / f"o{trial}"
+        res = run_cli(
+            "simulate",
+            pool,
+            "-m",
+            "sc,sc-mars-cal,dco-mars-cal",
+            "--out",
+            out,
+            "--budget",
+            8,
+            "--iterations",
+            2,
+            "-q",
+        )
+        assert res.exit_code in (0, 2), (trial, kind, res.output, res.exception)
+        if res.exit_code == 2:
+            assert res.output.startswith("error: ") and res.output.count("\n") == 1, (
+                kind,
+                res.output,
+            )
+            assert not out.exists()
+        else:
+            assert (out / "sc" / "per_question.csv").is_file()
+        outcomes[res.exit_code] += 1
+    assert outcomes[2] > FUZZ_TRIALS // 2  # most damage is detected

@@ -128,3 +128,64 @@ def test_faithful_pp_charges_less_than_reference_pp(tmp_path):
     ref, faithful = res.methods["sc-pp"], res.methods["sc-pp-faithful"]
     same_stop = ref.position == faithful.position
     assert (faithful.tokens[same_stop] <= ref.tokens[same_stop]).all()
+
+
+def _processes_with(marker: str) -> list[int]:
+    """PIDs of live processes whose command line mentions ``marker``."""
+    import os
+
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                state = Path(f"/proc/{d}/stat").read_text().split(") ", 1)[1][0]
+            except OSError:
+                continue
+            if marker in cmd and state != "Z":
+                pids.append(int(d))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["TERM", "KILL"])
+def test_workers_die_with_their_parent(tmp_path, sig):
+    """kill -TERM (or -KILL) on `mars simulate --workers 2` leaves no worker running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pool = write_layout_pool(tmp_path / "pool", seed=1, n_questions=6, n=300, max_len=40_000)
+    out = tmp_path / f"out-{sig}"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mars.cli",
+            "simulate",
+            str(pool),
+            "-m",
+            "all",
+            "--budget",
+            "256",
+            "--iterations",
+            "64",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            "-q",
+        ],
+    )
+    deadline = time.time() + 60
+    while len(_processes_with(str(out))) < 3 and time.time() < deadline:  # parent + 2 workers
+        time.sleep(0.2)
+    assert len(_processes_with(str(out))) >= 3, "workers did not start"
+    proc.send_signal(getattr(signal, f"SIG{sig}"))
+    rc = proc.wait(timeout=30)
+    assert rc == (143 if sig == "TERM" else -9)
+    deadline = time.time() + 10
+    while _processes_with(str(out)) and time.time() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(str(out)) == []

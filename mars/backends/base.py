@@ -95,6 +95,11 @@ class Backend(ABC):
         if n_traces < 0 or first_trace < 0 or seed < 0:
             raise UsageError("n_traces, first_trace and seed must be non-negative")
 
+    def check_context(self, problem: Problem) -> None:  # noqa: B027 - optional hook: no limit
+        """Refuse (one-line :class:`~mars.errors.MarsError`) a question whose longest request
+        cannot fit the model's context; engines with a limit override this. Generation and live
+        runs call it for every question before any work."""
+
     @abstractmethod
     def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> TraceBatch:
         """Launch traces ``first_trace .. first_trace + n_traces - 1`` of ``problem``.
