@@ -515,6 +515,39 @@ def test_forcing_generation_keeps_the_traces(tiny_run, tmp_path):
 
 
 @slow
+def test_changed_then_reverted_generation_needs_no_cleanup(tiny_run, tmp_path):
+    """Change a generation value, run, revert it, run: nobody deletes anything by hand.
+
+    As root, Snakemake's write protection does not bind: it deletes the finished shards'
+    pool.json to regenerate. `mars generate` then refuses the other parameters in one line and
+    keeps the traces, and with the reverted config it finds its own run in the trace files and
+    resumes: every output is as before. Without root Snakemake refuses the change itself.
+    """
+    work = _copy_run(tiny_run, tmp_path)
+    res = work / "results"
+    before = {p: p.read_bytes() for p in sorted((res / "simulate").rglob("per_iteration.csv"))}
+    cfg = yaml.safe_load(tiny_run["config"].read_text())
+    cfg["generation"]["traces"] = 12
+    changed = write_config(tmp_path / "changed.yaml", cfg)
+    r = smk(work, configfile=changed, path=tiny_run["bin"], check=False)
+    assert r.returncode != 0
+    if os.geteuid() == 0:
+        log = (res / "logs" / "generate" / "tiny" / "aime_2025" / "shard0.log").read_text()
+        assert "holds a generation with other parameters (" in log
+        assert "to keep it, run with its parameters; to replace it, delete the folder" in log
+        assert "Traceback" not in log
+    else:
+        assert "Write-protected output files" in r.stdout or "ProtectedOutputException" in r.stdout
+    traces = res / "traces" / "tiny" / "aime_2025"
+    assert len(list(traces.glob("shard*/traces/q*.parquet"))) == 4  # nothing lost
+    r = smk(work, configfile=tiny_run["config"], path=tiny_run["bin"])
+    assert r.returncode == 0
+    after = {p: p.read_bytes() for p in sorted((res / "simulate").rglob("per_iteration.csv"))}
+    assert after == before
+    assert "Nothing to be done" in smk(work, "-n", configfile=tiny_run["config"]).stdout
+
+
+@slow
 def test_second_entry_from_existing_pools(tiny_run, tmp_path):
     """Published parquet (mars export) and an existing pool directory:
     only the downstream stages."""
