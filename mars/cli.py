@@ -251,6 +251,17 @@ def generate(
     shard: int | None = typer.Option(None),
     n_shards: int = typer.Option(1, "--n-shards"),
     no_confs: bool = typer.Option(False, "--no-confs", help="do not store per-token confidences"),
+    probe_mode: str = typer.Option(
+        "inline",
+        "--probe",
+        help="inline: probe while generating (one pass); none: leave it to `mars probe` (any "
+        "spacing, any probe model, no regeneration)",
+    ),
+    token_ids: bool = typer.Option(
+        True,
+        "--token-ids/--no-token-ids",
+        help="keep each trace's token ids (what `mars probe` reads)",
+    ),
     temperature: float | None = typer.Option(None, help="real backends: sampling temperature"),
     top_p: float | None = typer.Option(None, "--top-p", help="real backends: nucleus sampling"),
     top_k: int | None = typer.Option(None, "--top-k", help="real backends: top-k sampling"),
@@ -290,7 +301,60 @@ def generate(
             spacing=spacing,
             max_tokens=max_tokens,
             with_confs=not no_confs,
+            probe=probe_mode,
+            token_ids=token_ids,
         )
+
+
+@app.command()
+def probe(
+    traces: Path = typer.Argument(..., help="a pool or shard directory written by `mars generate`"),
+    out: Path = typer.Option(..., "--out", "-o", help="output pool (or shard) directory"),
+    spacing: int = typer.Option(
+        2048, help="probe every this many tokens (and at each trace's end)"
+    ),
+    backend: str | None = typer.Option(
+        None, help=f"{BACKEND_HELP} (default: the engine that generated the traces)"
+    ),
+    probe_model: str | None = typer.Option(
+        None, "--probe-model", help="model that answers the probes (default: the generator's)"
+    ),
+    suffix: str | None = typer.Option(
+        None, help="probe suffix appended after the trace (default: the reference prober's)"
+    ),
+    max_new_tokens: int | None = typer.Option(
+        None, "--max-new-tokens", help="tokens a probe may generate (default 50)"
+    ),
+    temperature: float | None = typer.Option(None, help="probe sampling temperature (default 0.6)"),
+    top_p: float | None = typer.Option(
+        None, "--top-p", help="probe nucleus sampling (default 0.95)"
+    ),
+    top_k: int | None = typer.Option(None, "--top-k", help="probe top-k sampling (default 20)"),
+    questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+):
+    """Probe stored traces again, at any spacing and with any probe model (no regeneration)."""
+    from .pool import LayoutPool, open_pool
+    from .probe import probe_backend, probe_pool
+
+    with user_errors():
+        qids = parse_question_spec(questions)
+        src = open_pool(traces)
+        if not isinstance(src, LayoutPool):
+            raise MarsError(
+                f"{traces}: `mars probe` reads a pool directory written by `mars generate`"
+            )
+        be = probe_backend(
+            src.manifest,
+            backend,
+            model=probe_model,
+            probe_suffix=suffix,
+            probe_max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+        )
+        probe_pool(traces, out, be, spacing=spacing, questions=qids, progress=not quiet)
 
 
 @app.command()

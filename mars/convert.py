@@ -148,6 +148,7 @@ def import_mars_pickle(src, out, trust_pickle: bool = False, **manifest) -> Path
                 ]
                 cols["probes"].append(_probe_rows([p for p, _ in kept], [a for _, a in kept]))
                 cols["text"].append(None)
+                cols["token_ids"].append(None)
             yield (
                 {"qid": qid, "ground_truth": rows[0][1]["ground_truth"]},
                 pa.Table.from_pydict(cols, schema=schema.TRACE_SCHEMA),
@@ -210,6 +211,7 @@ def parallel_probe_question(
         cols["confs"].append(None)
         cols["probes"].append(_probe_rows(positions, answers))
         cols["text"].append(None)
+        cols["token_ids"].append(None)
     meta = {"qid": qid, "ground_truth": gold, "question": item.get("question")}
     return meta, pa.Table.from_pydict(cols, schema=schema.TRACE_SCHEMA)
 

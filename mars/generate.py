@@ -25,6 +25,7 @@ import pyarrow as pa
 from . import schema
 from .backends.base import Backend, ProbeResult, TraceBatch, TraceResult
 from .errors import MarsError, UsageError
+from .pool import probes_array, token_ids_array
 from .pooldir import PoolDirWriter, write_trace_table
 from .problems import Problem, problems_digest, select_problems
 from .progress import track
@@ -35,6 +36,8 @@ from .workers import process_pool
 #: above the paper's 4,096, far below what exhausts memory.
 MAX_TRACES = 1 << 20
 MAX_SHARD_TRACES = 1 << 17
+#: ``inline``: probe while generating (one pass); ``none``: leave it to `mars probe`.
+PROBE_MODES = ("inline", "none")
 
 
 @dataclass
@@ -54,6 +57,7 @@ def run_batch(
     *,
     max_tokens: int,
     on_checkpoint: CheckpointHook | None = None,
+    probe: bool = True,
 ) -> list[TraceRecord]:
     """Drive ``batch`` over the checkpoint grid and return one :class:`TraceRecord` per trace.
 
@@ -62,14 +66,15 @@ def run_batch(
     probed), record ``(p, ProbeResult)``, then call ``on_checkpoint(p, batch, probes)`` with
     ``probes = {batch index j: ProbeResult}``. If the hook returns True every running trace is
     stopped (:meth:`TraceBatch.stop`) and the loop ends there (live mode); otherwise, after the
-    grid, the batch is advanced to ``max_tokens`` (completion, or the cap).
+    grid, the batch is advanced to ``max_tokens`` (completion, or the cap). With ``probe=False``
+    nothing is probed: the traces run straight to the end (the probe stage probes them later).
     """
     if spacing <= 0:
         raise UsageError(f"--spacing {spacing}: must be at least 1")
     records = [TraceRecord(result=None) for _ in range(batch.n)]  # type: ignore[arg-type]
     stopped = False
     p = spacing
-    while p <= max_tokens:
+    while probe and p <= max_tokens:
         batch.advance(p)
         ended = np.asarray(batch.ended)
         if ended.all():
@@ -132,20 +137,7 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
     else:
         confs = pa.nulls(n, pa.list_(pa.float16()))
 
-    p_off = np.zeros(n + 1, np.int32)
-    np.cumsum([len(r.probes) for r in records], out=p_off[1:])
-    flat_probes = [pr for r in records for pr in r.probes]
-    pos = pa.array([p for p, _ in flat_probes], pa.int64())
-    cols = [
-        pa.array([pr.answer for _, pr in flat_probes], pa.string()),
-        pa.array([pr.raw_text for _, pr in flat_probes], pa.string()),
-        pa.array([pr.conf for _, pr in flat_probes], pa.float32()),
-        pa.array([pr.prompt_tokens for _, pr in flat_probes], pa.int32()),
-        pa.array([pr.cached_tokens for _, pr in flat_probes], pa.int32()),
-        pa.array([pr.generated_tokens for _, pr in flat_probes], pa.int32()),
-    ]
-    struct = pa.StructArray.from_arrays([pos, *cols], fields=list(schema.PROBE_TYPE))
-    probes = pa.ListArray.from_arrays(pa.array(p_off), struct)
+    probes = probes_array([r.probes for r in records])
     return pa.Table.from_arrays(
         [
             pa.array(np.full(n, qid, np.int64)),
@@ -156,6 +148,7 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
             confs,
             probes,
             pa.array([r.text for r in res], pa.string()),
+            token_ids_array([r.token_ids for r in res]),
         ],
         schema=schema.TRACE_SCHEMA,
     )
@@ -184,8 +177,12 @@ def token_cap(backend: Backend, max_tokens: int | None) -> int:
     return int(max_tokens)
 
 
-def question_rows(by_qid: dict[int, Problem], qids: list[int], model: str) -> list[dict]:
-    """The ``questions.parquet`` rows of a pool."""
+def question_rows(
+    by_qid: dict[int, Problem], qids: list[int], model: str, backend: Backend | None = None
+) -> list[dict]:
+    """The ``questions.parquet`` rows of a pool (with the generator's prompt token ids when the
+    backend works in tokens)."""
+    prompt_ids = getattr(backend, "prompt_ids", None)
     return [
         {
             "qid": q,
@@ -193,6 +190,7 @@ def question_rows(by_qid: dict[int, Problem], qids: list[int], model: str) -> li
             "question": by_qid[q].question,
             "dataset": by_qid[q].dataset,
             "model": model,
+            "prompt_ids": list(prompt_ids(by_qid[q].question)) if callable(prompt_ids) else None,
         }
         for q in qids
     ]
@@ -209,16 +207,20 @@ def _generate_question(
     path: Path,
     with_confs: bool = True,
     metadata: dict[str, str] | None = None,
+    probe: bool = True,
+    token_ids: bool = True,
 ) -> pa.Table:
     """Generate traces lo..hi-1 of one question and write its trace file atomically."""
     batch = backend.start(problem, hi - lo, seed, first_trace=lo)
     try:
-        records = run_batch(batch, spacing, max_tokens=max_tokens)
+        records = run_batch(batch, spacing, max_tokens=max_tokens, probe=probe)
     finally:
         batch.close()
-    if not with_confs:
-        for r in records:
+    for r in records:
+        if not with_confs:
             r.result.confs = None
+        if not token_ids:
+            r.result.token_ids = None
     table = records_to_table(problem.qid, lo, records)
     del records
     write_trace_table(table, path, metadata)
@@ -226,7 +228,7 @@ def _generate_question(
 
 
 def check_generation(
-    n_traces: int, seed: int, spacing: int, max_tokens: int, lo: int, hi: int
+    n_traces: int, seed: int, spacing: int | None, max_tokens: int, lo: int, hi: int
 ) -> None:
     """Refuse impossible or absurd generation settings before anything is written."""
     if not 1 <= n_traces <= MAX_TRACES:
@@ -240,6 +242,8 @@ def check_generation(
         raise UsageError(f"this shard is empty for {n_traces} traces (fewer traces than shards)")
     if seed < 0:
         raise UsageError(f"--seed {seed}: must be a non-negative whole number")
+    if spacing is None:  # no inline probes: the grid is the probe stage's
+        return
     if spacing < 1:
         raise UsageError(f"--spacing {spacing}: must be at least 1")
     if max_tokens < spacing:
@@ -263,6 +267,8 @@ def generate_pool(
     on_question: Callable[[int, pa.Table | None], None] | None = None,
     workers: int = 1,
     with_confs: bool = True,
+    probe: str = "inline",
+    token_ids: bool = True,
 ) -> Path:
     """Generate a trace pool (or one shard of it) into directory ``out``; return ``out``.
 
@@ -284,6 +290,10 @@ def generate_pool(
         workers: generate questions in this many forked processes (CPU backends such as the
             synthetic one; an engine holding a GPU should use 1). The output does not depend on it.
         with_confs: keep per-token confidences (DeepConf needs them).
+        probe: ``"inline"`` probes every running trace each ``spacing`` tokens in the same engine
+            job; ``"none"`` leaves probing to the probe stage (:mod:`mars.probe`), which can
+            probe at any spacing and with another model.
+        token_ids: keep each trace's generated token ids (what the probe stage reads).
 
     Every setting is checked before ``out`` is touched. The manifest (``pool.json``) records
     backend, preset, model, seed, n_traces, spacing, max_tokens, the problems digest and, for
@@ -296,7 +306,9 @@ def generate_pool(
         shard = 0
     lo, hi = shard_range(n_traces, shard, n_shards)
     max_tokens = token_cap(backend, max_tokens)
-    check_generation(n_traces, seed, spacing, max_tokens, lo, hi)
+    if probe not in PROBE_MODES:
+        raise UsageError(f"--probe {probe!r}: one of {', '.join(PROBE_MODES)}")
+    check_generation(n_traces, seed, spacing if probe == "inline" else None, max_tokens, lo, hi)
     sel = [by_qid[q] for q in qids]
     datasets = sorted({p.dataset for p in sel})
     params = {
@@ -312,6 +324,10 @@ def generate_pool(
     }
     if not with_confs:
         params["confidences"] = False
+    params["probes"] = probe
+    if probe == "none":
+        params.pop("spacing")  # no grid yet: the probe stage sets it
+    params["token_ids"] = bool(token_ids)
     if n_shards > 1:
         params["shard"] = {
             "index": shard,
@@ -334,7 +350,16 @@ def generate_pool(
         for qid in track(todo, len(todo), desc, progress):
             path = writer.trace_path(qid)
             table = _generate_question(
-                backend, by_qid[qid], lo, hi, *args, path, with_confs, writer.run_metadata()
+                backend,
+                by_qid[qid],
+                lo,
+                hi,
+                *args,
+                path,
+                with_confs,
+                writer.run_metadata(),
+                probe == "inline",
+                token_ids,
             )
             if on_question is not None:
                 on_question(qid, table)
@@ -355,6 +380,8 @@ def generate_pool(
                     writer.trace_path(q),
                     with_confs,
                     writer.run_metadata(),
+                    probe == "inline",
+                    token_ids,
                 ): q
                 for q in todo
             }
@@ -362,7 +389,7 @@ def generate_pool(
                 f.result()
                 if on_question is not None:
                     on_question(futs[f], None)
-    writer.finish(question_rows(by_qid, qids, params.get("model", "")), params)
+    writer.finish(question_rows(by_qid, qids, params.get("model", ""), backend), params)
     return out
 
 

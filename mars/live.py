@@ -521,7 +521,7 @@ def solve_pool(
             "n_traces": int(warmup + n_traces),
             "live": params,
         }
-        writer.finish(question_rows(by_qid, qids, params.get("model", "")), manifest)
+        writer.finish(question_rows(by_qid, qids, params.get("model", ""), backend), manifest)
     return [json.loads(_live_path(out, q).read_text()) for q in qids]
 
 

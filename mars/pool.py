@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -550,7 +551,7 @@ class LayoutPool(Pool):
             names = pq.read_schema(f).names
             t = pq.read_table(
                 f,
-                columns=[n for n in names if n not in ("confs", "text")],
+                columns=[n for n in names if n not in schema.TRACE_PAYLOAD_COLUMNS],
                 **schema.TRACE_READ_OPTIONS,
             )
         except FileNotFoundError:
@@ -650,6 +651,34 @@ def open_pool(path: str | Path) -> Pool:
 # The inverse of the readers
 
 
+def probes_array(probe_lists: Sequence[Sequence[tuple[int, Any]]]) -> pa.ListArray:
+    """The ``probes`` column (:data:`mars.schema.PROBE_TYPE`) of traces whose probes are
+    ``(position, ProbeResult)`` pairs in checkpoint order."""
+    offsets = np.zeros(len(probe_lists) + 1, np.int32)
+    np.cumsum([len(ps) for ps in probe_lists], out=offsets[1:])
+    flat = [pr for ps in probe_lists for pr in ps]
+    pos = pa.array([p for p, _ in flat], pa.int64())
+    cols = [
+        pa.array([pr.answer for _, pr in flat], pa.string()),
+        pa.array([pr.raw_text for _, pr in flat], pa.string()),
+        pa.array([pr.conf for _, pr in flat], pa.float32()),
+        pa.array([pr.prompt_tokens for _, pr in flat], pa.int32()),
+        pa.array([pr.cached_tokens for _, pr in flat], pa.int32()),
+        pa.array([pr.generated_tokens for _, pr in flat], pa.int32()),
+    ]
+    struct = pa.StructArray.from_arrays([pos, *cols], fields=list(schema.PROBE_TYPE))
+    return pa.ListArray.from_arrays(pa.array(offsets), struct)
+
+
+def token_ids_array(ids: Sequence[np.ndarray | None]) -> pa.Array:
+    """The ``token_ids`` column: int32 lists, null for traces without token ids."""
+    if all(x is None for x in ids):
+        return pa.nulls(len(ids), pa.list_(pa.int32()))
+    return pa.array(
+        [None if x is None else np.asarray(x, np.int32) for x in ids], pa.list_(pa.int32())
+    )
+
+
 def question_to_table(q: QuestionData) -> pa.Table:
     """Our trace table for a loaded question (the inverse of the readers)."""
     n = q.n_traces
@@ -694,6 +723,7 @@ def question_to_table(q: QuestionData) -> pa.Table:
             confs,
             probes,
             pa.nulls(n, pa.string()),
+            pa.nulls(n, pa.list_(pa.int32())),
         ],
         schema=schema.TRACE_SCHEMA,
     )

@@ -57,8 +57,13 @@ TRACE_SCHEMA = pa.schema(
         pa.field("confs", pa.list_(pa.float16())),  # per-token confidence, null when unknown
         pa.field("probes", pa.list_(PROBE_TYPE), nullable=False),
         pa.field("text", pa.string()),  # full trace text, optional
+        # generated token ids (the generator's tokenizer), null when not kept: what `mars probe`
+        # needs to probe the trace again at any position, with any probe model
+        pa.field("token_ids", pa.list_(pa.int32())),
     ]
 )
+#: Trace columns the simulator never reads (read only by the probe stage and exporters).
+TRACE_PAYLOAD_COLUMNS = ("confs", "text", "token_ids")
 
 #: Parquet options of trace files: confidences are float16 noise, so no dictionary for them and
 #: byte-stream-split (≈10 % smaller, faster) instead; row groups of 256 traces keep the decoding
@@ -66,7 +71,7 @@ TRACE_SCHEMA = pa.schema(
 #: carries a CRC32, checked when read.
 TRACE_PARQUET_OPTIONS = {
     "compression": "zstd",
-    "use_dictionary": ["final_answer", "text"],
+    "use_dictionary": ["final_answer", "text"],  # token ids: plain int32 runs, zstd
     "use_byte_stream_split": ["confs.list.element"],
     "write_statistics": ["qid", "trace_idx", "length"],
     "row_group_size": 256,
@@ -82,6 +87,9 @@ QUESTION_SCHEMA = pa.schema(
         pa.field("question", pa.string()),
         pa.field("dataset", pa.string()),
         pa.field("model", pa.string()),
+        # the generator's prompt token ids (chat template applied), null for engines without
+        # tokens: with `token_ids` exactly the context a probe extends
+        pa.field("prompt_ids", pa.list_(pa.int32())),
     ]
 )
 

@@ -56,6 +56,7 @@ def random_traces(
         cols["confs"].append((rng.random(length) * 4 + 8).astype(np.float16) if confs else None)
         cols["probes"].append(probes)
         cols["text"].append(None)
+        cols["token_ids"].append(None)
     return cols
 
 

@@ -10,11 +10,12 @@ very same path through a backend.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import MarsError, UsageError
 from ..problems import Problem
 
 
@@ -39,6 +40,27 @@ class TraceResult:
     finished: bool  # True: the model ended the trace itself
     confs: np.ndarray | None = None  # float16 per-token confidence, or None
     text: str | None = None
+    token_ids: np.ndarray | None = None  # int32 generated token ids (token-level engines)
+
+
+@dataclass
+class StoredTrace:
+    """A generated trace as a pool keeps it: what probing it again needs."""
+
+    trace_idx: int
+    length: int
+    token_ids: np.ndarray | None = None  # int32, the generator's tokens
+    confs: np.ndarray | None = None  # float16 per-token confidence
+    text: str | None = None
+
+
+@dataclass
+class GeneratorInfo:
+    """Who generated the traces being probed: the generation's manifest (backend, model,
+    preset, seed, ...) and the question's prompt as the generator tokenised it."""
+
+    manifest: dict
+    prompt_ids: list[int] | None = None
 
 
 class TraceBatch(ABC):
@@ -99,6 +121,25 @@ class Backend(ABC):
         """Refuse (one-line :class:`~mars.errors.MarsError`) a question whose longest request
         cannot fit the model's context; engines with a limit override this. Generation and live
         runs call it for every question before any work."""
+
+    #: whether :meth:`reprobe` needs the traces' token ids (the probe stage checks before work)
+    reprobe_needs_token_ids: bool = True
+
+    def check_probe_context(self, problem: Problem, trace_idx: int, length: int) -> None:  # noqa: B027 - optional hook
+        """Refuse (one-line :class:`~mars.errors.MarsError`, naming the trace and position) a
+        stored trace whose longest probe would not fit the probe model's context."""
+
+    def reprobe(
+        self,
+        problem: Problem,
+        traces: Sequence[StoredTrace],
+        positions: Sequence[np.ndarray],
+        generator: GeneratorInfo,
+    ) -> list[list[ProbeResult]]:
+        """Probe stored traces again: trace ``traces[i]`` at each of ``positions[i]`` (ascending,
+        within 0..length). A probe at position d sees the prompt, the first d generated tokens and
+        the probe suffix. Returns one list of results per trace, in position order."""
+        raise MarsError(f"the {self.name} backend cannot probe stored traces")
 
     @abstractmethod
     def start(self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0) -> TraceBatch:

@@ -71,6 +71,7 @@ import math
 import re
 import zlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -80,7 +81,7 @@ from scipy import optimize, signal, special
 
 from ..errors import MarsError
 from ..problems import Problem
-from .base import Backend, ProbeResult, TraceBatch, TraceResult
+from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace, TraceBatch, TraceResult
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
 DEFAULT_PRESET = "qwen3-8b"
@@ -932,6 +933,57 @@ class SyntheticBackend(Backend):
     ) -> SyntheticTraceBatch:
         self.check_start(n_traces, seed, first_trace)
         return SyntheticTraceBatch(self, problem, n_traces, seed, first_trace)
+
+    #: the synthetic engine rebuilds a trace from (preset, seed, question, trace): no token ids
+    reprobe_needs_token_ids = False
+
+    def reprobe(
+        self,
+        problem: Problem,
+        traces: Sequence[StoredTrace],
+        positions: Sequence[np.ndarray],
+        generator: GeneratorInfo,
+    ) -> list[list[ProbeResult]]:
+        """Probe stored synthetic traces again at any positions.
+
+        A synthetic trace is a deterministic function of (preset, seed, question, trace index),
+        all recorded in its pool, so its latent answer path is rebuilt exactly and probed by the
+        very code inline probing runs: at the generation's spacing the probes are the ones
+        generation wrote. A stored trace longer than the rebuilt one is refused (another preset
+        or seed than the pool's).
+        """
+        if not traces:
+            return []
+        seed = int(generator.manifest.get("seed", 0))
+        idx = np.array([t.trace_idx for t in traces], np.int64)
+        lo = int(idx.min())
+        batch = self.start(problem, int(idx.max()) + 1 - lo, seed, first_trace=lo)
+        rows = idx - lo
+        lengths = np.array([t.length for t in traces], np.int64)
+        bad = np.flatnonzero(lengths > batch._Lfin[rows])
+        if bad.size:
+            i = int(bad[0])
+            rebuilt = int(batch._Lfin[rows[i]])
+            raise MarsError(
+                f"question {problem.qid}, trace {int(idx[i])}: {int(lengths[i])} stored tokens, "
+                f"but preset {self.preset_name} with seed {seed} gives {rebuilt}: "
+                "probe with the generator's preset and seed"
+            )
+        pairs = [(int(p), i) for i, ps in enumerate(positions) for p in np.asarray(ps).tolist()]
+        pairs.sort()
+        out: list[list[ProbeResult]] = [[] for _ in traces]
+        k = 0
+        while k < len(pairs):
+            p = pairs[k][0]
+            members = []
+            while k < len(pairs) and pairs[k][0] == p:
+                members.append(pairs[k][1])
+                k += 1
+            sel = rows[members]
+            batch._pos[sel] = p
+            for i, r in zip(members, batch.probe(sel)):
+                out[i].append(r)
+        return out
 
     def describe(self) -> dict:
         """Provenance for a pool manifest."""

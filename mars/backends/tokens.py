@@ -193,6 +193,7 @@ class TokenTraceBatch(TraceBatch):
             finished=bool(self._eos[j]),
             confs=self.confs_so_far(j),
             text=text,
+            token_ids=np.asarray(self._ids[j], dtype=np.int32),
         )
 
     def confs_so_far(self, j: int) -> np.ndarray | None:
