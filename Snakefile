@@ -1,7 +1,7 @@
 # MARS: every stage a cached artifact, locally and on SLURM (docs/workflow.md).
 #
-#   questions -> generate (+ probe) -> consolidate -> fit -> simulate -> tables_figures
-#                       imports (the second entry) --^
+#   questions -> generate -> probe -> consolidate -> fit -> simulate -> tables_figures
+#                              imports (the second entry) --^
 #
 # Run `snakemake --cores N` here. Every rule calls one `mars` subcommand with explicit paths;
 # the helpers computing those paths and options live in workflow/rules/common.smk, the
@@ -36,6 +36,7 @@ localrules:
     all,
     all_questions,
     all_traces,
+    all_probes,
     all_pools,
     all_fits,
     all_simulations,
@@ -56,9 +57,15 @@ rule all_questions:
 
 
 rule all_traces:
-    """Every generated shard: generation and probing only."""
+    """Every generated shard: generation only."""
     input:
         all_traces(),
+
+
+rule all_probes:
+    """Every probed shard: generation and probing."""
+    input:
+        all_probes(),
 
 
 rule all_pools:

@@ -331,6 +331,11 @@ def probe(
     ),
     top_k: int | None = typer.Option(None, "--top-k", help="probe top-k sampling (default 20)"),
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
+    replace: bool = typer.Option(
+        False,
+        "--replace",
+        help="an --out folder probed with other settings is started over (default: refused)",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
     """Probe stored traces again, at any spacing and with any probe model (no regeneration)."""
@@ -354,7 +359,9 @@ def probe(
             top_p=top_p,
             top_k=top_k,
         )
-        probe_pool(traces, out, be, spacing=spacing, questions=qids, progress=not quiet)
+        probe_pool(
+            traces, out, be, spacing=spacing, questions=qids, progress=not quiet, replace=replace
+        )
 
 
 @app.command()

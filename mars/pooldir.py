@@ -121,11 +121,18 @@ class PoolDirWriter:
         return [q for q in qids if not self.is_done(q)]
 
     # -- resumable protocol ------------------------------------------------------------------
-    def start(self, qids: list[int]) -> bool:
+    def start(self, qids: list[int], replace: bool = False) -> bool:
         """Claim ``out`` for this run: False when a finished pool of the same parameters holding
-        every question is already there (nothing to do), True when work may start or resume."""
+        every question is already there (nothing to do), True when work may start or resume.
+
+        ``replace``: a folder this writer's kind of run wrote with *other* parameters is emptied
+        and started over instead of refused (a workflow rerun after a settings change); a folder
+        of anything else is still refused.
+        """
         out, manifest_path = self.out, self.out / schema.POOL_MANIFEST
         check_output_dir(out)
+        if replace and self._written_with_other_params():
+            shutil.rmtree(out)
         if manifest_path.exists():
             done = _read_json(manifest_path)
             if self.params_of(done) != self.params:
@@ -178,6 +185,21 @@ class PoolDirWriter:
         if self.atomic:
             return None
         return {RUN_METADATA_KEY: json.dumps(self.params, sort_keys=True)}
+
+    def _written_with_other_params(self) -> bool:
+        """Whether ``out`` holds this kind of run (its record, or trace files naming their run)
+        made with other parameters."""
+        if not self.out.is_dir():
+            return False
+        if self.record.exists():
+            return _read_json(self.record) != self.params
+        manifest_path = self.out / schema.POOL_MANIFEST
+        found = self._recorded_params()
+        if found is not None:
+            return found != self.params
+        if manifest_path.exists():
+            return self.params_of(_read_json(manifest_path)) != self.params
+        return False
 
     def _recorded_params(self) -> dict | None:
         """The parameters a trace file of ``out`` was written with (None: no such file)."""

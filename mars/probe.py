@@ -16,6 +16,7 @@ shard information is kept, so probed shards consolidate like generated ones.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -61,10 +62,11 @@ def stored_traces(table: pa.Table) -> list[StoredTrace]:
     ids = _column_lists(table["token_ids"]) if "token_ids" in names else [None] * len(table)
     confs = _column_lists(table["confs"]) if "confs" in names else [None] * len(table)
     texts = table["text"].to_pylist() if "text" in names else [None] * len(table)
+    finals = table["final_answer"].to_pylist()
     return [
-        StoredTrace(int(t), int(n), i, c, x)
-        for t, n, i, c, x in zip(
-            table["trace_idx"].to_pylist(), table["length"].to_pylist(), ids, confs, texts
+        StoredTrace(int(t), int(n), i, c, x, f or None)
+        for t, n, i, c, x, f in zip(
+            table["trace_idx"].to_pylist(), table["length"].to_pylist(), ids, confs, texts, finals
         )
     ]
 
@@ -138,12 +140,14 @@ def probe_pool(
     spacing: int = schema.CHECKPOINT_SPACING,
     questions: Iterable[int] | None = None,
     progress: bool = True,
+    replace: bool = False,
 ) -> Path:
     """Probe every trace of the pool (or shard) ``src`` again into ``out``; return ``out``.
 
     Resumable: a question is done once its trace file exists in ``out``; re-running the same
     command probes the rest (identical results: probes are seeded by (seed, question, trace,
-    position)). Another source, spacing or probe setting into the same ``out`` is refused.
+    position)). Another source, spacing or probe setting into the same ``out`` is refused, unless
+    ``replace`` (then the earlier probing is discarded).
     """
     pool = open_pool(src)
     if not isinstance(pool, LayoutPool):
@@ -162,7 +166,9 @@ def probe_pool(
     source = {k: v for k, v in pool.manifest.items() if k not in _REPLACED}
     params = {"source": source, "probe": probe_info, "qids": qids}
     writer = PoolDirWriter(out, params, record=PROBE_RECORD, what="probing")
-    if writer.start(qids):
+    if not writer.start(qids, replace=replace):
+        os.utime(Path(out) / schema.POOL_MANIFEST)  # up to date: newer than its input again
+    else:
         qrows = {r["qid"]: r for r in pq.read_table(pool.path / schema.POOL_QUESTIONS).to_pylist()}
         todo = writer.todo(qids)
         for qid in track(todo, len(todo), f"probe every {spacing}", progress):

@@ -8,7 +8,7 @@ text, the range it must lie in and what it changes:
 * ``fit`` — the fit stage's artifact (``mars fit``) depends on it;
 * ``live`` — ``mars solve`` takes it as an option (the others are fixed by a live run);
 * ``section`` — the workflow config section that sets it (``simulation``, ``fit`` or
-  ``generation``);
+  ``probe``);
 * ``symbol`` — its name in the report's labels.
 
 The command-line options of ``mars simulate`` and ``mars solve``, the workflow's key list, the
@@ -97,7 +97,7 @@ class Settings:
         high=1 << 24,
         sampling=True,
         fit=True,
-        section="generation",
+        section="probe",
     )
     gamma: float = _setting(
         1.0, "γ for the uncalibrated MARS methods", low=0, live=True, symbol="γ"

@@ -48,11 +48,12 @@ def test_config_schema_lists_no_undeclared_setting():
     assert props == {s.name for s in SETTINGS if s.section == "simulation"}
 
 
-def test_fit_and_generation_sections_hold_window_and_spacing():
+def test_fit_and_probe_sections_hold_window_and_spacing():
     fit = SCHEMA["properties"]["fit"]["properties"]["window"]
     assert fit["default"] == SPECS["window"].default and fit["minimum"] == SPECS["window"].low
-    gen = SCHEMA["properties"]["generation"]["properties"]["spacing"]
-    assert gen["minimum"] == SPECS["spacing"].low
+    probe = SCHEMA["properties"]["probe"]["properties"]["spacing"]
+    assert probe["minimum"] == SPECS["spacing"].low
+    assert SPECS["window"].section == "fit" and SPECS["spacing"].section == "probe"
 
 
 def test_config_readme_documents_every_setting():

@@ -7,6 +7,7 @@ rules call ``mars``: the interpreter's bin directory is put first on PATH.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -133,6 +134,7 @@ def test_default_config_dag(tmp_path):
     expected = {
         "questions": 3,
         "generate": 18,
+        "probe": 18,
         "consolidate": 9,
         "fit": 9,
         "simulate": 27,
@@ -269,11 +271,11 @@ def test_schema_fills_defaults():
         "traces": 128,
         "shards": 1,
         "seed": 0,
-        "spacing": 2048,
         "questions": None,
         "datasets": None,
         "confs": True,
     }
+    assert cfg["probe"]["spacing"] == 2048 and cfg["probe"]["model"] is None
     assert cfg["simulation"]["settings"] == {"default": {}}
     assert (cfg["simulation"]["budget"], cfg["simulation"]["iterations"]) == (512, 64)
     assert (
@@ -302,6 +304,7 @@ def test_schema_defaults_fill_a_minimal_config(tmp_path):
     assert job_stats(out) == {
         "questions": 1,
         "generate": 1,
+        "probe": 1,
         "consolidate": 1,
         "fit": 1,
         "simulate": 1,
@@ -310,7 +313,9 @@ def test_schema_defaults_fill_a_minimal_config(tmp_path):
     }
     assert f"input: {problems}" in job_blocks(out, "questions")[0]  # an edit of the file reruns it
     assert "--budget 512 --iterations 64 --warmup 16 --seed 42" in out
-    assert "--traces 128 --n-shards 1 --seed 0 --spacing 2048" in out
+    assert "--traces 128 --n-shards 1 --seed 0 --probe none" in out
+    assert "mars probe results/traces/m/mine/shard0 --out results/probes/m/mine/shard0" in out
+    assert "--spacing 2048 --replace" in out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,7 +353,8 @@ def _copy_run(run, dest: Path) -> Path:
 def test_tiny_run_outputs(tiny_run):
     work, out = tiny_run["work"], tiny_run["out"]
     stats = job_stats(out)
-    expected = {"questions": 1, "generate": 2, "consolidate": 1, "fit": 1, "simulate": 2, "all": 1}
+    expected = {"questions": 1, "generate": 2, "probe": 2, "consolidate": 1, "fit": 1}
+    expected.update({"simulate": 2, "all": 1})
     expected["tables_figures"] = 1
     assert stats == expected
     res = work / "results"
@@ -458,6 +464,35 @@ def test_simulation_parameter_change_reruns_only_downstream(tiny_run, tmp_path):
 
 
 @slow
+def test_probe_setting_change_reruns_probing_not_generation(tiny_run, tmp_path):
+    """A new probe spacing (or suffix, or model) reruns probe and everything after it, and no
+    generate job; the pools then carry the new grid."""
+    work = _copy_run(tiny_run, tmp_path)
+    cfg = yaml.safe_load(tiny_run["config"].read_text())
+    before = job_stats(smk(work, "-n", configfile=tiny_run["config"]).stdout)
+    assert before == {}  # nothing to do
+    for change in ({"spacing": 1024}, {"spacing": 2048, "suffix": "\\n</think>\\n\\boxed{"}):
+        cfg["probe"] = change
+        path = write_config(tmp_path / "probe.yaml", cfg)
+        r = smk(work, "-n", configfile=path)
+        stats = job_stats(r.stdout)
+        assert "generate" not in stats and "questions" not in stats, stats
+        assert stats == {
+            "probe": 2,
+            "consolidate": 1,
+            "fit": 1,
+            "simulate": 2,
+            "tables_figures": 1,
+            "all": 1,
+        }
+    cfg["probe"] = {"spacing": 1024}
+    path = write_config(tmp_path / "probe.yaml", cfg)
+    smk(work, configfile=path, path=tiny_run["bin"])
+    pool = json.loads((work / "results" / "pools" / "tiny" / "aime_2025" / "pool.json").read_text())
+    assert pool["spacing"] == 1024 and pool["probe"]["spacing"] == 1024
+
+
+@slow
 def test_forcerun_and_until(tiny_run, tmp_path):
     work = _copy_run(tiny_run, tmp_path)
     cfg = tiny_run["config"]
@@ -472,19 +507,28 @@ def test_forcerun_and_until(tiny_run, tmp_path):
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     r = smk(fresh, "-n", "--until", "consolidate", configfile=cfg)
-    assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "consolidate": 1}
+    assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "probe": 2, "consolidate": 1}
     r = smk(fresh, "-n", "all_traces", configfile=cfg)
     assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "all_traces": 1}
+    r = smk(fresh, "-n", "all_probes", configfile=cfg)
+    assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "probe": 2, "all_probes": 1}
     r = smk(fresh, "-n", "all_fits", configfile=cfg)
     assert job_stats(r.stdout) == {
         "questions": 1,
         "generate": 2,
+        "probe": 2,
         "consolidate": 1,
         "fit": 1,
         "all_fits": 1,
     }
     r = smk(fresh, "-n", "--omit-from", "simulate", configfile=cfg)
-    assert job_stats(r.stdout) == {"questions": 1, "generate": 2, "consolidate": 1, "fit": 1}
+    assert job_stats(r.stdout) == {
+        "questions": 1,
+        "generate": 2,
+        "probe": 2,
+        "consolidate": 1,
+        "fit": 1,
+    }
 
 
 @slow

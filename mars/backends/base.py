@@ -52,6 +52,7 @@ class StoredTrace:
     token_ids: np.ndarray | None = None  # int32, the generator's tokens
     confs: np.ndarray | None = None  # float16 per-token confidence
     text: str | None = None
+    final_answer: str | None = None  # None: no answer, or stopped early by a live run
 
 
 @dataclass

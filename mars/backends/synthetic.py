@@ -960,14 +960,27 @@ class SyntheticBackend(Backend):
         batch = self.start(problem, int(idx.max()) + 1 - lo, seed, first_trace=lo)
         rows = idx - lo
         lengths = np.array([t.length for t in traces], np.int64)
-        bad = np.flatnonzero(lengths > batch._Lfin[rows])
+        finals = batch.final_codes()[rows]
+        rebuilt = [batch.answer_string(c) if c >= 0 else None for c in finals.tolist()]
+        # a trace with an answer ran to its end: its length and answer must be the rebuilt
+        # ones; a trace without one may have been stopped early (live runs), never later
+        bad = np.flatnonzero(
+            (lengths > batch._Lfin[rows])
+            | np.array(
+                [
+                    t.final_answer is not None
+                    and (t.length != batch._Lfin[r] or t.final_answer != a)
+                    for t, r, a in zip(traces, rows.tolist(), rebuilt)
+                ],
+                dtype=bool,
+            )
+        )
         if bad.size:
             i = int(bad[0])
-            rebuilt = int(batch._Lfin[rows[i]])
             raise MarsError(
-                f"question {problem.qid}, trace {int(idx[i])}: {int(lengths[i])} stored tokens, "
-                f"but preset {self.preset_name} with seed {seed} gives {rebuilt}: "
-                "probe with the generator's preset and seed"
+                f"question {problem.qid}, trace {int(idx[i])}: the stored trace ({int(lengths[i])} "
+                f"tokens) is not what preset {self.preset_name} with seed {seed} gives "
+                f"({int(batch._Lfin[rows[i]])} tokens): probe with the generator's preset and seed"
             )
         pairs = [(int(p), i) for i, ps in enumerate(positions) for p in np.asarray(ps).tolist()]
         pairs.sort()

@@ -31,6 +31,7 @@ BUNDLED_PRESETS = bundled_presets()
 DATASETS = config["datasets"]
 MODELS = config["models"]
 GEN = config["generation"]
+PROBE = config["probe"]
 SIM = config["simulation"]
 SETTINGS = SIM["settings"]
 # the simulation settings a config's `simulation` section may set: declared once, in mars.settings
@@ -131,6 +132,11 @@ def shard_manifest(model, dataset, shard):
     return f"results/traces/{model}/{dataset}/shard{shard}/pool.json"
 
 
+def probed_manifest(model, dataset, shard):
+    """A probed shard, marked by its pool.json (written last by `mars probe`)."""
+    return f"results/probes/{model}/{dataset}/shard{shard}/pool.json"
+
+
 def pool_path(wildcards):
     """The pool of a model x dataset: consolidated, imported, or a user's pool directory."""
     imp = IMPORTED.get((wildcards.model, wildcards.dataset))
@@ -153,10 +159,9 @@ def questions_source(wildcards):
 
 
 def shard_inputs(wildcards):
+    """The probed shards of a model x dataset (consolidate reruns when probing does)."""
     n = gen_value(wildcards.model, "shards")
-    return [
-        ancient(shard_manifest(wildcards.model, wildcards.dataset, s)) for s in range(n)
-    ]
+    return [probed_manifest(wildcards.model, wildcards.dataset, s) for s in range(n)]
 
 
 def shard_dirs(wildcards, input):
@@ -201,7 +206,7 @@ def generate_args(wildcards):
         f"--traces {gen_value(m, 'traces')}",
         f"--n-shards {gen_value(m, 'shards')}",
         f"--seed {gen_value(m, 'seed')}",
-        f"--spacing {GEN['spacing']}",
+        "--probe none",  # probing is its own stage (rule probe)
     ]
     if spec.get("max_tokens") is not None:
         args.append(f"--max-tokens {spec['max_tokens']}")
@@ -213,6 +218,17 @@ def generate_args(wildcards):
     return " ".join(args)
 
 
+def probe_args(wildcards):
+    """`mars probe` options: the grid, and the probe engine, model, suffix and sampling (default:
+    the generator's model with the reference prober's suffix and sampling)."""
+    args = [f"--spacing {PROBE['spacing']}"]
+    for key in ("backend", "model", "suffix", "max_new_tokens"):
+        if PROBE.get(key) is not None:
+            flag = "--probe-model" if key == "model" else f"--{key.replace('_', '-')}"
+            args.append(f"{flag} {shlex.quote(str(PROBE[key]))}")
+    return " ".join(args + _flags(PROBE.get("sampling", {})))
+
+
 def simulate_methods(wildcards):
     return methods_spec(setting_params(wildcards.setting)["methods"])
 
@@ -221,7 +237,7 @@ def pool_spacing(wildcards):
     """`--spacing` of a generated pool (its probe spacing; fit and simulate check it agrees)."""
     if (wildcards.model, wildcards.dataset) in IMPORTED:
         return ""  # an imported pool records its own
-    return f"--spacing {GEN['spacing']}"
+    return f"--spacing {PROBE['spacing']}"
 
 
 def fit_warmups():
@@ -259,6 +275,29 @@ def _is_real(model):
     return MODELS[model]["backend"] != "synthetic"
 
 
+def _probe_resource(wildcards, key, default):
+    """A probe job's resource: the probe section's, else the generating model's (real engines
+    probe on the GPUs they generate on)."""
+    res = PROBE.get("resources", {})
+    return res[key] if key in res else default(wildcards)
+
+
+def probe_gpu(wildcards):
+    return _probe_resource(wildcards, "gpu", gen_gpu)
+
+
+def probe_gpu_model(wildcards):
+    return _probe_resource(wildcards, "gpu_model", gen_gpu_model)
+
+
+def probe_mem_mb(wildcards):
+    return _probe_resource(wildcards, "mem_mb", gen_mem_mb)
+
+
+def probe_runtime(wildcards):
+    return _probe_resource(wildcards, "runtime", gen_runtime)
+
+
 def gen_gpu(wildcards):
     res = MODELS[wildcards.model]["resources"]
     return res.get("gpu", 1 if _is_real(wildcards.model) else 0)
@@ -289,6 +328,14 @@ def all_questions():
 def all_traces():
     return [
         shard_manifest(m, d, s)
+        for m, d in GENERATED
+        for s in range(gen_value(m, "shards"))
+    ]
+
+
+def all_probes():
+    return [
+        probed_manifest(m, d, s)
         for m, d in GENERATED
         for s in range(gen_value(m, "shards"))
     ]

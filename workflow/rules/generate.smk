@@ -1,4 +1,4 @@
-# questions -> generate (+ probe, the same engine job) -> consolidate
+# questions -> generate -> probe -> consolidate
 
 
 rule questions:
@@ -18,7 +18,7 @@ rule questions:
 
 
 rule generate:
-    """Generate one shard of a model x dataset pool and probe its traces every `spacing` tokens.
+    """Generate one shard of a model x dataset pool (traces and their token ids; no probes).
 
     The shard directory is resumable: a job that dies leaves its finished questions behind and
     the next run picks up from there. Its pool.json (written last) marks it complete and is
@@ -46,8 +46,37 @@ rule generate:
         " --shard {wildcards.shard} {params.args} > {log} 2>&1"
 
 
+rule probe:
+    """Probe one generated shard at every checkpoint of the probe grid and at each trace's end.
+
+    Changing the probe settings (config section `probe`) reruns this and what follows, never
+    generation. The probed shard resumes like a generated one; `--replace` lets a rerun with new
+    settings start the folder over.
+    """
+    input:
+        traces="results/traces/{model}/{dataset}/shard{shard}/pool.json",
+    output:
+        "results/probes/{model}/{dataset}/shard{shard}/pool.json",
+    log:
+        "results/logs/probe/{model}/{dataset}/shard{shard}.log",
+    benchmark:
+        "results/benchmarks/probe/{model}/{dataset}/shard{shard}.tsv"
+    retries: 1
+    resources:
+        gpu=probe_gpu,
+        gpu_model=probe_gpu_model,
+        mem_mb=probe_mem_mb,
+        runtime=probe_runtime,
+    params:
+        traces=subpath(input.traces, parent=True),
+        out=subpath(output[0], parent=True),
+        args=probe_args,
+    shell:
+        "mars probe {params.traces} --out {params.out} {params.args} --replace -q > {log} 2>&1"
+
+
 rule consolidate:
-    """Merge the shards of a model x dataset into one pool directory."""
+    """Merge the probed shards of a model x dataset into one pool directory."""
     input:
         shard_inputs,
     output:
