@@ -141,6 +141,18 @@ def test_paper_generate_jobs_request_their_gpus(tmp_path):
         seen[model] += 1
     shards = {m: spec["shards"] * len(paper["datasets"]) for m, spec in paper["models"].items()}
     assert seen == shards
+    # the probe jobs of the probe stage ask for the same GPUs (their engine is the generator's)
+    probes = Counter()
+    for block in job_blocks(out, "probe"):
+        model = re.search(r"wildcards: model=([^,\s]+)", block).group(1)
+        want = paper["models"][model]["resources"]
+        res = resources_of(block)
+        assert {k: res[k] for k in want} == want, (model, res)
+        assert res["slurm_partition"] == PROFILE_KEYS["set-resources"]["probe"]["slurm_partition"]
+        job = SimpleNamespace(resources=_Resources(res), threads=1)
+        assert set_gres_string(job) == f" --gpus={want['gpu_model']}:{want['gpu']}"
+        probes[model] += 1
+    assert probes == shards
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,6 +428,7 @@ def test_every_cluster_job_ran_as_one_slurm_job(runs):
     assert stats == {
         "questions": 1,
         "generate": 2,
+        "probe": 2,
         "consolidate": 1,
         "fit": 1,
         "simulate": 2,
@@ -429,11 +442,12 @@ def test_every_cluster_job_ran_as_one_slurm_job(runs):
     kinds = Counter(re.search(r"slurm_logs/([^/]+)/", path).group(1) for path in submitted.values())
     assert kinds == {
         "rule_generate": stats["generate"],
+        "rule_probe": stats["probe"],
         "rule_simulate": stats["simulate"],
         "rule_tables_figures": 1,
         "group_pool_consolidate_fit": 1,
     }
-    assert len(submitted) == expected == 6
+    assert len(submitted) == expected == 8
     # the scheduler knows exactly these jobs under this run's name, all finished well
     assert set(run.jobs) == set(submitted) and len(run.jobs) == expected
     assert {j["JobState"] for j in run.jobs.values()} == {"COMPLETED"}
@@ -459,7 +473,13 @@ def test_resources_reach_the_scheduler(runs):
     for job in run.jobs.values():  # the plugin's comment: rule_<rule or group>[_wildcards_...]
         rule = job["Comment"].removeprefix("rule_").split("_wildcards_")[0]
         by_rule.setdefault(rule, []).append(job)
-    assert sorted(by_rule) == ["generate", "pool_consolidate_fit", "simulate", "tables_figures"]
+    assert sorted(by_rule) == [
+        "generate",
+        "pool_consolidate_fit",
+        "probe",
+        "simulate",
+        "tables_figures",
+    ]
 
     def check(rule, partition, cpus, mem_mb, runtime, **extra):
         for job in by_rule[rule]:
@@ -483,6 +503,15 @@ def test_resources_reach_the_scheduler(runs):
         GPU_RESOURCES["runtime"],
         TresPerJob=f"gres:gpu:{GPU_RESOURCES['gpu_model']}:{GPU_RESOURCES['gpu']}",
         CpusPerTres=f"gres:gpu:{gpu['cpus_per_gpu']}",
+    )
+    probe = PROFILE_KEYS["set-resources"]["probe"]
+    check(
+        "probe",
+        probe["slurm_partition"],
+        GPU_RESOURCES["gpu"] * probe["cpus_per_gpu"],
+        GPU_RESOURCES["mem_mb"],
+        GPU_RESOURCES["runtime"],
+        TresPerJob=f"gres:gpu:{GPU_RESOURCES['gpu_model']}:{GPU_RESOURCES['gpu']}",
     )
     sim = PROFILE_KEYS["set-resources"]["simulate"]
     threads = PROFILE_KEYS["set-threads"]["simulate"]
