@@ -4,6 +4,10 @@
     python benchmarks/bench_simulate.py --scaling  # + per-question cost at 1,024 / 2,048 /
                                                    #   4,096 traces
 
+Besides the cold run it times the fit stage (`mars fit`, fresh process) and `mars simulate --fit`
+on its output (arrays and switch models read, nothing refitted), and checks that both give the
+same per-iteration results.
+
 The pool is generated once with our synthetic backend (DeepSeek-R1-8B preset on AIME 2025, traces of
 about 15k tokens with per-token confidences) into benchmarks/out/. Each measurement runs
 `mars simulate` in a fresh process (cold: no cache) and reads its peak RSS from the OS.
@@ -49,21 +53,25 @@ def disk_mb(path: Path) -> float:
 
 
 def run_simulate(pool: Path, out: Path, workers: int, extra=()) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "mars.cli",
-        "simulate",
-        str(pool),
-        "-m",
-        "reference",
-        "--out",
-        str(out),
-        "--workers",
-        str(workers),
-        "-q",
-        *extra,
-    ]
+    return run_mars(
+        [
+            "simulate",
+            str(pool),
+            "-m",
+            "reference",
+            "--out",
+            str(out),
+            "--workers",
+            str(workers),
+            "-q",
+            *extra,
+        ]
+    )
+
+
+def run_mars(args: list[str]) -> dict:
+    """One `mars` command in a fresh process: wall and CPU seconds, peak RSS of its processes."""
+    cmd = [sys.executable, "-m", "mars.cli", *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
@@ -93,6 +101,28 @@ def main() -> None:
         **run_simulate(pool, OUT / "sim-main", a.workers),
     }
     print(json.dumps(report["main"]), file=sys.stderr)
+    fit = OUT / "fit-main"
+    if fit.exists():
+        import shutil
+
+        shutil.rmtree(fit)
+    report["fit"] = run_mars(
+        ["fit", str(pool), "--out", str(fit), "--workers", str(a.workers), "-q"]
+    )
+    report["with_fit"] = run_simulate(pool, OUT / "sim-fit", a.workers, ["--fit", str(fit)])
+    report["with_fit"]["identical"] = all(
+        (OUT / "sim-main" / m.name / "per_iteration.csv").read_bytes()
+        == (m / "per_iteration.csv").read_bytes()
+        for m in (OUT / "sim-fit").iterdir()
+        if m.is_dir()
+    )
+    print(
+        "fit",
+        json.dumps(report["fit"]),
+        "simulate --fit",
+        json.dumps(report["with_fit"]),
+        file=sys.stderr,
+    )
     if a.scaling:
         for n in (1024, 2048, 4096):
             p = build_pool(OUT / f"pool-2x{n}", 2, n)

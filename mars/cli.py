@@ -143,8 +143,10 @@ def simulate(
                 fit_dir=fit_dir,
                 progress=lambda: progress.advance(task),
             )
+            fit = None if fit_dir is None else str(fit_dir)
             overalls = [
-                write_method(out, m.name, results, settings.to_dict(), str(pool)) for m in methods
+                write_method(out, m.name, results, settings.to_dict(), str(pool), fit)
+                for m in methods
             ]
     if not quiet:
         err.print(summary_table(overalls))

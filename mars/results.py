@@ -102,8 +102,16 @@ def input_checksum(results) -> str:
 
 
 def overall(
-    per_question: pd.DataFrame, method: str, settings: dict, checksum: str, source: str
+    per_question: pd.DataFrame,
+    method: str,
+    settings: dict,
+    checksum: str,
+    source: str,
+    fit: str | None = None,
 ) -> dict:
+    inputs = {"source": source, "checksum": checksum}
+    if fit is not None:
+        inputs["fit"] = fit  # the fit stage's artifact the switch models came from
     return {
         "method": method,
         "n_questions": len(per_question),
@@ -114,7 +122,7 @@ def overall(
         "baseline_tokens_mean": float(per_question.baseline_tokens_mean.mean()),
         "stop_position_mean": float(per_question.stop_position_mean.mean()),
         "settings": settings,
-        "input": {"source": source, "checksum": checksum},
+        "input": inputs,
         "versions": package_versions(),
     }
 
@@ -124,13 +132,15 @@ def _nan_to_none(x):
     return None if np.isnan(x) else x
 
 
-def write_method(out_dir: Path, method: str, results, settings: dict, source: str) -> dict:
+def write_method(
+    out_dir: Path, method: str, results, settings: dict, source: str, fit: str | None = None
+) -> dict:
     """Write one method's three files atomically; returns the overall dict."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     it = per_iteration_frame(results, method)
     pq_ = per_question_frame(results, method)
-    ov = overall(pq_, method, settings, input_checksum(results), source)
+    ov = overall(pq_, method, settings, input_checksum(results), source, fit)
     tmp = make_temp_dir(out_dir, f".{method}.tmp-")
     try:
         it.to_csv(tmp / "per_iteration.csv", index=False)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -389,9 +390,12 @@ def test_tiny_run_outputs(tiny_run):
         "table2-parallel-probe",
         "table-oracle-bounds",
         "table-probe-cost",
+        "table-switch-models",
     ):
         for ext in ("md", "tex", "csv"):
             assert (report / "tables" / f"{table}.{ext}").is_file(), (table, ext)
+    models = pd.read_csv(report / "tables" / "table-switch-models.csv")
+    assert models.questions.tolist() == [2] and (models.log_loss > 0).all()
     for fig in ("fig1-left-savings", "fig1-right-example", "fig4-ablations"):
         assert (report / "figures" / f"{fig}.png").stat().st_size > 5_000, fig
 

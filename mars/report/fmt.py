@@ -33,6 +33,8 @@ _TEX_RE = re.compile("|".join(re.escape(k) for k in _TEX_SPECIAL))
 #: non-ASCII characters that appear in labels, as plain-LaTeX text
 _TEX_UNICODE = {
     "γ": r"$\gamma$",
+    "β": r"$\beta$",
+    "±": r"$\pm$",
     "δ": r"$\delta$",
     "≥": r"$\geq$",
     "≤": r"$\leq$",

@@ -8,14 +8,16 @@ unrounded numbers and whose ``commands`` name the report command and the simulat
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from scipy.stats import beta
 
 from ..settings import same_sampling
 from .collect import Results, Run
-from .fmt import Cell, Table, integer, num, pct, text
+from .fmt import Cell, Table, integer, num, pct, tex_escape, text
 from .names import family_baseline, is_baseline, method_label, method_order, run_commands
 
 
@@ -602,6 +604,99 @@ def table_risk(results: Results, command: str | None = None) -> Table:
     )
 
 
+def _fit_models(run: Run) -> tuple[pd.DataFrame, str] | None:
+    """The switch models a run was simulated with (``mars simulate --fit``), at its warmup, and
+    the method whose simulation read them."""
+    import pyarrow.parquet as pq
+
+    for method in run.methods:
+        ov = run.overall[method]
+        fit = (ov.get("input") or {}).get("fit")
+        if fit and (Path(fit) / "models.parquet").is_file():
+            df = pq.read_table(Path(fit) / "models.parquet").to_pandas()
+            warmup = (ov.get("settings") or {}).get("warmup")
+            return (df[df.warmup == warmup] if warmup is not None else df), method
+    return None
+
+
+def table_switch_models(results: Results, command: str | None = None) -> Table:
+    """What the fit stage learned: the per-question switch models, summarised per pool."""
+    from ..features import FEATURE_NAMES
+
+    used = _Used()
+    rows: list[list[Cell]] = []
+    data = []
+    for pair in results.pairs:
+        run = results.main_run(*pair)
+        found = _fit_models(run)
+        if found is None or not len(found[0]):
+            if run.methods:
+                used(run, run.methods[0])  # read, found no fit: its provenance still shows
+            continue
+        df, method = found
+        used(run, method)
+        fitted = df[df.coef.notna()]
+        coefs = np.array(fitted.coef.tolist(), dtype=float) if len(fitted) else np.zeros((0, 5))
+        share = float((df.n_positive / df.n_rows.where(df.n_rows > 0)).mean())
+        rec = {
+            "model": pair[0],
+            "dataset": pair[1],
+            "questions": len(df),
+            "rows_mean": float(df.n_rows.mean()),
+            "switch_share": share,
+            "log_loss": float(fitted.log_loss.mean()) if len(fitted) else None,
+            "brier": float(fitted.brier.mean()) if len(fitted) else None,
+        }
+        for k, name in enumerate(FEATURE_NAMES):
+            rec[f"coef_{name}_mean"] = float(coefs[:, k].mean()) if len(coefs) else None
+            rec[f"coef_{name}_sd"] = float(coefs[:, k].std()) if len(coefs) else None
+        data.append(rec)
+        rows.append(
+            [
+                text(pair[0]),
+                text(pair[1]),
+                integer(rec["questions"]),
+                integer(rec["rows_mean"]),
+                pct(100 * share),
+                num(rec["log_loss"], 3),
+                num(rec["brier"], 3),
+                *(
+                    text(
+                        f"{rec[f'coef_{n}_mean']:+.2f} ± {rec[f'coef_{n}_sd']:.2f}"
+                        if rec[f"coef_{n}_mean"] is not None
+                        else "–"
+                    )
+                    for n in FEATURE_NAMES
+                ),
+            ]
+        )
+    notes = [] if data else ["No run was simulated with `--fit` (the workflow always uses it)."]
+    headers = [
+        "Model",
+        "Dataset",
+        "Questions",
+        "Rows",
+        "Switch share",
+        "Log-loss",
+        "Brier",
+        *(f"β {n.replace('_', ' ')}" for n in FEATURE_NAMES),
+    ]
+    return Table(
+        key="table-switch-models",
+        title="Switch models of the fit stage",
+        caption="Per pool: the per-question switch models q (L2 logistic regression on the "
+        "warmup traces × checkpoints, Platt-scaled; `mars fit`): training rows per question, the "
+        "share of rows whose answer differs from the trace's final one, in-sample log-loss and "
+        "Brier score, and the coefficients on standardised features (mean ± sd over questions).",
+        headers=headers,
+        tex_headers=[tex_escape(h) for h in headers],
+        rows=rows,
+        data=pd.DataFrame(data),
+        notes=notes,
+        commands=used.commands(command),
+    )
+
+
 def all_tables(results: Results, command: str | None = None) -> list[Table]:
     return [
         table_main(results, command),
@@ -610,4 +705,5 @@ def all_tables(results: Results, command: str | None = None) -> list[Table]:
         table_oracle(results, command),
         table_probe_cost(results, command),
         table_risk(results, command),
+        table_switch_models(results, command),
     ]
