@@ -118,7 +118,13 @@ def check_inputs(pool: LayoutPool, qids: list[int], backend: Backend, spacing: i
         assert lengths is not None
         j = int(pc.index(lengths, pc.max(lengths)).as_py())
         idx = pq.read_table(pool.path / schema.trace_file_name(qid), columns=["trace_idx"])
-        backend.check_probe_context(problem, int(idx["trace_idx"][j].as_py()), longest[qid])
+        ids = _read_column(pool.path / schema.trace_file_name(qid), "token_ids")
+        backend.check_probe_context(
+            problem,
+            int(idx["trace_idx"][j].as_py()),
+            longest[qid],
+            token_ids=None if ids is None or not ids[j].is_valid else ids[j].values.to_numpy(),
+        )
     return longest
 
 
@@ -156,6 +162,7 @@ def probe_pool(
     missing = [q for q in qids if q not in set(pool.qids)]
     if missing:
         raise UsageError(f"{src}: no question {missing[0]}")
+    backend.bind_generator(dict(pool.manifest))
     check_inputs(pool, qids, backend, spacing)
     describe = getattr(backend, "describe_probe", None) or getattr(backend, "describe", None)
     probe_info = {
@@ -223,5 +230,5 @@ def probe_backend(manifest: dict, backend: str | None = None, **options) -> Back
         )
     if name is None:
         raise MarsError("the pool does not say which engine generated it: pass --backend")
-    model = options.pop("model", None) or manifest.get("model")
+    model = options.pop("model", None) or manifest.get("model_path") or manifest.get("model")
     return make_backend(str(name), model=model, **options)

@@ -126,9 +126,18 @@ class Backend(ABC):
     #: whether :meth:`reprobe` needs the traces' token ids (the probe stage checks before work)
     reprobe_needs_token_ids: bool = True
 
-    def check_probe_context(self, problem: Problem, trace_idx: int, length: int) -> None:  # noqa: B027 - optional hook
+    def bind_generator(self, manifest: dict) -> object:
+        """Prepare to probe the traces of the generation whose pool manifest is ``manifest``
+        (token-level engines: how its token ids reach the probe model); the probe stage calls it
+        before any check or work."""
+        return None
+
+    def check_probe_context(  # noqa: B027 - optional hook
+        self, problem: Problem, trace_idx: int, length: int, token_ids: np.ndarray | None = None
+    ) -> None:
         """Refuse (one-line :class:`~mars.errors.MarsError`, naming the trace and position) a
-        stored trace whose longest probe would not fit the probe model's context."""
+        stored trace whose longest probe would not fit the probe model's context (``token_ids``:
+        the trace's, when the engine needs them to count)."""
 
     def reprobe(
         self,

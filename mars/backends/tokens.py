@@ -9,15 +9,20 @@ only how it advances and probes.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..answers import extract_boxed, extract_probe_answer, normalize_answer
 from ..errors import MarsError
 from ..problems import Problem
-from .base import TraceBatch, TraceResult
+from .base import StoredTrace, TraceBatch, TraceResult
 
 #: The probe suffix of the reference prober, character for character (spec §11).
 PROBE_SUFFIX = (
@@ -206,3 +211,279 @@ class TokenTraceBatch(TraceBatch):
     def token_ids(self, j: int) -> list[int]:
         """Generated token ids of trace ``j`` so far (EOS included when generated)."""
         return list(self._ids[int(j)])
+
+
+# ---------------------------------------------------------------------------------------------
+# The probe stage: a generation's stored token ids as the probe model's input
+
+#: What the probe stage's provenance says when the generator's token ids go in as they are.
+SAME_IDS = "token ids as generated"
+
+
+def vocab_digest(tokenizer) -> str | None:
+    """A digest of a tokenizer's vocabulary (every token and its id, added tokens included), None
+    when the tokenizer cannot list it.  Equal digests: an id names the same token for both."""
+    get = getattr(tokenizer, "get_vocab", None)
+    if not callable(get):
+        return None
+    items = sorted((int(i), str(t)) for t, i in get().items())
+    blob = json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()[:32]
+
+
+def local_path(path: str | os.PathLike | None) -> str | None:
+    """``path`` made absolute when it names a local file or folder (model directory, GGUF file),
+    else as given (a hub id)."""
+    if path is None:
+        return None
+    p = os.fspath(path)
+    return os.path.abspath(p) if os.path.exists(p) else p
+
+
+def load_tokenizer(path: str, gguf_file: str | None = None):
+    """A model's tokenizer alone: from a model directory, a hub id in the local cache, or a GGUF
+    file (``path`` itself, or ``gguf_file`` inside the directory ``path``)."""
+    import contextlib
+
+    from transformers import AutoTokenizer
+
+    from .transformers import _fast_gguf
+
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        path, gguf_file = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    with _fast_gguf() if gguf_file else contextlib.nullcontext():
+        return AutoTokenizer.from_pretrained(path, **extra)
+
+
+def prefix_text(tokenizer, ids: Sequence[int] | np.ndarray, d: int) -> str:
+    """Text of the first ``d`` generated tokens, special tokens skipped (as a trace's text).
+
+    A character whose bytes the cut at ``d`` splits decodes to U+FFFD; it is left out (the text
+    ends at the last whole character), as the full trace's text shows that character instead.
+    """
+    head = [int(t) for t in ids[: d + 4]]
+    text = tokenizer.decode(head[:d], skip_special_tokens=True)
+    if d < len(ids) and text.endswith("\ufffd"):
+        ahead = tokenizer.decode(head, skip_special_tokens=True)
+        k = len(text)
+        while k and text[k - 1] == "\ufffd" and ahead[k - 1 : k] != "\ufffd":
+            k -= 1
+        text = text[:k]
+    return text
+
+
+@dataclass
+class GeneratorTokens:
+    """How a generation's stored token ids reach the probe model.
+
+    ``tokenizer`` is None when the probe model's vocabulary is the generator's: the ids go in as
+    they are.  Otherwise it is the generator's tokenizer: each prefix ``ids[:d]`` is decoded with
+    it (:func:`prefix_text`) and encoded with the probe model's tokenizer.
+    """
+
+    key: tuple
+    source: str  # the generator's model, as its pool names it
+    tokenizer: Any = None
+
+    @property
+    def same_ids(self) -> bool:
+        return self.tokenizer is None
+
+    def describe(self) -> str:
+        return SAME_IDS if self.same_ids else f"re-encoded from {self.source}"
+
+    def prefixes(self, ids: np.ndarray, positions, probe_tokenizer) -> list[np.ndarray]:
+        """The probe model's token ids of the prefix at each position (generator tokens)."""
+        ids = np.asarray(ids)
+        if self.same_ids:
+            return [ids[: int(d)] for d in positions]
+        texts = [prefix_text(self.tokenizer, ids, int(d)) for d in positions]
+        if not texts:
+            return []
+        # one batched call: a fast tokenizer encodes the texts in parallel
+        encoded = probe_tokenizer(texts, add_special_tokens=False)["input_ids"]
+        return [np.asarray(e, np.int64) for e in encoded]
+
+
+def _generator_key(manifest: dict, override) -> tuple:
+    return (
+        manifest.get("backend"),
+        manifest.get("model_path") or manifest.get("model"),
+        manifest.get("gguf_file"),
+        manifest.get("tokenizer_vocab"),
+        override if isinstance(override, (str, os.PathLike)) or override is None else id(override),
+    )
+
+
+def _load(path, gguf: str | None = None):
+    try:
+        return load_tokenizer(os.fspath(path), gguf)
+    except (OSError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise MarsError(
+            f"cannot load the generator's tokenizer from {os.fspath(path)!r} ({first}): pass "
+            "generator_tokenizer=PATH (MARS_BACKEND_OPTIONS)"
+        ) from None
+
+
+def resolve_generator(backend, manifest: dict, override=None) -> GeneratorTokens:
+    """How ``backend`` (the probe model) takes the token ids of the generation ``manifest``.
+
+    The vocabularies are compared by :func:`vocab_digest`: the one the generation recorded
+    (``tokenizer_vocab``), else the generator's tokenizer loaded from the recorded model path
+    (``model_path``, else ``model``, with ``gguf_file``), or from ``override`` (a tokenizer or its
+    path) when given.  The same model path as the probe model's needs no comparison.
+    """
+    if manifest.get("backend") == "synthetic":
+        raise MarsError(
+            "synthetic traces hold no real tokens: probe them with the synthetic backend"
+        )
+    key = _generator_key(manifest, override)
+    source = str(manifest.get("model") or manifest.get("model_path") or "the generator")
+    own = backend.vocab_digest()
+    path, gguf = manifest.get("model_path") or manifest.get("model"), manifest.get("gguf_file")
+    tok = None
+    if override is not None:
+        tok = _load(override) if isinstance(override, (str, os.PathLike)) else override
+    elif manifest.get("tokenizer_vocab") is not None and own is not None:
+        if manifest["tokenizer_vocab"] == own:
+            return GeneratorTokens(key, source)
+    elif path is not None and (local_path(path), gguf) == backend.model_source():
+        return GeneratorTokens(key, source)
+    if tok is None:
+        if not path:
+            raise MarsError(
+                "the pool does not say which model generated it: pass generator_tokenizer=PATH"
+            )
+        tok = _load(str(path), gguf)
+    if own is not None and vocab_digest(tok) == own:
+        return GeneratorTokens(key, source)
+    return GeneratorTokens(key, source, tok)
+
+
+def check_probe_fits(
+    backend, problem: Problem, trace_idx: int, position: int, prefix_len: int, prompt_len: int
+) -> None:
+    """Refuse (one line) a probe of a stored trace that would not fit the probe model: prompt +
+    the prefix (``prefix_len`` probe-model tokens for the ``position`` generated ones) + the probe
+    suffix + the probe's new tokens must fit ``backend.context_budget()``."""
+    budget = backend.context_budget()
+    if budget is None:
+        return
+    limit, source = budget
+    suffix, probe = len(backend.suffix_ids), int(backend.probe_max_new_tokens)
+    need = prompt_len + prefix_len + suffix + probe
+    if need <= limit:
+        return
+    trace = (
+        f"{prefix_len} trace tokens"
+        if prefix_len == position
+        else f"{prefix_len} trace tokens (re-encoded)"
+    )
+    raise MarsError(
+        f"question {problem.qid}, trace {trace_idx}: the probe at position {position} needs "
+        f"prompt {prompt_len} + {trace} + probe suffix {suffix} + probe tokens {probe} = {need} "
+        f"tokens, more than {source} allows ({limit}): probe with a model of a longer context"
+    )
+
+
+class TokenProbing:
+    """The probe stage on a token-level engine (transformers, SGLang): which generation's tokens
+    it probes, how they reach the probe model, and whether the probes fit its context.
+
+    The probe's prompt is always the probe model's own chat template of the question (the
+    reference prober's way); the trace's tokens are the generator's ids as they are when both
+    vocabularies are equal, else its text re-encoded (:class:`GeneratorTokens`).
+    """
+
+    tokenizer: Any
+    suffix_ids: list[int]
+    probe_max_new_tokens: int
+    generator_tokenizer: Any = None
+    _generator: GeneratorTokens | None = None
+    _vocab: tuple[str | None] | None = None
+
+    def prompt_ids(self, question: str) -> list[int]:
+        raise NotImplementedError
+
+    def context_budget(self) -> tuple[int, str] | None:
+        raise NotImplementedError
+
+    def model_source(self) -> tuple[str | None, str | None]:
+        """(model path as :func:`local_path` gives it, GGUF file name or None)."""
+        raise NotImplementedError
+
+    def vocab_digest(self) -> str | None:
+        """:func:`vocab_digest` of the model's tokenizer (computed once)."""
+        if self._vocab is None:
+            self._vocab = (vocab_digest(self.tokenizer),)
+        return self._vocab[0]
+
+    def bind_generator(self, manifest: dict) -> GeneratorTokens:
+        """Probe the traces of the generation ``manifest`` (its pool manifest): decide, once, how
+        its token ids reach this model (loading the generator's tokenizer if need be)."""
+        key = _generator_key(manifest, self.generator_tokenizer)
+        if self._generator is None or self._generator.key != key:
+            self._generator = resolve_generator(self, manifest, self.generator_tokenizer)
+        return self._generator
+
+    def probe_input(self) -> str | None:
+        """ "token ids as generated", "re-encoded from <generator>", or None before a generation
+        is bound."""
+        return None if self._generator is None else self._generator.describe()
+
+    def check_probe_context(
+        self,
+        problem: Problem,
+        trace_idx: int,
+        length: int,
+        token_ids: np.ndarray | None = None,
+    ) -> None:
+        """One-line :class:`MarsError` naming the question, trace and position when the probe at
+        a stored trace's end (``length`` generated tokens) cannot fit the probe model.  When the
+        tokens are re-encoded their count is known from ``token_ids`` only; without them the
+        check is left to :meth:`probe_plan`, before the question's first forward pass."""
+        gen = self._generator
+        if gen is not None and not gen.same_ids:
+            if token_ids is None:
+                return
+            d = len(gen.prefixes(np.asarray(token_ids), [length], self.tokenizer)[0])
+        else:
+            d = int(length)
+        check_probe_fits(
+            self, problem, trace_idx, int(length), d, len(self.prompt_ids(problem.question))
+        )
+
+    def probe_plan(
+        self,
+        problem: Problem,
+        traces: Sequence[StoredTrace],
+        positions: Sequence[np.ndarray],
+        manifest: dict,
+    ) -> tuple[GeneratorTokens, list[int], list[list[np.ndarray]]]:
+        """(how tokens go in, the probe prompt, each trace's prefix ids at each position), every
+        probe checked against the probe model's context first."""
+        gen = self.bind_generator(manifest)
+        prompt = self.prompt_ids(problem.question)
+        plan = []
+        for t, pos in zip(traces, positions):
+            pos = np.asarray(pos, np.int64)
+            if t.token_ids is None:
+                raise MarsError(
+                    f"question {problem.qid}, trace {t.trace_idx}: no token ids to probe"
+                )
+            if len(t.token_ids) != t.length:
+                raise MarsError(
+                    f"question {problem.qid}, trace {t.trace_idx}: {len(t.token_ids)} token ids "
+                    f"for length {t.length}"
+                )
+            if pos.size and (pos[0] < 0 or pos[-1] > t.length or (np.diff(pos) <= 0).any()):
+                raise ValueError(f"trace {t.trace_idx}: positions must rise within 0..length")
+            pre = gen.prefixes(t.token_ids, pos, self.tokenizer)
+            if pre:
+                k = int(np.argmax([len(x) for x in pre]))
+                check_probe_fits(self, problem, t.trace_idx, int(pos[k]), len(pre[k]), len(prompt))
+            plan.append(pre)
+        return gen, prompt, plan
