@@ -383,3 +383,413 @@ def test_a_question_that_cannot_fit_the_model_is_refused_before_any_forward_pass
     batch.advance(SPACING)
     running = np.flatnonzero(~batch.ended)
     assert len(batch.probe(running)) == running.size and be.stats["forward_calls"] > 0
+
+
+# -- the probe stage: stored traces probed again (issue 16) --------------------------------------
+
+Q2 = Problem(qid=1, question="What is 7 times 6?", answer="42", dataset="toy")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    PROBE_SUFFIX,
+    "Please reason step by step, and put your final answer within \\boxed{}.",
+    "What is 2 + 3? Let me add: 2 + 3 = 5. So the answer is \\boxed{5}.",
+    "Hmm, maybe 7 times 6 is 42? Let me check again: 7 * 6 = 42, wait.",
+]
+
+
+def bpe_tokenizer(size: int, specials: list[str]):
+    """A byte-level BPE tokenizer trained here on a few sentences (offline): it encodes any text
+    and decodes its ids back to the same text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS * 3, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    fast.chat_template = CHATML
+    return fast
+
+
+def tiny_model(tokenizer, positions: int = 512, seed: int = 0):
+    """A one-layer Llama of random weights (peaked enough that sampling is not a coin toss)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=positions,
+        eos_token_id=tokenizer.eos_token_id,
+        initializer_range=0.5,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Model directories of tiny models: ``a`` and ``a2`` (other weights) share one vocabulary,
+    ``b`` has another (another size, special tokens in another order)."""
+    root = tmp_path_factory.mktemp("tiny")
+    tok_a = bpe_tokenizer(300, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tok_b = bpe_tokenizer(360, ["<|im_start|>", "<|im_end|>", "<|endoftext|>"])
+    dirs = {}
+    for name, tok, seed in (("a", tok_a, 0), ("a2", tok_a, 1), ("b", tok_b, 2)):
+        d = root / name
+        tiny_model(tok, seed=seed).save_pretrained(d)
+        tok.save_pretrained(d)
+        dirs[name] = d
+    return dirs
+
+
+def tiny_backend(path, **kw) -> TransformersBackend:
+    args = {
+        "device": "cpu",
+        "max_tokens": MAX_TOKENS,
+        "batch_size": 2,
+        "probe_max_new_tokens": 6,
+        **kw,
+    }
+    return TransformersBackend(str(path), **args)
+
+
+def trace_rows(pool, qid: int = 0) -> list[dict]:
+    return pq.read_table(Path(pool) / schema.trace_file_name(qid)).to_pylist()
+
+
+def assert_probed_like_inline(inline, probed, be: TransformersBackend, problems) -> int:
+    """The probe stage at the generation's spacing gave every trace the probes inline probing
+    gave it (all fields), plus its terminal probe; returns the number of probes compared."""
+    n, suffix_len = 0, len(be.suffix_ids)
+    for problem in problems:
+        q, prompt_len = problem.qid, len(be.prompt_ids(problem.question))
+        for a, b in zip(trace_rows(inline, q), trace_rows(probed, q), strict=True):
+            assert (a["text"], a["token_ids"], a["confs"]) == (
+                b["text"],
+                b["token_ids"],
+                b["confs"],
+            )
+            assert [p["position"] for p in b["probes"]] == [
+                *(p["position"] for p in a["probes"]),
+                b["length"],
+            ]
+            assert b["probes"][:-1] == a["probes"]
+            end = b["probes"][-1]
+            assert end["cached_tokens"] == prompt_len + b["length"]
+            assert end["prompt_tokens"] == end["cached_tokens"] + suffix_len
+            n += len(a["probes"])
+    return n
+
+
+def test_probe_stage_at_the_generation_spacing_equals_inline_probing_tiny(tiny, tmp_path):
+    """Cheap (not slow): `generate --probe none` + `mars probe` on a tiny model = inline probing,
+    with the KV cache branched (default) or every probe prefilled from scratch."""
+    from mars.probe import probe_pool
+
+    be = tiny_backend(tiny["a"])
+    inline = generate_pool(be, [Q, Q2], 3, 5, tmp_path / "inline", spacing=SPACING, progress=False)
+    bare = generate_pool(
+        be, [Q, Q2], 3, 5, tmp_path / "bare", spacing=SPACING, probe="none", progress=False
+    )
+    pbe = tiny_backend(tiny["a"])
+    out = probe_pool(bare, tmp_path / "probed", pbe, spacing=SPACING, progress=False)
+    n = assert_probed_like_inline(inline, out, be, [Q, Q2])
+    assert n > 0
+    m = json.loads((out / schema.POOL_MANIFEST).read_text())
+    assert m["probe"]["probe_input"] == "token ids as generated"
+    assert m["probe"]["model_path"] == str(tiny["a"]) and m["spacing"] == SPACING
+    # each trace's tokens went through the model once (not once per probe)
+    assert pbe.stats["reprobe_trace_tokens"] == sum(
+        r["length"] for q in (0, 1) for r in trace_rows(bare, q)
+    )
+    # naive re-prefill: the same probes, nothing cached
+    full_be = tiny_backend(tiny["a"], probe_kv_reuse=False)
+    full = probe_pool(bare, tmp_path / "full", full_be, spacing=SPACING, progress=False)
+    for q in (0, 1):
+        for a, b in zip(trace_rows(out, q), trace_rows(full, q)):
+            for x, y in zip(a["probes"], b["probes"], strict=True):
+                assert y["cached_tokens"] == 0 and {**x, "cached_tokens": 0} == y
+    assert full_be.stats["reprobe_trace_tokens"] == 0
+    assert full_be.stats["prefill_tokens"] > pbe.stats["prefill_tokens"]
+
+
+def _record_prefills(be: TransformersBackend) -> list[list[int]]:
+    """Every sequence the model prefills from scratch (no cache), one list per row."""
+    seen: list[list[int]] = []
+    forward = be._forward
+
+    def recording(ids, cache=None, last_only=True):
+        if cache is None:
+            seen.extend(ids.tolist())
+        return forward(ids, cache, last_only)
+
+    be._forward = recording  # type: ignore[method-assign]
+    return seen
+
+
+def test_a_probe_model_of_another_vocabulary_sees_the_generators_text(tiny, tmp_path):
+    """Cheap: traces of tiny model a probed by tiny model b (another vocabulary): each prefix is
+    the generator's text re-encoded by b's tokenizer after b's own chat template; with a model of
+    a's vocabulary (a2) the ids go in as they are.  KV reuse and re-prefill agree."""
+    from mars.backends.tokens import prefix_text
+    from mars.probe import probe_pool
+
+    gen = tiny_backend(tiny["a"])
+    pool = generate_pool(gen, [Q], 4, 5, tmp_path / "gen", probe="none", progress=False)
+    m = json.loads((pool / schema.POOL_MANIFEST).read_text())
+    assert m["model_path"] == str(tiny["a"]) and m["tokenizer_vocab"] == gen.vocab_digest()
+    rows = trace_rows(pool)
+    a_tok = gen.tokenizer
+    for name, reencoded in (("b", True), ("a2", False)):
+        full_be = tiny_backend(tiny[name], probe_kv_reuse=False)
+        assert (full_be.vocab_digest() != gen.vocab_digest()) == reencoded
+        seen = _record_prefills(full_be)
+        full = probe_pool(pool, tmp_path / f"{name}-full", full_be, spacing=SPACING, progress=False)
+        tok, prompt, suffix = full_be.tokenizer, full_be.prompt_ids(Q.question), full_be.suffix_ids
+        assert tok.decode(prompt).startswith("<|im_start|>user\n" + Q.question)
+        want_texts, want_ids = [], []
+        for r in rows:
+            for d in [p["position"] for p in trace_rows(full)[r["trace_idx"]]["probes"]]:
+                text = prefix_text(a_tok, r["token_ids"], d)
+                plain = a_tok.decode(r["token_ids"][:d], skip_special_tokens=True)
+                assert text == plain or (plain.endswith("\ufffd") and plain.startswith(text))
+                want_texts.append(text)
+                want_ids.append(
+                    tok.encode(text, add_special_tokens=False) if reencoded else r["token_ids"][:d]
+                )
+        assert len(seen) == len(want_ids) and all(
+            s[: len(prompt)] == prompt and s[len(s) - len(suffix) :] == suffix for s in seen
+        )
+        bodies = [s[len(prompt) : len(s) - len(suffix)] for s in seen]
+        assert sorted(bodies) == sorted(want_ids)
+        # what the probe model saw spells the generator's prefix
+        assert sorted(tok.decode(b, skip_special_tokens=True) for b in bodies) == sorted(want_texts)
+        probe = json.loads((full / schema.POOL_MANIFEST).read_text())["probe"]
+        assert probe["probe_input"] == (
+            f"re-encoded from {tiny['a']}" if reencoded else "token ids as generated"
+        )
+        # the KV-cache path (a re-encoded prefix may depart from the previous one at its end:
+        # the cache is cut back) gives the same probes
+        kv_be = tiny_backend(tiny[name])
+        kv = probe_pool(pool, tmp_path / f"{name}-kv", kv_be, spacing=SPACING, progress=False)
+        for a, b in zip(trace_rows(kv), trace_rows(full)):
+            for x, y in zip(a["probes"], b["probes"], strict=True):
+                assert x["cached_tokens"] == x["prompt_tokens"] - len(suffix)
+                assert {**x, "cached_tokens": 0} == y
+        assert kv_be.stats["prefill_tokens"] < full_be.stats["prefill_tokens"]
+
+
+def test_a_probe_that_cannot_fit_the_probe_model_is_refused_before_any_work(tiny, tmp_path):
+    """Cheap: prompt + a trace + suffix + probe tokens must fit the probe model's
+    max_position_embeddings, the trace counted in the probe model's tokens.  With the generator's
+    vocabulary the longest trace is checked before the output is touched; re-encoded, each
+    trace's count is known once its text is encoded: the longest stored trace is checked
+    upfront, every trace before its question's first forward pass."""
+    from transformers import AutoTokenizer
+
+    from mars.backends.tokens import prefix_text
+    from mars.errors import MarsError
+    from mars.probe import probe_pool
+
+    gen = tiny_backend(tiny["a"])
+    pool = generate_pool(gen, [Q], 3, 5, tmp_path / "gen", probe="none", progress=False)
+    rows = trace_rows(pool)
+    for name in ("a", "b"):
+        tok = AutoTokenizer.from_pretrained(tiny[name])
+        probe_be = tiny_backend(tiny[name])
+        fixed = len(probe_be.prompt_ids(Q.question)) + len(probe_be.suffix_ids) + 6
+
+        def count(r, name=name, tok=tok):
+            if name == "a":
+                return r["length"]
+            text = prefix_text(gen.tokenizer, r["token_ids"], r["length"])
+            return len(tok.encode(text, add_special_tokens=False))
+
+        worst = max(rows, key=count)
+        need = fixed + count(worst)
+        for room in (need - 1, need):
+            be = TransformersBackend(
+                model=tiny_model(tok, positions=room),
+                tokenizer=tok,
+                name=str(tiny[name]),
+                device="cpu",
+                probe_max_new_tokens=6,
+            )
+            out = tmp_path / f"{name}{room}"
+            if room == need:
+                probe_pool(pool, out, be, spacing=SPACING, progress=False)
+                assert len(trace_rows(out)) == 3
+                continue
+            with pytest.raises(MarsError) as err:
+                probe_pool(pool, out, be, spacing=SPACING, progress=False)
+            msg = str(err.value)
+            assert "\n" not in msg and msg.startswith(
+                f"question 0, trace {worst['trace_idx']}: the probe at position "
+                f"{worst['length']} needs prompt "
+            )
+            assert f"= {need} tokens, more than the model's max_position_embeddings {room}" in msg
+            assert ("(re-encoded)" in msg) == (name == "b")
+            assert be.stats["forward_calls"] == 0
+            assert not list(out.glob("*.parquet"))
+            if name == "a":
+                assert not out.exists()
+
+
+def test_probe_cli_refuses_traces_without_token_ids(tiny, tmp_path):
+    """Cheap: a pool generated with --no-token-ids cannot be probed by a token-level engine: one
+    line, exit 2, nothing written."""
+    from typer.testing import CliRunner
+
+    from mars.cli import app
+
+    gen = tiny_backend(tiny["a"])
+    pool = generate_pool(
+        gen, [Q], 2, 5, tmp_path / "gen", spacing=SPACING, token_ids=False, progress=False
+    )
+    out = tmp_path / "probed"
+    res = CliRunner().invoke(app, ["probe", str(pool), "--out", str(out), "--spacing", "8", "-q"])
+    assert res.exit_code == 2, res.output
+    errors = [x for x in res.output.splitlines() if x.startswith("error:")]  # (and model loading)
+    assert len(errors) == 1 and "question 0, trace 0: no token ids to probe" in errors[0]
+    assert not out.exists()
+
+
+@smol_test
+def test_probe_stage_at_the_generation_spacing_equals_inline_probing(smol, tmp_path):
+    """`generate --probe none` + `mars probe` (same model, same spacing) on SmolLM2 gives every
+    trace the probes inline probing gave it, byte for byte: the traces' forward passes here run
+    as chunked prefills, not one token at a time, and on this CPU the sampled probe tokens come
+    out the same."""
+    from mars.probe import probe_pool
+
+    be, _ = smol
+    gen = with_settings(be, batch_size=4)
+    inline = generate_pool(gen, [Q, Q2], 4, 3, tmp_path / "inline", spacing=SPACING, progress=False)
+    bare = generate_pool(
+        gen, [Q, Q2], 4, 3, tmp_path / "bare", spacing=SPACING, probe="none", progress=False
+    )
+    prober = with_settings(be, batch_size=4)
+    out = probe_pool(bare, tmp_path / "probed", prober, spacing=SPACING, progress=False)
+    assert assert_probed_like_inline(inline, out, gen, [Q, Q2]) >= 8
+    assert prober.stats["reprobe_trace_tokens"] == sum(
+        r["length"] for q in (0, 1) for r in trace_rows(bare, q)
+    )
+
+
+@smol_test
+def test_probe_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monkeypatch):
+    """`mars probe` killed (SIGKILL) after its first question and run again: the finished
+    question is kept, the rest probed, the result identical to an uninterrupted run."""
+    from mars.backends.factory import make_backend
+    from mars.probe import probe_pool
+
+    _, model_dir = smol
+    gen = TransformersBackend(
+        model_dir, device="cpu", max_tokens=16, batch_size=1, probe_max_new_tokens=6
+    )
+    pool = generate_pool(gen, [Q, Q2], 2, 3, tmp_path / "gen", probe="none", progress=False)
+    out = tmp_path / "probed"
+    env = {
+        **os.environ,
+        "MARS_BACKEND_OPTIONS": json.dumps({"batch_size": 1, "device": "cpu"}),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    cmd = [sys.executable, "-m", "mars.cli", "probe", str(pool), "--out", str(out)]
+    cmd += ["--spacing", "4", "--max-new-tokens", "6", "-q"]
+    first, second = out / schema.trace_file_name(0), out / schema.trace_file_name(1)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert first.exists(), (
+            proc.communicate()[0].decode()[-2000:] if proc.poll() is not None else "timeout"
+        )
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not second.exists() and not (out / schema.POOL_MANIFEST).exists()
+    stamp = first.stat().st_mtime_ns
+    res = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert first.stat().st_mtime_ns == stamp  # the finished question kept, not probed again
+    assert open_pool(out).qids == [0, 1]
+    # uninterrupted, in this process, with the same settings
+    monkeypatch.setenv("MARS_BACKEND_OPTIONS", env["MARS_BACKEND_OPTIONS"])
+    ref_be = make_backend("transformers", model=str(model_dir), probe_max_new_tokens=6)
+    ref = probe_pool(pool, tmp_path / "ref", ref_be, spacing=4, progress=False)
+    for q in (0, 1):
+        a = pq.read_table(out / schema.trace_file_name(q))
+        b = pq.read_table(ref / schema.trace_file_name(q))
+        assert a.equals(b), f"question {q} differs after kill and resume"
+        assert all(len(p) >= 4 for p in a.column("probes").to_pylist())
+    ma = json.loads((out / schema.POOL_MANIFEST).read_text())
+    mb = json.loads((ref / schema.POOL_MANIFEST).read_text())
+    assert ma == mb and ma["probe"]["probe_input"] == "token ids as generated"
+
+
+@smol_test
+def test_smollm2_and_a_model_of_another_vocabulary_probe_each_others_traces(smol, tiny, tmp_path):
+    """SmolLM2 traces (its GGUF file: the generator's tokenizer is loaded from it) probed by a
+    tiny model of another vocabulary, and the tiny model's traces probed by SmolLM2: each
+    prefix the probe model sees decodes to the generator's prefix text (but for characters the
+    probe model's tokenizer has no tokens for: SmolLM2's converted tokenizer drops a few control
+    characters, which the tiny model's random traces hold)."""
+    from mars.backends.tokens import prefix_text
+    from mars.probe import probe_pool
+
+    be, model_dir = smol
+    tiny_gen = tiny_backend(tiny["b"])
+    cases = [
+        (with_settings(be), tiny_backend(tiny["b"], probe_kv_reuse=False), str(GGUF)),
+        (
+            tiny_gen,
+            TransformersBackend(
+                model_dir, device="cpu", probe_max_new_tokens=4, probe_kv_reuse=False
+            ),
+            str(tiny["b"]),
+        ),
+    ]
+    for k, (gen, prober, source) in enumerate(cases):
+        pool = generate_pool(gen, [Q], 2, 7, tmp_path / f"gen{k}", probe="none", progress=False)
+        seen = _record_prefills(prober)
+        out = probe_pool(pool, tmp_path / f"probed{k}", prober, spacing=SPACING, progress=False)
+        probe = json.loads((out / schema.POOL_MANIFEST).read_text())["probe"]
+        assert probe["probe_input"] == f"re-encoded from {source}"
+        prompt = prober.prompt_ids(Q.question)
+        tok = prober.tokenizer
+        texts = sorted(
+            "".join(
+                c
+                for c in prefix_text(gen.tokenizer, r["token_ids"], p["position"])
+                if tok.decode(tok.encode(c, add_special_tokens=False)) == c
+            )
+            for r in trace_rows(out)
+            for p in r["probes"]
+        )
+        bodies = [s[len(prompt) : len(s) - len(prober.suffix_ids)] for s in seen]
+        assert all(s[: len(prompt)] == prompt for s in seen) and len(seen) == len(texts)
+        assert sorted(prober.tokenizer.decode(b, skip_special_tokens=True) for b in bodies) == texts
+        assert all(t for t in texts[1:])  # real text, not empty prefixes

@@ -47,6 +47,7 @@ import contextlib
 import copy
 import inspect
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,17 +55,19 @@ import numpy as np
 
 from ..errors import MarsError
 from ..problems import Problem
-from .base import Backend, ProbeResult
+from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
 from .tokens import (
     CONF_TOP_K,
     DEFAULT_PROMPT_TEMPLATE,
     PROBE_MAX_NEW_TOKENS,
     PROBE_SUFFIX,
+    TokenProbing,
     TokenTraceBatch,
     build_prompt_ids,
     check_context,
     derive_seed,
     encode_suffix,
+    local_path,
     parse_probe,
     window_conf,
 )
@@ -79,6 +82,8 @@ __all__ = [
 ]
 
 _UNIFORM_BLOCK = 64  # uniforms drawn per refill of a trace's generator (fixed: part of the stream)
+#: Most tokens (rows × columns) one teacher-forcing forward pass of the probe stage feeds.
+PREFILL_TOKENS = 4096
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,7 +253,7 @@ def convert_gguf(
 # Backend
 
 
-class TransformersBackend(Backend):
+class TransformersBackend(TokenProbing, Backend):
     """A causal LM of transformers behind the generation interface (see the module docstring).
 
     Args:
@@ -264,6 +269,11 @@ class TransformersBackend(Backend):
         probe_max_new_tokens: new tokens of a probe (spec: 50).
         logprobs: ``"scaled"`` (log-softmax of logits / temperature, SGLang's default) or ``"raw"``.
         probe_kv_reuse: probes continue from a copy of the trace's KV cache (True) or re-prefill.
+        probe_suffix: text appended after the trace to ask for its answer (default: the
+            reference prober's :data:`PROBE_SUFFIX`).
+        generator_tokenizer: the probe stage only: the tokenizer (or its path) of the model that
+            generated the traces being probed, when the pool's recorded model path cannot be
+            loaded here (default: loaded from the pool's manifest when needed).
         prompt_template, system_prompt: the chat prompt (user message ``prompt_template``).
         model, tokenizer: an already loaded model and tokenizer (``model_path`` is then only a
             name).
@@ -287,6 +297,8 @@ class TransformersBackend(Backend):
         probe_max_new_tokens: int = PROBE_MAX_NEW_TOKENS,
         logprobs: str = "scaled",
         probe_kv_reuse: bool = True,
+        probe_suffix: str = PROBE_SUFFIX,
+        generator_tokenizer=None,
         prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
         system_prompt: str | None = None,
         model=None,
@@ -305,6 +317,8 @@ class TransformersBackend(Backend):
             raise MarsError(f"logprobs must be 'scaled' or 'raw', got {logprobs!r}")
         if "{question}" not in prompt_template:
             raise MarsError("prompt_template must contain '{question}'")
+        if not probe_suffix:
+            raise MarsError("the probe suffix must not be empty")
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = str(device)
@@ -326,6 +340,8 @@ class TransformersBackend(Backend):
         )
         self.model_path = path
         self.gguf_file = gguf
+        #: where the model was loaded from (absolute when local): what the pool records
+        self.source_path = local_path(model_path)
         self.model = str(
             name
             or (
@@ -345,7 +361,9 @@ class TransformersBackend(Backend):
         self.prompt_template = prompt_template
         self.system_prompt = system_prompt
         self.eos_ids = _eos_ids(tokenizer, model)
-        self.suffix_ids = encode_suffix(tokenizer)
+        self.probe_suffix = str(probe_suffix)
+        self.suffix_ids = encode_suffix(tokenizer, self.probe_suffix)
+        self.generator_tokenizer = generator_tokenizer
         params = inspect.signature(model.forward).parameters
         self._keep_kw = (
             "logits_to_keep"
@@ -357,6 +375,7 @@ class TransformersBackend(Backend):
             "trace_tokens": 0,
             "probe_tokens": 0,
             "prefill_tokens": 0,
+            "reprobe_trace_tokens": 0,
             "forward_calls": 0,
             "generate_s": 0.0,
             "probe_s": 0.0,
@@ -377,7 +396,9 @@ class TransformersBackend(Backend):
         return {
             "backend": self.name,
             "model": self.model,
+            "model_path": self.source_path,
             "gguf_file": self.gguf_file,
+            "tokenizer_vocab": self.vocab_digest(),
             "device": self.device.split(":")[0],
             "dtype": str(dtype).replace("torch.", ""),
             "sampling": {
@@ -394,12 +415,25 @@ class TransformersBackend(Backend):
             "conf": f"-mean(top-{CONF_TOP_K} logprobs), 3 decimals, float16",
             "batch_size": self.batch_size,
             "probe_max_new_tokens": self.probe_max_new_tokens,
-            "probe_suffix": PROBE_SUFFIX,
+            "probe_suffix": self.probe_suffix,
             "probe_kv_reuse": self.probe_kv_reuse,
             "prompt_template": self.prompt_template,
             "system_prompt": self.system_prompt,
             "torch": torch.__version__.split("+")[0],
         }
+
+    def describe_probe(self) -> dict:
+        """Provenance of the probe stage: :meth:`describe` and how the probed traces' tokens
+        reached this model (``probe_input``: "token ids as generated" or "re-encoded from
+        <generator>")."""
+        info = self.describe()
+        info["sampling"]["method"] = (
+            "per-probe torch.Generator(seed, qid, trace_idx, position), inverse CDF"
+        )
+        return {**info, "probe_input": self.probe_input()}
+
+    def model_source(self) -> tuple[str | None, str | None]:
+        return self.source_path, self.gguf_file
 
     def prompt_ids(self, question: str) -> list[int]:
         return build_prompt_ids(self.tokenizer, question, self.prompt_template, self.system_prompt)
@@ -440,6 +474,203 @@ class TransformersBackend(Backend):
         return sample_tokens(
             logits, uniforms, self.temperature, self.top_k, self.top_p, self.logprobs
         )
+
+    # -- probes (inline, and the probe stage) ------------------------------------------------------
+
+    def _probe_tokens(
+        self, n: int, seeds: list[int], device, cache=None, full=None
+    ) -> list[list[int]]:
+        """Sample the probes of ``n`` rows and return each row's tokens (EOS included).
+
+        From ``cache`` (each row's prompt + prefix; consumed) after prefilling the probe suffix,
+        or from scratch on ``full`` (prompt + prefix + suffix per row).  Row ``i`` draws its
+        tokens with a generator seeded ``seeds[i]``; a row stops at EOS or after
+        ``probe_max_new_tokens`` tokens.
+        """
+        torch = _torch()
+        if cache is not None:
+            suffix = torch.tensor(self.suffix_ids, device=device)
+            logits, cache = self._forward(suffix.expand(n, -1), cache)
+            self.stats["prefill_tokens"] += n * suffix.numel()
+        else:
+            ids = torch.tensor(full, device=device)
+            logits, cache = self._forward(ids)
+            self.stats["prefill_tokens"] += int(ids.numel())
+        streams = [_Stream(s) for s in seeds]
+        out: list[list[int]] = [[] for _ in range(n)]
+        alive = np.arange(n)
+        for step in range(self.probe_max_new_tokens):
+            tok, _ = self._sample(logits, np.array([streams[i].next() for i in alive.tolist()]))
+            keep = np.ones(alive.size, bool)
+            for a, i in enumerate(alive.tolist()):
+                out[i].append(int(tok[a]))
+                if int(tok[a]) in self.eos_ids:
+                    keep[a] = False
+            self.stats["probe_tokens"] += int(alive.size)
+            if step == self.probe_max_new_tokens - 1 or not keep.any():
+                break
+            if not keep.all():
+                sel = torch.as_tensor(np.flatnonzero(keep), device=logits.device)
+                cache.batch_select_indices(sel)
+                alive = alive[keep]
+                tok = tok[keep]
+            logits, cache = self._forward(
+                torch.as_tensor(tok, device=logits.device).unsqueeze(-1), cache
+            )
+        del cache
+        return out
+
+    def _probe_result(
+        self, out: list[int], conf: float | None, prompt_tokens: int, cached: int
+    ) -> ProbeResult:
+        gen = [t for t in out if t not in self.eos_ids]
+        text = self.tokenizer.decode(gen, skip_special_tokens=True)
+        return ProbeResult(
+            answer=parse_probe(text),
+            raw_text="\\boxed{" + text,
+            conf=conf,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            generated_tokens=len(out),
+        )
+
+    def _feed(self, cache, ids: np.ndarray):
+        """Teacher-force ``ids`` [rows, n] through ``cache`` (in passes of at most
+        :data:`PREFILL_TOKENS` tokens); returns the extended cache."""
+        torch = _torch()
+        rows, n = ids.shape
+        step = max(1, PREFILL_TOKENS // max(rows, 1))
+        for lo in range(0, n, step):
+            piece = torch.as_tensor(
+                np.ascontiguousarray(ids[:, lo : lo + step]), device=self.device
+            )
+            _, cache = self._forward(piece, cache)
+            self.stats["prefill_tokens"] += int(piece.numel())
+            self.stats["reprobe_trace_tokens"] += int(piece.numel())
+        return cache
+
+    def reprobe(
+        self,
+        problem: Problem,
+        traces: Sequence[StoredTrace],
+        positions: Sequence[np.ndarray],
+        generator: GeneratorInfo,
+    ) -> list[list[ProbeResult]]:
+        """Probe stored traces (the probe stage), each trace's forward pass run once.
+
+        The question's prompt (the probe model's chat template) is prefilled once.  With the
+        generator's vocabulary, traces go in chunks of ``batch_size``: their stored ids are fed
+        through one KV cache up to each probe position in turn (every trace of a chunk holds the
+        same number of tokens; a trace leaves the chunk after its last probe), and at a position
+        the traces probed there branch off a copy of the cache: only the suffix is prefilled,
+        then ≤ ``probe_max_new_tokens`` tokens are sampled as inline probes are (seed
+        ``(seed, qid, trace_idx, position)``, the generation's seed).  With another vocabulary a
+        trace goes alone: its prefix at each position is the generator's text re-encoded, the
+        cache cut back to where the new prefix departs from the previous one.
+        ``probe_kv_reuse=False`` re-prefills prompt + prefix + suffix for every probe instead.
+        """
+        import time
+
+        torch = _torch()
+        gen, prompt, plan = self.probe_plan(problem, traces, positions, generator.manifest)
+        seed = int(generator.manifest.get("seed", 0))
+        out: list[list[Any]] = [[None] * len(p) for p in positions]
+        todo = [i for i, p in enumerate(positions) if len(p)]
+        if not todo:
+            return out
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            base = None
+            if self.probe_kv_reuse:
+                _, base = self._forward(torch.tensor([prompt], device=self.device))
+                self.stats["prefill_tokens"] += len(prompt)
+            if gen.same_ids:
+                for lo in range(0, len(todo), self.batch_size):
+                    rows = todo[lo : lo + self.batch_size]
+                    self._reprobe_chunk(problem, seed, prompt, base, rows, traces, positions, out)
+            else:
+                for i in todo:
+                    self._reprobe_alone(
+                        problem, seed, prompt, base, traces[i], positions[i], plan[i], out[i]
+                    )
+        self.stats["probe_s"] += time.perf_counter() - t0
+        return out
+
+    def _reprobe_chunk(self, problem, seed, prompt, base, rows, traces, positions, out) -> None:
+        """Probe the traces ``rows`` (generator ids as they are) along one shared KV cache."""
+        torch = _torch()
+        kv = base is not None
+        ids = [np.asarray(traces[i].token_ids, np.int64) for i in rows]
+        pos = [np.asarray(positions[i], np.int64).tolist() for i in rows]
+        nxt = [0] * len(rows)
+        cache: Any = None
+        if kv:
+            cache = copy.deepcopy(base)
+            if len(rows) > 1:
+                cache.batch_repeat_interleave(len(rows))
+        alive = list(range(len(rows)))  # cache rows, in this order
+        cur = 0
+        for e in sorted({p for ps in pos for p in ps}):
+            if kv and e > cur:
+                cache = self._feed(cache, np.stack([ids[a][cur:e] for a in alive]))
+            cur = e
+            here = [a for a in alive if nxt[a] < len(pos[a]) and pos[a][nxt[a]] == e]
+            if here:
+                seeds = [derive_seed(seed, problem.qid, traces[rows[a]].trace_idx, e) for a in here]
+                if kv:
+                    branch = copy.deepcopy(cache)
+                    if len(here) < len(alive):
+                        sel = [alive.index(a) for a in here]
+                        branch.batch_select_indices(torch.as_tensor(sel, device=self.device))
+                    toks = self._probe_tokens(len(here), seeds, self.device, cache=branch)
+                else:
+                    full = [prompt + ids[a][:e].tolist() + self.suffix_ids for a in here]
+                    toks = self._probe_tokens(len(here), seeds, self.device, full=full)
+                for a, t in zip(here, toks):
+                    confs = traces[rows[a]].confs
+                    out[rows[a]][nxt[a]] = self._probe_result(
+                        t,
+                        None if confs is None else window_conf(confs, e),
+                        len(prompt) + e + len(self.suffix_ids),
+                        len(prompt) + e if kv else 0,
+                    )
+                    nxt[a] += 1
+            keep = [a for a in alive if pos[a][-1] != e]
+            if len(keep) < len(alive):
+                if kv and keep:
+                    sel = [alive.index(a) for a in keep]
+                    cache.batch_select_indices(torch.as_tensor(sel, device=self.device))
+                alive = keep
+            if not alive:
+                break
+
+    def _reprobe_alone(self, problem, seed, prompt, base, trace, positions, prefixes, out) -> None:
+        """Probe one trace whose prefixes are re-encoded (each may depart from the previous one
+        near its end: the cache is cut back to their common part)."""
+        kv = base is not None
+        cache: Any = copy.deepcopy(base) if kv else None
+        fed = np.zeros(0, np.int64)
+        for k, (e, seq) in enumerate(zip(np.asarray(positions).tolist(), prefixes)):
+            s = [derive_seed(seed, problem.qid, trace.trace_idx, e)]
+            if kv:
+                m = min(len(fed), len(seq))
+                diff = np.flatnonzero(fed[:m] != seq[:m])
+                n = int(diff[0]) if diff.size else m
+                if n < len(fed):
+                    cache.crop(len(prompt) + n)
+                if len(seq) > n:
+                    cache = self._feed(cache, np.asarray(seq[n:], np.int64)[None, :])
+                fed = np.asarray(seq, np.int64)
+                toks = self._probe_tokens(1, s, self.device, cache=copy.deepcopy(cache))
+            else:
+                full = [prompt + np.asarray(seq).tolist() + self.suffix_ids]
+                toks = self._probe_tokens(1, s, self.device, full=full)
+            out[k] = self._probe_result(
+                toks[0],
+                None if trace.confs is None else window_conf(trace.confs, e),
+                len(prompt) + len(seq) + len(self.suffix_ids),
+                len(prompt) + len(seq) if kv else 0,
+            )
 
 
 def sample_tokens(
@@ -630,64 +861,30 @@ class TransformersTraceBatch(TokenTraceBatch):
         be = self.backend
         rows = ch.rows[want]
         p = len(self._ids[rows[0]])
-        suffix = torch.tensor(be.suffix_ids, device=ch.logits.device)
+        seeds = [
+            derive_seed(self.seed, self.problem.qid, self.first_trace + j, p) for j in rows.tolist()
+        ]
         if be.probe_kv_reuse:
             cache = copy.deepcopy(ch.cache)
             if not want.all():
                 cache.batch_select_indices(
                     torch.as_tensor(np.flatnonzero(want), device=ch.logits.device)
                 )
-            logits, cache = be._forward(suffix.expand(rows.size, -1), cache)
-            be.stats["prefill_tokens"] += rows.size * suffix.numel()
+            out = be._probe_tokens(rows.size, seeds, ch.logits.device, cache=cache)
             cached = len(self.prompt) + p
         else:
-            full = torch.tensor(
-                [self.prompt + self._ids[j] + be.suffix_ids for j in rows.tolist()],
-                device=ch.logits.device,
-            )
-            logits, cache = be._forward(full)
-            be.stats["prefill_tokens"] += int(full.numel())
+            full = [self.prompt + self._ids[j] + be.suffix_ids for j in rows.tolist()]
+            out = be._probe_tokens(rows.size, seeds, ch.logits.device, full=full)
             cached = 0
-        streams = [
-            _Stream(derive_seed(self.seed, self.problem.qid, self.first_trace + j, p))
-            for j in rows.tolist()
+        return [
+            be._probe_result(
+                out[i],
+                window_conf(self._confs[j], p),
+                len(self.prompt) + p + len(be.suffix_ids),
+                cached,
+            )
+            for i, j in enumerate(rows.tolist())
         ]
-        out: list[list[int]] = [[] for _ in rows]
-        alive = np.arange(rows.size)
-        for step in range(be.probe_max_new_tokens):
-            tok, _ = be._sample(logits, np.array([streams[i].next() for i in alive.tolist()]))
-            keep = np.ones(alive.size, bool)
-            for a, i in enumerate(alive.tolist()):
-                out[i].append(int(tok[a]))
-                if int(tok[a]) in be.eos_ids:
-                    keep[a] = False
-            be.stats["probe_tokens"] += int(alive.size)
-            if step == be.probe_max_new_tokens - 1 or not keep.any():
-                break
-            if not keep.all():
-                sel = torch.as_tensor(np.flatnonzero(keep), device=logits.device)
-                cache.batch_select_indices(sel)
-                alive = alive[keep]
-                tok = tok[keep]
-            logits, cache = be._forward(
-                torch.as_tensor(tok, device=logits.device).unsqueeze(-1), cache
-            )
-        del cache
-        res = []
-        for i, j in enumerate(rows.tolist()):
-            gen = [t for t in out[i] if t not in be.eos_ids]
-            text = be.tokenizer.decode(gen, skip_special_tokens=True)
-            res.append(
-                ProbeResult(
-                    answer=parse_probe(text),
-                    raw_text="\\boxed{" + text,
-                    conf=window_conf(self._confs[j], p),
-                    prompt_tokens=len(self.prompt) + p + len(be.suffix_ids),
-                    cached_tokens=cached,
-                    generated_tokens=len(out[i]),
-                )
-            )
-        return res
 
     def close(self) -> None:
         self._chunks = []
