@@ -59,23 +59,26 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import MarsError
 from ..problems import Problem
-from .base import Backend, ProbeResult
+from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
 from .tokens import (
     CONF_TOP_K,
     DEFAULT_PROMPT_TEMPLATE,
     PROBE_MAX_NEW_TOKENS,
     PROBE_SUFFIX,
+    TokenProbing,
     TokenTraceBatch,
     build_prompt_ids,
     check_context,
     derive_seed,
     encode_suffix,
+    local_path,
     parse_probe,
     token_confidence,
     window_conf,
@@ -245,7 +248,7 @@ def engine_report(engine) -> dict:
     return report
 
 
-class SGLangBackend(Backend):
+class SGLangBackend(TokenProbing, Backend):
     """An ``sglang.Engine`` behind the generation interface (see the module docstring).
 
     Args:
@@ -264,6 +267,15 @@ class SGLangBackend(Backend):
             only without per-trace seeds: SGLang's seeded sampler does not implement it).
         max_tokens: token cap of a trace.
         probe_max_new_tokens: new tokens of a probe (spec: 50).
+        probe_suffix: text appended after the trace to ask for its answer (default: the
+            reference prober's :data:`PROBE_SUFFIX`).
+        probe_batch_size: probe requests per engine call of the probe stage (the reference
+            prober's 64).
+        probe_wave: traces whose probes the probe stage sends together, tier by tier (None: as
+            many as half the engine's KV pool holds at their longest probe; all when the engine
+            reports no pool).
+        generator_tokenizer: the probe stage only: the tokenizer (or its path) of the model that
+            generated the traces, when the pool's recorded model path cannot be loaded here.
         seed_per_trace: reproducible traces — deterministic inference and a ``sampling_seed`` per
             request (:func:`trace_seed`, :func:`probe_seed`); False: the engine's own randomness.
         prompt_template, system_prompt: the chat prompt.
@@ -286,6 +298,10 @@ class SGLangBackend(Backend):
         min_p: float | None = None,
         max_tokens: int = 32768,
         probe_max_new_tokens: int = PROBE_MAX_NEW_TOKENS,
+        probe_suffix: str = PROBE_SUFFIX,
+        probe_batch_size: int = 64,
+        probe_wave: int | None = None,
+        generator_tokenizer=None,
         seed_per_trace: bool = True,
         prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
         system_prompt: str | None = None,
@@ -307,7 +323,13 @@ class SGLangBackend(Backend):
             )
         if "{question}" not in prompt_template:
             raise MarsError("prompt_template must contain '{question}'")
+        if not probe_suffix:
+            raise MarsError("the probe suffix must not be empty")
+        if probe_batch_size <= 0 or (probe_wave is not None and probe_wave <= 0):
+            raise MarsError("probe_batch_size and probe_wave must be positive")
         self.model_path = str(model_path)
+        #: where the model was loaded from (absolute when local): what the pool records
+        self.source_path = local_path(model_path)
         self.model = str(name or model_path)
         self.temperature = float(temperature)
         self.top_p = float(top_p)
@@ -315,6 +337,10 @@ class SGLangBackend(Backend):
         self.min_p = min_p
         self.max_tokens = int(max_tokens)
         self.probe_max_new_tokens = int(probe_max_new_tokens)
+        self.probe_suffix = str(probe_suffix)
+        self.probe_batch_size = int(probe_batch_size)
+        self.probe_wave = None if probe_wave is None else int(probe_wave)
+        self.generator_tokenizer = generator_tokenizer
         self.seed_per_trace = bool(seed_per_trace)
         self.prompt_template = prompt_template
         self.system_prompt = system_prompt
@@ -368,7 +394,7 @@ class SGLangBackend(Backend):
 
             tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer = tokenizer
-        self.suffix_ids = encode_suffix(tokenizer)
+        self.suffix_ids = encode_suffix(tokenizer, self.probe_suffix)
         #: engine-reported token counts, summed (generation and probes)
         self.stats = {
             "generate_calls": 0,
@@ -472,6 +498,8 @@ class SGLangBackend(Backend):
         return {
             "backend": self.name,
             "model": self.model,
+            "model_path": self.source_path,
+            "tokenizer_vocab": self.vocab_digest(),
             "sampling": {
                 "temperature": self.temperature,
                 "top_p": self.top_p,
@@ -495,15 +523,112 @@ class SGLangBackend(Backend):
             ),
             "conf": f"-mean(top-{CONF_TOP_K} logprobs), 3 decimals, float16",
             "probe_max_new_tokens": self.probe_max_new_tokens,
-            "probe_suffix": PROBE_SUFFIX,
+            "probe_suffix": self.probe_suffix,
             "prompt_template": self.prompt_template,
             "system_prompt": self.system_prompt,
             "dp_size": self.dp_size,
             "tp_size": self.tp_size,
         }
 
+    def describe_probe(self) -> dict:
+        """Provenance of the probe stage: :meth:`describe`, how requests are ordered, and how the
+        probed traces' tokens reached this model (``probe_input``)."""
+        return {
+            **self.describe(),
+            "probe_order": (
+                f"tier by tier (every trace's 1st probe, then 2nd, ...) in waves of "
+                f"{self.probe_wave or 'KV-pool-sized'} traces, {self.probe_batch_size} requests "
+                "per engine call"
+            ),
+            "probe_input": self.probe_input(),
+        }
+
+    def model_source(self) -> tuple[str | None, str | None]:
+        return self.source_path, None
+
     def prompt_ids(self, question: str) -> list[int]:
         return build_prompt_ids(self.tokenizer, question, self.prompt_template, self.system_prompt)
+
+    def wave_size(self, n: int, request_tokens: int) -> int:
+        """Traces per wave of the probe stage: :attr:`probe_wave`, else as many traces as half the
+        engine's KV pool holds at ``request_tokens`` each (their prefixes must stay in the radix
+        cache from one tier to the next), at least 1; all ``n`` without a reported pool."""
+        if self.probe_wave is not None:
+            return max(1, min(n, self.probe_wave))
+        pool = self.engine_info.get("max_total_num_tokens")
+        if not pool:
+            return max(1, n)
+        return max(1, min(n, int(pool) // 2 // max(1, request_tokens)))
+
+    def reprobe(
+        self,
+        problem: Problem,
+        traces: Sequence[StoredTrace],
+        positions: Sequence[np.ndarray],
+        generator: GeneratorInfo,
+    ) -> list[list[ProbeResult]]:
+        """Probe stored traces (the probe stage) so that the radix cache shares their prefixes.
+
+        Request = prompt (the probe model's chat template) + the trace's first d tokens (the
+        generator's ids, or its text re-encoded for another vocabulary) + the suffix,
+        ``max_new_tokens`` = :attr:`probe_max_new_tokens`, the traces' sampling with
+        ``sampling_seed`` :func:`probe_seed` (seed, qid, trace_idx, d) as inline probes.  Order:
+        the traces go in waves (:meth:`wave_size`); within a wave, tier by tier — every trace's
+        1st probe, then every 2nd, … — in engine calls of :attr:`probe_batch_size` requests, so
+        when a trace's next probe comes its previous prefix is in the radix cache.  The engine's
+        ``prompt_tokens``, ``cached_tokens`` and ``completion_tokens`` go into each result.
+        """
+        _gen, prompt, plan = self.probe_plan(problem, traces, positions, generator.manifest)
+        seed = int(generator.manifest.get("seed", 0))
+        out: list[list[Any]] = [[None] * len(p) for p in positions]
+        todo = [i for i, p in enumerate(positions) if len(p)]
+        if not todo:
+            return out
+        longest = max(len(prompt) + len(plan[i][-1]) + len(self.suffix_ids) for i in todo)
+        wave = self.wave_size(len(todo), longest + self.probe_max_new_tokens)
+        for lo in range(0, len(todo), wave):
+            members = todo[lo : lo + wave]
+            tiers = max(len(positions[i]) for i in members)
+            for k in range(tiers):
+                tier = [i for i in members if k < len(positions[i])]
+                for b in range(0, len(tier), self.probe_batch_size):
+                    batch = tier[b : b + self.probe_batch_size]
+                    self._probe_requests(
+                        problem, seed, prompt, [(i, k) for i in batch], traces, positions, plan, out
+                    )
+        return out
+
+    def _probe_requests(self, problem, seed, prompt, reqs, traces, positions, plan, out) -> None:
+        """One engine call: the probes ``reqs`` = [(trace i, its k-th probe), …]."""
+        ids, params = [], []
+        for i, k in reqs:
+            d = int(positions[i][k])
+            ids.append(prompt + [int(t) for t in plan[i][k]] + self.suffix_ids)
+            s = (
+                probe_seed(seed, problem.qid, traces[i].trace_idx, d)
+                if self.seed_per_trace
+                else None
+            )
+            params.append(self.sampling_params(self.probe_max_new_tokens, s))
+        outs = self.generate(ids, params, logprobs=False)
+        self.stats["probe_calls"] += 1
+        for (i, k), req, o in zip(reqs, ids, outs):
+            g = parse_generation(o, self.probe_max_new_tokens)
+            text = g["text"]
+            if text is None:
+                text = self.tokenizer.decode(g["ids"], skip_special_tokens=True)
+            for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+                self.stats[f"probe_{key}"] += g[key] or 0
+            self.stats["retractions"] += g["retractions"] or 0
+            confs = traces[i].confs
+            out[i][k] = ProbeResult(
+                answer=parse_probe(text),
+                raw_text="\\boxed{" + text,
+                conf=None if confs is None else window_conf(confs, int(positions[i][k])),
+                prompt_tokens=g["prompt_tokens"] if g["prompt_tokens"] is not None else len(req),
+                cached_tokens=g["cached_tokens"],
+                generated_tokens=g["completion_tokens"],
+            )
 
     def sampling_params(self, max_new_tokens: int, seed: int | None) -> dict:
         sp: dict[str, Any] = {

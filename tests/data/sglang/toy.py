@@ -148,8 +148,13 @@ class ToyTokenizer:
                 raise ValueError(f"toy tokenizer cannot encode {text[i]!r}")
         return ids
 
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+    def __call__(self, text: str | list[str], add_special_tokens: bool = False) -> dict:
+        if isinstance(text, list):
+            return {"input_ids": [self.encode(t) for t in text]}
         return {"input_ids": self.encode(text)}
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.index)
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         return "".join(
@@ -249,7 +254,17 @@ PROBES = {
     ("C", 8): ["<|im_end|>"],  # nothing parseable: answer None
     ("B", 16): ["\\dfrac{", "1", "2", "}", "{", "2", "}", "}"]
     + [" and", " so", " on"] * 20,  # hits max_new_tokens
+    # the probe stage's terminal probes (at each trace's end, its EOS included) ...
+    ("A", 15): [" 5", "}", "<|im_end|>"],
+    ("B", 24): ["6", "}", "<|im_end|>"],
+    ("C", 16): ["5", "}", "<|im_end|>"],
+    # ... and the same re-encoded from another vocabulary (the EOS, a special token, left out)
+    ("A", 14): [" 5", "}", "<|im_end|>"],
+    ("C", 15): ["5", "}", "<|im_end|>"],
 }
+#: The vocabulary of another toy generator: the same tokens (specials first, as they are), the
+#: others in another order, so that the same text has other ids.
+OTHER_VOCAB = SPECIAL + sorted(VOCAB[len(SPECIAL) :], key=lambda t: (len(t), t[::-1]))
 
 
 class ScriptedEngine:
@@ -484,7 +499,76 @@ def main() -> int:
     print(f"{path}: {len(engine.exchanges)} exchanges in {engine.calls} calls")
     for r in doc["expected"]:
         print(r)
+    record_probe_stage(problem, seed, n, spacing, max_tokens, firsts)
     return 0
+
+
+def record_probe_stage(problem, seed: int, n: int, spacing: int, max_tokens: int, firsts) -> None:
+    """``probe_toy_q0.json``: the probe stage on the same scripts.  Generation without probes
+    (``generate_pool(probe="none")``: one request per trace, to the cap), then ``probe_pool`` at
+    the same spacing on a fresh engine (tier by tier: every trace's probe at 8, then the second
+    probes, then the third), then the same probes of the traces stored in another vocabulary
+    (:data:`OTHER_VOCAB`), re-encoded into this one."""
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    from mars import schema
+    from mars.backends.base import GeneratorInfo
+    from mars.backends.sglang import SGLangBackend
+    from mars.generate import generate_pool
+    from mars.probe import probe_pool, probe_positions, stored_traces
+
+    def backend(**kw) -> tuple[SGLangBackend, ScriptedEngine]:
+        be = SGLangBackend(
+            "toy/Toy-Reasoner",
+            engine=object(),
+            tokenizer=ToyTokenizer(),
+            max_tokens=max_tokens,
+            **kw,
+        )
+        engine = ScriptedEngine(be.prompt_ids(problem.question), be.suffix_ids, firsts)
+        be.engine = engine
+        be.engine_info = {**SERVER_INFO, "context_len": CONTEXT_LEN}
+        return be, engine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        gen_be, gen_engine = backend()
+        pool = generate_pool(gen_be, [problem], n, seed, f"{tmp}/gen", probe="none", progress=False)
+        probe_be, probe_engine = backend()
+        probed = probe_pool(pool, f"{tmp}/probed", probe_be, spacing=spacing, progress=False)
+        rows = pq.read_table(probed / schema.trace_file_name(problem.qid)).to_pylist()
+        traces = stored_traces(pq.read_table(pool / schema.trace_file_name(problem.qid)))
+    other = ToyTokenizer(OTHER_VOCAB)
+    for t in traces:
+        t.token_ids = np.array(other.ids([T.vocab[i] for i in t.token_ids]), np.int32)
+    re_be, re_engine = backend(generator_tokenizer=other)
+    positions = [probe_positions(t.length, spacing) for t in traces]
+    manifest = {"backend": "sglang", "model": "toy/Other-Reasoner", "seed": seed}
+    reprobed = re_be.reprobe(problem, traces, positions, GeneratorInfo(manifest))
+    doc = {
+        "about": "Hand-built SGLang Engine.generate exchanges of the probe stage (see "
+        "session_toy_q0.json), NOT recorded from a live engine; written by "
+        "tests/data/sglang/toy.py, replayed by tests/test_backend_sglang.py.",
+        "spacing": spacing,
+        "other_vocab": OTHER_VOCAB,
+        "other_manifest": manifest,
+        "generation": gen_engine.exchanges,
+        "probing": probe_engine.exchanges,
+        "reencoded": re_engine.exchanges,
+        "expected": [
+            [[p["position"], p["answer"], p["cached_tokens"]] for p in r["probes"]] for r in rows
+        ],
+        "expected_reencoded": [
+            [[int(d), r.answer, r.cached_tokens] for d, r in zip(ps, rs)]
+            for ps, rs in zip(positions, reprobed)
+        ],
+    }
+    path = HERE / "probe_toy_q0.json"
+    path.write_text(dumps(doc) + "\n")
+    print(f"{path}: {len(probe_engine.exchanges)} probes in {probe_engine.calls} calls")
+    for r in doc["expected"]:
+        print(r)
 
 
 if __name__ == "__main__":
