@@ -379,7 +379,8 @@ def solve(
         "sc-mars-cal",
         "--method",
         "-m",
-        help="sc, sc-mars, sc-mars-cal, sc-mars-cert, sc-pp, sc-pp-faithful or sc-consensus",
+        help="sc, sc-mars, sc-mars-cal, sc-mars-cert, sc-mars2, sc-pp, sc-pp-faithful or "
+        "sc-consensus",
     ),
     backend: str = typer.Option("synthetic", help=BACKEND_HELP),
     preset: str | None = typer.Option(None, help=PRESET_HELP),

@@ -81,7 +81,7 @@ def live_method(method: str | Method) -> Method:
     if m.deepconf:
         raise SimulationError(
             f"method {m.name}: DeepConf's online filter truncates traces token by token inside "
-            "the engine; live mode runs sc, sc-mars, sc-mars-cal, sc-mars-cert, sc-pp, "
+            "the engine; live mode runs sc, sc-mars, sc-mars-cal, sc-mars-cert, sc-mars2, sc-pp, "
             "sc-pp-faithful, sc-consensus"
         )
     if (m.q == "oracle" and m.stopping == "mars") or m.stopping.startswith("oracle"):

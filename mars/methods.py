@@ -30,6 +30,9 @@ New methods (not in the reference):
 * ``sc-pp-faithful`` — Parallel-Probe as its authors define it: pruned traces stop voting and
   stop costing tokens; the answer is the unpruned vote.
 * ``sc-consensus`` — stop once the leader holds ``--consensus`` of the votes.
+* ``sc-mars2`` / ``dco-mars2`` — MARS2 (:mod:`mars.riskstop`): stop once the predicted
+  probability that the full-budget vote differs from the leader is at most ``--risk-alpha``
+  (docs/beyond.md).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ class Method:
     group: str = "sc"  # sc | dco | other | oracle
     conf_weights: bool = False
     deepconf: bool = False
-    stopping: str = "never"  # never | mars | pp | oracle-first | oracle-last | consensus
+    stopping: str = "never"  # never | mars | risk | pp | oracle-first | oracle-last | consensus
     q: str = "learned"  # learned | oracle
     calibrate: bool = False  # γ calibrated on the warmup with oracle q
     certified: bool = False
@@ -159,6 +162,16 @@ _METHODS = [
         faithful=True,
     ),
     Method("sc-consensus", "Consensus (share ≥ {consensus:value})", "other", stopping="consensus"),
+    # beyond the paper (docs/beyond.md): predictive risk instead of the adversarial bound
+    Method("sc-mars2", "MARS2 (predictive risk)", stopping="risk"),
+    Method(
+        "dco-mars2",
+        "DCO + MARS2 (predictive risk)",
+        "dco",
+        conf_weights=True,
+        deepconf=True,
+        stopping="risk",
+    ),
 ]
 
 METHODS: dict[str, Method] = {m.name: m for m in _METHODS}

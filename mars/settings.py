@@ -135,6 +135,17 @@ class Settings:
         live=True,
         symbol="δ",
     )
+    risk_alpha: float | None = _setting(
+        None,
+        "risk level α of MARS2 (sc-mars2, dco-mars2): stop once P(final vote ≠ leader) ≤ α "
+        "(default: the pipeline's fixed level, 0.1 SC / 0.02 DeepConf)",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+        live=True,
+        symbol="α",
+    )
     consensus: float = _setting(
         0.9,
         "vote share at which sc-consensus stops",
@@ -245,7 +256,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _specs() -> tuple[SettingSpec, ...]:
-    hints = {"int": int, "float": float, "int | None": int}
+    hints = {"int": int, "float": float, "int | None": int, "float | None": float}
     out = []
     for f in fields(Settings):
         m = f.metadata

@@ -28,6 +28,7 @@ from .features import switch_labels
 from .methods import Method
 from .pool import Pool, PoolError, open_pool
 from .qmodel import QuestionFit, fit_question, predict_question
+from .riskstop import RiskStop
 from .settings import Settings, resolve_spacing
 from .stopping import Consensus, Mars, Never, ParallelProbe, Rule, Snapshot
 from .voting import leader, tally
@@ -213,6 +214,15 @@ class QuestionContext:
                 certified=method.certified,
                 delta=s.delta,
                 label="certified" if method.certified else "margin",
+            )
+        if method.stopping == "risk":
+            arr, warm = self.arr, self.warm
+            return RiskStop.for_question(
+                arr.final_ids[warm],
+                arr.n_answers,
+                deepconf=method.deepconf,
+                warm_min_group=None if arr.min_group is None else arr.min_group[warm],
+                alpha=s.risk_alpha,
             )
         if method.stopping == "pp":
             return ParallelProbe(

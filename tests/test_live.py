@@ -33,6 +33,7 @@ LIVE_METHODS = [
     "sc-pp",
     "sc-pp-faithful",
     "sc-consensus",
+    "sc-mars2",
 ]
 QIDS = [0, 1, 2, 4, 5, 8, 13, 27]
 

@@ -1,0 +1,287 @@
+"""Predictive-risk stopping (``sc-mars2``, ``dco-mars2``): stop once P(final vote ≠ leader) ≤ α.
+
+MARS bounds the future vote adversarially: every switching trace is assumed to land on the worst
+challenger. Where switching traces land is not arbitrary, though: a trace that leaves its current
+answer ends where traces of this question end, and the warmup traces — run to completion before
+the main sample — are a direct sample of that final-answer distribution θ. This rule replaces the
+adversarial destination by that posterior predictive:
+
+* θ ~ Dirichlet(warmup final-answer counts + ``prior`` per answer the warmup gave, ``other`` on one
+  slot standing for every answer it never gave);
+* a finished trace's vote is fixed; a running trace ends on its current answer a with probability
+  1 − q (q = P(final ≠ current), the question's learned switch model, the one MARS uses) and
+  otherwise on another answer x with probability ∝ θ_x (θ restricted to the answers ≠ a); a
+  running trace whose probe abstained ends on a θ draw;
+* for every challenger c, the final margin T_L − T_c is approximately normal (a sum of independent
+  per-trace terms, θ at its posterior mean, plus the posterior variance of θ_L − θ_c times the
+  switching mass); P(T_L − T_c ≤ 0) by the normal tail with a half-vote continuity correction
+  (ties count as losses); the risk is the union bound over challengers;
+* stop when the risk ≤ ``alpha``. DeepConf (``dco-mars2``): the final vote keeps only a few
+  confident traces, whose answer can differ from the plain warmup majority, so the leader must
+  also be the warmup's favourite when each warmup answer is weighted by exp(``tilt`` · its lowest
+  group confidence) (:func:`confident_favourite`).
+
+No cross-question artifact is needed: per question the rule reads the warmup traces' final answers
+(and, for DeepConf, their lowest group confidence) and the switch probabilities q the simulator
+already fits; ``alpha`` per pipeline is fixed in code, chosen by Learn-then-Test across development
+questions (docs/beyond.md). Everything is vectorised over iterations × sampled traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import ndtr
+
+from .stopping import Rule, Snapshot
+from .voting import tally
+
+#: risk levels, fixed (Learn-then-Test on the development pools, docs/beyond.md)
+ALPHA_SC = 0.1
+ALPHA_DCO = 0.02
+PRIOR = 1.0  # pseudo-count added to every answer the warmup gave
+OTHER = 1.0  # pseudo-count of "an answer the warmup never gave"
+N_DRAWS = 32  # posterior draws of θ (Monte Carlo form only; the rule uses the analytic form)
+TILT = 2.0  # DeepConf guard: warmup weight exp(TILT · lowest group confidence)
+SEED = 0
+
+
+def dirichlet_counts(
+    warm_final: np.ndarray,
+    n_answers: int,
+    prior: float = PRIOR,
+    other: float = OTHER,
+    temper: float = 1.0,
+) -> np.ndarray:
+    """Dirichlet parameters of the final-answer posterior [n_answers + 1]: warmup count + ``prior``
+    for every answer the warmup gave, 0 for the others, ``other`` on the last slot ("an answer the
+    warmup never gave", standing for all of them at once, which is conservative)."""
+    wf = np.asarray(warm_final)
+    wf = wf[wf >= 0]
+    c = temper * np.bincount(wf, minlength=n_answers).astype(np.float64)[:n_answers]
+    return np.append(np.where(c > 0, c + prior, 0.0), other)
+
+
+def theta_draws(
+    warm_final: np.ndarray,
+    n_answers: int,
+    prior: float = PRIOR,
+    other: float = OTHER,
+    n_draws: int = N_DRAWS,
+    seed: int = SEED,
+) -> np.ndarray:
+    """Seeded posterior draws of θ [n_draws, n_answers + 1], for the Monte Carlo form of the risk.
+
+    Random streams go to answers by decreasing count, not by id (ids are arrival order), so the
+    draws do not depend on how answers are numbered (ties in count keep id order).
+    """
+    c = dirichlet_counts(warm_final, n_answers, prior, other)
+    order = np.argsort(-c, kind="stable")
+    rng = np.random.default_rng(seed)
+    g = np.empty((n_draws, len(c)))
+    g[:, order] = rng.gamma(np.where(c[order] > 0, c[order], 1.0), size=(n_draws, len(c))) * (
+        c[order] > 0
+    )
+    return g / g.sum(axis=1, keepdims=True)
+
+
+def confident_favourite(
+    warm_final: np.ndarray, warm_min_group: np.ndarray, tilt: float = TILT
+) -> int:
+    """The warmup's favourite answer when each trace weighs exp(tilt · lowest group confidence),
+    i.e. leaning towards the traces DeepConf's filter would keep; -1 without a warmup answer."""
+    wf = np.asarray(warm_final)
+    ok = wf >= 0
+    if not ok.any():
+        return -1
+    mg = np.asarray(warm_min_group, dtype=np.float64)[ok]
+    lam = np.exp(tilt * (mg - mg.max()))
+    return int(np.argmax(np.bincount(wf[ok], weights=lam)))
+
+
+def predictive_risk(ids, eligible, running, pending, q, weights, lead, theta) -> np.ndarray:
+    """P(the full-budget vote ≠ the current leader) per row ([R, B] inputs).
+
+    ``theta``: posterior draws [D, A+1] (Monte Carlo over θ), or the Dirichlet parameters [A+1]
+    (analytic: θ at its posterior mean, and the posterior variance of θ_L − θ_c, times the
+    switching mass, added to each margin's variance — deterministic and D times cheaper).
+    Only answers a row holds, answers of θ's support and the unseen slot are challengers (others
+    cannot win), so the work is O(R · D · answers present), whatever the total answer count.
+    """
+    R, _B = ids.shape
+    analytic = theta.ndim == 1
+    conc = None
+    if analytic:
+        conc = np.asarray(theta, dtype=np.float64)
+        theta = (conc / conc.sum())[None]
+    A1 = theta.shape[1]
+    if R == 0:
+        return np.zeros(0)
+    pending = np.zeros_like(eligible) if pending is None else pending
+    run = eligible & running
+    fin = eligible & ~running
+    pend = pending & ~eligible
+    present = np.zeros(A1, dtype=bool)
+    present[ids[eligible]] = True
+    present |= theta.max(axis=0) > 0
+    present[-1] = True
+    cols = np.flatnonzero(present)
+    remap = np.full(A1, -1, dtype=np.int64)
+    remap[cols] = np.arange(len(cols))
+    C = len(cols)
+    th = theta[:, cols]  # [D, C]
+    idx = np.where(eligible, remap[np.maximum(ids, 0)], C - 1)
+    w = np.broadcast_to(weights, ids.shape).astype(np.float64)
+    # q is P(final ≠ current answer a); a switching trace lands on θ restricted to the other
+    # answers, i.e. it is re-drawn from θ with probability g = q / (1 − θ_a) (capped at 1)
+    mean_th = th.mean(axis=0) if not analytic else th[0]
+    stay = np.maximum(1.0 - mean_th[idx], 1e-12)
+    qq = np.minimum(q.astype(np.float64) / stay, 1.0)
+    w2 = w * w
+    live = run | pend
+    qq = np.where(pend, 1.0, qq)
+
+    def per_answer(v):  # sums over running traces that hold an answer [R, C]
+        return tally(idx, v, run, C)
+
+    def total(v):  # sums over every live trace (pending ones included) [R]
+        return np.where(live, v, 0.0).sum(axis=1)
+
+    Fx = tally(idx, w, fin, C)
+    N, Q = per_answer(w), per_answer(w * qq)
+    N2, Q2, S2 = per_answer(w2), per_answer(w2 * qq), per_answer(w2 * qq * qq)
+    Qt, Q2t, S2t = total(w * qq), total(w2 * qq), total(w2 * qq * qq)
+    r = np.arange(R)
+    L = remap[np.maximum(lead, 0)]
+    L = np.maximum(L, 0)
+    # expected final weighted votes of running traces per answer, and their second moments
+    E = (N - Q)[:, None, :] + th[None] * Qt[:, None, None]  # [R, D, C]
+    M2 = (N2 - Q2)[:, None, :] + th[None] * Q2t[:, None, None]
+
+    def at_L(a):
+        return a[r, :, L][:, :, None] if a.ndim == 3 else a[r, L][:, None, None]
+
+    dlt = th[:, L].T[:, :, None] - th[None]  # θ_L − θ_c  [R, D, C]
+    mu = (at_L(Fx) + at_L(E)) - (Fx[:, None, :] + E)
+    # Σ_j w_j² (p_jL − p_jc)², split by the answer trace j holds now (L, c, or another one)
+    sq = (
+        at_L(N2)
+        - 2 * (1 - dlt) * at_L(Q2)
+        + (1 - dlt) ** 2 * at_L(S2)
+        + N2[:, None, :]
+        - 2 * (1 + dlt) * Q2[:, None, :]
+        + (1 + dlt) ** 2 * S2[:, None, :]
+        + dlt**2 * (S2t[:, None, None] - at_L(S2) - S2[:, None, :])
+    )
+    var = at_L(M2) + M2 - sq
+    if conc is not None:  # + Qt² · Var(θ_L − θ_c) under the Dirichlet posterior (re-drawn mass)
+        a = conc[cols]
+        a0 = conc.sum()
+        aL = a[L][:, None, None]
+        vd = (
+            aL * (a0 - aL) + a[None, None, :] * (a0 - a[None, None, :]) + 2 * aL * a[None, None, :]
+        ) / (a0 * a0 * (a0 + 1))
+        var = var + (Qt**2)[:, None, None] * vd
+    var = np.maximum(var, 1e-12)
+    wmin = np.where(live.any(axis=1), np.where(live, w, np.inf).min(axis=1), 1.0)
+    p = ndtr((0.5 * wmin[:, None, None] - mu) / np.sqrt(var))
+    # challengers of a row: answers it holds, answers of the posterior's support, the unseen slot
+    mine = (tally(idx, np.ones(1), eligible, C) > 0) | (th.max(axis=0) > 0)[None]
+    mine[:, -1] = True
+    p = np.where(mine[:, None, :], p, 0.0)
+    p[r, :, L] = 0.0
+    risk = np.minimum(p.sum(axis=2), 1.0).mean(axis=1)
+    return np.where(lead >= 0, risk, 1.0)
+
+
+@dataclass
+class RiskStop(Rule):
+    """Stop when the predictive risk of the leader is at most ``alpha`` (see module docstring)."""
+
+    #: Dirichlet parameters of the final answers [A+1] (or posterior draws [D, A+1])
+    theta: np.ndarray | None = field(default=None, repr=False)
+    alpha: float = ALPHA_SC
+    favourite: int = -1  # DeepConf: the leader must be this answer (-1: no such guard)
+    label: str = "risk"
+    needs_q = True
+
+    @classmethod
+    def for_question(
+        cls,
+        warm_final: np.ndarray,
+        n_answers: int,
+        deepconf: bool = False,
+        warm_min_group: np.ndarray | None = None,
+        alpha: float | None = None,
+    ) -> RiskStop:
+        """The rule of one question from its warmup traces (final answer ids; DeepConf: their lowest
+        group confidence)."""
+        fav = -1
+        if deepconf:
+            if warm_min_group is None:  # a caller's bug: DeepConf arrays always have it
+                raise ValueError("dco-mars2 needs the warmup traces' lowest group confidence")
+            fav = confident_favourite(warm_final, warm_min_group)
+        if alpha is None:
+            alpha = ALPHA_DCO if deepconf else ALPHA_SC
+        return cls(theta=dirichlet_counts(warm_final, n_answers), alpha=alpha, favourite=fav)
+
+    def risk(self, snap: Snapshot) -> np.ndarray:
+        q = snap.q if snap.q is not None else np.ones(snap.ids.shape, dtype=np.float32)
+        return predictive_risk(
+            snap.ids,
+            snap.eligible,
+            snap.running,
+            snap.pending,
+            q,
+            snap.weights,
+            snap.lead,
+            self.theta,
+        )
+
+    def check(self, snap: Snapshot) -> np.ndarray:
+        ok = snap.has_votes & (self.risk(snap) <= self.alpha)
+        if self.favourite >= 0:
+            ok &= snap.lead == self.favourite
+        return ok
+
+
+# -- choosing alpha across questions (Learn-then-Test) -----------------------------------------
+
+
+def _h1(a: float, b: float) -> float:
+    a = min(max(a, 1e-12), 1 - 1e-12)
+    return a * np.log(a / b) + (1 - a) * np.log((1 - a) / (1 - b))
+
+
+def hb_pvalue(risk_hat: float, eps: float, n: int) -> float:
+    """Hoeffding–Bentkus p-value of H0: mean risk > eps, from the mean ``risk_hat`` of n
+    independent [0, 1] losses (Bates et al., distribution-free risk control)."""
+    from scipy.stats import binom
+
+    hoeffding = np.exp(-n * _h1(min(risk_hat, eps), eps))
+    bentkus = np.e * binom.cdf(np.ceil(n * risk_hat), n, eps)
+    return float(min(hoeffding, bentkus, 1.0))
+
+
+def learn_then_test(
+    alphas: np.ndarray, losses: np.ndarray, eps: float, delta: float
+) -> tuple[float | None, np.ndarray]:
+    """The largest risk level whose expected per-question loss is certified ≤ ``eps``.
+
+    ``losses`` [n_alphas, n_questions]: each question's loss (e.g. the share of runs whose answer
+    differs from the full-budget vote) when the rule runs at ``alphas[i]``. Fixed-sequence testing
+    from the most conservative level up: each level is accepted while its Hoeffding–Bentkus p-value
+    is ≤ ``delta``, which controls the family-wise error, so with probability ≥ 1 − delta over the
+    calibration questions the chosen level's risk on a new exchangeable question is ≤ eps.
+    Returns (alpha or None, p-values).
+    """
+    order = np.argsort(alphas)
+    n = losses.shape[1]
+    pvals = np.array([hb_pvalue(float(losses[i].mean()), eps, n) for i in range(len(alphas))])
+    chosen = None
+    for i in order:
+        if pvals[i] > delta:
+            break
+        chosen = float(alphas[i])
+    return chosen, pvals
