@@ -380,7 +380,13 @@ def test_markdown_tables_are_rectangular(tree):
 def test_figures_without_pool(tree):
     results, out, rep = tree
     stems = [f.stem for f in rep.figures]
-    assert stems == ["fig1-left-savings", "fig1-right-example", "fig2-pp-failure", "fig4-ablations"]
+    assert stems == [
+        "fig1-left-savings",
+        "fig1-right-example",
+        "fig2-pp-failure",
+        "fig4-ablations",
+        "fig-frontier",
+    ]
     for f in rep.figures:
         for ext in ("png", "pdf"):
             p = out / "figures" / f"{f.stem}.{ext}"
@@ -481,6 +487,7 @@ def test_every_figure_is_produced(simulated):
         "fig1-right-example",
         "fig2-pp-failure",
         "fig4-ablations",
+        "fig-frontier",
         "fig-tradeoff",
     ]
     for f in rep.figures:
@@ -489,8 +496,14 @@ def test_every_figure_is_produced(simulated):
             assert (out / "figures" / f"{f.stem}.{ext}").stat().st_size > 100
     d4 = pd.read_csv(out / "figures" / "fig4-ablations.csv")
     assert set(d4.panel) == {"a", "b", "c", "d"}
-    for stem in ("table1-main", "table2-parallel-probe", "table-risk-audit"):
+    for stem in ("table1-main", "table2-parallel-probe", "table-risk-audit", "table-oracle-share"):
         assert (out / "tables" / f"{stem}.md").exists()
+    frontier = pd.read_csv(out / "figures" / "fig-frontier.csv")
+    assert {"sc-mars-cal", "sc-mars2", "sc-pp", "dco-mars2"} <= set(frontier.method)
+    assert frontier.oracle_savings_pct.notna().all()
+    share = read_table_csv(out / "tables" / "table-oracle-share.csv")
+    row = share[share.method == "sc-mars-cal"].iloc[0]
+    assert row.share_of_oracle_pct == pytest.approx(100 * row.savings_pct / row.oracle_savings_pct)
 
 
 @needs_shared

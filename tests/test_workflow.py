@@ -390,13 +390,14 @@ def test_tiny_run_outputs(tiny_run):
         "table2-parallel-probe",
         "table-oracle-bounds",
         "table-probe-cost",
+        "table-oracle-share",
         "table-switch-models",
     ):
         for ext in ("md", "tex", "csv"):
             assert (report / "tables" / f"{table}.{ext}").is_file(), (table, ext)
     models = pd.read_csv(report / "tables" / "table-switch-models.csv")
     assert models.questions.tolist() == [2] and (models.log_loss > 0).all()
-    for fig in ("fig1-left-savings", "fig1-right-example", "fig4-ablations"):
+    for fig in ("fig1-left-savings", "fig1-right-example", "fig4-ablations", "fig-frontier"):
         assert (report / "figures" / f"{fig}.png").stat().st_size > 5_000, fig
 
 

@@ -906,6 +906,161 @@ def fig_ablations(
     return _finish(fo, fig, out_dir, formats)
 
 
+# -- the frontier: every stopping rule against the oracle bound --------------------------------
+#: marker of each kind of rule (by the method's name), in legend order
+FRONTIER_KINDS = (
+    ("MARS, γ=1", ("sc-mars", "dco-mars"), "o"),
+    ("MARS, calibrated γ", ("sc-mars-cal", "dco-mars-cal"), "*"),
+    ("MARS, certified", ("sc-mars-cert", "dco-mars-cert"), "s"),
+    ("MARS2 (predictive risk)", ("sc-mars2", "dco-mars2"), "D"),
+    ("Parallel-Probe", ("sc-pp",), "X"),
+    ("Parallel-Probe, pruning", ("sc-pp-faithful",), "P"),
+    ("Consensus", ("sc-consensus",), "^"),
+)
+FRONTIER_PIPELINES = (
+    ("SC", "sc", "oracle-first"),
+    ("DeepConf", "dco", "oracle-dco-first"),
+)
+
+
+def frontier_points(results: Results) -> pd.DataFrame:
+    """(accuracy, savings) of every early-stopping method of every run (all settings), and the
+    full-budget accuracy and oracle-first savings of each pipeline, per pool."""
+    kind_of = {m: (k, mk) for k, ms, mk in FRONTIER_KINDS for m in ms}
+    rows = []
+    for pair in results.pairs:
+        for run in results.runs_of(*pair):
+            for method in run.methods:
+                if method not in kind_of:
+                    continue
+                ov = run.overall[method]
+                pipe = "DeepConf" if method.startswith("dco") else "SC"
+                base = "dco" if pipe == "DeepConf" else "sc"
+                base_run = results.find(*pair, base)
+                orc = "oracle-dco-first" if pipe == "DeepConf" else "oracle-first"
+                orc_run = results.find(*pair, orc)
+                rows.append(
+                    {
+                        "model": pair[0],
+                        "dataset": pair[1],
+                        "setting": run.setting,
+                        "pipeline": pipe,
+                        "method": method,
+                        "kind": kind_of[method][0],
+                        "accuracy_pct": ov.get("accuracy_pct"),
+                        "savings_pct": ov.get("savings_pct"),
+                        "baseline_accuracy_pct": None
+                        if base_run is None
+                        else base_run.overall[base].get("accuracy_pct"),
+                        "oracle_savings_pct": None
+                        if orc_run is None
+                        else orc_run.overall[orc].get("savings_pct"),
+                    }
+                )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "model",
+            "dataset",
+            "setting",
+            "pipeline",
+            "method",
+            "kind",
+            "accuracy_pct",
+            "savings_pct",
+            "baseline_accuracy_pct",
+            "oracle_savings_pct",
+        ],
+    )
+
+
+def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
+    """Accuracy against savings of every stopping rule, with each pipeline's full-budget accuracy
+    (horizontal) and oracle bound (vertical) per pool."""
+    df = frontier_points(results)
+    fo = FigureOut(
+        "fig-frontier",
+        "Accuracy–savings of every stopping rule against the oracle bound",
+        "Per model × dataset: mean accuracy against mean per-question token savings of every "
+        "early-stopping method and setting (SC pipeline blue, DeepConf orange). Dotted lines: the "
+        "pipeline's full-budget accuracy; dashed lines: the savings of its oracle stop (first "
+        "checkpoint whose leader is the full-budget vote), the bound no rule that keeps the "
+        "answer can pass.",
+        data=df,
+    )
+    pairs = list(dict.fromkeys(zip(df.model, df.dataset))) if len(df) else []
+    with style():
+        n = max(len(pairs), 1)
+        cols = min(3, n)
+        nrows = -(-n // cols)
+        fig, axes = plt.subplots(
+            nrows,
+            cols,
+            figsize=(max(6.5, 1.0 + 3.6 * cols), 0.9 + 3.0 * nrows),
+            squeeze=False,
+            layout="constrained",
+        )
+        for ax in axes.flat[len(pairs) :]:
+            ax.set_axis_off()
+        if not pairs:
+            _placeholder(axes[0][0], "no early-stopping results")
+            fo.notes.append("no early-stopping results")
+        colors = PIPELINE_COLORS
+        for ax, (model, dataset) in zip(axes.flat, pairs):
+            sub = df[(df.model == model) & (df.dataset == dataset)]
+            for pipe, _, _ in FRONTIER_PIPELINES:
+                part = sub[sub.pipeline == pipe]
+                if part.empty:
+                    continue
+                base, orc = part.baseline_accuracy_pct.iloc[0], part.oracle_savings_pct.iloc[0]
+                if base is not None and not pd.isna(base):
+                    ax.axhline(base, color=colors[pipe], linestyle=":", linewidth=1)
+                if orc is not None and not pd.isna(orc):
+                    ax.axvline(orc, color=colors[pipe], linestyle="--", linewidth=1)
+                for kind, _, marker in FRONTIER_KINDS:
+                    pts = part[part.kind == kind]
+                    if pts.empty:
+                        continue
+                    ax.scatter(
+                        pts.savings_pct,
+                        pts.accuracy_pct,
+                        marker=marker,
+                        s=70 if marker == "*" else 34,
+                        color=colors[pipe],
+                        edgecolor="white",
+                        linewidth=0.5,
+                        zorder=3,
+                        label=kind,
+                    )
+            ax.set_title(f"{model} · {dataset}", fontsize=9)
+            ax.set_xlabel("token savings (%)")
+            ax.set_ylabel("accuracy (%)")
+        handles = (
+            [
+                mpl.lines.Line2D([], [], marker=mk, linestyle="", color="#555555", label=k)
+                for k, _, mk in FRONTIER_KINDS
+            ]
+            + [
+                mpl.lines.Line2D([], [], color=c, linestyle="-", label=f"{p} pipeline")
+                for p, c in colors.items()
+            ]
+            + [
+                mpl.lines.Line2D(
+                    [], [], color="#555555", linestyle=":", label="full-budget accuracy"
+                ),
+                mpl.lines.Line2D([], [], color="#555555", linestyle="--", label="oracle bound"),
+            ]
+        )
+        fig.legend(
+            handles=handles,
+            loc="outside lower center",
+            ncol=3 if cols == 1 else 4,
+            frameon=False,
+            fontsize=7,
+        )
+    return _finish(fo, fig, out_dir, formats)
+
+
 def all_figures(
     results: Results,
     out_dir: Path,
@@ -920,4 +1075,5 @@ def all_figures(
         fig_example(results, out_dir, pools, example, cache_dir, formats),
         fig_pp_failure(results, out_dir, pools, cache_dir, formats),
         fig_ablations(results, out_dir, pools, q_questions, cache_dir, formats),
+        fig_frontier(results, out_dir, formats),
     ]

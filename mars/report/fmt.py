@@ -34,6 +34,8 @@ _TEX_RE = re.compile("|".join(re.escape(k) for k in _TEX_SPECIAL))
 _TEX_UNICODE = {
     "γ": r"$\gamma$",
     "β": r"$\beta$",
+    "Δ": r"$\Delta$",
+    "−": "-",
     "±": r"$\pm$",
     "δ": r"$\delta$",
     "≥": r"$\geq$",

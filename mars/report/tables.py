@@ -604,6 +604,89 @@ def table_risk(results: Results, command: str | None = None) -> Table:
     )
 
 
+def _oracle_of(method: str) -> str:
+    return "oracle-dco-first" if family_baseline(method) == "dco" else "oracle-first"
+
+
+def table_oracle_share(results: Results, command: str | None = None) -> Table:
+    """Every early-stopping method against its pipeline's oracle bound and full-budget accuracy."""
+    used = _Used()
+    rows: list[list[Cell]] = []
+    data, breaks, prev = [], [], None
+    for pair in results.pairs:
+        run = results.main_run(*pair)
+        first = True
+        for method in method_order(run.methods):
+            if is_baseline(method) or method.startswith("oracle"):
+                continue
+            ov = used(run, method)
+            base_run = results.find(*pair, family_baseline(method))
+            oracle_run = results.find(*pair, _oracle_of(method))
+            base = _get(used(base_run, family_baseline(method)), "accuracy_pct")
+            oracle = _get(used(oracle_run, _oracle_of(method)), "savings_pct")
+            acc, sav = _get(ov, "accuracy_pct"), _get(ov, "savings_pct")
+            sav_p = _get(ov, "savings_with_probes_pct")
+            delta = None if acc is None or base is None else acc - base
+            share = None if sav is None or not oracle else 100.0 * sav / oracle
+            if first:
+                breaks.append(len(rows))
+            md, tex = method_label(method, run.settings(method))
+            rows.append(
+                [
+                    text(pair[0] if first and pair[0] != prev else ""),
+                    text(pair[1] if first else ""),
+                    text(f"{md} · `{method}`", tex=tex),
+                    num(acc),
+                    num(delta),
+                    num(sav),
+                    num(sav_p),
+                    num(oracle),
+                    pct(share, 0),
+                ]
+            )
+            prev = pair[0]
+            first = False
+            data.append(
+                {
+                    "model": pair[0],
+                    "dataset": pair[1],
+                    "method": method,
+                    "accuracy_pct": acc,
+                    "accuracy_delta_pp": delta,
+                    "savings_pct": sav,
+                    "savings_with_probes_pct": sav_p,
+                    "oracle_savings_pct": oracle,
+                    "share_of_oracle_pct": share,
+                }
+            )
+    share_headers = [
+        "Model",
+        "Dataset",
+        "Method",
+        "Accuracy",
+        "Δ acc (pp)",
+        "Savings",
+        "Savings w/ probes",
+        "Oracle savings",
+        "Share of oracle",
+    ]
+    return Table(
+        key="table-oracle-share",
+        title="Share of the oracle bound, every method",
+        caption="Accuracy (%) and its difference from the method's full-budget baseline (SC or "
+        "DeepConf, pp), token savings (%) without and with the probes' tokens, the savings of the "
+        "oracle stop of the same pipeline (first checkpoint whose leader is the full-budget vote) "
+        "and the share of it each method gets. The goal of MARS2 (docs/beyond.md): Δ ≥ −0.5 pp "
+        "and share ≥ 85 %.",
+        headers=share_headers,
+        tex_headers=[tex_escape(h) for h in share_headers],
+        rows=rows,
+        data=pd.DataFrame(data),
+        breaks=breaks,
+        commands=used.commands(command),
+    )
+
+
 def _fit_models(run: Run) -> tuple[pd.DataFrame, str] | None:
     """The switch models a run was simulated with (``mars simulate --fit``), at its warmup, and
     the method whose simulation read them."""
@@ -705,5 +788,6 @@ def all_tables(results: Results, command: str | None = None) -> list[Table]:
         table_oracle(results, command),
         table_probe_cost(results, command),
         table_risk(results, command),
+        table_oracle_share(results, command),
         table_switch_models(results, command),
     ]
