@@ -8,6 +8,7 @@ unrounded numbers and whose ``commands`` name the report command and the simulat
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -333,55 +334,59 @@ def table_oracle(results: Results, command: str | None = None) -> Table:
     )
 
 
-# -- new: probe cost ------------------------------------------------------------------------------
-def table_probe_cost(results: Results, command: str | None = None) -> Table:
-    """Savings with and without the probes' own tokens, for every early-stopping method."""
-    used = _Used()
-    rows: list[list[Cell]] = []
-    data, breaks, prev = [], [], None
+def _stopping_methods(results: Results) -> Iterator[tuple[tuple[str, str], Run, str, bool]]:
+    """(pool, its main run, method, first of the pool?) for every early-stopping method."""
     for pair in results.pairs:
         run = results.main_run(*pair)
         first = True
         for method in method_order(run.methods):
             if is_baseline(method) or method.startswith("oracle"):
                 continue
-            ov = used(run, method)
-            pq = run.per_question(method)
-            probe = (
-                float(pq["probe_tokens_mean"].mean())
-                if pq["probe_tokens_mean"].notna().all()
-                else None
-            )
-            s, sp = _get(ov, "savings_pct"), _get(ov, "savings_with_probes_pct")
-            cost = None if sp is None or s is None else s - sp
-            if first:
-                breaks.append(len(rows))
-            md, tex = method_label(method, run.settings(method))
-            rows.append(
-                [
-                    text(pair[0] if first and pair[0] != prev else ""),
-                    text(pair[1] if first else ""),
-                    text(f"{md} · `{method}`", tex=tex),
-                    num(s),
-                    num(sp),
-                    num(cost, 2),
-                    integer(probe),
-                ]
-            )
-            prev = pair[0]
-            data.append(
-                {
-                    "model": pair[0],
-                    "dataset": pair[1],
-                    "setting": run.setting,
-                    "method": method,
-                    "savings_pct": s,
-                    "savings_with_probes_pct": sp,
-                    "probe_cost_pp": cost,
-                    "probe_tokens_mean": probe,
-                }
-            )
+            yield pair, run, method, first
             first = False
+
+
+# -- new: probe cost ------------------------------------------------------------------------------
+def table_probe_cost(results: Results, command: str | None = None) -> Table:
+    """Savings with and without the probes' own tokens, for every early-stopping method."""
+    used = _Used()
+    rows: list[list[Cell]] = []
+    data, breaks, prev = [], [], None
+    for pair, run, method, first in _stopping_methods(results):
+        ov = used(run, method)
+        pq = run.per_question(method)
+        probe = (
+            float(pq["probe_tokens_mean"].mean()) if pq["probe_tokens_mean"].notna().all() else None
+        )
+        s, sp = _get(ov, "savings_pct"), _get(ov, "savings_with_probes_pct")
+        cost = None if sp is None or s is None else s - sp
+        if first:
+            breaks.append(len(rows))
+        md, tex = method_label(method, run.settings(method))
+        rows.append(
+            [
+                text(pair[0] if first and pair[0] != prev else ""),
+                text(pair[1] if first else ""),
+                text(f"{md} · `{method}`", tex=tex),
+                num(s),
+                num(sp),
+                num(cost, 2),
+                integer(probe),
+            ]
+        )
+        prev = pair[0]
+        data.append(
+            {
+                "model": pair[0],
+                "dataset": pair[1],
+                "setting": run.setting,
+                "method": method,
+                "savings_pct": s,
+                "savings_with_probes_pct": sp,
+                "probe_cost_pp": cost,
+                "probe_tokens_mean": probe,
+            }
+        )
     notes = []
     if data and all(d["savings_with_probes_pct"] is None for d in data):
         notes.append(
@@ -613,52 +618,46 @@ def table_oracle_share(results: Results, command: str | None = None) -> Table:
     used = _Used()
     rows: list[list[Cell]] = []
     data, breaks, prev = [], [], None
-    for pair in results.pairs:
-        run = results.main_run(*pair)
-        first = True
-        for method in method_order(run.methods):
-            if is_baseline(method) or method.startswith("oracle"):
-                continue
-            ov = used(run, method)
-            base_run = results.find(*pair, family_baseline(method))
-            oracle_run = results.find(*pair, _oracle_of(method))
-            base = _get(used(base_run, family_baseline(method)), "accuracy_pct")
-            oracle = _get(used(oracle_run, _oracle_of(method)), "savings_pct")
-            acc, sav = _get(ov, "accuracy_pct"), _get(ov, "savings_pct")
-            sav_p = _get(ov, "savings_with_probes_pct")
-            delta = None if acc is None or base is None else acc - base
-            share = None if sav is None or not oracle else 100.0 * sav / oracle
-            if first:
-                breaks.append(len(rows))
-            md, tex = method_label(method, run.settings(method))
-            rows.append(
-                [
-                    text(pair[0] if first and pair[0] != prev else ""),
-                    text(pair[1] if first else ""),
-                    text(f"{md} · `{method}`", tex=tex),
-                    num(acc),
-                    num(delta),
-                    num(sav),
-                    num(sav_p),
-                    num(oracle),
-                    pct(share, 0),
-                ]
-            )
-            prev = pair[0]
-            first = False
-            data.append(
-                {
-                    "model": pair[0],
-                    "dataset": pair[1],
-                    "method": method,
-                    "accuracy_pct": acc,
-                    "accuracy_delta_pp": delta,
-                    "savings_pct": sav,
-                    "savings_with_probes_pct": sav_p,
-                    "oracle_savings_pct": oracle,
-                    "share_of_oracle_pct": share,
-                }
-            )
+    for pair, run, method, first in _stopping_methods(results):
+        ov = used(run, method)
+        base_run = results.find(*pair, family_baseline(method))
+        oracle_run = results.find(*pair, _oracle_of(method))
+        base = _get(used(base_run, family_baseline(method)), "accuracy_pct")
+        oracle = _get(used(oracle_run, _oracle_of(method)), "savings_pct")
+        acc, sav = _get(ov, "accuracy_pct"), _get(ov, "savings_pct")
+        sav_p = _get(ov, "savings_with_probes_pct")
+        delta = None if acc is None or base is None else acc - base
+        share = None if sav is None or not oracle else 100.0 * sav / oracle
+        if first:
+            breaks.append(len(rows))
+        md, tex = method_label(method, run.settings(method))
+        rows.append(
+            [
+                text(pair[0] if first and pair[0] != prev else ""),
+                text(pair[1] if first else ""),
+                text(f"{md} · `{method}`", tex=tex),
+                num(acc),
+                num(delta),
+                num(sav),
+                num(sav_p),
+                num(oracle),
+                pct(share, 0),
+            ]
+        )
+        prev = pair[0]
+        data.append(
+            {
+                "model": pair[0],
+                "dataset": pair[1],
+                "method": method,
+                "accuracy_pct": acc,
+                "accuracy_delta_pp": delta,
+                "savings_pct": sav,
+                "savings_with_probes_pct": sav_p,
+                "oracle_savings_pct": oracle,
+                "share_of_oracle_pct": share,
+            }
+        )
     share_headers = [
         "Model",
         "Dataset",
