@@ -9,7 +9,9 @@ Per question: the live run (warmup, then N traces stopped when the method fires)
 traces run to completion (``compare_full``). Prints one line of JSON: accuracy of both, tokens
 (main traces; warmup apart), token savings, wall time of the main phase live vs to completion, and
 the decision overhead (time spent deciding, per checkpoint). ``--overhead`` instead measures the
-decision overhead alone on the synthetic engine for N = 64, 256, 1,024 and 4,096 traces.
+decision overhead alone on the synthetic engine for N = 64, 256, 1,024 and 4,096 traces
+(``--overhead-method``: whose decisions; the default ``sc`` never fires, so every checkpoint is
+decided).
 
 With ``--backend transformers`` (a directory or .gguf file; CUDA when available) the wall times
 are those of real generation; on the synthetic engine generation is nearly free, so there only the
@@ -54,7 +56,15 @@ def overhead(a) -> dict:
     problem = load_problems(a.problems)[a.overhead_question]
     out = {}
     for n in (64, 256, 1024, 4096):
-        run = solve(be, problem, "sc", n_traces=n, warmup=a.warmup, seed=a.seed, spacing=a.spacing)
+        run = solve(
+            be,
+            problem,
+            a.overhead_method,
+            n_traces=n,
+            warmup=a.warmup,
+            seed=a.seed,
+            spacing=a.spacing,
+        )
         out[n] = {
             "checkpoints": run.checkpoints,
             "decide_s": run.wall_s["decide"],
@@ -66,6 +76,7 @@ def overhead(a) -> dict:
     return {
         "bench": "live-overhead",
         "preset": a.preset,
+        "method": a.overhead_method,
         "question": a.overhead_question,
         "by_traces": out,
     }
@@ -87,6 +98,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--overhead", action="store_true")
     ap.add_argument("--overhead-question", type=int, default=8)
+    ap.add_argument(
+        "--overhead-method",
+        default="sc",
+        help="method whose decisions are timed (sc never fires: every checkpoint is decided)",
+    )
     a = ap.parse_args(argv)
     if a.overhead:
         print(json.dumps(overhead(a)))
