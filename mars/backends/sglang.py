@@ -48,6 +48,13 @@ How a batch of N traces of one question runs (one :class:`SGLangTraceBatch`):
   :func:`normalize_answer`; ``prompt_tokens``, ``cached_tokens``, ``completion_tokens`` of the
   engine's ``meta_info`` go into the ProbeResult.
 * **Final answer**: last ``\\boxed{…}`` of the decoded trace, normalised once.
+* **The probe stage** (``mars probe``, :meth:`SGLangBackend.reprobe`): stored traces are probed
+  with ``input_ids = prompt + ids[:d] + suffix_ids`` (the probe model's chat template; the
+  generator's ids, or its text re-encoded for another vocabulary), the probe seeds of inline
+  probing, ordered as the reference prober does: tier by tier (every trace's 1st probe, then
+  every 2nd, …) in calls of ``probe_batch_size`` requests, so that a trace's previous prefix is in
+  the radix cache when its next probe comes; traces go in waves small enough for half the KV pool
+  to hold their prefixes.  ``cached_tokens`` of each probe is the engine's.
 
 Data parallelism: ``dp_size > 1`` starts the engine's data-parallel replicas (one Engine per job).
 Requests are then routed by the engine's load balancer, so a continuation or probe may land on a

@@ -28,6 +28,14 @@ sampling loop:
   or a model whose cache cannot be copied).  Probe cost: ``prompt_tokens = P + p + S``,
   ``cached_tokens = P + p`` (0 when re-prefilling), ``generated_tokens`` = sampled tokens (EOS
   included).
+* **The probe stage** (``mars probe``, :meth:`TransformersBackend.reprobe`): stored traces are
+  probed without regenerating them.  Each trace's stored ids run through the model once (chunks of
+  ``batch_size`` traces fed through one KV cache, at most :data:`PREFILL_TOKENS` per forward pass,
+  up to each probe position in turn) and every probe branches off a copy of that cache exactly as
+  an inline probe does (same suffix prefill, sampling and seed ``(seed, qid, trace_idx, p)``), so
+  probing a ``--probe none`` pool at the generation's spacing gives the inline probes.  A probe
+  model of another vocabulary gets each prefix decoded with the generator's tokenizer and
+  re-encoded (:class:`~mars.backends.tokens.GeneratorTokens`), one trace at a time.
 * **Context length**: before a question's first forward pass, prompt + ``max_tokens`` + probe
   suffix + probe tokens must fit :meth:`TransformersBackend.context_budget` (the model's
   ``max_position_embeddings``), else a one-line :class:`MarsError` names the question and numbers.
