@@ -118,14 +118,31 @@ def check_inputs(pool: LayoutPool, qids: list[int], backend: Backend, spacing: i
         assert lengths is not None
         j = int(pc.index(lengths, pc.max(lengths)).as_py())
         idx = pq.read_table(pool.path / schema.trace_file_name(qid), columns=["trace_idx"])
-        ids = _read_column(pool.path / schema.trace_file_name(qid), "token_ids")
         backend.check_probe_context(
             problem,
             int(idx["trace_idx"][j].as_py()),
             longest[qid],
-            token_ids=None if ids is None or not ids[j].is_valid else ids[j].values.to_numpy(),
+            token_ids=_row_token_ids(pool.path / schema.trace_file_name(qid), j),
         )
     return longest
+
+
+def _row_token_ids(path: Path, row: int) -> np.ndarray | None:
+    """The token ids of one row of a trace file (reading only its row group), None without."""
+    try:
+        f = pq.ParquetFile(path, **schema.TRACE_READ_OPTIONS)
+        if "token_ids" not in f.schema_arrow.names:
+            return None
+        start = 0
+        for g in range(f.num_row_groups):
+            n = f.metadata.row_group(g).num_rows
+            if row < start + n:
+                cell = f.read_row_group(g, columns=["token_ids"])["token_ids"][row - start]
+                return cell.values.to_numpy() if cell.is_valid else None
+            start += n
+    except (OSError, pa.ArrowException) as exc:
+        raise PoolError(f"{path}: unreadable ({str(exc).splitlines()[0]})") from None
+    return None
 
 
 def _problem(pool: LayoutPool, qid: int) -> Problem:
