@@ -94,7 +94,8 @@ def check_inputs(pool: LayoutPool, qids: list[int], backend: Backend, spacing: i
         if lengths is None or lengths.null_count:
             raise PoolError(f"{path}: no trace lengths")
         longest[qid] = int(pc.max(lengths).as_py() or 0)
-        if backend.reprobe_needs_token_ids:
+        if backend.reprobe_needs_token_ids and pool.manifest.get("token_ids") is not True:
+            # a pool `mars generate` wrote records whether it kept them; others are read
             ids = _read_column(path, "token_ids")
             if ids is None or ids.null_count:
                 where = ""
