@@ -249,4 +249,9 @@ def probe_backend(manifest: dict, backend: str | None = None, **options) -> Back
     if name is None:
         raise MarsError("the pool does not say which engine generated it: pass --backend")
     model = options.pop("model", None) or manifest.get("model_path") or manifest.get("model")
+    # the traces answer the generator's prompt: any probe model is shown that prompt (in its
+    # own chat template), as inline probing showed it
+    for key in ("prompt_template", "system_prompt"):
+        if manifest.get(key) is not None and options.get(key) is None:
+            options[key] = manifest[key]
     return make_backend(str(name), model=model, **options)

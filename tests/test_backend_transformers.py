@@ -651,6 +651,29 @@ def test_a_probe_that_cannot_fit_the_probe_model_is_refused_before_any_work(tiny
                 assert not out.exists()
 
 
+def test_the_probe_stage_shows_the_probe_model_the_generators_prompt(tiny, tmp_path):
+    """Cheap: traces generated under a custom prompt and system prompt are probed under that
+    prompt (the probe backend built from the pool's manifest), so the probes equal inline ones."""
+    from mars.probe import probe_backend, probe_pool
+
+    custom = {"prompt_template": "Solve it: {question}", "system_prompt": "Be brief."}
+    gen = tiny_backend(tiny["a"], **custom)
+    inline = generate_pool(gen, [Q], 2, 5, tmp_path / "inline", spacing=SPACING, progress=False)
+    bare = generate_pool(
+        gen, [Q], 2, 5, tmp_path / "bare", spacing=SPACING, probe="none", progress=False
+    )
+    be = probe_backend(open_pool(bare).manifest, probe_max_new_tokens=6, device="cpu")
+    assert isinstance(be, TransformersBackend)
+    assert (be.prompt_template, be.system_prompt) == tuple(custom.values())
+    assert (
+        be.prompt_ids(Q.question)
+        == gen.prompt_ids(Q.question)
+        != tiny_backend(tiny["a"]).prompt_ids(Q.question)
+    )
+    out = probe_pool(bare, tmp_path / "probed", be, spacing=SPACING, progress=False)
+    assert assert_probed_like_inline(inline, out, gen, [Q]) > 0
+
+
 def test_probe_cli_refuses_traces_without_token_ids(tiny, tmp_path):
     """Cheap: a pool generated with --no-token-ids cannot be probed by a token-level engine: one
     line, exit 2, nothing written."""
