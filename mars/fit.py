@@ -29,7 +29,7 @@ from . import schema
 from .arrays import QuestionArrays, arrays_path, build_arrays, load_arrays, read_cached
 from .errors import MarsError
 from .features import FEATURE_NAMES
-from .pool import Pool, QuestionData, open_pool
+from .pool import Pool, QuestionData, open_pool, read_manifest
 from .qmodel import QuestionFit, SwitchModel, fit_question
 from .settings import Settings, resolve_spacing
 from .workers import process_pool
@@ -164,16 +164,12 @@ class FitDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         mf = self.path / schema.FIT_MANIFEST
-        try:
-            self.manifest = json.loads(mf.read_text())
-        except FileNotFoundError:
-            raise FitError(
-                f"{self.path}: not a fit directory (no {schema.FIT_MANIFEST}; run `mars fit`)"
-            ) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise FitError(f"{mf}: invalid JSON ({exc})") from None
-        if not isinstance(self.manifest, dict) or self.manifest.get("format") != schema.FIT_FORMAT:
-            raise FitError(f"{mf}: not a {schema.FIT_FORMAT} manifest")
+        self.manifest = read_manifest(
+            mf,
+            schema.FIT_FORMAT,
+            FitError,
+            f"{self.path}: not a fit directory (no {schema.FIT_MANIFEST}; run `mars fit`)",
+        )
         try:
             self.spacing = int(self.manifest["spacing"])
             self.window = int(self.manifest["window"])

@@ -34,6 +34,19 @@ class PoolError(MarsError):
     """Bad pool input. The message is one line naming the file, question and trace."""
 
 
+def read_manifest(path: Path, fmt: str, error: type[MarsError], missing: str) -> dict:
+    """A directory's JSON manifest of format ``fmt``; ``missing`` is the error without one."""
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(missing) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: invalid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
+        raise error(f"{path}: not a {fmt} manifest")
+    return manifest
+
+
 @dataclass
 class QuestionData:
     """One question's traces as flat numpy buffers (the output of the pool readers)."""
@@ -500,17 +513,12 @@ class LayoutPool(Pool):
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.source = str(path)
-        manifest = self.path / schema.POOL_MANIFEST
-        try:
-            self.manifest = json.loads(manifest.read_text())
-        except FileNotFoundError:
-            raise PoolError(
-                f"{self.source}: not a pool directory (no {schema.POOL_MANIFEST})"
-            ) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise PoolError(f"{manifest}: invalid JSON ({exc})") from None
-        if not isinstance(self.manifest, dict) or self.manifest.get("format") != schema.POOL_FORMAT:
-            raise PoolError(f"{manifest}: not a {schema.POOL_FORMAT} manifest")
+        self.manifest = read_manifest(
+            self.path / schema.POOL_MANIFEST,
+            schema.POOL_FORMAT,
+            PoolError,
+            f"{self.source}: not a pool directory (no {schema.POOL_MANIFEST})",
+        )
         qfile = self.path / schema.POOL_QUESTIONS
         try:
             qt = pq.read_table(qfile)
@@ -532,7 +540,10 @@ class LayoutPool(Pool):
         if spacing is not None and (
             isinstance(spacing, bool) or not isinstance(spacing, int) or spacing < 1
         ):
-            raise PoolError(f"{manifest}: spacing {spacing!r} is not a positive whole number")
+            raise PoolError(
+                f"{self.path / schema.POOL_MANIFEST}: spacing {spacing!r} "
+                "is not a positive whole number"
+            )
         self.recorded_spacing = spacing
 
     def _files(self) -> list[Path]:
