@@ -16,10 +16,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
+
+from mars.report.fmt import read_table_csv
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
@@ -395,7 +396,7 @@ def test_tiny_run_outputs(tiny_run):
     ):
         for ext in ("md", "tex", "csv"):
             assert (report / "tables" / f"{table}.{ext}").is_file(), (table, ext)
-    models = pd.read_csv(report / "tables" / "table-switch-models.csv")
+    models = read_table_csv(report / "tables" / "table-switch-models.csv")
     assert models.questions.tolist() == [2] and (models.log_loss > 0).all()
     for fig in ("fig1-left-savings", "fig1-right-example", "fig4-ablations", "fig-frontier"):
         assert (report / "figures" / f"{fig}.png").stat().st_size > 5_000, fig
