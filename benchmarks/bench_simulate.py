@@ -5,8 +5,9 @@
                                                    #   4,096 traces
 
 Besides the cold run it times the fit stage (`mars fit`, fresh process) and `mars simulate --fit`
-on its output (arrays and switch models read, nothing refitted), and checks that both give the
-same per-iteration results.
+on its output (arrays and switch models read, nothing refitted), checks that both give the
+same per-iteration results, and times the 14 methods plus the two beyond-the-paper rules
+(`sc-mars2`, `dco-mars2`, docs/beyond.md) on the same fit to give their share of the time.
 
 The pool is generated once with our synthetic backend (DeepSeek-R1-8B preset on AIME 2025, traces of
 about 15k tokens with per-token confidences) into benchmarks/out/. Each measurement runs
@@ -52,13 +53,13 @@ def disk_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
 
 
-def run_simulate(pool: Path, out: Path, workers: int, extra=()) -> dict:
+def run_simulate(pool: Path, out: Path, workers: int, extra=(), methods="reference") -> dict:
     return run_mars(
         [
             "simulate",
             str(pool),
             "-m",
-            "reference",
+            methods,
             "--out",
             str(out),
             "--workers",
@@ -123,6 +124,13 @@ def main() -> None:
         json.dumps(report["with_fit"]),
         file=sys.stderr,
     )
+    report["with_mars2"] = run_simulate(
+        pool, OUT / "sim-mars2", a.workers, ["--fit", str(fit)], "reference,sc-mars2,dco-mars2"
+    )
+    report["with_mars2"]["added_share"] = round(
+        report["with_mars2"]["wall_s"] / report["with_fit"]["wall_s"] - 1, 3
+    )
+    print("14 methods + sc-mars2, dco-mars2", json.dumps(report["with_mars2"]), file=sys.stderr)
     if a.scaling:
         for n in (1024, 2048, 4096):
             p = build_pool(OUT / f"pool-2x{n}", 2, n)
