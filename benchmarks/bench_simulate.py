@@ -70,18 +70,28 @@ def run_simulate(pool: Path, out: Path, workers: int, extra=(), methods="referen
     )
 
 
+# Runs a command and prints its own children's peak RSS (KiB): RUSAGE_CHILDREN of this process
+# would be the maximum over every command run so far, not this command's.
+_PEAK = (
+    "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)"
+)
+
+
 def run_mars(args: list[str]) -> dict:
     """One `mars` command in a fresh process: wall and CPU seconds, peak RSS of its processes."""
-    cmd = [sys.executable, "-m", "mars.cli", *args]
+    cmd = [sys.executable, "-c", _PEAK, sys.executable, "-m", "mars.cli", *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True)
+    done = subprocess.run(cmd, check=True, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # ru_maxrss of children is the max over all waited-for descendants (KiB on Linux)
+    *messages, peak_kib = done.stderr.rstrip("\n").split("\n")
+    if messages:
+        print("\n".join(messages), file=sys.stderr)
     return {
         "wall_s": round(wall, 2),
-        "peak_rss_mb": round(after.ru_maxrss / 1024, 1),
+        "peak_rss_mb": round(int(peak_kib) / 1024, 1),
         "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 2),
     }
 
