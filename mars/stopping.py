@@ -200,6 +200,7 @@ class Mars(Rule):
         """The rule's decision per row (margin test and probe-0 guard) and, with ``slack``, the
         slack and binding challenger of the margin test: what the report's figures draw."""
         q = snap.q
+        charged, eps, strict = snap.eligible, None, True
         if self.certified:
             assert q is not None  # the rule needs q
             q = np.where(snap.running, q, np.float32(0))  # finished traces cannot switch
@@ -212,31 +213,20 @@ class Mars(Rule):
             w_el = np.where(charged, np.broadcast_to(snap.weights, snap.ids.shape), 0)
             w_max = np.maximum(w_el.max(axis=1), 0) if w_el.size else np.ones(len(snap.rows))
             eps = w_max * np.sqrt(2.0 * n_active * np.log(max(self._budget, 1) / self.delta))
-            out = margin(
-                snap.votes,
-                snap.lead,
-                snap.has_votes,
-                snap.ids,
-                snap.weights,
-                charged,
-                q,
-                self.gamma,
-                epsilon=eps,
-                strict=False,
-                explain=slack,
-            )
-        else:
-            out = margin(
-                snap.votes,
-                snap.lead,
-                snap.has_votes,
-                snap.ids,
-                snap.weights,
-                snap.eligible,
-                q,
-                self.gamma,
-                explain=slack,
-            )
+            strict = False
+        out = margin(
+            snap.votes,
+            snap.lead,
+            snap.has_votes,
+            snap.ids,
+            snap.weights,
+            charged,
+            q,
+            self.gamma,
+            epsilon=eps,
+            strict=strict,
+            explain=slack,
+        )
         if snap.k == 0 and self.guard_answer >= 0 and not self.certified:
             out.passed &= snap.lead == self.guard_answer
         return out
