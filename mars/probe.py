@@ -85,7 +85,7 @@ def check_inputs(pool: LayoutPool, qids: list[int], backend: Backend, spacing: i
     question (one-line :class:`MarsError` naming the question / trace otherwise)."""
     if spacing < 1:
         raise UsageError(f"--spacing {spacing}: must be at least 1")
-    longest = {}
+    longest, longest_row = {}, {}
     for qid in qids:
         path = pool.path / schema.trace_file_name(qid)
         if not path.exists():
@@ -94,6 +94,7 @@ def check_inputs(pool: LayoutPool, qids: list[int], backend: Backend, spacing: i
         if lengths is None or lengths.null_count:
             raise PoolError(f"{path}: no trace lengths")
         longest[qid] = int(pc.max(lengths).as_py() or 0)
+        longest_row[qid] = int(pc.index(lengths, longest[qid]).as_py())
         if backend.reprobe_needs_token_ids and pool.manifest.get("token_ids") is not True:
             # a pool `mars generate` wrote records whether it kept them; others are read
             ids = _read_column(path, "token_ids")
@@ -114,16 +115,13 @@ def check_inputs(pool: LayoutPool, qids: list[int], backend: Backend, spacing: i
             "probed on the grid"
         )
     for qid in qids:
-        problem = _problem(pool, qid)
-        lengths = _read_column(pool.path / schema.trace_file_name(qid), "length")
-        assert lengths is not None
-        j = int(pc.index(lengths, pc.max(lengths)).as_py())
-        idx = pq.read_table(pool.path / schema.trace_file_name(qid), columns=["trace_idx"])
+        path, j = pool.path / schema.trace_file_name(qid), longest_row[qid]
+        idx = pq.read_table(path, columns=["trace_idx"])["trace_idx"]
         backend.check_probe_context(
-            problem,
-            int(idx["trace_idx"][j].as_py()),
+            _problem(pool, qid),
+            int(idx[j].as_py()),
             longest[qid],
-            token_ids=_row_token_ids(pool.path / schema.trace_file_name(qid), j),
+            token_ids=_row_token_ids(path, j),
         )
     return longest
 
