@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import zipfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .answers import AnswerGroups, group_answers, is_correct, symbolic_budget
+from .atomic import write_atomic
 from .pool import PoolError, QuestionData
 from .schema import CHECKPOINT_SPACING
 
@@ -387,10 +387,5 @@ def load_arrays(
         return arr
     arr = build_arrays(q, spacing, window)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        arr.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, arr.save)
     return arr

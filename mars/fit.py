@@ -15,7 +15,6 @@ FIT/ layout::
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import pyarrow.parquet as pq
 
 from . import schema
 from .arrays import QuestionArrays, arrays_path, build_arrays, load_arrays, read_cached
+from .atomic import write_atomic, write_json_atomic
 from .errors import MarsError
 from .features import FEATURE_NAMES
 from .pool import Pool, QuestionData, open_pool, read_manifest
@@ -83,15 +83,6 @@ def _fit_one(args) -> list[dict]:
     return [_model_row(arr, w, fit_question(arr, arr.warmup_ids(w))) for w in fs.warmups]
 
 
-def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def fit_pool(
     pool_path: str | Path,
     out: str | Path,
@@ -139,7 +130,7 @@ def fit_pool(
                 if progress:
                     progress()
     table = pa.Table.from_pylist(rows, schema=schema.MODEL_SCHEMA)
-    _write_atomic(out / schema.FIT_MODELS, lambda p: pq.write_table(table, p, compression="zstd"))
+    write_atomic(out / schema.FIT_MODELS, lambda p: pq.write_table(table, p, compression="zstd"))
     manifest = {
         "format": schema.FIT_FORMAT,
         "version": 1,
@@ -151,10 +142,7 @@ def fit_pool(
         "features": list(FEATURE_NAMES),
         "questions": {str(r["qid"]): r["content_hash"] for r in rows},
     }
-    _write_atomic(
-        out / schema.FIT_MANIFEST,
-        lambda p: p.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n"),
-    )
+    write_json_atomic(out / schema.FIT_MANIFEST, manifest)
     return table
 
 
