@@ -260,10 +260,8 @@ def summary_table(table: pa.Table, title: str):
     ):
         t.add_column(col, justify="right", min_width=len(col))
     rows = table.to_pylist()
-    coefs = []
+    no_model = ["–"] * len(FEATURE_NAMES)  # too few warmup rows (or none) to fit a model
     for r in rows:
-        c = r["coef"] or [float("nan")] * len(FEATURE_NAMES)
-        coefs.append(c)
         t.add_row(
             str(r["qid"]),
             str(r["warmup"]),
@@ -274,10 +272,11 @@ def summary_table(table: pa.Table, title: str):
             str(r["n_positive"]),
             "–" if r["log_loss"] is None else f"{r['log_loss']:.3f}",
             "–" if r["brier"] is None else f"{r['brier']:.3f}",
-            *(f"{v:+.2f}" for v in c),
+            *(no_model if r["coef"] is None else (f"{v:+.2f}" for v in r["coef"])),
         )
     if rows:
-        mean = np.nanmean(np.asarray(coefs, dtype=np.float64), axis=0) if coefs else []
+        fitted = [r["coef"] for r in rows if r["coef"] is not None]
+        mean = np.mean(fitted, axis=0) if fitted else None
         ll = [r["log_loss"] for r in rows if r["log_loss"] is not None]
         br = [r["brier"] for r in rows if r["brier"] is not None]
         t.add_section()
@@ -291,6 +290,6 @@ def summary_table(table: pa.Table, title: str):
             f"{np.mean([r['n_positive'] for r in rows]):.0f}",
             f"{np.mean(ll):.3f}" if ll else "–",
             f"{np.mean(br):.3f}" if br else "–",
-            *(f"{v:+.2f}" for v in mean),
+            *(no_model if mean is None else (f"{v:+.2f}" for v in mean)),
         )
     return t

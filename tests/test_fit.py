@@ -64,6 +64,17 @@ def test_models_parquet_holds_one_model_per_question_and_warmup(fitted):
     assert "switch models" in output and "mean" in output  # the one-screen summary
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_summary_of_a_fit_without_models_shows_no_numbers(tmp_path):
+    """No warmup, no switch model: the summary says so instead of printing nan."""
+    pool = write_layout_pool(tmp_path / "pool", seed=5, n_questions=2, n_answers=4)
+    res = runner.invoke(app, ["fit", str(pool), "--out", str(tmp_path / "fit"), "--warmup", "0"])
+    assert res.exit_code == 0, res.output
+    rows = pq.read_table(tmp_path / "fit" / schema.FIT_MODELS).to_pylist()
+    assert [r["coef"] for r in rows] == [None, None]
+    assert "nan" not in res.output and "mean" in res.output
+
+
 def test_restored_model_predicts_bit_for_bit(fitted):
     pool, fit, _ = fitted
     arr = build_arrays(open_pool(pool).read_question(1))
