@@ -226,9 +226,7 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(
             path, trust_remote_code=trust_remote_code, **{dtype_kw: torch_dtype}, **extra
         )
-    # transformers types PreTrainedModel.to through a functools.wraps wrapper that mypy reads as
-    # an unbound method (the model itself as first argument)
-    model.to(device)  # type: ignore[arg-type]
+    model.to(device)
     model.eval()
     return model, tokenizer
 
