@@ -4,7 +4,10 @@
 killed parent: its workers keep computing for minutes under init. :func:`process_pool` ties them
 to the parent twice over: every worker asks the kernel for SIGTERM when its parent dies
 (``PR_SET_PDEATHSIG``, Linux; any signal, even SIGKILL of the parent), and while the pool is
-open the parent turns SIGTERM into terminating its workers and exiting with status 143.
+open the parent turns SIGTERM into terminating its workers and exiting with status 143. An error
+raised in a worker reaches the caller as itself, once (the CLI prints its one line): the pool's
+``map`` never cancels the futures it leaves behind, since Python 3.11's pool, broken by the
+termination, would then die on them with a traceback of its own.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1
 
@@ -44,6 +50,23 @@ def terminate_children() -> None:
         p.join(timeout=5)
 
 
+class _Pool(ProcessPoolExecutor):
+    def map(
+        self,
+        fn: Callable[..., T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[T]:
+        """Results in order, like :meth:`Executor.map`, but a failure leaves the remaining
+        futures pending: the base class cancels them, and Python 3.11's pool, broken when
+        :func:`process_pool` terminates its workers, then fails on the cancelled futures with
+        an ``InvalidStateError`` traceback printed beside the real error (fixed in 3.12)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        futures = [self.submit(fn, *args) for args in zip(*iterables, strict=False)]
+        return (f.result(None if end is None else end - time.monotonic()) for f in futures)
+
+
 @contextlib.contextmanager
 def process_pool(max_workers: int, mp_context: Any = None) -> Iterator[ProcessPoolExecutor]:
     """A :class:`ProcessPoolExecutor` whose workers never outlive this process.
@@ -51,7 +74,7 @@ def process_pool(max_workers: int, mp_context: Any = None) -> Iterator[ProcessPo
     On SIGTERM (while the pool is open, in the main thread) the workers are terminated and the
     process exits with 143; on any other exception they are terminated before it propagates.
     """
-    ex = ProcessPoolExecutor(
+    ex = _Pool(
         max_workers=max_workers,
         mp_context=mp_context,
         initializer=die_with_parent,

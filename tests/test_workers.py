@@ -1,0 +1,65 @@
+"""Worker pools: an error raised in a worker reaches the user as the same one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+from util import write_layout_pool
+
+from mars import cli
+from mars.errors import MarsError
+
+
+def test_worker_error_is_the_same_one_line_with_workers(tmp_path):
+    """DeepConf on a pool without confidences is refused in a worker: as one line, the one
+    `--workers 1` prints (no pool traceback before it), and nothing is written."""
+    pool = write_layout_pool(tmp_path / "pool", seed=1, n_questions=8, confs=False)
+    args = ["simulate", str(pool), "-m", "sc,dco", "--out", str(tmp_path / "out"), "-q"]
+    one = CliRunner().invoke(cli.app, [*args, "--workers", "1"])
+    assert one.exit_code == 2 and "needs per-token confidences" in one.output
+    two = subprocess.run(
+        [sys.executable, "-m", "mars.cli", *args, "--workers", "2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert two.returncode == 2
+    assert two.stderr == one.output and two.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def _fail_first(i: int) -> int:
+    if i == 0:
+        raise MarsError("question 0: bad")
+    time.sleep(0.05)
+    return i
+
+
+def test_map_raises_the_workers_error_and_leaves_no_pool_traceback(tmp_path):
+    """In order, like Executor.map; the first failure propagates as itself, and the pool's own
+    thread does not die on the futures left behind (Python 3.11)."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_workers import _fail_first\n"
+        "from mars.workers import process_pool\n"
+        "with process_pool(2) as ex:\n"
+        "    assert list(ex.map(_fail_first, [5, 3, 1, 4], timeout=60)) == [5, 3, 1, 4]\n"
+        "try:\n"
+        "    with process_pool(2) as ex:\n"
+        "        list(ex.map(_fail_first, range(40)))\n"
+        "except ValueError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "MarsError question 0: bad\n"
+    assert r.stderr == ""
