@@ -18,12 +18,13 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from . import __version__
 from .backends.factory import BACKENDS, bundled_presets
 from .errors import MarsError
 from .problems import bundled_problem_sets, parse_question_spec
-from .settings import LIVE_KEYS, SETTINGS, SPECS
+from .settings import LIVE_KEYS, SETTINGS, SPECS, SettingSpec
 
 app = typer.Typer(
     add_completion=False,
@@ -52,6 +53,15 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
+def setting_help(spec: SettingSpec, more: str = "") -> str:
+    """An option's help from its declaration: what it sets (and ``more``), the range it must lie
+    in and its default (a default of None, "derive it", is explained in the help itself)."""
+    tags = f"[range: {spec.range_text()}]"
+    if not spec.optional:
+        tags += f" [default: {spec.default}]"
+    return f"{spec.help}{more} {escape(tags)}"
+
+
 def with_settings(names: Sequence[str]) -> Callable:
     """Give a command one option per simulation setting in ``names`` (help, flag and default from
     :mod:`mars.settings`); the command receives those the user set as ``settings_given``."""
@@ -62,11 +72,10 @@ def with_settings(names: Sequence[str]) -> Callable:
         annotations = {k: v for k, v in fn.__annotations__.items() if k != "settings_given"}
         for name in names:
             spec = SPECS[name]
-            default = "the pool's" if spec.default is None else spec.default
             option = typer.Option(
                 None,
                 spec.flag,
-                help=f"{spec.help} [default: {default}]",
+                help=setting_help(spec),
                 show_default=False,
                 rich_help_panel="Settings",
             )
@@ -162,10 +171,13 @@ def fit(
     out: Path = typer.Option(..., "--out", "-o", help="fit directory (arrays + models.parquet)"),
     warmup: str = typer.Option(
         str(SPECS["warmup"].default),
-        help=f"{SPECS['warmup'].help}; several sizes comma-separated (one model each)",
+        help=setting_help(SPECS["warmup"], "; several sizes comma-separated (one model each)"),
+        show_default=False,
     ),
-    window: int = typer.Option(SPECS["window"].default, help=SPECS["window"].help),
-    spacing: int | None = typer.Option(None, help=SPECS["spacing"].help),
+    window: int = typer.Option(
+        SPECS["window"].default, help=setting_help(SPECS["window"]), show_default=False
+    ),
+    spacing: int | None = typer.Option(None, help=setting_help(SPECS["spacing"])),
     questions: str | None = typer.Option(None, help="question ids, e.g. 0,3,5-9 (default: all)"),
     workers: int = typer.Option(1, help="questions fitted in parallel (processes)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
@@ -588,9 +600,24 @@ def report(
     )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """Options before the command (``mars --version``); the app's help is the Typer's."""
+
+
 @app.command()
 def version():
-    """Print the version."""
+    """Print the version (as `mars --version` does)."""
     print(__version__)
 
 

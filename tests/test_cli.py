@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from mars import cli
+from mars import __version__, cli
 from mars.backends.factory import bundled_presets
 from mars.problems import bundled_problem_sets
+from mars.settings import LIVE_KEYS, SETTINGS, SPECS
 
 runner = CliRunner()
 
@@ -52,6 +53,33 @@ def test_internal_error_shows_its_traceback(tmp_path, monkeypatch):
 def test_every_command_has_help(command):
     res = runner.invoke(cli.app, [command, "--help"])
     assert res.exit_code == 0 and "Usage" in res.output
+
+
+@pytest.mark.parametrize("args", [["--version"], ["version"]])
+def test_version_as_option_and_command(args):
+    res = runner.invoke(cli.app, args)
+    assert res.exit_code == 0 and res.output == f"{__version__}\n"
+
+
+@pytest.mark.parametrize(
+    "command,names",
+    [
+        ("simulate", [s.name for s in SETTINGS]),
+        ("solve", LIVE_KEYS),
+        ("fit", ["warmup", "window", "spacing"]),
+    ],
+)
+def test_settings_help_shows_each_range_and_default(command, names):
+    """Every setting option's help shows the range and default its declaration gives."""
+    out = runner.invoke(cli.app, [command, "--help"], env={"COLUMNS": "400"}).output
+    for name in names:
+        spec = SPECS[name]
+        (line,) = [line for line in out.splitlines() if f" {spec.flag} " in line]
+        assert f"[range: {spec.range_text()}]" in line, line
+        if spec.optional:
+            assert "(default: " in line, line  # None: what it derives is said in words
+        else:
+            assert f"[default: {spec.default}]" in line, line
 
 
 # -- outputs are checked before any work (issue 13) ----------------------------------------------
