@@ -4,7 +4,8 @@ A file is written to a temporary name in its own folder and renamed over the tar
 (``os.replace``), so a reader never sees half a file and an interrupted writer leaves the old one.
 :func:`output_dir` checks an output folder *before* the work that fills it (an existing file, a
 path under a file or an unwritable place is a one-line :class:`~mars.errors.MarsError`) and
-removes the folder again if the work fails and it is still empty.
+removes the folder again if the work fails and it is still empty; :func:`check_apart` refuses an
+output that is, holds or lies inside one of the command's inputs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from .errors import MarsError
@@ -113,6 +114,55 @@ def output_dir(path: str | Path, what: str = "--out") -> Iterator[Path]:
             with contextlib.suppress(OSError):
                 path.rmdir()  # only if empty
         raise
+
+
+#: (name, path) pairs of what a command reads.
+Inputs = Iterable[tuple[str, str | Path | None]]
+
+
+def check_apart(
+    out: str | Path, inputs: Inputs, what: str = "--out", *, inside_ok: bool = False
+) -> None:
+    """Refuse an output that is one of the command's inputs, lies inside one or holds one, before
+    any work (writing, resuming or replacing it would destroy what is read).
+
+    ``inputs`` are (name, path) pairs; None and paths that do not exist are skipped. Paths are
+    compared by the file system (symlinks, relative paths, ``..``, bind mounts, case-insensitive
+    names). ``inside_ok``: an output inside an input is allowed (a report under its results root).
+    """
+    out = Path(out)
+    for name, given in inputs:
+        if given is None or not os.path.exists(given):
+            continue
+        if _within(out, Path(given)):
+            if _within(Path(given), out):
+                how = "is"
+            elif inside_ok:
+                continue
+            else:
+                how = "lies inside"
+        elif _within(Path(given), out):
+            how = "holds"
+        else:
+            continue
+        raise MarsError(f"{what} {out}: {how} {name} {given}; write outputs apart from inputs")
+
+
+def _within(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (existing or not) is ``folder`` or lies below it, on the file system."""
+    try:
+        target = folder.stat()
+        resolved = path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
+        return False
+    for p in (resolved, *resolved.parents):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+            return True
+    return False
 
 
 def check_output_file(path: str | Path, what: str = "output") -> None:

@@ -124,7 +124,7 @@ def simulate(
     settings_given: dict | None = None,
 ):
     """Bootstrap-simulate stopping methods on a trace pool (the paper's evaluation)."""
-    from .atomic import output_dir
+    from .atomic import check_apart, output_dir
     from .methods import parse_methods
     from .pool import open_pool
     from .progress import progress_bar
@@ -156,6 +156,9 @@ def simulate(
             overalls = [
                 write_method(out, m.name, results, settings.to_dict(), str(pool), fit)
                 for m in methods
+        check_apart(out, [("POOL", pool), ("--fit", fit_dir), ("--cache", cache)])
+        if cache is not None:
+            check_apart(cache, [("POOL", pool)], "--cache")
             ]
     if not quiet:
         err.print(summary_table(overalls))
@@ -183,7 +186,7 @@ def fit(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
 ):
     """Fit the per-question stage: arrays and switch models (q) that `simulate --fit` reads."""
-    from .atomic import output_dir
+    from .atomic import check_apart, output_dir
     from .fit import fit_pool, summary_table
     from .pool import open_pool
     from .progress import progress_bar
@@ -213,6 +216,7 @@ def fit(
         err.print(summary_table(table, "switch models (in-sample fit)"))
         err.print(f"{pool} → {out}/")
 
+        check_apart(out, [("POOL", pool)])
 
 @app.command("import")
 def import_(
@@ -239,7 +243,8 @@ def import_(
 
 @app.command()
 def export(
-    pool: Path = typer.Argument(...), out: Path = typer.Argument(..., help="output .parquet")
+    pool: Path = typer.Argument(...),
+    out: Path = typer.Argument(..., help="output .parquet (must not exist)"),
 ):
     """Write a pool in the authors' published parquet schema."""
     from .convert import export_published
@@ -304,11 +309,13 @@ def generate(
         )
         generate_pool(
             be,
+    from .atomic import check_apart
             problems,
             traces,
             seed,
             out,
             questions=qids,
+        check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
             shard=shard,
             n_shards=n_shards,
             progress=not quiet,
@@ -379,11 +386,13 @@ def probe(
 
 
 @app.command()
+    from .atomic import check_apart
 @with_settings(LIVE_KEYS)
 def solve(
     out: Path = typer.Option(
         ..., "--out", "-o", help="output directory (a pool + live/ records; resumable)"
     ),
+        check_apart(out, [("TRACES", traces), ("--probe-model", probe_model)])  # before loading
     problems: str = typer.Option(..., help=PROBLEMS_HELP),
     traces: int = typer.Option(64, help="traces run in parallel per question (N)"),
     warmup: int = typer.Option(16, help="warmup traces run to completion first (q-model, γ)"),
@@ -446,11 +455,13 @@ def solve(
         )
     if not quiet:
         _print_live(rows)
+    from .atomic import check_apart
 
 
 def _print_live(rows: list) -> None:
     from rich.table import Table
 
+        check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
     t = Table(title="live runs", show_lines=False)
     for c in ("q", "answer", "ok", "stopped", "at", "tokens", "full", "saved", "wall", "full wall"):
         t.add_column(c, justify="right")
@@ -571,7 +582,7 @@ def report(
     """Render the paper's tables and figures (and the new ones) from simulate outputs."""
     import shlex
 
-    from .atomic import output_dir
+    from .atomic import check_apart, output_dir
     from .report import render_report
 
     command = None
@@ -613,6 +624,16 @@ def _options(
     ),
 ) -> None:
     """Options before the command (``mars --version``); the app's help is the Typer's."""
+    with user_errors():  # a report may lie inside a results root, never hold or be one
+        check_apart(out, [("RESULTS", r) for r in results], inside_ok=True)
+        pools = [("--pool", p) for p in parse_pool_overrides(pool).values()]
+        if tradeoff:
+            from .report.tradeoff import parse_tradeoff_spec
+
+            pools += [("--tradeoff", parse_tradeoff_spec(t)[1]) for t in tradeoff]
+        check_apart(out, [*pools, ("--cache", cache)])
+        if cache is not None:
+            check_apart(cache, pools, "--cache")
 
 
 @app.command()

@@ -11,11 +11,14 @@
   answer at 2048·k is ``probe_list[min(2048·k // probe_freq − 1, len − 1)]``; ``"ERR"`` or empty
   means no answer. Like the authors' pools, every trace also gets a terminal probe at its length
   carrying its final answer. There are no confidences (the column is null).
+
+Neither direction replaces an existing output or writes where it reads (one-line refusals).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -25,7 +28,7 @@ import pyarrow.parquet as pq
 
 from . import schema
 from .answers import is_correct
-from .atomic import check_output_file
+from .atomic import check_apart, check_output_file, make_dirs, write_atomic
 from .pool import LayoutPool, PoolError, PublishedPool, open_pool, question_to_table
 from .pooldir import PoolDirWriter
 
@@ -242,8 +245,8 @@ def import_parallel_probe(src, out, spacing: int = schema.CHECKPOINT_SPACING, **
 def import_pool(fmt: str, src, out, trust_pickle: bool = False) -> Path:
     if fmt not in FORMATS:
         raise PoolError(f"unknown import format {fmt!r} (known: {', '.join(FORMATS)})")
-    if Path(out).exists():
-        raise PoolError(f"{out}: already exists (refusing to overwrite)")
+    check_apart(out, [("SRC", src)], "output")
+    refuse_existing(out)
     if fmt == "mars-parquet":
         return import_mars_parquet(src, out)
     if fmt == "mars-pickle":
@@ -259,21 +262,25 @@ def export_published(pool_path, out) -> Path:
     Pools without confidences get a constant 1.0 array of each trace's length (the published
     format infers length from ``len(confs)``), as the reference fixtures do.
     """
-    pool = open_pool(pool_path)
     out = Path(out)
-    check_output_file(out, "export")
-    tmp = out.with_name(f".{out.name}.tmp")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    check_apart(out, [("POOL", pool_path)], "output")
+    refuse_existing(out)
+    check_output_file(out, "output")
+    pool = open_pool(pool_path)
+
+    def write(tmp: Path) -> None:
         with pq.ParquetWriter(tmp, schema.PUBLISHED_SCHEMA, compression="zstd") as w:
             for qid in pool.qids:
-                q = pool.read_question(qid)
-                w.write_table(_published_table(q))
-        tmp.replace(out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out
+                w.write_table(_published_table(pool.read_question(qid)))
+
+    make_dirs(out.parent)
+    return write_atomic(out, write)
+
+
+def refuse_existing(out: str | Path) -> None:
+    """Imports and exports never replace what is there (an earlier pool, the authors' file)."""
+    if os.path.lexists(out):
+        raise PoolError(f"{out}: already exists (refusing to overwrite)")
 
 
 def _published_table(q) -> pa.Table:

@@ -16,8 +16,10 @@ shard information is kept, so probed shards consolidate like generated ones.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,16 +28,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import schema
+from .atomic import check_apart, write_atomic
 from .backends.base import Backend, GeneratorInfo, StoredTrace
 from .errors import MarsError, UsageError
-from .pool import LayoutPool, PoolError, open_pool, probes_array
+from .pool import LayoutPool, PoolError, open_pool, probes_array, read_manifest
 from .pooldir import PoolDirWriter
 from .problems import Problem
 from .progress import track
 
 PROBE_RECORD = ".probe.json"
 #: Manifest keys of the input that describe its probes, replaced by the probe stage's.
-_REPLACED = ("format", "version", "n_questions", "spacing", "probes", "probe")
+_REPLACED = ("format", "version", "n_questions", "qids", "spacing", "probes", "probe")
 
 
 def probe_positions(length: int, spacing: int) -> np.ndarray:
@@ -171,6 +174,7 @@ def probe_pool(
     position)). Another source, spacing or probe setting into the same ``out`` is refused, unless
     ``replace`` (then the earlier probing is discarded).
     """
+    check_apart(out, [("TRACES", src)])
     pool = open_pool(src)
     if not isinstance(pool, LayoutPool):
         raise PoolError(f"{src}: `mars probe` reads a pool directory written by `mars generate`")
@@ -186,19 +190,75 @@ def probe_pool(
         "spacing": int(spacing),
         **(describe() if describe else {}),
     }
-    source = {k: v for k, v in pool.manifest.items() if k not in _REPLACED}
-    params = {"source": source, "probe": probe_info, "qids": qids}
-    writer = PoolDirWriter(out, params, record=PROBE_RECORD, what="probing")
-    if not writer.start(qids, replace=replace):
-        os.utime(Path(out) / schema.POOL_MANIFEST)  # up to date: newer than its input again
-    else:
+    # as a manifest holds them (JSON), so a finished run compares equal to its own command
+    params = json.loads(json.dumps({"source": _source(pool.manifest), "probe": probe_info}))
+    params["qids"] = qids
+    writer = PoolDirWriter(
+        out, params, record=PROBE_RECORD, what="probing", params_of=_params_of_manifest
+    )
+    with _undone_on_refusal(Path(out), params, [writer.trace_path(q) for q in qids]):
+        if not writer.start(qids, replace=replace):
+            os.utime(Path(out) / schema.POOL_MANIFEST)  # up to date: newer than its input again
+            return Path(out)
         qrows = {r["qid"]: r for r in pq.read_table(pool.path / schema.POOL_QUESTIONS).to_pylist()}
         todo = writer.todo(qids)
         for qid in track(todo, len(todo), f"probe every {spacing}", progress):
             _probe_question(pool, qid, backend, spacing, qrows[qid], writer)
-        manifest = {**source, "spacing": int(spacing), "probes": "stage", "probe": probe_info}
-        writer.finish([qrows[q] for q in qids], manifest)
+    manifest = {**params["source"], "qids": qids, "spacing": int(spacing), "probes": "stage"}
+    writer.finish([qrows[q] for q in qids], {**manifest, "probe": params["probe"]})
     return Path(out)
+
+
+def _source(manifest: dict) -> dict:
+    """What a probed pool keeps of its input's manifest: the generation's parameters."""
+    return {k: v for k, v in manifest.items() if k not in _REPLACED}
+
+
+def _params_of_manifest(manifest: dict) -> dict:
+    """The parameters a finished probed pool was written with, read back from its manifest."""
+    return {
+        "source": _source(manifest),
+        "probe": manifest.get("probe"),
+        "qids": manifest.get("qids"),
+    }
+
+
+@contextlib.contextmanager
+def _undone_on_refusal(out: Path, params: dict, trace_files: list[Path]) -> Iterator[None]:
+    """A refusal found only while probing (a :class:`MarsError`: traces that are not what the
+    engine rebuilds, token ids missing, too short or outside the vocabulary, a re-encoded prefix
+    past the context) undoes what this command wrote into ``out``, so the corrected command runs.
+    Anything else (an interruption, a crash) keeps the finished questions to resume from."""
+    record, manifest = out / PROBE_RECORD, out / schema.POOL_MANIFEST
+    files = [*trace_files, record]
+    before = {p: _identity(p) for p in files}
+    try:
+        done = read_manifest(manifest, schema.POOL_FORMAT, PoolError, "no manifest")
+        finished = _params_of_manifest(done) == params
+    except MarsError:  # none, or not ours: start() refuses it or starts afresh
+        finished = False
+    kept = manifest.read_bytes() if finished else b""
+    made = [d for d in (out, out / schema.POOL_TRACES_DIR) if not d.exists()]
+    try:
+        yield
+    except MarsError:
+        for path in files:
+            if _identity(path) not in (None, before[path]):  # written by this command
+                path.unlink()
+        if finished and not manifest.exists():  # a finished pool missing files: marked again
+            write_atomic(manifest, lambda p: p.write_bytes(kept))
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if empty
+        raise
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def _probe_question(

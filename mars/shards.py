@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import schema
+from .atomic import check_apart
 from .errors import MarsError, UsageError
 from .pool import PoolError
 from .pooldir import PoolDirWriter
@@ -62,6 +63,7 @@ def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bo
     """
     if not shard_dirs:
         raise MarsError("no shard directories")
+    check_apart(out, [("shard", d) for d in shard_dirs])
     shards = []
     for d in map(Path, shard_dirs):
         m = _read_manifest(d)

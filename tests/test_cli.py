@@ -152,10 +152,8 @@ def test_bad_output_locations_fail_before_work(tmp_path, where):
         where
     ]
     for name, args in _commands(tmp_path, str(out)).items():
-        if name == "export" and where == "existing-file":
-            continue  # export replaces a file atomically, as any output file
-        if name == "import" and where == "existing-file":
-            continue  # refused as "already exists" (its own test)
+        if name in ("import", "export") and where == "existing-file":
+            continue  # refused as "already exists" (their own test)
         res = runner.invoke(cli.app, args)
         assert res.exit_code == 2, (name, res.output, res.exception)
         assert res.output.startswith("error: ") and res.output.count("\n") == 1, (name, res.output)
@@ -264,3 +262,132 @@ def test_sampling_options_are_refused_by_the_synthetic_backend(tmp_path):
     )
     assert res.exit_code == 2 and "the synthetic backend has no --temperature" in res.output
     assert not (tmp_path / "o").exists()
+
+
+# -- an output is never an input, inside one or holding one (issue 19) ---------------------------
+
+
+def _run(*args: str) -> None:
+    res = runner.invoke(cli.app, list(args))
+    assert res.exit_code == 0, (args, res.output)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Every kind of input a command with an output reads, each alone in a folder of its own
+    (the folder that holds it)."""
+    from util import write_layout_pool, write_published_pool
+
+    root = tmp_path_factory.mktemp("inputs")
+    box = {n: root / n for n in ("pool", "fit", "cache", "sim", "traces", "shards", "files")}
+    for d in box.values():
+        d.mkdir()
+    pool = write_layout_pool(box["pool"] / "p", n_questions=1)
+    sim = ["-m", "sc", "--budget", "8", "--iterations", "2", "-q"]
+    _run("simulate", str(pool), *sim, "--out", str(box["sim"] / "s"))
+    _run("simulate", str(pool), *sim, "--out", str(root / "s2"), "--cache", str(box["cache"] / "c"))
+    _run("fit", str(pool), "--out", str(box["fit"] / "f"), "-q")
+    gen = ["generate", "--problems", "aime_2025", "--traces", "2", "--questions", "0", "-q"]
+    _run(*gen, "--probe", "none", "--out", str(box["traces"] / "t"))
+    for s in ("0", "1"):
+        _run(*gen, "--n-shards", "2", "--shard", s, "--out", str(box["shards"] / f"s{s}"))
+    problems = box["files"] / "problems.jsonl"
+    problems.write_text('{"question": "What is 2 + 3?", "answer": "5"}\n')
+    published = write_published_pool(box["files"] / "pub.parquet", n_questions=1)
+    return root, {
+        "pool": pool,
+        "sim": box["sim"] / "s",
+        "fit": box["fit"] / "f",
+        "cache": box["cache"] / "c",
+        "traces": box["traces"] / "t",
+        "shard": box["shards"] / "s0",
+        "problems": problems,
+        "published": published,
+    }
+
+
+def _overlap_cases(p: dict) -> list[tuple[str, str, list[str]]]:
+    """(command, the input it must stay apart from, its arguments with OUT for the output)."""
+    sim = ["-m", "sc", "--budget", "8", "--iterations", "2", "-q", "--out", "OUT"]
+    gen = ["--problems", str(p["problems"]), "--traces", "2", "-q", "--out", "OUT"]
+    return [
+        ("probe", "traces", ["probe", str(p["traces"]), "--out", "OUT", "--replace", "-q"]),
+        ("simulate", "pool", ["simulate", str(p["pool"]), *sim]),
+        ("simulate --fit", "fit", ["simulate", str(p["pool"]), "--fit", str(p["fit"]), *sim]),
+        (
+            "simulate --cache",
+            "cache",
+            ["simulate", str(p["pool"]), "--cache", str(p["cache"]), *sim],
+        ),
+        ("fit", "pool", ["fit", str(p["pool"]), "--out", "OUT", "-q"]),
+        ("import", "published", ["import", "mars-parquet", str(p["published"]), "OUT"]),
+        ("export", "pool", ["export", str(p["pool"]), "OUT"]),
+        ("generate", "problems", ["generate", *gen]),
+        ("solve", "problems", ["solve", *gen]),
+        (
+            "consolidate",
+            "shard",
+            ["consolidate", str(p["shard"]), str(p["shard"]) + "1", "-o", "OUT"],
+        ),
+        ("report", "sim", ["report", str(p["sim"]), "--out", "OUT", "--no-figures"]),
+        (
+            "report --pool",
+            "pool",
+            ["report", str(p["sim"]), "--pool", f"m/d={p['pool']}", "--out", "OUT", "--no-figures"],
+        ),
+        (
+            "report --tradeoff",
+            "pool",
+            ["report", str(p["sim"]), "--tradeoff", str(p["pool"]), "--out", "OUT", "--no-figures"],
+        ),
+        (
+            "report --cache",
+            "cache",
+            ["report", str(p["sim"]), "--cache", str(p["cache"]), "--out", "OUT", "--no-figures"],
+        ),
+    ]
+
+
+def _tree(root) -> dict:
+    return {
+        str(f.relative_to(root)): f.read_bytes() if f.is_file() else None for f in root.rglob("*")
+    }
+
+
+@pytest.mark.parametrize("where", ["is", "is, by ..", "is, by a symlink", "inside", "holds"])
+def test_an_output_is_never_an_input_inside_one_or_holding_one(inputs, where):
+    """`mars probe POOL --out POOL --replace` deleted the pool it read. Every command with an input
+    and an output refuses an output that is the input, lies inside it or holds it (paths compared
+    on the file system): one line, exit 2, before any work, every input untouched."""
+    root, p = inputs
+    before = _tree(root)
+    link = root / "link"
+    for name, key, args in _overlap_cases(p):
+        given = p[key]
+        out = {
+            "is": given,
+            "is, by ..": given.parent / ".." / given.parent.name / given.name,
+            "is, by a symlink": link,
+            "inside": given / "sub",
+            "holds": given.parent,
+        }[where]
+        if (name, where) == ("report", "inside"):
+            continue  # allowed: a report under its results root (the next test)
+        link.symlink_to(given)
+        try:
+            res = runner.invoke(cli.app, [str(out) if a == "OUT" else a for a in args])
+        finally:
+            link.unlink()
+        assert res.exit_code == 2, (name, where, res.output)
+        assert res.output.startswith("error: ") and res.output.count("\n") == 1, (name, res.output)
+        assert _tree(root) == before, (name, where)
+
+
+def test_a_report_may_lie_inside_its_results_root(inputs, tmp_path):
+    """The usual layout: `mars report results --out results/report`."""
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(inputs[1]["sim"], results / "s")
+    _run("report", str(results), "--out", str(results / "report"), "--no-figures")
+    assert (results / "report" / "report.md").exists()

@@ -132,6 +132,22 @@ def test_import_refuses_existing_output(tmp_path):
     assert res.exit_code == 2 and "already exists" in res.output
 
 
+@pytest.mark.parametrize("existing", ["file", "dangling symlink"])
+def test_export_refuses_existing_output_as_import_does(tmp_path, existing):
+    """`mars export POOL FILE` used to replace FILE (e.g. the authors' release) silently."""
+    pool = write_layout_pool(tmp_path / "p", n_questions=1)
+    out = tmp_path / "release.parquet"
+    if existing == "file":
+        out.write_bytes(b"the authors' release")
+    else:
+        out.symlink_to(tmp_path / "nowhere")
+    res = runner.invoke(app, ["export", str(pool), str(out)])
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert f"{out}: already exists (refusing to overwrite)" in res.output
+    assert out.is_symlink() if existing != "file" else out.read_bytes() == b"the authors' release"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p", "release.parquet"]
+
+
 # -- issue 13: imports validate first, pickles run no code ---------------------------------------
 
 import json as _json  # noqa: E402

@@ -19,6 +19,7 @@ from mars.generate import generate_pool
 from mars.pool import PoolError, open_pool
 from mars.probe import probe_backend, probe_pool, probe_positions
 from mars.problems import load_problems
+from mars.problems import parse_question_spec as parse_qids
 
 runner = CliRunner()
 QS = [0, 1, 2]
@@ -192,3 +193,84 @@ def test_synthetic_engine_probes_only_its_own_traces(pools):
     be = probe_backend(manifest)
     with pytest.raises(MarsError, match="probe with the generator's preset and seed"):
         probe_pool(bare, bare.parent / "wrong", be, spacing=2048, progress=False)
+
+
+# -- issue 19: the same command again is a no-op; a refusal while probing leaves nothing ---------
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("qids", ["0,1", "0-2"])
+def test_the_same_finished_command_again_does_nothing(pools, tmp_path, replace, qids):
+    """Was refused as "a finished pool probing with other parameters"."""
+    _, _, bare = pools
+    out = tmp_path / "p"
+    args = ["probe", str(bare), "--out", str(out), "--spacing", "1024", "--questions", qids, "-q"]
+    assert runner.invoke(app, args).exit_code == 0
+    files = {f: (f.read_bytes(), f.stat().st_mtime_ns) for f in out.rglob("*.*")}
+    res = runner.invoke(app, [*args, *(["--replace"] * replace)])
+    assert res.exit_code == 0, res.output
+    for f, (data, mtime) in files.items():  # nothing written again (pool.json only touched)
+        assert f.read_bytes() == data and (f.stat().st_mtime_ns == mtime or f.name == "pool.json")
+    assert open_pool(out).qids == parse_qids(qids)
+    other = runner.invoke(app, [*args[:4], "--spacing", "2048", "-q"])
+    assert other.exit_code == 2 and "with other parameters" in other.output
+
+
+def _edit_trace(pool, qid: int) -> None:
+    """Make the first trace of a question longer than the engine rebuilds it."""
+    import pyarrow as pa
+
+    path = pool / schema.trace_file_name(qid)
+    table = pq.read_table(path)
+    lengths = table["length"].to_pylist()
+    lengths[0] += 10_000
+    i = table.column_names.index("length")
+    pq.write_table(table.set_column(i, "length", pa.array(lengths, pa.int32())), path)
+
+
+@pytest.mark.parametrize("damage", ["edited seed", "second question"])
+def test_a_refusal_found_while_probing_leaves_nothing_behind(pools, tmp_path, monkeypatch, damage):
+    """Found only once probing runs (here: traces that are not what the engine rebuilds from the
+    pool's seed), a refusal used to leave `.probe.json` and `traces/` in --out, and the corrected
+    command into the same folder was refused. Now the folder is as before the command."""
+    import shutil
+
+    _, _, bare = pools
+    src = shutil.copytree(bare, tmp_path / "src")
+    manifest = src / schema.POOL_MANIFEST
+    good = manifest.read_text()
+    trace_file = src / schema.trace_file_name(1)
+    good_trace = trace_file.read_bytes()
+    if damage == "edited seed":
+        manifest.write_text(json.dumps(dict(json.loads(good), seed=6)))
+    else:
+        _edit_trace(src, 1)
+    out = tmp_path / "p"
+    args = ["probe", str(src), "--out", str(out), "-q"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "probe with the generator's preset and seed" in res.output
+    assert not out.exists()
+    # an interrupted run keeps its place: a refusal undoes only what the refused command wrote
+    manifest.write_text(good)
+    trace_file.write_bytes(good_trace)
+    be = probe_backend(open_pool(src).manifest)
+    real = be.reprobe
+
+    def interrupted_at_question_1(problem, *rest):
+        if problem.qid == 1:
+            raise KeyboardInterrupt
+        return real(problem, *rest)
+
+    monkeypatch.setattr(be, "reprobe", interrupted_at_question_1)
+    with pytest.raises(KeyboardInterrupt):
+        probe_pool(src, out, be, progress=False)
+    before = {p: p.read_bytes() for p in out.rglob("*.*")}
+    assert len(before) == 2  # the record and question 0
+    _edit_trace(src, 1)
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "question 1, trace 0" in res.output
+    assert {p: p.read_bytes() for p in out.rglob("*.*")} == before
+    trace_file.write_bytes(good_trace)
+    assert runner.invoke(app, args).exit_code == 0
+    assert open_pool(out).qids == QS
