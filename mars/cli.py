@@ -139,6 +139,9 @@ def simulate(
         qids = parse_question_spec(questions)
         if workers < 1:
             raise MarsError(f"--workers {workers}: must be at least 1")
+        check_apart(out, [("POOL", pool), ("--fit", fit_dir), ("--cache", cache)])
+        if cache is not None:
+            check_apart(cache, [("POOL", pool)], "--cache")
         t0 = time.perf_counter()
         with output_dir(out), progress_bar(disable=quiet) as progress:
             task = progress.add_task("simulating questions", total=len(qids) if qids else None)
@@ -156,9 +159,6 @@ def simulate(
             overalls = [
                 write_method(out, m.name, results, settings.to_dict(), str(pool), fit)
                 for m in methods
-        check_apart(out, [("POOL", pool), ("--fit", fit_dir), ("--cache", cache)])
-        if cache is not None:
-            check_apart(cache, [("POOL", pool)], "--cache")
             ]
     if not quiet:
         err.print(summary_table(overalls))
@@ -199,6 +199,7 @@ def fit(
                 f"--warmup {warmup!r}: expected whole numbers, e.g. 16 or 8,16"
             ) from None
         qids = parse_question_spec(questions)
+        check_apart(out, [("POOL", pool)])
         n = len(qids) if qids else len(open_pool(pool).qids)
         with output_dir(out), progress_bar(disable=quiet) as progress:
             task = progress.add_task("fitting questions", total=n)
@@ -216,7 +217,6 @@ def fit(
         err.print(summary_table(table, "switch models (in-sample fit)"))
         err.print(f"{pool} → {out}/")
 
-        check_apart(out, [("POOL", pool)])
 
 @app.command("import")
 def import_(
@@ -289,11 +289,13 @@ def generate(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
     """Generate traces and probe them every `spacing` tokens (resumable; sharded)."""
+    from .atomic import check_apart
     from .backends.factory import make_backend
     from .generate import generate_pool
 
     with user_errors():
         qids = parse_question_spec(questions)
+        check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
         be = make_backend(
             backend,
             model=model,
@@ -309,13 +311,11 @@ def generate(
         )
         generate_pool(
             be,
-    from .atomic import check_apart
             problems,
             traces,
             seed,
             out,
             questions=qids,
-        check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
             shard=shard,
             n_shards=n_shards,
             progress=not quiet,
@@ -360,11 +360,13 @@ def probe(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
     """Probe stored traces again, at any spacing and with any probe model (no regeneration)."""
+    from .atomic import check_apart
     from .pool import LayoutPool, open_pool
     from .probe import probe_backend, probe_pool
 
     with user_errors():
         qids = parse_question_spec(questions)
+        check_apart(out, [("TRACES", traces), ("--probe-model", probe_model)])  # before loading
         src = open_pool(traces)
         if not isinstance(src, LayoutPool):
             raise MarsError(
@@ -386,13 +388,11 @@ def probe(
 
 
 @app.command()
-    from .atomic import check_apart
 @with_settings(LIVE_KEYS)
 def solve(
     out: Path = typer.Option(
         ..., "--out", "-o", help="output directory (a pool + live/ records; resumable)"
     ),
-        check_apart(out, [("TRACES", traces), ("--probe-model", probe_model)])  # before loading
     problems: str = typer.Option(..., help=PROBLEMS_HELP),
     traces: int = typer.Option(64, help="traces run in parallel per question (N)"),
     warmup: int = typer.Option(16, help="warmup traces run to completion first (q-model, γ)"),
@@ -423,11 +423,13 @@ def solve(
     settings_given: dict | None = None,
 ):
     """Answer questions live: stop the parallel traces the moment the method fires."""
+    from .atomic import check_apart
     from .backends.factory import make_backend
     from .live import solve_pool
 
     with user_errors():
         qids = parse_question_spec(questions)
+        check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
         be = make_backend(
             backend,
             model=model,
@@ -455,13 +457,11 @@ def solve(
         )
     if not quiet:
         _print_live(rows)
-    from .atomic import check_apart
 
 
 def _print_live(rows: list) -> None:
     from rich.table import Table
 
-        check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
     t = Table(title="live runs", show_lines=False)
     for c in ("q", "answer", "ok", "stopped", "at", "tokens", "full", "saved", "wall", "full wall"):
         t.add_column(c, justify="right")
@@ -584,10 +584,21 @@ def report(
 
     from .atomic import check_apart, output_dir
     from .report import render_report
+    from .report.collect import parse_pool_overrides
 
     command = None
     if sys.argv[1:2] == ["report"]:
         command = shlex.join(["mars", "report", *sys.argv[2:]])
+    with user_errors():  # a report may lie inside a results root, never hold or be one
+        check_apart(out, [("RESULTS", r) for r in results], inside_ok=True)
+        pools = [("--pool", p) for p in parse_pool_overrides(pool).values()]
+        if tradeoff:
+            from .report.tradeoff import parse_tradeoff_spec
+
+            pools += [("--tradeoff", parse_tradeoff_spec(t)[1]) for t in tradeoff]
+        check_apart(out, [*pools, ("--cache", cache)])
+        if cache is not None:
+            check_apart(cache, pools, "--cache")
     with user_errors(), output_dir(out):
         rep = render_report(
             results,
@@ -624,16 +635,6 @@ def _options(
     ),
 ) -> None:
     """Options before the command (``mars --version``); the app's help is the Typer's."""
-    with user_errors():  # a report may lie inside a results root, never hold or be one
-        check_apart(out, [("RESULTS", r) for r in results], inside_ok=True)
-        pools = [("--pool", p) for p in parse_pool_overrides(pool).values()]
-        if tradeoff:
-            from .report.tradeoff import parse_tradeoff_spec
-
-            pools += [("--tradeoff", parse_tradeoff_spec(t)[1]) for t in tradeoff]
-        check_apart(out, [*pools, ("--cache", cache)])
-        if cache is not None:
-            check_apart(cache, pools, "--cache")
 
 
 @app.command()
