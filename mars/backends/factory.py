@@ -1,11 +1,12 @@
 """The one place a backend is built by name: for ``mars generate``, ``mars solve`` and the library.
 
-``make_backend("synthetic", preset=...)`` or ``make_backend("transformers" | "sglang",
-model=PATH, ...)``. Real-backend options (sampling, engine, batch size…: the keyword arguments of
-:class:`~mars.backends.transformers.TransformersBackend` /
-:class:`~mars.backends.sglang.SGLangBackend`) come from ``options`` (None values ignored) over the
-JSON object in the environment variable ``MARS_BACKEND_OPTIONS``, e.g.
-``MARS_BACKEND_OPTIONS='{"top_k": 20, "batch_size": 8}'``.
+``make_backend("synthetic", preset=...)``, ``make_backend("transformers" | "sglang",
+model=PATH, ...)`` or ``make_backend("server", model=SERVED_NAME, base_url=URL, ...)``.
+Real-backend options (sampling, engine, batch size…: the keyword arguments of
+:class:`~mars.backends.transformers.TransformersBackend`,
+:class:`~mars.backends.sglang.SGLangBackend` or :class:`~mars.backends.server.ServerBackend`)
+come from ``options`` (None values ignored) over the JSON object in the environment variable
+``MARS_BACKEND_OPTIONS``, e.g. ``MARS_BACKEND_OPTIONS='{"top_k": 20, "batch_size": 8}'``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from typing import Any
 from ..errors import MarsError
 from .base import Backend
 
-BACKENDS = ("synthetic", "transformers", "sglang")
+BACKENDS = ("synthetic", "transformers", "sglang", "server")
+#: Options only the server backend has (its command-line flags).
+SERVER_OPTIONS = ("base_url", "concurrency", "timeout")
 PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
 
 
@@ -62,7 +65,11 @@ def make_backend(
         )
     if preset is not None or skill is not None:
         raise MarsError(f"--preset and --skill are for the synthetic backend, not {name}")
-    if not model:
+    if name != "server":
+        misplaced = [k for k in SERVER_OPTIONS if options.get(k) is not None]
+        if misplaced:
+            raise MarsError(f"--{misplaced[0].replace('_', '-')} is for --backend server")
+    if not model and name != "server":
         raise MarsError(f"--backend {name} needs --model (a model directory, hub id or .gguf file)")
     opts = _env_options()
     opts.update({k: v for k, v in options.items() if v is not None})
@@ -73,6 +80,10 @@ def make_backend(
             from .transformers import TransformersBackend
 
             cls: type[Backend] = TransformersBackend
+        elif name == "server":
+            from .server import ServerBackend
+
+            cls = ServerBackend
         else:
             from .sglang import SGLangBackend
 

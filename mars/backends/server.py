@@ -1,0 +1,1200 @@
+"""Server backend: generation and probes through a running inference server over HTTP.
+
+``--backend server --base-url URL`` drives a server someone already runs: llama.cpp's
+``llama-server``, vLLM or SGLang.  The traces are token ids on our side, as with the in-process
+engines (:class:`~mars.backends.tokens.TokenTraceBatch`): every request is a **token-id prompt**, so
+a continuation is exactly the trace so far and the server's prefix cache serves it.
+
+* **Connect** (the constructor, before any generation): ``GET /v1/models`` names the served
+  models and, through ``owned_by``, the kind of server (``server=`` overrides); the model asked
+  for must be served (none asked and one served: that one).  The server's own report follows
+  (llama.cpp ``/props``, SGLang ``/get_server_info``, vLLM ``/version``): context length, version.
+  The tokenizer (``tokenizer=``, default the model path the server reports, else the served name)
+  is loaded here and must tokenize a sample text as the server does (``/tokenize``).  A trial
+  request of two tokens with top-20 log-probabilities must come back with 20 per token.  Each
+  failure — connection refused, a URL that is no such server, an unknown model, a tokenizer that
+  disagrees, fewer than 20 log-probabilities — is one line (:class:`ServerError`).
+* **Requests**, one per trace (a server reports a request's cached tokens per request), run
+  concurrently on a private event loop with at most ``concurrency`` in flight (default: the
+  server's slots for llama.cpp, 32 otherwise).  A 408/429/5xx answer, a timeout (``timeout``
+  seconds per request) or a lost connection is retried ``retries`` times with exponential
+  backoff (``Retry-After`` honoured, at most :data:`MAX_BACKOFF` s), then the run stops with one
+  line; any other error answer stops it at once.  Nothing waits without a bound.
+* **advance(target)**: ``prompt + trace so far`` → ``target − length`` new tokens, the sampling of
+  the run, top-20 log-probabilities, and a seed derived from (seed, qid, trace_idx, length):
+  every request of a trace has its own seed, so a trace is a function of the seed and the
+  checkpoint grid.  Whether the server repeats it bit for bit is the server's matter
+  (``describe()["reproducible"]``).  The server ends a trace at EOS (its ``finish``), which counts
+  as a token of the trace.
+* **probe(idx)**: ``prompt + trace[:p] + suffix``, ≤ ``probe_max_new_tokens`` tokens, seed
+  (seed, qid, trace_idx, p), no log-probabilities; the server's prompt, cached and completion
+  token counts go into the probe record.  ``stop`` sends nothing more: no request is in flight
+  between checkpoints, so a stopped trace costs the server nothing after its last request.
+* **The probe stage** (:meth:`ServerBackend.reprobe`): each trace's probes go in position order
+  (each prefix extends the previous one, so the server's cache holds it), traces concurrently.
+* **Confidence** of a token = −mean of its 20 top log-probabilities (spec §3.1,
+  :func:`~mars.backends.tokens.token_confidence`); a response with fewer than 20 for a token is
+  refused (the statistic is never silently changed).  Which distribution: llama.cpp and vLLM (its
+  default ``--logprobs-mode``) report ``log_softmax(logits)``, SGLang ``log_softmax(logits /
+  temperature)`` unless started with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``; ``describe()`` records
+  it, since confidence thresholds do not carry over between the two.
+
+Per server (:class:`Protocol`; the shapes are pinned by ``tests/test_backend_server.py``):
+
+* **llama.cpp** — native ``POST /completion`` (``prompt`` ids, ``n_predict``, ``n_probs``,
+  ``seed``, ``return_tokens``, ``cache_prompt``, the sampler chain temperature → top-k → top-p →
+  min-p as vLLM and SGLang apply it, so the server's default penalties and min-p 0.05 are off);
+  its OpenAI route returns no token ids.  Cached tokens: ``timings.cache_n``.  llama.cpp leaves
+  out the log-probabilities of a token that ends inside a multi-byte character; such tokens get
+  a NaN confidence (matched by id from the end of each run).
+* **vLLM** — ``POST /v1/completions`` with ``return_token_ids`` and
+  ``return_tokens_as_token_ids`` (top log-probabilities keyed by id: two tokens that decode alike
+  do not collide).  Cached tokens: ``usage.prompt_tokens_details.cached_tokens``, only when the
+  server runs with ``--enable-prompt-tokens-details`` (else not recorded).  Needs
+  ``--max-logprobs`` ≥ 20 (its default is 20).
+* **SGLang** — native ``POST /generate`` (``input_ids``, ``sampling_seed``,
+  ``top_logprobs_num``), read by :func:`mars.backends.sglang.parse_generation`; cached tokens:
+  ``meta_info.cached_tokens``.  Seeds hold only when the server runs with
+  ``--enable-deterministic-inference``.
+
+The API key, if any, is read from the environment variable ``api_key_env`` (default
+``MARS_API_KEY``) and sent as a bearer token; it is never recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from ..errors import MarsError
+from ..problems import Problem
+from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
+from .tokens import (
+    CONF_TOP_K,
+    DEFAULT_PROMPT_TEMPLATE,
+    PROBE_MAX_NEW_TOKENS,
+    PROBE_SUFFIX,
+    TokenProbing,
+    TokenTraceBatch,
+    build_prompt_ids,
+    check_context,
+    derive_seed,
+    encode_suffix,
+    load_tokenizer,
+    parse_probe,
+    token_confidence,
+    window_conf,
+)
+
+__all__ = [
+    "PROTOCOLS",
+    "Completion",
+    "ServerBackend",
+    "ServerError",
+    "ServerTraceBatch",
+    "generation_seed",
+    "probe_seed",
+]
+
+log = logging.getLogger(__name__)
+
+#: HTTP statuses worth another try: the server is busy, overloaded, restarting or timed out.
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+#: Longest wait between two tries (seconds), whatever ``Retry-After`` asks.
+MAX_BACKOFF = 30.0
+#: Seeds fit 31 bits: llama.cpp reads a request's seed as a 32-bit integer in which all ones
+#: means "random".
+SEED_BITS = 31
+_GEN_SALT = 0x5E4E0  # separates generation seeds from probe seeds
+_PROBE_SALT = 0x9B0BE
+#: A sample the tokenizer must split as the server does (digits, LaTeX, non-ASCII, the suffix).
+TOKENIZER_SAMPLE = "Let x = 3.25; then \\frac{x}{2} ≤ 1.7 — naïve 中文 é." + PROBE_SUFFIX
+#: What a served model's ``owned_by`` says about the server.
+OWNED_BY = {"llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang"}
+
+
+class ServerError(MarsError):
+    """The server is unreachable, refuses, or answers what the backend cannot use (one line)."""
+
+
+def generation_seed(seed: int, qid: int, trace_idx: int, start: int) -> int:
+    """Seed of the request that continues trace (seed, qid, trace_idx) from ``start`` tokens."""
+    return derive_seed(seed, qid, trace_idx, start, _GEN_SALT, bits=SEED_BITS)
+
+
+def probe_seed(seed: int, qid: int, trace_idx: int, position: int) -> int:
+    """Seed of the probe of trace (seed, qid, trace_idx) at ``position`` (inline and stage)."""
+    return derive_seed(seed, qid, trace_idx, position, _PROBE_SALT, bits=SEED_BITS)
+
+
+@dataclass
+class Completion:
+    """One request's answer, whatever the server: the generated ids (EOS included), their
+    confidences (None when not asked), whether the model ended the text (EOS), and its counts."""
+
+    ids: list[int]
+    confs: list[float] | None
+    finished: bool
+    text: str
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int
+
+
+@dataclass
+class Sampling:
+    temperature: float
+    top_p: float
+    top_k: int  # 0: off
+    min_p: float | None
+
+
+def _one_line(text: object, limit: int = 200) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ServerError(f"the server answered {what} = {value!r}, not a whole number")
+    return int(value)
+
+
+def _top_confidence(values: Sequence[float], where: str) -> float:
+    """Confidence from one token's top log-probabilities: exactly :data:`CONF_TOP_K` of them (the
+    highest when the server adds the sampled token to its top k)."""
+    if len(values) < CONF_TOP_K:
+        raise ServerError(
+            f"{where}: {len(values)} top log-probabilities for a token, not {CONF_TOP_K} "
+            "(the confidence is the mean of 20)"
+        )
+    top = sorted((float(v) for v in values), reverse=True)[:CONF_TOP_K]
+    return token_confidence(top)
+
+
+# ---------------------------------------------------------------------------------------------
+# Protocols: how each server is asked, and how its answers read
+
+
+class Protocol:
+    """How one kind of server is asked for a completion and how its answer reads."""
+
+    kind = ""
+    path = ""
+    #: which distribution the reported log-probabilities are of
+    logprobs_mode = ""
+    #: how a per-request seed is honoured
+    seeds = ""
+
+    def __init__(self, model: str):
+        self.model = model
+
+    def info_paths(self) -> tuple[str, ...]:
+        """GET endpoints whose JSON goes into the server report (missing ones are skipped)."""
+        return ()
+
+    def tokenize(self, text: str) -> tuple[str, dict]:
+        """The request that tokenizes ``text`` without special tokens."""
+        return "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
+
+    def body(
+        self, ids: list[int], max_new: int, s: Sampling, seed: int | None, logprobs: bool
+    ) -> dict:
+        raise NotImplementedError
+
+    def parse(self, out: Any, max_new: int, logprobs: bool) -> Completion:
+        raise NotImplementedError
+
+    def context_length(self, report: dict) -> int | None:
+        return None
+
+    def version(self, report: dict) -> str | None:
+        return None
+
+    def model_path(self, report: dict) -> str | None:
+        """Where the server loaded its model from, when it says (a tokenizer source)."""
+        return None
+
+    def reproducible(self, report: dict) -> str:
+        return "not guaranteed: depends on the server"
+
+    @staticmethod
+    def _check_length(c: Completion, max_new: int, where: str) -> Completion:
+        n = len(c.ids)
+        if n > max_new or (not c.finished and n != max_new):
+            raise ServerError(
+                f"{where}: {n} tokens for {max_new} asked"
+                + ("" if n > max_new else " without an end of text (is the context full?)")
+            )
+        if c.confs is not None and len(c.confs) != n:
+            raise ServerError(f"{where}: {len(c.confs)} log-probability entries for {n} tokens")
+        if c.completion_tokens != n:
+            raise ServerError(f"{where}: completion tokens {c.completion_tokens} for {n} tokens")
+        return c
+
+
+class LlamaCppProtocol(Protocol):
+    """llama.cpp's ``llama-server``, native ``/completion`` (token ids and cache counts)."""
+
+    kind = "llama.cpp"
+    path = "/completion"
+    logprobs_mode = "log_softmax(logits) (llama.cpp n_probs, before sampling)"
+    seeds = "per request (the request's sampler RNG)"
+    #: the sampler chain of vLLM and SGLang (temperature first), nothing else
+    SAMPLERS = ("temperature", "top_k", "top_p", "min_p")
+
+    def info_paths(self) -> tuple[str, ...]:
+        return ("/props",)
+
+    def tokenize(self, text: str) -> tuple[str, dict]:
+        return "/tokenize", {"content": text, "add_special": False, "parse_special": False}
+
+    def body(self, ids, max_new, s, seed, logprobs):
+        body: dict[str, Any] = {
+            "prompt": list(ids),
+            "n_predict": int(max_new),
+            "temperature": s.temperature,
+            "top_k": s.top_k,
+            "top_p": s.top_p,
+            "min_p": float(s.min_p or 0.0),
+            "samplers": list(self.SAMPLERS),
+            "cache_prompt": True,
+            "return_tokens": True,
+            "stream": False,
+        }
+        if seed is not None:
+            body["seed"] = int(seed)
+        if logprobs:
+            body["n_probs"] = CONF_TOP_K
+            body["post_sampling_probs"] = False
+        return body
+
+    def parse(self, out, max_new, logprobs):
+        where = "llama.cpp /completion"
+        if not isinstance(out, dict) or not isinstance(out.get("tokens"), list):
+            raise ServerError(f"{where}: no token ids in the answer (a llama-server too old?)")
+        ids = [_int(t, "a token id") for t in out["tokens"]]
+        stop = out.get("stop_type")
+        if stop not in ("eos", "limit"):
+            raise ServerError(f"{where}: unexpected stop_type {stop!r}")
+        if out.get("truncated"):
+            raise ServerError(f"{where}: the request did not fit the slot's context")
+        confs = None
+        if logprobs:
+            probs = out.get("completion_probabilities")
+            if not isinstance(probs, list):
+                raise ServerError(f"{where}: no completion_probabilities in the answer")
+            confs = _align_llama_confs(ids, probs, where)
+        timings = out.get("timings") if isinstance(out.get("timings"), dict) else {}
+        cached = timings.get("cache_n")
+        prompt = out.get("tokens_evaluated")
+        c = Completion(
+            ids=ids,
+            confs=confs,
+            finished=stop == "eos",
+            text=str(out.get("content") or ""),
+            prompt_tokens=None if prompt is None else _int(prompt, "tokens_evaluated"),
+            cached_tokens=None if cached is None else _int(cached, "timings.cache_n"),
+            completion_tokens=_int(out.get("tokens_predicted", len(ids)), "tokens_predicted"),
+        )
+        return self._check_length(c, max_new, where)
+
+    def context_length(self, report):
+        n = (report.get("/props") or {}).get("default_generation_settings", {}).get("n_ctx")
+        if n is None:
+            n = ((report.get("model") or {}).get("meta") or {}).get("n_ctx")
+        return int(n) if n else None
+
+    def version(self, report):
+        return (report.get("/props") or {}).get("build_info")
+
+    def model_path(self, report):
+        return (report.get("/props") or {}).get("model_path")
+
+    def reproducible(self, report):
+        return (
+            "per-request seeds are honoured; llama.cpp's logits are not bit-identical across "
+            "batch compositions and cache states, so a repeated run may differ"
+        )
+
+
+def _align_llama_confs(ids: list[int], probs: list, where: str) -> list[float]:
+    """Confidences of ``ids`` from llama.cpp's ``completion_probabilities``.
+
+    llama.cpp sends no entry for a token after which the text ends inside a multi-byte
+    character; the entry of the token that completes it follows.  Entries are matched to
+    tokens by id from the end, each to the latest token of its id not yet matched: the entry of
+    a character belongs to the last token of its run.  Unmatched tokens get NaN.
+    """
+    confs = [float("nan")] * len(ids)
+    k = len(probs) - 1
+    for j in range(len(ids) - 1, -1, -1):
+        if k < 0:
+            break
+        entry = probs[k]
+        if not isinstance(entry, dict) or not isinstance(entry.get("top_logprobs"), list):
+            raise ServerError(f"{where}: a completion_probabilities entry without top_logprobs")
+        if _int(entry.get("id"), "a token id") != ids[j]:
+            continue
+        confs[j] = _top_confidence([e["logprob"] for e in entry["top_logprobs"]], where)
+        k -= 1
+    if k >= 0:
+        raise ServerError(f"{where}: log-probabilities of tokens it did not generate")
+    return confs
+
+
+class VLLMProtocol(Protocol):
+    """vLLM's OpenAI-compatible ``/v1/completions`` with its token-id extensions."""
+
+    kind = "vllm"
+    path = "/v1/completions"
+    logprobs_mode = (
+        "the server's --logprobs-mode (default raw_logprobs: log_softmax(logits)), clamped "
+        "at -9999"
+    )
+    seeds = "per request (a generator per request)"
+
+    def info_paths(self) -> tuple[str, ...]:
+        return ("/version",)
+
+    def body(self, ids, max_new, s, seed, logprobs):
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": list(ids),
+            "max_tokens": int(max_new),
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "top_k": s.top_k or -1,
+            "min_p": float(s.min_p or 0.0),
+            "repetition_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "n": 1,
+            "stream": False,
+            "return_token_ids": True,
+            "skip_special_tokens": True,
+        }
+        if seed is not None:
+            body["seed"] = int(seed)
+        if logprobs:
+            body["logprobs"] = CONF_TOP_K
+            body["return_tokens_as_token_ids"] = True
+        return body
+
+    def parse(self, out, max_new, logprobs):
+        where = "vLLM /v1/completions"
+        choices = out.get("choices") if isinstance(out, dict) else None
+        if not isinstance(choices, list) or len(choices) != 1:
+            raise ServerError(f"{where}: expected one choice in the answer")
+        ch = choices[0]
+        if not isinstance(ch.get("token_ids"), list):
+            raise ServerError(f"{where}: no token_ids (a vLLM without return_token_ids?)")
+        ids = [_int(t, "a token id") for t in ch["token_ids"]]
+        finish = ch.get("finish_reason")
+        if finish not in ("stop", "length"):
+            raise ServerError(f"{where}: unexpected finish_reason {finish!r}")
+        if finish == "stop" and ch.get("stop_reason") is not None:
+            raise ServerError(f"{where}: stopped by {ch['stop_reason']!r}, not end of text")
+        confs = None
+        if logprobs:
+            lp = ch.get("logprobs")
+            top = lp.get("top_logprobs") if isinstance(lp, dict) else None
+            if not isinstance(top, list):
+                raise ServerError(f"{where}: no top_logprobs in the answer")
+            confs = [
+                float("nan") if t is None else _top_confidence(list(t.values()), where)
+                for t in top
+            ]
+        usage = out.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        prompt = usage.get("prompt_tokens")
+        c = Completion(
+            ids=ids,
+            confs=confs,
+            finished=finish == "stop",
+            text=str(ch.get("text") or ""),
+            prompt_tokens=None if prompt is None else _int(prompt, "usage.prompt_tokens"),
+            cached_tokens=None if cached is None else _int(cached, "cached_tokens"),
+            completion_tokens=_int(
+                usage.get("completion_tokens", len(ids)), "usage.completion_tokens"
+            ),
+        )
+        return self._check_length(c, max_new, where)
+
+    def context_length(self, report):
+        n = (report.get("model") or {}).get("max_model_len")
+        return int(n) if n else None
+
+    def version(self, report):
+        return (report.get("/version") or {}).get("version")
+
+    def model_path(self, report):
+        return (report.get("model") or {}).get("root")
+
+    def reproducible(self, report):
+        return (
+            "per-request seeds are honoured; bit-exact repeats need the server started with "
+            "VLLM_BATCH_INVARIANT=1 on the same hardware and version"
+        )
+
+
+class SGLangProtocol(Protocol):
+    """SGLang's native ``/generate`` (token ids, seeds, ``meta_info.cached_tokens``)."""
+
+    kind = "sglang"
+    path = "/generate"
+    logprobs_mode = (
+        "log_softmax(logits / temperature) (SGLang's default; log_softmax(logits) if the "
+        "server runs with SGLANG_RETURN_ORIGINAL_LOGPROB=1)"
+    )
+    seeds = "sampling_seed per request (honoured under --enable-deterministic-inference)"
+
+    def info_paths(self) -> tuple[str, ...]:
+        return ("/get_server_info", "/get_model_info")
+
+    def body(self, ids, max_new, s, seed, logprobs):
+        sp: dict[str, Any] = {
+            "max_new_tokens": int(max_new),
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "top_k": s.top_k or -1,
+            "repetition_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+        }
+        if s.min_p:
+            sp["min_p"] = float(s.min_p)
+        if seed is not None:
+            sp["sampling_seed"] = int(seed)
+        body: dict[str, Any] = {"input_ids": list(ids), "sampling_params": sp, "stream": False}
+        if logprobs:
+            body.update(return_logprob=True, top_logprobs_num=CONF_TOP_K, logprob_start_len=-1)
+        return body
+
+    def parse(self, out, max_new, logprobs):
+        from .sglang import EngineOutputError, parse_generation
+
+        where = "SGLang /generate"
+        try:
+            g = parse_generation(out, max_new)
+        except EngineOutputError as exc:
+            raise ServerError(f"{where}: {_one_line(exc)}") from None
+        confs = None
+        if logprobs:
+            top = (out.get("meta_info") or {}).get("output_top_logprobs")
+            if not isinstance(top, list) or len(top) != len(g["ids"]):
+                raise ServerError(f"{where}: no top log-probabilities for every token")
+            confs = [
+                float("nan") if not e else _top_confidence([x[0] for x in e], where) for e in top
+            ]
+        text = g["text"]
+        c = Completion(
+            ids=g["ids"],
+            confs=confs,
+            finished=g["finish"] == "stop",
+            text="" if text is None else str(text),
+            prompt_tokens=g["prompt_tokens"],
+            cached_tokens=g["cached_tokens"],
+            completion_tokens=g["completion_tokens"],
+        )
+        return self._check_length(c, max_new, where)
+
+    def context_length(self, report):
+        n = (report.get("model") or {}).get("max_model_len")
+        if not n:
+            n = (report.get("/get_server_info") or {}).get("context_length")
+        return int(n) if n else None
+
+    def version(self, report):
+        return (report.get("/get_server_info") or {}).get("version")
+
+    def model_path(self, report):
+        info = report.get("/get_model_info") or {}
+        return info.get("tokenizer_path") or info.get("model_path")
+
+    def reproducible(self, report):
+        det = (report.get("/get_server_info") or {}).get("enable_deterministic_inference")
+        if det:
+            return "yes: the server runs with deterministic inference (seeds honoured)"
+        return (
+            "no: the server does not report --enable-deterministic-inference, so SGLang ignores "
+            "the seeds"
+        )
+
+
+PROTOCOLS: dict[str, type[Protocol]] = {
+    p.kind: p for p in (LlamaCppProtocol, VLLMProtocol, SGLangProtocol)
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP: a private event loop, bounded concurrency, bounded retries
+
+
+class Http:
+    """Requests to one server from synchronous code: a private event loop on a daemon thread
+    (so it works inside a running loop too), at most ``concurrency`` requests in flight, each
+    tried at most ``1 + retries`` times."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: dict | None = None,
+        timeout: float = 600.0,
+        connect_timeout: float = 10.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        concurrency: int = 32,
+        transport: Any = None,
+    ):
+        self.base_url = base_url
+        self.headers = dict(headers or {})
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.concurrency = int(concurrency)
+        self.transport = transport
+        self.stats = {"requests": 0, "retries": 0}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid: int | None = None
+        self._client: Any = None
+        self._sem: asyncio.Semaphore | None = None
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._pid != os.getpid():  # a forked child starts its own
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, daemon=True, name="mars-http").start()
+            self._loop, self._pid, self._client, self._sem = loop, os.getpid(), None, None
+        return self._loop
+
+    def run(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+        """Run the coroutine ``make()`` on the loop and wait for it (Ctrl-C cancels it)."""
+        fut = asyncio.run_coroutine_threadsafe(make(), self._ensure_loop())
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()
+            raise
+
+    def close(self) -> None:
+        loop, client = self._loop, self._client
+        if loop is None or self._pid != os.getpid():
+            return
+        if client is not None:
+            asyncio.run_coroutine_threadsafe(client.aclose(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        self._loop = self._client = self._sem = None
+
+    def _get_client(self):
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=self.headers,
+                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+                transport=self.transport,
+                limits=httpx.Limits(max_connections=self.concurrency),
+            )
+            self._sem = asyncio.Semaphore(self.concurrency)
+        return self._client
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def request(
+        self, method: str, path: str, body: dict | None = None, *, retry_connect: bool = True
+    ) -> tuple[int, Any]:
+        """(status, JSON) of ``method path``; 200 and 4xx answers come back, retryable failures
+        are tried again, then one line.  ``retry_connect=False``: a refused connection is one
+        line at once (at connect time, a server that is not there)."""
+        import httpx
+
+        client = self._get_client()
+        assert self._sem is not None
+        url = self.base_url + path
+        why = ""
+        async with self._sem:
+            for attempt in range(self.retries + 1):
+                wait = self.backoff * 2**attempt
+                try:
+                    self.stats["requests"] += 1
+                    async with asyncio.timeout(self.timeout):  # the whole answer, not per byte
+                        r = await client.request(method, path, json=body)
+                except (httpx.TimeoutException, TimeoutError):
+                    why = f"no answer within {self.timeout:g} s"
+                except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                    why = f"connection failed ({_cause(exc)})"
+                    if not retry_connect and isinstance(exc, httpx.ConnectError):
+                        raise ServerError(
+                            f"cannot connect to the server at {self.base_url}: {_cause(exc)} "
+                            "(is it running?)"
+                        ) from None
+                except httpx.HTTPError as exc:
+                    raise ServerError(f"{url}: {_one_line(exc)}") from None
+                else:
+                    if r.status_code not in RETRY_STATUS:
+                        return r.status_code, _json(r, url)
+                    why = f"HTTP {r.status_code} ({_error_message(r)})"
+                    after = _retry_after(r.headers.get("retry-after"))
+                    if after is not None:
+                        wait = after
+                if attempt < self.retries:
+                    self.stats["retries"] += 1
+                    await asyncio.sleep(min(wait, MAX_BACKOFF))
+        raise ServerError(
+            f"the server at {self.base_url} failed {self.retries + 1} times on {path}: {why}; "
+            "rerun the same command to resume"
+        )
+
+    async def post(self, path: str, body: dict) -> Any:
+        """The JSON of a successful POST; an error answer is one line."""
+        status, out = await self.request("POST", path, body)
+        if status != 200:
+            raise ServerError(f"{self.base_url}{path}: HTTP {status}: {_message(out)}")
+        return out
+
+    def post_all(self, path: str, bodies: Sequence[dict]) -> list[Any]:
+        """POST every body concurrently (bounded); answers in order.  The first failure cancels
+        the rest and is raised."""
+
+        async def go():
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(self.post(path, b)) for b in bodies]
+            return [t.result() for t in tasks]
+
+        try:
+            return self.run(go)
+        except ExceptionGroup as eg:
+            raise _first(eg) from None
+
+
+def _cause(exc: BaseException) -> str:
+    """What went wrong underneath an HTTP client error: the operating system's words when there
+    are some ("connection refused"), else the error's own."""
+    e: BaseException | None = exc
+    while e is not None:
+        if isinstance(e, OSError) and e.errno is not None:
+            return os.strerror(e.errno).lower()
+        e = e.__cause__ or e.__context__
+    return _one_line(exc) or type(exc).__name__
+
+
+def _first(eg: BaseExceptionGroup) -> BaseException:
+    exc: BaseException = eg
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _json(r, url: str) -> Any:
+    try:
+        return r.json()
+    except ValueError:
+        if r.status_code == 200:
+            raise ServerError(
+                f"{url}: the answer is not JSON ({_one_line(r.text, 80)!r}): is this the "
+                "server's base URL?"
+            ) from None
+        return {"error": _one_line(r.text) or r.reason_phrase}
+
+
+def _message(out: Any) -> str:
+    """The error message of a server's JSON error answer (OpenAI, FastAPI and llama.cpp forms)."""
+    if isinstance(out, dict):
+        err = out.get("error", out.get("detail", out.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        if err is not None:
+            return _one_line(err)
+    return _one_line(out)
+
+
+def _error_message(r) -> str:
+    try:
+        return _message(r.json())
+    except ValueError:
+        return _one_line(r.text, 120) or r.reason_phrase
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def normalise_base_url(url: str) -> str:
+    """``http://host:port`` from what a user types (a trailing ``/`` or ``/v1`` dropped);
+    anything that is not an http(s) URL is one line."""
+    u = str(url or "").strip().rstrip("/")
+    if u.endswith("/v1"):
+        u = u[:-3]
+    parts = urlsplit(u)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ServerError(f"--base-url {url!r}: expected http://HOST:PORT")
+    return u
+
+
+# ---------------------------------------------------------------------------------------------
+# The backend
+
+
+class ServerBackend(TokenProbing, Backend):
+    """A running inference server behind the generation interface (see the module docstring).
+
+    Args:
+        model: the served model name (``GET /v1/models``); None when the server serves one.
+        base_url: the server, ``http://HOST:PORT`` (a trailing ``/v1`` is dropped).
+        server: ``"auto"`` (from ``owned_by``), ``"llama.cpp"``, ``"vllm"`` or ``"sglang"``.
+        api_key_env: environment variable holding the API key (sent as a bearer token).
+        concurrency: requests in flight at most (default: llama.cpp's slots, else 32).
+        timeout: seconds one request may take (a generation of a checkpoint's tokens).
+        connect_timeout: seconds to open a connection.
+        retries: further tries of a request that timed out, lost its connection or got
+            408/429/5xx; backoff 0.5 s, 1 s, 2 s, … (at most :data:`MAX_BACKOFF`).
+        tokenizer: the model's tokenizer (model directory, hub id or GGUF file); default: the
+            model path the server reports, else the served name.
+        temperature, top_p, top_k, min_p: sampling (``top_k`` 0/None: off).
+        max_tokens: token cap of a trace.
+        probe_max_new_tokens, probe_suffix: the probes (spec: 50 tokens, the reference suffix).
+        generator_tokenizer: the probe stage only, as for the other token engines.
+        prompt_template, system_prompt: the chat prompt.
+        transport: an ``httpx`` async transport to use instead of the network (tests).
+    """
+
+    name = "server"
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        server: str = "auto",
+        api_key_env: str = "MARS_API_KEY",
+        concurrency: int | None = None,
+        timeout: float = 600.0,
+        connect_timeout: float = 10.0,
+        retries: int = 4,
+        tokenizer: Any = None,
+        temperature: float = 0.6,
+        top_p: float = 0.95,
+        top_k: int | None = 20,
+        min_p: float | None = None,
+        max_tokens: int = 32768,
+        probe_max_new_tokens: int = PROBE_MAX_NEW_TOKENS,
+        probe_suffix: str = PROBE_SUFFIX,
+        generator_tokenizer: Any = None,
+        prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+        system_prompt: str | None = None,
+        transport: Any = None,
+    ):
+        if base_url is None:
+            raise ServerError("--backend server needs --base-url (e.g. http://127.0.0.1:8080)")
+        if temperature < 0 or not 0 < top_p <= 1 or (top_k is not None and top_k < 0):
+            raise ServerError(
+                f"bad sampling settings: temperature={temperature}, top_p={top_p}, top_k={top_k}"
+            )
+        if min_p is not None and not 0 <= min_p <= 1:
+            raise ServerError(f"bad sampling settings: min_p={min_p} (must be in [0, 1])")
+        if max_tokens <= 0 or probe_max_new_tokens <= 0:
+            raise ServerError("max_tokens and probe_max_new_tokens must be positive")
+        if concurrency is not None and concurrency < 1:
+            raise ServerError(f"--concurrency {concurrency}: must be at least 1")
+        if not timeout > 0 or not connect_timeout > 0:
+            raise ServerError(f"--timeout {timeout}: must be positive")
+        if retries < 0:
+            raise ServerError(f"retries={retries}: must be 0 or more")
+        if server != "auto" and server not in PROTOCOLS:
+            raise ServerError(f"server={server!r}: one of auto, {', '.join(PROTOCOLS)}")
+        if "{question}" not in prompt_template:
+            raise ServerError("prompt_template must contain '{question}'")
+        if not probe_suffix:
+            raise ServerError("the probe suffix must not be empty")
+        try:
+            import httpx  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("the server backend needs httpx: pip install 'mars[server]'") from exc
+        self.base_url = normalise_base_url(base_url)
+        self.sampling = Sampling(float(temperature), float(top_p), int(top_k or 0), min_p)
+        self.max_tokens = int(max_tokens)
+        self.probe_max_new_tokens = int(probe_max_new_tokens)
+        self.probe_suffix = str(probe_suffix)
+        self.generator_tokenizer = generator_tokenizer
+        self.prompt_template = prompt_template
+        self.system_prompt = system_prompt
+        self.api_key_env = api_key_env
+        key = os.environ.get(api_key_env, "").strip() if api_key_env else ""
+        self.http = Http(
+            self.base_url,
+            headers={"Authorization": f"Bearer {key}"} if key else None,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            retries=retries,
+            concurrency=concurrency or 32,
+            transport=transport,
+        )
+        #: server-reported token counts, summed (generation and probes)
+        self.stats = {
+            "generate_calls": 0,
+            "generate_prompt_tokens": 0,
+            "generate_cached_tokens": 0,
+            "generate_completion_tokens": 0,
+            "probe_calls": 0,
+            "probe_prompt_tokens": 0,
+            "probe_cached_tokens": 0,
+            "probe_completion_tokens": 0,
+            "missing_confs": 0,
+        }
+        try:
+            self._connect(model, server, concurrency, tokenizer)
+        except BaseException:
+            self.http.close()
+            raise
+
+    # -- connect -----------------------------------------------------------------------------
+
+    def _get(self, path: str, *, required: bool) -> Any:
+        status, out = self.http.run(lambda: self.http.request("GET", path, retry_connect=False))
+        if status == 200:
+            return out
+        if status in (401, 403):
+            raise ServerError(
+                f"the server at {self.base_url} refused the API key (HTTP {status}): set "
+                f"{self.api_key_env}"
+            )
+        if required:
+            raise ServerError(
+                f"{self.base_url}{path}: HTTP {status} ({_message(out)}): not an "
+                "OpenAI-compatible server at this URL?"
+            )
+        return None
+
+    def _connect(self, model, server, concurrency, tokenizer) -> None:
+        listing = self._get("/v1/models", required=True)
+        data = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(data, list) or not data:
+            raise ServerError(f"{self.base_url}/v1/models lists no model")
+        served = {str(m.get("id")): m for m in data if isinstance(m, dict)}
+        if model is None:
+            if len(served) != 1:
+                raise ServerError(f"the server serves {sorted(served)}: pass --model NAME")
+            model = next(iter(served))
+        if model not in served:
+            raise ServerError(
+                f"--model {model!r} is not served at {self.base_url} (served: "
+                f"{', '.join(sorted(served))})"
+            )
+        self.model = str(model)
+        card = served[self.model]
+        if server == "auto":
+            owner = str(card.get("owned_by", ""))
+            if owner not in OWNED_BY:
+                raise ServerError(
+                    f"cannot tell which server runs at {self.base_url} (owned_by {owner!r}): "
+                    f"pass server= one of {', '.join(PROTOCOLS)} in MARS_BACKEND_OPTIONS"
+                )
+            server = OWNED_BY[owner]
+        self.protocol = PROTOCOLS[server](self.model)
+        report: dict[str, Any] = {"model": card}
+        for path in self.protocol.info_paths():
+            out = self._get(path, required=False)
+            if isinstance(out, dict):
+                report[path] = out
+        self.report = report
+        self.context_len = self.protocol.context_length(report)
+        if concurrency is None and server == "llama.cpp":
+            slots = (report.get("/props") or {}).get("total_slots")
+            if slots:
+                self.http.concurrency = int(slots)
+        self._load_tokenizer(tokenizer)
+        self._check_tokenizer()
+        self._trial()
+        if not self.reproducible_seeds():
+            log.warning("server backend: %s", self.describe()["reproducible"])
+
+    def _load_tokenizer(self, tokenizer) -> None:
+        if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
+            self.tokenizer, self.tokenizer_source = tokenizer, None
+        else:
+            reported = self.protocol.model_path(self.report)
+            if tokenizer is None:
+                tokenizer = reported if reported and os.path.exists(reported) else self.model
+            source = os.fspath(tokenizer)
+            try:
+                self.tokenizer = load_tokenizer(source)
+            except ImportError as exc:
+                raise ImportError(
+                    f"the server backend loads the model's tokenizer with transformers ({exc})"
+                ) from exc
+            except (OSError, ValueError) as exc:
+                raise ServerError(
+                    f"cannot load the tokenizer of {self.model!r} from {source!r} "
+                    f"({_one_line(exc, 120)}): pass tokenizer=PATH (a model directory or GGUF "
+                    "file) in MARS_BACKEND_OPTIONS"
+                ) from None
+            self.tokenizer_source = os.path.abspath(source) if os.path.exists(source) else source
+        self.suffix_ids = encode_suffix(self.tokenizer, self.probe_suffix)
+
+    def _check_tokenizer(self) -> None:
+        """The tokenizer must split a sample as the server does (when the server can say)."""
+        path, body = self.protocol.tokenize(TOKENIZER_SAMPLE)
+        status, out = self.http.run(lambda: self.http.request("POST", path, body))
+        if status != 200 or not isinstance(out, dict) or not isinstance(out.get("tokens"), list):
+            self.tokenizer_checked = False
+            return
+        theirs = [int(t["id"]) if isinstance(t, dict) else int(t) for t in out["tokens"]]
+        ours = list(self.tokenizer.encode(TOKENIZER_SAMPLE, add_special_tokens=False))
+        if theirs != ours:
+            k = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), None)
+            k = min(len(theirs), len(ours)) if k is None else k
+            raise ServerError(
+                f"the tokenizer {self.tokenizer_source or 'given'} does not tokenize like the "
+                f"server's model {self.model!r} (they part at token {k}): pass tokenizer=PATH "
+                "of the served model in MARS_BACKEND_OPTIONS"
+            )
+        self.tokenizer_checked = True
+
+    def _trial(self) -> None:
+        """Two tokens with top-20 log-probabilities from a token-id prompt: the server takes
+        token ids and returns what the traces need."""
+        ids = self.prompt_ids("What is 1 + 1?")
+        body = self.protocol.body(ids, 2, self.sampling, 0, logprobs=True)
+        status, out = self.http.run(lambda: self.http.request("POST", self.protocol.path, body))
+        if status != 200:
+            raise ServerError(
+                f"the {self.protocol.kind} server at {self.base_url} refused a token-id prompt "
+                f"with {CONF_TOP_K} top log-probabilities (HTTP {status}: {_message(out)})"
+                + (
+                    ": start vLLM with --max-logprobs 20 or more"
+                    if self.protocol.kind == "vllm" and "logprob" in _message(out).lower()
+                    else ""
+                )
+            )
+        c = self.protocol.parse(out, 2, logprobs=True)
+        self.reports_cached = c.cached_tokens is not None
+        if not self.reports_cached:
+            log.warning(
+                "server backend: the server reports no cached prompt tokens (vLLM: start it with "
+                "--enable-prompt-tokens-details); probe records will not have them"
+            )
+
+    def reproducible_seeds(self) -> bool:
+        return not self.protocol.reproducible(self.report).startswith("no")
+
+    # -- interface -------------------------------------------------------------------------------
+
+    def start(
+        self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0
+    ) -> ServerTraceBatch:
+        self.check_start(n_traces, seed, first_trace)
+        return ServerTraceBatch(self, problem, n_traces, seed, first_trace)
+
+    def context_budget(self) -> tuple[int, str] | None:
+        if not self.context_len:
+            return None
+        return self.context_len, f"the server's context length {self.context_len}"
+
+    def check_context(self, problem: Problem) -> None:
+        check_context(self, problem)
+
+    def model_source(self) -> tuple[str | None, str | None]:
+        return None, None
+
+    def prompt_ids(self, question: str) -> list[int]:
+        return build_prompt_ids(self.tokenizer, question, self.prompt_template, self.system_prompt)
+
+    def describe(self) -> dict:
+        """Provenance for a pool manifest: what shapes the traces (not where the server runs, so
+        a run resumes against the same server restarted elsewhere)."""
+        p = self.protocol
+        s = self.sampling
+        return {
+            "backend": self.name,
+            "model": self.model,
+            "model_path": None,
+            "tokenizer": self.tokenizer_source,
+            "tokenizer_vocab": self.vocab_digest(),
+            "server": {
+                "kind": p.kind,
+                "version": p.version(self.report),
+                "request": f"POST {p.path}, token-id prompts, one request per trace or probe",
+                "cached_tokens": "reported" if self.reports_cached else "not reported",
+            },
+            "sampling": {
+                "temperature": s.temperature,
+                "top_p": s.top_p,
+                "top_k": s.top_k,
+                "min_p": s.min_p,
+                "seed": (
+                    f"{p.seeds}: (seed, qid, trace_idx, start) per generation request, "
+                    "(seed, qid, trace_idx, position) per probe"
+                ),
+            },
+            "reproducible": p.reproducible(self.report),
+            "logprobs": p.logprobs_mode,
+            "conf": f"-mean(top-{CONF_TOP_K} logprobs), 3 decimals, float16",
+            "probe_max_new_tokens": self.probe_max_new_tokens,
+            "probe_suffix": self.probe_suffix,
+            "prompt_template": self.prompt_template,
+            "system_prompt": self.system_prompt,
+        }
+
+    def describe_probe(self) -> dict:
+        return {
+            **self.describe(),
+            "probe_order": "each trace's probes in position order, traces concurrently",
+            "probe_input": self.probe_input(),
+        }
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def complete(
+        self, requests: Sequence[tuple[list[int], int, int | None]], logprobs: bool
+    ) -> list[Completion]:
+        """``[(ids, max_new, seed), …]`` → the completions, concurrently (bounded)."""
+        p = self.protocol
+        bodies = [p.body(ids, m, self.sampling, s, logprobs) for ids, m, s in requests]
+        outs = self.http.post_all(p.path, bodies)
+        return [p.parse(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
+
+    def count(self, kind: str, c: Completion) -> None:
+        self.stats[f"{kind}_prompt_tokens"] += c.prompt_tokens or 0
+        self.stats[f"{kind}_cached_tokens"] += c.cached_tokens or 0
+        self.stats[f"{kind}_completion_tokens"] += c.completion_tokens
+        if c.confs is not None:
+            self.stats["missing_confs"] += int(np.isnan(np.asarray(c.confs, float)).sum())
+
+    def probe_result(self, c: Completion, request_len: int, conf: float | None) -> ProbeResult:
+        self.count("probe", c)
+        return ProbeResult(
+            answer=parse_probe(c.text),
+            raw_text="\\boxed{" + c.text,
+            conf=conf,
+            prompt_tokens=c.prompt_tokens if c.prompt_tokens is not None else request_len,
+            cached_tokens=c.cached_tokens,
+            generated_tokens=c.completion_tokens,
+        )
+
+    def reprobe(
+        self,
+        problem: Problem,
+        traces: Sequence[StoredTrace],
+        positions: Sequence[np.ndarray],
+        generator: GeneratorInfo,
+    ) -> list[list[ProbeResult]]:
+        """Probe stored traces: each trace's probes one after another in position order (its
+        next prefix extends the one the server just cached), the traces concurrently; seeds
+        (seed, qid, trace_idx, position) as inline probes."""
+        _gen, prompt, plan = self.probe_plan(problem, traces, positions, generator.manifest)
+        seed = int(generator.manifest.get("seed", 0))
+        out: list[list[Any]] = [[None] * len(p) for p in positions]
+        p = self.protocol
+
+        async def chain(i: int) -> None:
+            t = traces[i]
+            for k, d in enumerate(np.asarray(positions[i]).tolist()):
+                ids = prompt + [int(x) for x in plan[i][k]] + self.suffix_ids
+                body = p.body(
+                    ids,
+                    self.probe_max_new_tokens,
+                    self.sampling,
+                    probe_seed(seed, problem.qid, t.trace_idx, d),
+                    logprobs=False,
+                )
+                c = p.parse(await self.http.post(p.path, body), self.probe_max_new_tokens, False)
+                conf = None if t.confs is None else window_conf(t.confs, d)
+                out[i][k] = self.probe_result(c, len(ids), conf)
+
+        async def go():
+            async with asyncio.TaskGroup() as tg:
+                for i, pos in enumerate(positions):
+                    if len(pos):
+                        tg.create_task(chain(i))
+
+        try:
+            self.http.run(go)
+        except ExceptionGroup as eg:
+            raise _first(eg) from None
+        self.stats["probe_calls"] += 1
+        return out
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class ServerTraceBatch(TokenTraceBatch):
+    """``n`` traces of one question, continued checkpoint by checkpoint through the server."""
+
+    backend: ServerBackend
+
+    def _trace(self, j: int) -> int:
+        return self.first_trace + int(j)
+
+    def advance(self, target: int) -> None:
+        be = self.backend
+        target = min(int(target), be.max_tokens)
+        lengths = self.lengths
+        run = np.flatnonzero(~self.ended & (lengths < target)).tolist()
+        if not run:
+            return
+        t0 = time.perf_counter()
+        reqs = [
+            (
+                self.prompt + self._ids[j],
+                target - int(lengths[j]),
+                generation_seed(self.seed, self.problem.qid, self._trace(j), int(lengths[j])),
+            )
+            for j in run
+        ]
+        outs = be.complete(reqs, logprobs=True)
+        be.stats["generate_calls"] += 1
+        for j, c in zip(run, outs):
+            self._ids[j].extend(c.ids)
+            assert c.confs is not None
+            self._confs[j].extend(c.confs)
+            if c.finished:
+                self._eos[j] = True
+            be.count("generate", c)
+        log.debug("to %d: %d requests, %.2f s", target, len(run), time.perf_counter() - t0)
+
+    def probe(self, idx) -> list[ProbeResult]:
+        be = self.backend
+        idx = self._probe_targets(idx)
+        if idx.size == 0:
+            return []
+        js = idx.tolist()
+        pos = [len(self._ids[j]) for j in js]
+        reqs = [
+            (
+                self.prompt + self._ids[j][:p] + be.suffix_ids,
+                be.probe_max_new_tokens,
+                probe_seed(self.seed, self.problem.qid, self._trace(j), p),
+            )
+            for j, p in zip(js, pos)
+        ]
+        outs = be.complete(reqs, logprobs=False)
+        be.stats["probe_calls"] += 1
+        return [
+            be.probe_result(c, len(r[0]), window_conf(self._confs[j], p))
+            for j, p, r, c in zip(js, pos, reqs, outs)
+        ]

