@@ -40,6 +40,14 @@ PROBLEMS_HELP = (
 )
 PRESET_HELP = f"synthetic preset (a name or a JSON file): {', '.join(bundled_presets())}"
 BACKEND_HELP = " | ".join(BACKENDS)
+MODEL_HELP = "model path (transformers/sglang) or served model name (server)"
+BASE_URL_OPTION = typer.Option(
+    None, "--base-url", help="server: the inference server, http://HOST:PORT (key: $MARS_API_KEY)"
+)
+CONCURRENCY_OPTION = typer.Option(
+    None, help="server: requests in flight at most (default: llama.cpp's slots, else 32)"
+)
+TIMEOUT_OPTION = typer.Option(None, help="server: seconds one request may take (default 600)")
 
 
 @contextlib.contextmanager
@@ -261,7 +269,7 @@ def generate(
     traces: int = typer.Option(..., help="traces per question (whole pool)"),
     backend: str = typer.Option("synthetic", help=BACKEND_HELP),
     preset: str | None = typer.Option(None, help=PRESET_HELP),
-    model: str | None = typer.Option(None, help="model path (transformers/sglang)"),
+    model: str | None = typer.Option(None, help=MODEL_HELP),
     seed: int = typer.Option(0),
     skill: float | None = typer.Option(None, help="synthetic: override the preset's skill"),
     max_tokens: int | None = typer.Option(None, "--max-tokens"),
@@ -286,6 +294,9 @@ def generate(
     top_k: int | None = typer.Option(None, "--top-k", help="real backends: top-k sampling"),
     tp_size: int | None = typer.Option(None, "--tp-size", help="SGLang: tensor-parallel GPUs"),
     dp_size: int | None = typer.Option(None, "--dp-size", help="SGLang: data-parallel replicas"),
+    base_url: str | None = BASE_URL_OPTION,
+    concurrency: int | None = CONCURRENCY_OPTION,
+    timeout: float | None = TIMEOUT_OPTION,
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
     """Generate traces and probe them every `spacing` tokens (resumable; sharded)."""
@@ -308,6 +319,9 @@ def generate(
             top_k=top_k,
             tp_size=tp_size,
             dp_size=dp_size,
+            base_url=base_url,
+            concurrency=concurrency,
+            timeout=timeout,
         )
         generate_pool(
             be,
@@ -351,6 +365,9 @@ def probe(
         None, "--top-p", help="probe nucleus sampling (default 0.95)"
     ),
     top_k: int | None = typer.Option(None, "--top-k", help="probe top-k sampling (default 20)"),
+    base_url: str | None = BASE_URL_OPTION,
+    concurrency: int | None = CONCURRENCY_OPTION,
+    timeout: float | None = TIMEOUT_OPTION,
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
     replace: bool = typer.Option(
         False,
@@ -381,6 +398,9 @@ def probe(
             temperature=temperature,
             top_p=top_p,
             top_k=top_k,
+            base_url=base_url,
+            concurrency=concurrency,
+            timeout=timeout,
         )
         probe_pool(
             traces, out, be, spacing=spacing, questions=qids, progress=not quiet, replace=replace
@@ -405,7 +425,7 @@ def solve(
     ),
     backend: str = typer.Option("synthetic", help=BACKEND_HELP),
     preset: str | None = typer.Option(None, help=PRESET_HELP),
-    model: str | None = typer.Option(None, help="model path (transformers/sglang)"),
+    model: str | None = typer.Option(None, help=MODEL_HELP),
     seed: int = typer.Option(0, help="generation seed"),
     skill: float | None = typer.Option(None, help="synthetic: override the preset's skill"),
     max_tokens: int | None = typer.Option(None, "--max-tokens"),
@@ -419,6 +439,9 @@ def solve(
     temperature: float | None = typer.Option(None, help="real backends: sampling temperature"),
     top_p: float | None = typer.Option(None, "--top-p"),
     top_k: int | None = typer.Option(None, "--top-k"),
+    base_url: str | None = BASE_URL_OPTION,
+    concurrency: int | None = CONCURRENCY_OPTION,
+    timeout: float | None = TIMEOUT_OPTION,
     quiet: bool = typer.Option(False, "--quiet", "-q"),
     settings_given: dict | None = None,
 ):
@@ -439,6 +462,9 @@ def solve(
             temperature=temperature,
             top_p=top_p,
             top_k=top_k,
+            base_url=base_url,
+            concurrency=concurrency,
+            timeout=timeout,
         )
         rows = solve_pool(
             be,
