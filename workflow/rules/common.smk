@@ -363,6 +363,11 @@ def report_labels(wildcards):
 
 
 def final_outputs():
+    """Every pool, fit and simulation, and (report.enabled) the report: with the intermediates
+    listed too, one lost while the report stands (Snakemake deletes the outputs of a job it
+    interrupts, e.g. Ctrl-C during `-R simulate`) is missing for `all`, so the next plain run
+    makes it, and the report, again."""
+    outputs = all_pools() + all_fits() + all_simulations()
     if config["report"]["enabled"]:
-        return ["results/report"]
-    return all_simulations()
+        outputs.append("results/report")
+    return outputs
