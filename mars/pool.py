@@ -28,22 +28,26 @@ import pyarrow.parquet as pq
 
 from . import schema
 from .errors import MarsError
+from .userfiles import read_json, regular_file
 
 
 class PoolError(MarsError):
     """Bad pool input. The message is one line naming the file, question and trace."""
 
 
-def read_manifest(path: Path, fmt: str, error: type[MarsError], missing: str) -> dict:
-    """A directory's JSON manifest of format ``fmt``; ``missing`` is the error without one."""
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise error(missing) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise error(f"{path}: invalid JSON ({exc})") from None
+def read_manifest(
+    path: Path, fmt: str, error: type[MarsError], missing: str, version: int | None = None
+) -> dict:
+    """A directory's JSON manifest of format ``fmt`` (and ``version``, when given); ``missing`` is
+    the error without one."""
+    manifest = read_json(path, error, missing)
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
         raise error(f"{path}: not a {fmt} manifest")
+    if version is not None and manifest.get("version") != version:
+        raise error(
+            f"{path}: {fmt} format version {manifest.get('version')!r} is not supported "
+            f"(this mars reads version {version})"
+        )
     return manifest
 
 
@@ -325,6 +329,7 @@ class PublishedPool(Pool):
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.source = str(path)
+        regular_file(self.path, PoolError)
         try:
             self._pf = pq.ParquetFile(self.path)
         except Exception as exc:
@@ -518,8 +523,9 @@ class LayoutPool(Pool):
             schema.POOL_FORMAT,
             PoolError,
             f"{self.source}: not a pool directory (no {schema.POOL_MANIFEST})",
+            schema.POOL_FORMAT_VERSION,
         )
-        qfile = self.path / schema.POOL_QUESTIONS
+        qfile = regular_file(self.path / schema.POOL_QUESTIONS, PoolError)
         try:
             qt = pq.read_table(qfile)
         except Exception as exc:
@@ -545,6 +551,9 @@ class LayoutPool(Pool):
                 "is not a positive whole number"
             )
         self.recorded_spacing = spacing
+        for f in self._files():  # before any work: reading a FIFO would wait forever
+            if os.path.lexists(f):
+                regular_file(f, PoolError)
 
     def _files(self) -> list[Path]:
         return [self.path / schema.POOL_QUESTIONS] + [
@@ -558,6 +567,7 @@ class LayoutPool(Pool):
         if qid not in self._questions:
             raise PoolError(f"{self.source}: no question {qid}")
         f = self.path / schema.trace_file_name(qid)
+        regular_file(f, PoolError, f"{f}: missing trace file for question {qid}")
         try:
             names = pq.read_schema(f).names
             t = pq.read_table(

@@ -31,6 +31,7 @@ from . import schema
 from .atomic import check_output_dir, make_dirs, make_temp_dir, write_atomic, write_json_atomic
 from .errors import MarsError
 from .pool import PoolError
+from .userfiles import parse_json, read_json_object
 
 #: A manifest's view of the parameters it was written with (compared on resume).
 ParamsOf = Callable[[dict], dict]
@@ -134,7 +135,7 @@ class PoolDirWriter:
         if replace and self._written_with_other_params():
             shutil.rmtree(out)
         if manifest_path.exists():
-            done = _read_json(manifest_path)
+            done = read_json_object(manifest_path, PoolError)
             if self.params_of(done) != self.params:
                 raise PoolError(f"{out}: holds a finished pool {self.what} with other parameters")
             if all(self.is_done(q) for q in qids):
@@ -143,7 +144,7 @@ class PoolDirWriter:
             manifest_path.unlink()
             write_json_atomic(self.record, self.params)
         if self.record.exists():
-            prev = _read_json(self.record)
+            prev = read_json_object(self.record, PoolError)
             if prev != self.params:
                 raise PoolError(
                     f"{out}: holds an interrupted {self.what} with other parameters "
@@ -192,13 +193,13 @@ class PoolDirWriter:
         if not self.out.is_dir():
             return False
         if self.record.exists():
-            return _read_json(self.record) != self.params
+            return read_json_object(self.record, PoolError) != self.params
         manifest_path = self.out / schema.POOL_MANIFEST
         found = self._recorded_params()
         if found is not None:
             return found != self.params
         if manifest_path.exists():
-            return self.params_of(_read_json(manifest_path)) != self.params
+            return self.params_of(read_json_object(manifest_path, PoolError)) != self.params
         return False
 
     def _recorded_params(self) -> dict | None:
@@ -211,8 +212,8 @@ class PoolDirWriter:
             raw = meta.get(RUN_METADATA_KEY.encode())
             if raw is not None:
                 try:
-                    found = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError):
+                    found = parse_json(raw, str(path), PoolError)
+                except PoolError:
                     continue
                 if isinstance(found, dict):
                     return found
@@ -257,13 +258,3 @@ class PoolDirWriter:
 
 def _differing(a: dict, b: dict) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PoolError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(data, dict):
-        raise PoolError(f"{path}: not a JSON object")
-    return data

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -160,6 +163,84 @@ def test_bad_manifest(tmp_path):
     assert_rejected(tmp_path, path, "pool.json", "invalid JSON")
     (path / schema.POOL_MANIFEST).write_text(json.dumps({"format": "other"}))
     assert_rejected(tmp_path, path, "not a mars-pool")
+
+
+def _manifest_damage(path, how):
+    """Put ``how`` in the place of ``path`` (a pool's pool.json)."""
+    manifest = json.loads(path.read_text())
+    if how == "deep":
+        path.write_text('{"format": "mars-pool", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif how == "digits":
+        path.write_text(json.dumps(manifest)[:-1] + ', "spacing": ' + "1" * 5001 + "}")
+    elif how == "directory":
+        path.unlink()
+        path.mkdir()
+    elif how == "symlink-loop":
+        path.unlink()
+        path.symlink_to(path.name)
+    else:
+        manifest.pop("version")
+        if how != "version-missing":
+            manifest["version"] = int(how.split("-")[1])
+        path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    "how, needle",
+    [
+        ("deep", "nested more than 64 levels deep"),
+        ("digits", "a number with too many digits"),
+        ("directory", "a directory, not a regular file"),
+        ("symlink-loop", "unreadable (Too many levels of symbolic links)"),
+        ("version-2", "format version 2 is not supported"),
+        ("version-missing", "format version None is not supported"),
+    ],
+)
+def test_damaged_manifest_is_one_line(tmp_path, how, needle):
+    """Whatever stands in pool.json's place is one line naming it, never a traceback."""
+    pool = write_layout_pool(tmp_path / "p", n_questions=1)
+    _manifest_damage(pool / schema.POOL_MANIFEST, how)
+    assert_rejected(tmp_path, pool, "pool.json", needle)
+
+
+@contextlib.contextmanager
+def _fifo(path):
+    """A FIFO at ``path``; a reader that opens it gets end-of-file after 3 s instead of waiting
+    forever (so a reader that should never open it fails its test rather than hanging it)."""
+    if path.exists():
+        path.unlink()
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def unblock():
+        done.wait(3)
+        while not done.is_set():
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader yet
+                done.wait(0.05)
+
+    thread = threading.Thread(target=unblock, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        done.set()
+        thread.join()
+
+
+@pytest.mark.parametrize(
+    "name", [schema.POOL_MANIFEST, schema.POOL_QUESTIONS, schema.trace_file_name(1)]
+)
+def test_a_fifo_in_place_of_a_pool_file_is_refused_before_opening(tmp_path, name):
+    pool = write_layout_pool(tmp_path / "p", n_questions=2)
+    with _fifo(pool / name):
+        assert_rejected(tmp_path, pool, name, "a FIFO, not a regular file")
+
+
+def test_a_published_pool_that_is_a_fifo_is_refused_before_opening(tmp_path):
+    with _fifo(tmp_path / "pub.parquet") as fifo:
+        assert_rejected(tmp_path, fifo, "pub.parquet", "a FIFO, not a regular file")
 
 
 def test_existing_results_survive_a_failed_run(tmp_path):
