@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import csv
 import io
-import json
+import reprlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,7 +53,7 @@ from .answers import group_answers_online, is_correct
 from .arrays import QuestionArrays, build_arrays, checkpoint_answers
 from .atomic import write_atomic, write_json_atomic
 from .backends.base import Backend, TraceBatch, TraceResult
-from .errors import UsageError
+from .errors import MarsError, UsageError
 from .generate import (
     TraceRecord,
     backend_info,
@@ -69,10 +69,15 @@ from .problems import Problem, problems_digest, select_problems
 from .progress import track
 from .settings import LIVE_KEYS, Settings
 from .simulate import MethodResult, QuestionContext, SimulationError, run_method
+from .userfiles import read_json_object
 
 LIVE_DIR = "live"
 LIVE_RECORD = ".solve.json"
 SUMMARY_FILE = "live.csv"
+#: The most checkpoints a live grid may have. The grid is fixed in advance and every look of the
+#: rule builds arrays over all of it, so this bounds the memory of a run and of its replay,
+#: whatever a manifest claims (at a 2,048-token spacing: 8.4 million tokens).
+MAX_CHECKPOINTS = 1 << 12
 
 
 def live_method(method: str | Method) -> Method:
@@ -95,7 +100,13 @@ def live_grid(spacing: int, max_tokens: int) -> np.ndarray:
     """Checkpoints of a live run: spacing, 2·spacing, … ≤ max_tokens."""
     if spacing <= 0 or max_tokens < spacing:
         raise UsageError(f"no checkpoint: --spacing {spacing}, --max-tokens {max_tokens}")
-    return spacing * np.arange(1, max_tokens // spacing + 1, dtype=np.int64)
+    n = max_tokens // spacing
+    if n > MAX_CHECKPOINTS:
+        raise UsageError(
+            f"--max-tokens {max_tokens:,} at --spacing {spacing:,}: {n:,} checkpoints, more than "
+            f"{MAX_CHECKPOINTS:,} (raise --spacing or lower --max-tokens)"
+        )
+    return spacing * np.arange(1, n + 1, dtype=np.int64)
 
 
 def live_settings(
@@ -492,6 +503,8 @@ def solve_pool(
     if writer.start(qids):
         (out / LIVE_DIR).mkdir(exist_ok=True)
         todo = writer.todo(qids)
+        # a damaged record of a question done earlier is refused before any work
+        read_records(out, [q for q in qids if q not in todo], warmup, n_traces, SUMMARY_FIELDS)
         for qid in track(todo, len(todo), f"solve {m.name}", progress):
             run = solve(
                 backend,
@@ -510,7 +523,7 @@ def solve_pool(
             write_json_atomic(_live_path(out, qid), run.summary())
             if on_question is not None:
                 on_question(run)
-        summaries = [json.loads(_live_path(out, q).read_text()) for q in qids]
+        summaries = read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
         _write_summary_csv(out / SUMMARY_FILE, summaries)
         manifest = {
             **{
@@ -522,7 +535,7 @@ def solve_pool(
             "live": params,
         }
         writer.finish(question_rows(by_qid, qids, params.get("model", ""), backend), manifest)
-    return [json.loads(_live_path(out, q).read_text()) for q in qids]
+    return read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
 
 
 SUMMARY_COLUMNS = (
@@ -576,37 +589,190 @@ def _write_summary_csv(path: Path, summaries: list[dict]) -> None:
     write_atomic(path, lambda p: p.write_text(buf.getvalue()))
 
 
+#: A record's fields: name -> (test of its value, what the value must be).
+Fields = dict[str, tuple[Callable[[object], bool], str]]
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _whole_or_null(v: object) -> bool:
+    return v is None or _whole(v)
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, float) or _whole(v)
+
+
+def _str(v: object) -> bool:
+    return isinstance(v, str)
+
+
+def _str_or_null(v: object) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def _bool(v: object) -> bool:
+    return isinstance(v, bool)
+
+
+def _object_with(fields: Fields, null: bool = False) -> Callable[[object], bool]:
+    return lambda v: (
+        (v is None and null)
+        or (isinstance(v, dict) and all(k in v and ok(v[k]) for k, (ok, _) in fields.items()))
+    )
+
+
+#: What :func:`replay` reads of a live record (:meth:`LiveRun.summary`).
+REPLAY_FIELDS: Fields = {
+    "qid": (_whole, "a whole number"),
+    "answer": (_str_or_null, "a string or null"),
+    "stopped_by": (_str, "a string"),
+    "stop_position": (_whole_or_null, "a whole number or null"),
+    "tokens": (_whole, "a whole number"),
+    "stopped_traces": (
+        lambda v: isinstance(v, list) and all(map(_whole, v)),
+        "a list of trace ids",
+    ),
+}
+_FULL: Fields = {
+    "tokens": (_whole, ""),
+    "wall_s": (_number, ""),
+    "answer": (_str_or_null, ""),
+    "correct": (_bool, ""),
+}
+#: ... and what the summary (``live.csv``, `mars solve`'s table) reads besides.
+SUMMARY_FIELDS: Fields = {
+    **REPLAY_FIELDS,
+    "method": (_str, "a string"),
+    "correct": (_bool, "true or false"),
+    "warmup_tokens": (_whole, "a whole number"),
+    "probe_tokens": (_whole_or_null, "a whole number or null"),
+    "gamma": (_number, "a number"),
+    "replay_ok": (_bool, "true or false"),
+    "wall_s": (_object_with({"main": (_number, "")}), "an object with a number 'main'"),
+    "full": (_object_with(_FULL, null=True), f"null or an object with {', '.join(_FULL)}"),
+}
+
+
+def read_records(
+    out: Path, qids: Iterable[int], warmup: int, n_traces: int, fields: Fields = REPLAY_FIELDS
+) -> list[dict]:
+    """The live records of ``qids``, each checked for ``fields``, its question and its stopped
+    traces (main traces of a run with ``warmup`` + ``n_traces``); one line naming the file
+    otherwise."""
+    records = []
+    for qid in qids:
+        path = _live_path(out, qid)
+        rec = read_json_object(path, PoolError, f"{path}: missing live record of question {qid}")
+        for key, (ok, what) in fields.items():
+            if key not in rec:
+                raise PoolError(f"{path}: no {key!r}")
+            if not ok(rec[key]):
+                raise PoolError(f"{path}: {key!r} is {reprlib.repr(rec[key])}, not {what}")
+        if rec["qid"] != qid:
+            raise PoolError(f"{path}: holds the record of question {rec['qid']}, not {qid}")
+        main = range(warmup, warmup + n_traces)
+        outside = [j for j in rec["stopped_traces"] if j not in main]
+        if outside:
+            raise PoolError(
+                f"{path}: stopped trace {outside[0]} is not a main trace "
+                f"({main.start}..{main.stop - 1})"
+            )
+        records.append(rec)
+    return records
+
+
+@dataclass(frozen=True)
+class _LiveParams:
+    """What a live run's manifest says about how it decided."""
+
+    method: Method
+    settings: Settings
+    warmup: int
+    n_traces: int
+    max_tokens: int
+    grid: np.ndarray
+
+
+_WHOLE_PARAMS = ("n_traces", "warmup", "seed", "spacing", "max_tokens")
+
+
+def _live_params(path: Path, manifest: dict) -> _LiveParams:
+    """The method, settings and grid of the live run in ``path``, checked as `mars solve` checks
+    its options; one line naming the manifest otherwise."""
+    live = manifest.get("live")
+    if live is None:
+        raise PoolError(f"{path}: not a live run (no 'live' block in {schema.POOL_MANIFEST})")
+    try:
+        if not isinstance(live, dict):
+            raise PoolError(f"is {reprlib.repr(live)}, not an object")
+        missing = [k for k in ("method", *_WHOLE_PARAMS, "settings") if k not in live]
+        if missing:
+            raise PoolError(f"no {', '.join(map(repr, missing))}")
+        for key in _WHOLE_PARAMS:
+            if not _whole(live[key]):
+                raise PoolError(f"{key!r} is {reprlib.repr(live[key])}, not a whole number")
+        if not isinstance(live["method"], str):
+            raise PoolError(f"'method' is {reprlib.repr(live['method'])}, not a string")
+        if not isinstance(live["settings"], dict):
+            raise PoolError(f"'settings' is {reprlib.repr(live['settings'])}, not an object")
+        method = live_method(live["method"])
+        settings = live_settings(
+            live["n_traces"],
+            live["warmup"],
+            live["seed"],
+            live["spacing"],
+            live["max_tokens"],
+            live["settings"],
+        )
+        grid = live_grid(live["spacing"], live["max_tokens"])
+    except MarsError as exc:
+        raise PoolError(f"{path / schema.POOL_MANIFEST}: 'live' block: {exc}") from None
+    return _LiveParams(method, settings, live["warmup"], live["n_traces"], live["max_tokens"], grid)
+
+
+def _check_traces(q: QuestionData, run: _LiveParams) -> None:
+    """The records of a live run hold its warmup + main traces, none past its token cap."""
+    n = run.warmup + run.n_traces
+    if not np.array_equal(q.trace_idx, np.arange(n)):
+        raise PoolError(
+            f"{q.where()}: trace ids {_ids(q.trace_idx)}, but the live run has {run.warmup} "
+            f"warmup + {run.n_traces} traces (ids 0..{n - 1})"
+        )
+    long = np.flatnonzero(q.lengths > run.max_tokens)
+    if long.size:
+        raise PoolError(
+            f"{q.where(int(long[0]))}: {int(q.lengths[long[0]]):,} tokens, past the live run's "
+            f"max_tokens {run.max_tokens:,}"
+        )
+
+
+def _ids(ids: np.ndarray) -> str:
+    if len(ids) and np.array_equal(ids, np.arange(ids[0], ids[0] + len(ids))):
+        return f"{ids[0]}..{ids[-1]}"
+    return reprlib.repr(ids.tolist())
+
+
 def replay(path: str | Path, questions: Iterable[int] | None = None) -> list[dict]:
     """Re-simulate a live run from its stored records; per question the live and replayed results.
 
     Each dict has ``qid``, ``live`` and ``replay`` (answer, stopped_by, stop_position, tokens) and
-    ``match`` (all equal).
+    ``match`` (all equal). The manifest and every record are checked before any question is
+    re-simulated; the records' traces as each is read.
     """
     path = Path(path)
     pool = open_pool(path)
-    live = getattr(pool, "manifest", {}).get("live")
-    if not live:
-        raise PoolError(f"{path}: not a live run (no 'live' block in {schema.POOL_MANIFEST})")
-    m = live_method(live["method"])
-    settings = Settings(
-        budget=live["n_traces"],
-        iterations=1,
-        warmup=live["warmup"],
-        seed=live["seed"],
-        spacing=live["spacing"],
-        **live["settings"],
-    ).validate()
-    grid = live_grid(live["spacing"], live["max_tokens"])
+    run = _live_params(path, getattr(pool, "manifest", {}))
+    qids = list(pool.qids if questions is None else questions)
+    records = read_records(path, qids, run.warmup, run.n_traces)
     out = []
-    for qid in pool.qids if questions is None else questions:
-        rec_path = _live_path(path, qid)
-        try:
-            rec = json.loads(rec_path.read_text())
-        except FileNotFoundError:
-            raise PoolError(f"{rec_path}: missing live record of question {qid}") from None
+    for qid, rec in zip(qids, records):
         q = pool.read_question(qid)
+        _check_traces(q, run)
         stopped = np.isin(q.trace_idx, rec["stopped_traces"])
-        res, arr = decide(q, m, settings, grid, live["warmup"], stopped)
+        res, arr = decide(q, run.method, run.settings, run.grid, run.warmup, stopped)
         a = int(res.answer[0])
         label = str(res.stopped_by[0])
         again = {
