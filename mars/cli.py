@@ -138,13 +138,22 @@ def simulate(
     from .progress import progress_bar
     from .results import summary_table, write_method
     from .settings import Settings
-    from .simulate import pool_settings, simulate_pool
+    from .simulate import pool_settings, simulate_pool, supported_methods
 
     with user_errors():
-        methods = parse_methods(method)
+        parse_methods(method)
         settings = Settings(**(settings_given or {})).validate()
-        settings = pool_settings(open_pool(pool), settings)
+        src = open_pool(pool)
+        settings = pool_settings(src, settings)
         qids = parse_question_spec(questions)
+        methods, left_out = supported_methods(method, src, qids)
+        if left_out:
+            err.print(
+                f"note: --method {method} leaves out {', '.join(left_out)}: they need per-token "
+                f"confidences, which {pool} does not have",
+                highlight=False,
+                soft_wrap=True,
+            )
         if workers < 1:
             raise MarsError(f"--workers {workers}: must be at least 1")
         check_apart(out, [("POOL", pool), ("--fit", fit_dir), ("--cache", cache)])

@@ -189,23 +189,38 @@ def get_method(name: str) -> Method:
         raise UsageError(f"unknown method {name!r} (known: {', '.join(METHODS)})") from None
 
 
+#: names that stand for several methods: what the pool's data supports of them
+METHOD_GROUPS = {"all": list(METHODS), "reference": REFERENCE_METHODS}
+
+
 def parse_methods(spec: str) -> list[Method]:
     """``"sc,sc-mars-cal"`` or ``"all"`` / ``"reference"`` → methods (order kept, no duplicates)."""
+    return select_methods(spec, has_confs=True)[0]
+
+
+def select_methods(spec: str, has_confs: bool) -> tuple[list[Method], list[str]]:
+    """The methods of ``spec`` a pool can run, and the names a group left out.
+
+    A group (``all``, ``reference``) means every member the pool's data supports: without
+    per-token confidences its DeepConf methods are left out. A method named on its own is kept
+    (and refused by the simulator if the pool cannot run it).
+    """
     names: list[str] = []
+    left_out: list[str] = []
     for part in spec.split(","):
         part = part.strip()
         if not part:
             continue
-        if part == "all":
-            names += list(METHODS)
-        elif part == "reference":
-            names += REFERENCE_METHODS
+        if part in METHOD_GROUPS:
+            for name in METHOD_GROUPS[part]:
+                fits = has_confs or not METHODS[name].needs_confs
+                (names if fits else left_out).append(name)
         else:
             names.append(get_method(part).name)
     seen = dict.fromkeys(names)
     if not seen:
         raise UsageError("no method given")
-    return [METHODS[n] for n in seen]
+    return [METHODS[n] for n in seen], [n for n in dict.fromkeys(left_out) if n not in seen]
 
 
 def method_order(names) -> list[str]:

@@ -468,6 +468,18 @@ def _check_confs(methods: list[Method], arr: QuestionArrays, source: str) -> Non
             )
 
 
+def supported_methods(spec: str, pool: Pool, qids: list[int] | None):
+    """The methods of ``spec`` this pool can run and those a group (``all``) left out: a pool
+    without per-token confidences (its first question asked for tells) runs no DeepConf method.
+    """
+    from .methods import parse_methods, select_methods
+
+    if not any(m.needs_confs for m in parse_methods(spec)):
+        return select_methods(spec, has_confs=True)
+    first = pool.read_question((qids or pool.qids)[0])
+    return select_methods(spec, has_confs=first.has_confs)
+
+
 _POOLS: dict[str, Pool] = {}
 _FITS: dict[str, Any] = {}
 

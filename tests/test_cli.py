@@ -46,6 +46,24 @@ def test_internal_error_shows_its_traceback(tmp_path, monkeypatch):
     assert "error: " not in res.output
 
 
+def test_simulate_all_says_which_methods_the_pool_cannot_run(tmp_path):
+    """--method all on a pool without per-token confidences runs every other method and says,
+    in one line, which it left out and why."""
+    from util import write_layout_pool
+
+    pool = write_layout_pool(tmp_path / "p", n_questions=2, confs=False)
+    out = tmp_path / "o"
+    args = ["simulate", str(pool), "-m", "all", "--out", str(out), "--budget", "24"]
+    res = runner.invoke(cli.app, [*args, "--iterations", "2", "--warmup", "8", "-q"])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines() == [
+        "note: --method all leaves out dco, dco-mars, dco-mars-cal, dco-mars-oracle, "
+        "oracle-dco-first, oracle-dco-last, dco-mars-cert, dco-mars2: they need per-token "
+        f"confidences, which {pool} does not have"
+    ]
+    assert (out / "sc-mars-cal" / "overall.json").is_file() and not (out / "dco").exists()
+
+
 @pytest.mark.parametrize(
     "command",
     ["simulate", "fit", "generate", "solve", "import", "export", "report", "consolidate", "replay"],

@@ -111,6 +111,23 @@ def test_dco_needs_confidences(tmp_path):
     simulate_pool(pool, parse_methods("sc,sc-mars-cal,sc-pp"), FAST)
 
 
+def test_method_groups_run_what_the_pool_supports(tmp_path):
+    """'all' on a pool without confidences: every method but the DeepConf ones, and the names it
+    left out; a DeepConf method named explicitly stays (and is refused when simulated)."""
+    from mars.methods import METHODS
+    from mars.simulate import supported_methods
+
+    pool = open_pool(write_layout_pool(tmp_path / "pool", seed=1, n_questions=1, confs=False))
+    methods, left_out = supported_methods("all", pool, None)
+    assert [m.name for m in methods] == [n for n, m in METHODS.items() if not m.needs_confs]
+    assert left_out == [n for n, m in METHODS.items() if m.needs_confs] and "dco" in left_out
+    methods, left_out = supported_methods("reference,dco", pool, [0])
+    assert "dco" in [m.name for m in methods] and "dco" not in left_out
+    assert "dco-mars-cal" in left_out
+    confs = open_pool(write_layout_pool(tmp_path / "confs", seed=1, n_questions=1))
+    assert supported_methods("all", confs, None) == (parse_methods("all"), [])
+
+
 def test_settings_validation():
     with pytest.raises(SimulationError, match="--budget"):
         Settings(budget=10**9).validate()
