@@ -7,11 +7,14 @@ probes. Nothing is regenerated: changing the spacing, the probe suffix or the pr
 probes only. A probe at position d sees exactly the prompt + the first d generated tokens + the
 probe suffix; how each engine reuses prefixes is its own (``Backend.reprobe``).
 
-Before any work: every trace has what the engine needs (token ids for token-level engines), the
-spacing probes something, and the probe model's context holds every trace's longest probe.
-Output: a pool directory of the same layout, written resumably like generation (one file per
-question, atomic; ``pool.json`` last), whose manifest is the input's plus a ``probe`` block;
-shard information is kept, so probed shards consolidate like generated ones.
+Before any work: the output is apart from the input, every trace has what the engine needs
+(token ids for token-level engines), the spacing probes something, and the probe model's context
+holds every trace's longest probe. What only probing finds (a trace the engine does not rebuild,
+token ids too short or outside the vocabulary) is refused as well, and what that command wrote is
+undone. Output: a pool directory of the same layout, written resumably like generation (one file
+per question, atomic; ``pool.json`` last; the same finished command again does nothing), whose
+manifest is the input's plus a ``probe`` block; shard information is kept, so probed shards
+consolidate like generated ones.
 """
 
 from __future__ import annotations

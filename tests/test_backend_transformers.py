@@ -646,9 +646,61 @@ def test_a_probe_that_cannot_fit_the_probe_model_is_refused_before_any_work(tiny
             assert f"= {need} tokens, more than the model's max_position_embeddings {room}" in msg
             assert ("(re-encoded)" in msg) == (name == "b")
             assert be.stats["forward_calls"] == 0
-            assert not list(out.glob("*.parquet"))
-            if name == "a":
-                assert not out.exists()
+            assert not out.exists()  # re-encoded: refused while probing, and undone
+
+
+@pytest.fixture(scope="module")
+def bare_pair(tiny, tmp_path_factory):
+    """Two questions of two traces each, generated without probes (token ids kept)."""
+    root = tmp_path_factory.mktemp("bare-pair")
+    gen = tiny_backend(tiny["a"])
+    return generate_pool(gen, [Q, Q2], 2, 5, root / "gen", probe="none", progress=False)
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda ids: None, "no token ids to probe"),
+        (lambda ids: ids[:-1], "{short} token ids for length {length}"),
+        (
+            lambda ids: [ids[0], 10**6, *ids[2:]],
+            "token id 1000000 at position 1 is outside the probe model's vocabulary (0..299)",
+        ),
+    ],
+    ids=["null", "too short", "outside the vocabulary"],
+)
+def test_token_ids_refused_while_probing_leave_nothing_behind(
+    tiny, bare_pair, tmp_path, damage, message
+):
+    """Cheap: a pool whose manifest says it kept token ids is not scanned upfront; token ids that
+    are missing, too short or not the probe model's (an IndexError before) are refused when their
+    question comes, in one line, and what the command wrote is undone (question 0, probed
+    first), so the corrected command runs into the same folder."""
+    import shutil
+
+    import pyarrow as pa
+
+    from mars.errors import MarsError
+    from mars.probe import probe_pool
+
+    assert open_pool(bare_pair).manifest["token_ids"] is True
+    pool = shutil.copytree(bare_pair, tmp_path / "damaged")
+    path = pool / schema.trace_file_name(1)
+    table = pq.read_table(path)
+    ids = table["token_ids"].to_pylist()
+    length = len(ids[0])
+    ids[0] = damage(ids[0])
+    column = pa.array(ids, pa.list_(pa.int32()))
+    pq.write_table(
+        table.set_column(table.column_names.index("token_ids"), "token_ids", column), path
+    )
+    out = tmp_path / "probed"
+    with pytest.raises(MarsError) as err:
+        probe_pool(pool, out, tiny_backend(tiny["a"]), spacing=SPACING, progress=False)
+    assert str(err.value) == "question 1, trace 0: " + message.format(
+        short=length - 1, length=length
+    )
+    assert not out.exists()
 
 
 def test_the_probe_stage_shows_the_probe_model_the_generators_prompt(tiny, tmp_path):

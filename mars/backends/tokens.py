@@ -389,6 +389,17 @@ def check_probe_fits(
     )
 
 
+def _check_token_ids(problem: Problem, trace_idx: int, ids, limit: int, whose: str) -> None:
+    """Refuse (one line) stored token ids outside the vocabulary that reads them."""
+    ids = np.asarray(ids)
+    bad = np.flatnonzero((ids < 0) | (ids >= limit))
+    if bad.size:
+        raise MarsError(
+            f"question {problem.qid}, trace {trace_idx}: token id {int(ids[bad[0]])} at "
+            f"position {int(bad[0])} is outside {whose} vocabulary (0..{limit - 1})"
+        )
+
+
 class TokenProbing:
     """The probe stage on a token-level engine (transformers, SGLang): which generation's tokens
     it probes, how they reach the probe model, and whether the probes fit its context.
@@ -420,6 +431,10 @@ class TokenProbing:
         if self._vocab is None:
             self._vocab = (vocab_digest(self.tokenizer),)
         return self._vocab[0]
+
+    def token_id_limit(self) -> int:
+        """How many token ids the probe model takes (its vocabulary)."""
+        return len(self.tokenizer)
 
     def bind_generator(self, manifest: dict) -> GeneratorTokens:
         """Probe the traces of the generation ``manifest`` (its pool manifest): decide, once, how
@@ -464,9 +479,12 @@ class TokenProbing:
         manifest: dict,
     ) -> tuple[GeneratorTokens, list[int], list[list[np.ndarray]]]:
         """(how tokens go in, the probe prompt, each trace's prefix ids at each position), every
-        probe checked against the probe model's context first."""
+        trace's token ids checked (there, as long as the trace, in the vocabulary that reads them)
+        and every probe against the probe model's context first."""
         gen = self.bind_generator(manifest)
         prompt = self.prompt_ids(problem.question)
+        limit = self.token_id_limit() if gen.same_ids else len(gen.tokenizer)
+        whose = "the probe model's" if gen.same_ids else "the generator's"
         plan = []
         for t, pos in zip(traces, positions):
             pos = np.asarray(pos, np.int64)
@@ -479,6 +497,7 @@ class TokenProbing:
                     f"question {problem.qid}, trace {t.trace_idx}: {len(t.token_ids)} token ids "
                     f"for length {t.length}"
                 )
+            _check_token_ids(problem, t.trace_idx, t.token_ids, limit, whose)
             if pos.size and (pos[0] < 0 or pos[-1] > t.length or (np.diff(pos) <= 0).any()):
                 raise ValueError(f"trace {t.trace_idx}: positions must rise within 0..length")
             pre = gen.prefixes(t.token_ids, pos, self.tokenizer)

@@ -444,6 +444,10 @@ class TransformersBackend(TokenProbing, Backend):
     def prompt_ids(self, question: str) -> list[int]:
         return build_prompt_ids(self.tokenizer, question, self.prompt_template, self.system_prompt)
 
+    def token_id_limit(self) -> int:
+        """The rows of the model's embedding table (often more than the tokenizer's tokens)."""
+        return max(len(self.tokenizer), int(self.hf_model.get_input_embeddings().num_embeddings))
+
     def context_budget(self) -> tuple[int, str] | None:
         """Most tokens one sequence may hold: the model's ``max_position_embeddings`` (positions it
         was built for; learned position tables end there), else the tokenizer's
