@@ -4,7 +4,9 @@ Layout of ``OUT``::
 
     OUT/report.md                      index: every table inline, every figure linked, the inputs
     OUT/tables/<table>.md|.tex|.csv    Markdown, LaTeX (booktabs) and CSV (unrounded numbers)
+    OUT/tables/<table>.html            the table as a web page (mars.report.html)
     OUT/figures/<figure>.png|.pdf|.csv the figure and the numbers it plots
+    OUT/figures/<figure>.caption.html  its caption, for `snakemake --report`
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from .collect import DEFAULT_SETTING, Results, collect, parse_pool_overrides
 from .fmt import Table, md_escape
+from .html import caption_html, table_html
 from .tables import all_tables
 
 
@@ -113,6 +116,7 @@ def render_report(
         (tdir / f"{t.key}.md").write_text(t.markdown() + "\n")
         (tdir / f"{t.key}.tex").write_text(t.latex())
         (tdir / f"{t.key}.csv").write_text(t.csv())
+        (tdir / f"{t.key}.html").write_text(table_html(t))
 
     if figures:
         from .figures import all_figures
@@ -135,6 +139,8 @@ def render_report(
                 formats,
             )
         )
+    for f in rep.figures:
+        (fdir / f"{f.stem}.caption.html").write_text(caption_html(f.title, f.caption, f.notes))
     rep.index.write_text(_index(rep))
     return rep
 
