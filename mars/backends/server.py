@@ -358,8 +358,7 @@ class VLLMProtocol(Protocol):
     kind = "vllm"
     path = "/v1/completions"
     logprobs_mode = (
-        "the server's --logprobs-mode (default raw_logprobs: log_softmax(logits)), clamped "
-        "at -9999"
+        "the server's --logprobs-mode (default raw_logprobs: log_softmax(logits)), clamped at -9999"
     )
     seeds = "per request (a generator per request)"
 
@@ -411,8 +410,7 @@ class VLLMProtocol(Protocol):
             if not isinstance(top, list):
                 raise ServerError(f"{where}: no top_logprobs in the answer")
             confs = [
-                float("nan") if t is None else _top_confidence(list(t.values()), where)
-                for t in top
+                float("nan") if t is None else _top_confidence(list(t.values()), where) for t in top
             ]
         usage = out.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
@@ -770,6 +768,10 @@ class ServerBackend(TokenProbing, Backend):
             model path the server reports, else the served name.
         temperature, top_p, top_k, min_p: sampling (``top_k`` 0/None: off).
         max_tokens: token cap of a trace.
+        segment: a generation request never crosses a multiple of this many tokens (None: requests
+            end at the checkpoints only).  A trace depends on where its requests start (each has
+            its own seed): generations cut alike — inline at spacing S, or ``--probe none`` with
+            ``segment`` S — give the same traces.
         probe_max_new_tokens, probe_suffix: the probes (spec: 50 tokens, the reference suffix).
         generator_tokenizer: the probe stage only, as for the other token engines.
         prompt_template, system_prompt: the chat prompt.
@@ -795,6 +797,7 @@ class ServerBackend(TokenProbing, Backend):
         top_k: int | None = 20,
         min_p: float | None = None,
         max_tokens: int = 32768,
+        segment: int | None = None,
         probe_max_new_tokens: int = PROBE_MAX_NEW_TOKENS,
         probe_suffix: str = PROBE_SUFFIX,
         generator_tokenizer: Any = None,
@@ -810,8 +813,8 @@ class ServerBackend(TokenProbing, Backend):
             )
         if min_p is not None and not 0 <= min_p <= 1:
             raise ServerError(f"bad sampling settings: min_p={min_p} (must be in [0, 1])")
-        if max_tokens <= 0 or probe_max_new_tokens <= 0:
-            raise ServerError("max_tokens and probe_max_new_tokens must be positive")
+        if max_tokens <= 0 or probe_max_new_tokens <= 0 or (segment is not None and segment <= 0):
+            raise ServerError("max_tokens, segment and probe_max_new_tokens must be positive")
         if concurrency is not None and concurrency < 1:
             raise ServerError(f"--concurrency {concurrency}: must be at least 1")
         if not timeout > 0 or not connect_timeout > 0:
@@ -831,6 +834,7 @@ class ServerBackend(TokenProbing, Backend):
         self.base_url = normalise_base_url(base_url)
         self.sampling = Sampling(float(temperature), float(top_p), int(top_k or 0), min_p)
         self.max_tokens = int(max_tokens)
+        self.segment = None if segment is None else int(segment)
         self.probe_max_new_tokens = int(probe_max_new_tokens)
         self.probe_suffix = str(probe_suffix)
         self.generator_tokenizer = generator_tokenizer
@@ -1032,6 +1036,8 @@ class ServerBackend(TokenProbing, Backend):
                 "kind": p.kind,
                 "version": p.version(self.report),
                 "request": f"POST {p.path}, token-id prompts, one request per trace or probe",
+                "generation_requests": "end at every checkpoint"
+                + ("" if self.segment is None else f" and every multiple of {self.segment} tokens"),
                 "cached_tokens": "reported" if self.reports_cached else "not reported",
             },
             "sampling": {
@@ -1151,21 +1157,25 @@ class ServerTraceBatch(TokenTraceBatch):
         return self.first_trace + int(j)
 
     def advance(self, target: int) -> None:
+        target = min(int(target), self.backend.max_tokens)
+        while self._advance_once(target):
+            pass
+
+    def _advance_once(self, target: int) -> bool:
+        """One request per running trace below ``target`` (up to it, or to the next multiple of
+        ``segment``); False when none is left."""
         be = self.backend
-        target = min(int(target), be.max_tokens)
         lengths = self.lengths
         run = np.flatnonzero(~self.ended & (lengths < target)).tolist()
         if not run:
-            return
+            return False
         t0 = time.perf_counter()
-        reqs = [
-            (
-                self.prompt + self._ids[j],
-                target - int(lengths[j]),
-                generation_seed(self.seed, self.problem.qid, self._trace(j), int(lengths[j])),
-            )
-            for j in run
-        ]
+        reqs = []
+        for j in run:
+            n = int(lengths[j])
+            end = target if be.segment is None else min(target, (n // be.segment + 1) * be.segment)
+            seed = generation_seed(self.seed, self.problem.qid, self._trace(j), n)
+            reqs.append((self.prompt + self._ids[j], end - n, seed))
         outs = be.complete(reqs, logprobs=True)
         be.stats["generate_calls"] += 1
         for j, c in zip(run, outs):
@@ -1176,6 +1186,7 @@ class ServerTraceBatch(TokenTraceBatch):
                 self._eos[j] = True
             be.count("generate", c)
         log.debug("to %d: %d requests, %.2f s", target, len(run), time.perf_counter() - t0)
+        return True
 
     def probe(self, idx) -> list[ProbeResult]:
         be = self.backend

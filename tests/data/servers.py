@@ -55,8 +55,13 @@ CONTEXT = 4096
 WORDS = [" Let", " me", " add", " 2", " +", " 3", " =", " So", " the", " answer", " is", " wait"]
 
 
+class Tokenizer(toy.ToyTokenizer):
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+
 def tokenizer():
-    return toy.ToyTokenizer(VOCAB, EOS)
+    return Tokenizer(VOCAB, EOS)
 
 
 class FakeServer:
