@@ -575,3 +575,45 @@ def cli_env(smol_tokenizer, monkeypatch):
 
 def smol(llama, smol_tokenizer, **kw) -> ServerBackend:
     return ServerBackend(base_url=llama.url, tokenizer=str(smol_tokenizer), **kw)
+
+
+def rows_of(pool: Path, qid: int) -> list[dict]:
+    return pq.read_table(pool / schema.trace_file_name(qid)).to_pylist()
+
+
+def _same_traces(a: list[dict], b: list[dict]) -> bool:
+    keys = ("trace_idx", "token_ids", "confs", "length", "finished", "final_answer")
+    return [{k: r[k] for k in keys} for r in a] == [{k: r[k] for k in keys} for r in b]
+
+
+@pytest.mark.slow
+def test_llama_server_pool_probed_sharded_consolidated_simulated(
+    llama, smol_tokenizer, cli_env, tmp_path
+):
+    """``mars generate --probe none`` in two shards through llama-server, ``mars probe`` of each
+    shard, ``mars consolidate``, ``mars simulate``: a valid pool whose probes carry the server's
+    cached-token counts (the prefix cache serves each probe's trace)."""
+    problems = easy_problems(tmp_path)
+    common = ["--backend", "server", "--base-url", llama.url, "-q"]
+    for k in (0, 1):
+        mars_cli(
+            "generate", "--problems", problems, "--traces", 4, "--n-shards", 2, "--shard", k,
+            "--max-tokens", 96, "--spacing", 32, "--probe", "none", "--out", tmp_path / f"g{k}",
+            "--seed", 7, *common,
+        )  # fmt: skip
+        mars_cli("probe", tmp_path / f"g{k}", "--spacing", 32, "--out", tmp_path / f"p{k}", *common)
+    mars_cli("consolidate", tmp_path / "p0", tmp_path / "p1", "--out", tmp_path / "pool")
+    pool = open_pool(tmp_path / "pool")
+    assert pool.manifest["backend"] == "server" and pool.manifest["server"]["kind"] == "llama.cpp"
+    assert pool.manifest["probe"]["spacing"] == 32
+    probes = [p for q in (0, 1) for r in rows_of(tmp_path / "pool", q) for p in r["probes"]]
+    assert len(rows_of(tmp_path / "pool", 0)) == 4
+    assert probes and all(p["cached_tokens"] is not None for p in probes)
+    prompt = sum(p["prompt_tokens"] for p in probes)
+    cached = sum(p["cached_tokens"] for p in probes)
+    assert cached / prompt > 0.5  # each probe's prompt and trace came from the server's cache
+    mars_cli(
+        "simulate", tmp_path / "pool", "--method", "sc,sc-mars", "--budget", 2, "--warmup", 2,
+        "--iterations", 4, "--out", tmp_path / "sim", "-q",
+    )  # fmt: skip
+    assert (tmp_path / "sim" / "sc-mars" / "overall.json").exists()

@@ -111,6 +111,8 @@ log = logging.getLogger(__name__)
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 #: Longest wait between two tries (seconds), whatever ``Retry-After`` asks.
 MAX_BACKOFF = 30.0
+#: Deadline (seconds) of the connect-time questions (models, server report, tokenizer check).
+INFO_TIMEOUT = 30.0
 #: Seeds fit 31 bits: llama.cpp reads a request's seed as a 32-bit integer in which all ones
 #: means "random".
 SEED_BITS = 31
@@ -256,7 +258,8 @@ class LlamaCppProtocol(Protocol):
         return ("/props",)
 
     def tokenize(self, text: str) -> tuple[str, dict]:
-        return "/tokenize", {"content": text, "add_special": False, "parse_special": False}
+        # special tokens written in the text (``</think>``) are parsed, as transformers does
+        return "/tokenize", {"content": text, "add_special": False, "parse_special": True}
 
     def body(self, ids, max_new, s, seed, logprobs):
         body: dict[str, Any] = {
@@ -614,11 +617,19 @@ class Http:
     # -- requests ----------------------------------------------------------------------------
 
     async def request(
-        self, method: str, path: str, body: dict | None = None, *, retry_connect: bool = True
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        *,
+        retry_connect: bool = True,
+        timeout: float | None = None,
     ) -> tuple[int, Any]:
         """(status, JSON) of ``method path``; 200 and 4xx answers come back, retryable failures
         are tried again, then one line.  ``retry_connect=False``: a refused connection is one
-        line at once (at connect time, a server that is not there)."""
+        line at once (at connect time, a server that is not there).  ``timeout``: this request's
+        deadline instead of :attr:`timeout`."""
+        deadline = self.timeout if timeout is None else float(timeout)
         import httpx
 
         client = self._get_client()
@@ -630,10 +641,10 @@ class Http:
                 wait = self.backoff * 2**attempt
                 try:
                     self.stats["requests"] += 1
-                    async with asyncio.timeout(self.timeout):  # the whole answer, not per byte
+                    async with asyncio.timeout(deadline):  # the whole answer, not per byte
                         r = await client.request(method, path, json=body)
                 except (httpx.TimeoutException, TimeoutError):
-                    why = f"no answer within {self.timeout:g} s"
+                    why = f"no answer within {deadline:g} s"
                 except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
                     why = f"connection failed ({_cause(exc)})"
                     if not retry_connect and isinstance(exc, httpx.ConnectError):
@@ -872,7 +883,9 @@ class ServerBackend(TokenProbing, Backend):
     # -- connect -----------------------------------------------------------------------------
 
     def _get(self, path: str, *, required: bool) -> Any:
-        status, out = self.http.run(lambda: self.http.request("GET", path, retry_connect=False))
+        status, out = self.http.run(
+            lambda: self.http.request("GET", path, retry_connect=False, timeout=INFO_TIMEOUT)
+        )
         if status == 200:
             return out
         if status in (401, 403):
@@ -956,7 +969,9 @@ class ServerBackend(TokenProbing, Backend):
     def _check_tokenizer(self) -> None:
         """The tokenizer must split a sample as the server does (when the server can say)."""
         path, body = self.protocol.tokenize(TOKENIZER_SAMPLE)
-        status, out = self.http.run(lambda: self.http.request("POST", path, body))
+        status, out = self.http.run(
+            lambda: self.http.request("POST", path, body, timeout=INFO_TIMEOUT)
+        )
         if status != 200 or not isinstance(out, dict) or not isinstance(out.get("tokens"), list):
             self.tokenizer_checked = False
             return
