@@ -29,7 +29,8 @@ from .atomic import write_atomic
 from .pool import PoolError, QuestionData
 from .schema import CHECKPOINT_SPACING
 
-ARRAYS_VERSION = 2  # 2: answers must be their value, exact keys for huge integers
+#: 2: answers must be their value, exact keys for huge integers; 3: a cached file records its key
+ARRAYS_VERSION = 3
 
 
 @dataclass
@@ -124,10 +125,57 @@ class QuestionArrays:
         out.correct = self.correct[perm]
         return out
 
+    def check(self) -> None:
+        """Raise ValueError unless the arrays fit together (shapes, dtypes, ids within range): a
+        cached file that passes its zip checksums can still have been written by something else."""
+        n, m, k = self.n_traces, self.n_checkpoints, self.n_answers
+
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise ValueError(f"question {self.qid}: {what}")
+
+        def shaped(a: np.ndarray | None, shape: tuple, kind: str, name: str) -> None:
+            need(
+                isinstance(a, np.ndarray) and a.shape == shape and a.dtype.kind == kind,
+                f"{name} is not {kind}{shape}",
+            )
+
+        need(isinstance(self.qid, int) and self.qid >= 0, "bad qid")
+        need(all(isinstance(r, str) for r in self.representatives), "bad answers")
+        shaped(self.grid, (m,), "i", "grid")
+        need(m > 0 and bool((self.grid >= 0).all()), "empty or negative grid")
+        need(bool((np.diff(self.grid) > 0).all()), "grid not increasing")
+        shaped(self.lengths, (n,), "i", "lengths")
+        shaped(self.final_ids, (n,), "i", "final_ids")
+        shaped(self.ids, (n, m), "i", "ids")
+        shaped(self.correct, (k,), "b", "correct")
+        for name in ("final_ids", "ids"):
+            a = getattr(self, name)
+            need(bool(((a >= -1) & (a < k)).all()), f"{name} outside -1..{k - 1}")
+        if self.conf_at_pos is not None:
+            shaped(self.conf_at_pos, (n, m), "f", "conf_at_pos")
+            need(bool(np.isfinite(self.conf_at_pos).all()), "conf_at_pos not finite")
+        if self.min_group is not None:
+            shaped(self.min_group, (n,), "f", "min_group")
+            shaped(self.rec_offsets, (n + 1,), "i", "rec_offsets")
+            assert self.rec_offsets is not None
+            r = int(self.rec_offsets[-1])
+            need(
+                self.rec_offsets[0] == 0 and bool((np.diff(self.rec_offsets) >= 0).all()),
+                "rec_offsets not increasing from 0",
+            )
+            shaped(self.rec_index, (r,), "i", "rec_index")
+            shaped(self.rec_value, (r,), "f", "rec_value")
+        if self.probe_tokens is not None:
+            shaped(self.probe_tokens, (n, m), "i", "probe_tokens")
+        if self.stopped is not None:
+            shaped(self.stopped, (n,), "b", "stopped")
+
     # -- caching -------------------------------------------------------------------------------
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, key: str = "") -> None:
+        """Write an ``.npz``; ``key`` (:func:`cache_key`) names what the arrays were built from."""
         arrays: dict[str, Any] = {}
-        meta = {}
+        meta: dict[str, Any] = {"_key": key}
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name == "derived":
@@ -144,12 +192,19 @@ class QuestionArrays:
         Path(path).write_bytes(buf.getvalue())
 
     @classmethod
-    def load(cls, path: str | Path) -> QuestionArrays:
+    def load(cls, path: str | Path, key: str | None = None) -> QuestionArrays:
+        """Read a saved ``.npz``; ValueError if it was not saved under ``key`` (when given) or
+        its arrays do not fit together."""
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(z["_meta"].tobytes().decode())
             kwargs = {k: z[k] for k in z.files if k != "_meta"}
+        saved_key = meta.pop("_key", None)
+        if key is not None and saved_key != key:
+            raise ValueError(f"{path}: holds arrays of other traces or settings")
         kwargs.update(meta)
-        return cls(**kwargs)
+        arr = cls(**kwargs)
+        arr.check()
+        return arr
 
 
 def digest_arrays(*arrays: np.ndarray) -> str:
@@ -162,8 +217,12 @@ def digest_arrays(*arrays: np.ndarray) -> str:
 
 
 def cache_key(q: QuestionData, spacing: int, window: int) -> str:
+    """What a question's arrays are built from: its content (qid and ground truth included), the
+    probe costs, the settings and this module's version."""
     h = hashlib.blake2b(digest_size=16)
     h.update(f"v{ARRAYS_VERSION}:{q.content_hash()}:{spacing}:{window}".encode())
+    if q.probe_cost is not None:
+        h.update(np.ascontiguousarray(q.probe_cost, dtype=np.int64).tobytes())
     return h.hexdigest()
 
 
@@ -354,15 +413,16 @@ def build_arrays(
 
 
 def arrays_path(cache_dir: str | Path, q: QuestionData, spacing: int, window: int) -> Path:
-    """Where :func:`load_arrays` caches a question's arrays (keyed by content and settings)."""
+    """Where :func:`load_arrays` caches a question's arrays (named by its :func:`cache_key`)."""
     return Path(cache_dir) / f"q{q.qid:06d}-{cache_key(q, spacing, window)}.npz"
 
 
-def read_cached(path: Path) -> QuestionArrays | None:
-    """A cached question's arrays; None when the file is missing or unreadable (truncated, empty,
-    not an npz), so the caller rebuilds it."""
+def read_cached(path: Path, key: str) -> QuestionArrays | None:
+    """The arrays cached at ``path`` if they were built under ``key``; None when the file is
+    missing, unreadable (truncated, empty, not an npz) or holds anything else (another question's
+    arrays, other settings, arrays that do not fit together), so the caller rebuilds them."""
     try:
-        return QuestionArrays.load(path)
+        return QuestionArrays.load(path, key)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
@@ -374,18 +434,24 @@ def load_arrays(
     cache_dir: str | Path | None = None,
     spacing: int = CHECKPOINT_SPACING,
     window: int = 2048,
+    *,
+    store: bool = True,
 ) -> QuestionArrays:
     """build_arrays with an on-disk cache keyed by the question's content and the settings.
 
-    A cache file that cannot be read (a truncated or empty ``.npz``) is rebuilt and replaced.
+    The one reader of cached arrays (``simulate --cache``, the fit directory, the report): a file
+    is used only if it was built from this question's content with these settings; any other
+    (damaged, another question's, other settings) is rebuilt and, with ``store``, replaced.
     """
     if cache_dir is None:
         return build_arrays(q, spacing, window)
     path = arrays_path(cache_dir, q, spacing, window)
-    arr = read_cached(path)
+    key = cache_key(q, spacing, window)
+    arr = read_cached(path, key)
     if arr is not None:
         return arr
     arr = build_arrays(q, spacing, window)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, arr.save)
+    if store:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, lambda p: arr.save(p, key))
     return arr

@@ -138,7 +138,7 @@ def simulate(
     from .progress import progress_bar
     from .results import summary_table, write_method
     from .settings import Settings
-    from .simulate import pool_settings, simulate_pool, supported_methods
+    from .simulate import pool_settings, simulate_pool, size_notes, supported_methods
 
     with user_errors():
         parse_methods(method)
@@ -154,11 +154,14 @@ def simulate(
                 highlight=False,
                 soft_wrap=True,
             )
+        notes = size_notes(src, methods, settings, qids)
         if workers < 1:
             raise MarsError(f"--workers {workers}: must be at least 1")
         check_apart(out, [("POOL", pool), ("--fit", fit_dir), ("--cache", cache)])
         if cache is not None:
             check_apart(cache, [("POOL", pool)], "--cache")
+        for note in notes:  # after every refusal: a note only when the run goes ahead
+            err.print(f"note: {note}", highlight=False, soft_wrap=True)
         t0 = time.perf_counter()
         with output_dir(out), progress_bar(disable=quiet) as progress:
             task = progress.add_task("simulating questions", total=len(qids) if qids else None)
@@ -174,7 +177,7 @@ def simulate(
             )
             fit = None if fit_dir is None else str(fit_dir)
             overalls = [
-                write_method(out, m.name, results, settings.to_dict(), str(pool), fit)
+                write_method(out, m.name, results, settings.to_dict(), str(pool), fit, notes)
                 for m in methods
             ]
     if not quiet:
@@ -204,8 +207,7 @@ def fit(
 ):
     """Fit the per-question stage: arrays and switch models (q) that `simulate --fit` reads."""
     from .atomic import check_apart, output_dir
-    from .fit import fit_pool, summary_table
-    from .pool import open_pool
+    from .fit import check_fit, fit_pool, summary_table
     from .progress import progress_bar
 
     with user_errors():
@@ -217,9 +219,9 @@ def fit(
             ) from None
         qids = parse_question_spec(questions)
         check_apart(out, [("POOL", pool)])
-        n = len(qids) if qids else len(open_pool(pool).qids)
+        _, fitted = check_fit(pool, warmups, window, spacing, qids)
         with output_dir(out), progress_bar(disable=quiet) as progress:
-            task = progress.add_task("fitting questions", total=n)
+            task = progress.add_task("fitting questions", total=len(fitted))
             table = fit_pool(
                 pool,
                 out,

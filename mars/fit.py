@@ -9,12 +9,20 @@ are identical to a simulation that fits on the fly.
 FIT/ layout::
 
     fit.json                 provenance: pool, spacing, window, warmup sizes, per-question hashes
-    models.parquet           one row per question × warmup size (mars.schema.MODEL_SCHEMA)
-    q000007-<key>.npz        the question's arrays (the cache `simulate --cache` also reads)
+    models.parquet           one row per question × warmup size (mars.schema.MODEL_SCHEMA); its
+                             metadata records the spacing and window it was fitted with
+    q000007-<key>.npz        the question's arrays: the fit directory is an array cache, read
+                             through the one reader `simulate --cache` uses (mars.arrays)
+
+Everything is checked against what it is loaded *for*: an array file only serves the question
+whose content and settings its key names (anything else is rebuilt), a model row only the question
+whose content hash it records, with the spacing, window and warmup it was fitted with; model
+parameters must be finite numbers of the right shapes. A damaged models file is one line.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -25,16 +33,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import schema
-from .arrays import QuestionArrays, arrays_path, build_arrays, load_arrays, read_cached
+from .arrays import QuestionArrays, load_arrays
 from .atomic import write_atomic, write_json_atomic
 from .errors import MarsError
 from .features import FEATURE_NAMES
 from .pool import Pool, QuestionData, open_pool, read_manifest
 from .qmodel import QuestionFit, SwitchModel, fit_question
-from .settings import Settings, resolve_spacing
+from .settings import Settings, check_warmup, resolve_spacing
 from .workers import process_pool
 
 MODEL_NAME = "switch"
+#: 2: models.parquet records the spacing and window it was fitted with (FIT_SETTINGS_KEY)
+FIT_VERSION = 2
+#: Parquet metadata key of models.parquet: the fit settings ({"spacing": .., "window": ..}).
+FIT_SETTINGS_KEY = b"mars.fit"
+_MODEL_PARAMS = ("mean", "scale", "intercept", "coef", "platt_a", "platt_b")
 
 
 class FitError(MarsError):
@@ -83,6 +96,34 @@ def _fit_one(args) -> list[dict]:
     return [_model_row(arr, w, fit_question(arr, arr.warmup_ids(w))) for w in fs.warmups]
 
 
+def check_fit(
+    pool_path: str | Path,
+    warmups: Sequence[int] = (16,),
+    window: int = 2048,
+    spacing: int | None = None,
+    questions: Iterable[int] | None = None,
+) -> tuple[FitSettings, list[int]]:
+    """Refuse, before any work, a fit whose settings or questions cannot be fitted; its settings
+    and questions."""
+    pool = open_pool(pool_path)
+    warmups = tuple(sorted({int(w) for w in warmups}))
+    if not warmups:
+        raise FitError("no --warmup size given")
+    for w in warmups:
+        Settings(warmup=w, window=window, spacing=spacing).validate()
+    fs = FitSettings(
+        warmups, int(window), resolve_spacing(spacing, pool.recorded_spacing, pool.source)
+    )
+    qids = list(pool.qids if questions is None else questions)
+    missing = sorted(set(qids) - set(pool.qids))
+    if missing:
+        raise FitError(
+            f"{pool.source}: no question {missing[0]} (questions: {pool.qids[0]}..{pool.qids[-1]})"
+        )
+    check_warmup(warmups[-1], pool.trace_counts(qids), pool.source)
+    return fs, qids
+
+
 def fit_pool(
     pool_path: str | Path,
     out: str | Path,
@@ -99,21 +140,7 @@ def fit_pool(
     interrupted fit resumes; ``models.parquet`` and ``fit.json`` are replaced atomically, the
     manifest last.
     """
-    pool = open_pool(pool_path)
-    warmups = tuple(sorted({int(w) for w in warmups}))
-    if not warmups:
-        raise FitError("no --warmup size given")
-    for w in warmups:
-        Settings(warmup=w, window=window, spacing=spacing).validate()
-    fs = FitSettings(
-        warmups, int(window), resolve_spacing(spacing, pool.recorded_spacing, pool.source)
-    )
-    qids = list(pool.qids if questions is None else questions)
-    missing = sorted(set(qids) - set(pool.qids))
-    if missing:
-        raise FitError(
-            f"{pool.source}: no question {missing[0]} (questions: {pool.qids[0]}..{pool.qids[-1]})"
-        )
+    fs, qids = check_fit(pool_path, warmups, window, spacing, questions)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(str(pool_path), q, str(out), fs) for q in qids]
@@ -130,10 +157,15 @@ def fit_pool(
                 if progress:
                     progress()
     table = pa.Table.from_pylist(rows, schema=schema.MODEL_SCHEMA)
-    write_atomic(out / schema.FIT_MODELS, lambda p: pq.write_table(table, p, compression="zstd"))
+    settings = {"spacing": fs.spacing, "window": fs.window}
+    stored = table.replace_schema_metadata({FIT_SETTINGS_KEY: json.dumps(settings)})
+    write_atomic(
+        out / schema.FIT_MODELS,
+        lambda p: pq.write_table(stored, p, compression="zstd", write_page_checksum=True),
+    )
     manifest = {
         "format": schema.FIT_FORMAT,
-        "version": 1,
+        "version": FIT_VERSION,
         "pool": str(pool_path),
         "spacing": fs.spacing,
         "window": fs.window,
@@ -157,21 +189,100 @@ class FitDir:
             schema.FIT_FORMAT,
             FitError,
             f"{self.path}: not a fit directory (no {schema.FIT_MANIFEST}; run `mars fit`)",
+            FIT_VERSION,
         )
         try:
             self.spacing = int(self.manifest["spacing"])
             self.window = int(self.manifest["window"])
             self.warmups = [int(w) for w in self.manifest["warmups"]]
+            self.hashes = {int(q): str(h) for q, h in dict(self.manifest["questions"]).items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise FitError(f"{mf}: missing or bad field ({exc})") from None
-        models = self.path / schema.FIT_MODELS
+        self.models_file = self.path / schema.FIT_MODELS
+        self.rows: dict[tuple[int, int], dict] = {}
+        self.models: dict[tuple[int, int], SwitchModel | None] = {}
+        for row in self._read_models():
+            key = (row["qid"], row["warmup"])
+            where = f"{self.models_file}: question {key[0]}, warmup {key[1]}"
+            if key in self.rows:
+                raise FitError(f"{where}: two rows")
+            try:
+                self.models[key] = self._check_row(row)
+            except ValueError as exc:
+                raise FitError(f"{where}: {exc}") from None
+            self.rows[key] = row
+
+    def _read_models(self) -> list[dict]:
+        """The rows of models.parquet, every column present with its type (nulls checked per row),
+        fitted with this directory's spacing and window."""
+        f = self.models_file
         try:
-            rows = pq.read_table(models).to_pylist()
+            table = pq.read_table(f, page_checksum_verification=True)
         except Exception as exc:  # any reader failure is a bad fit directory
             raise FitError(
-                f"{models}: unreadable ({str(exc).splitlines()[0] if str(exc) else exc})"
+                f"{f}: unreadable ({str(exc).splitlines()[0] if str(exc) else exc})"
             ) from None
-        self.rows = {(int(r["qid"]), int(r["warmup"])): r for r in rows}
+        try:
+            recorded = json.loads((table.schema.metadata or {})[FIT_SETTINGS_KEY])
+        except (KeyError, ValueError, RecursionError):
+            recorded = None
+        if recorded != {"spacing": self.spacing, "window": self.window}:
+            raise FitError(
+                f"{f}: fitted with other settings than {schema.FIT_MANIFEST} records "
+                f"({recorded} against spacing {self.spacing}, window {self.window}; "
+                "rerun `mars fit`)"
+            )
+        columns = []
+        for field in schema.MODEL_SCHEMA:
+            if field.name not in table.column_names:
+                raise FitError(f"{f}: missing column {field.name!r}")
+            col = table.column(field.name)
+            try:
+                columns.append(col.cast(field.type))
+            except (pa.ArrowException, TypeError, ValueError):
+                raise FitError(
+                    f"{f}: column {field.name!r} has type {col.type}, expected {field.type}"
+                ) from None
+        return pa.table(columns, names=schema.MODEL_SCHEMA.names).to_pylist()
+
+    def _check_row(self, row: dict) -> SwitchModel | None:
+        """Check one row of models.parquet (ValueError naming the problem); its model, if any."""
+        required = [f.name for f in schema.MODEL_SCHEMA if not f.nullable]
+        for name in required:
+            if row[name] is None:
+                raise ValueError(f"{name} is null")
+        for name in ("qid", "warmup", "n_rows", "n_positive", "n_answers"):
+            if row[name] < 0:
+                raise ValueError(f"{name} {row[name]} is negative")
+        for name in ("n_traces", "n_checkpoints"):
+            if row[name] < 1:
+                raise ValueError(f"{name} {row[name]} is not positive")
+        if row["model"] != MODEL_NAME:
+            raise ValueError(f"model {row['model']!r}, expected {MODEL_NAME!r}")
+        if row["warmup"] not in self.warmups:
+            raise ValueError(f"not one of the warmup sizes {schema.FIT_MANIFEST} lists")
+        if self.hashes.get(row["qid"]) != row["content_hash"]:
+            raise ValueError(
+                f"content hash differs from {schema.FIT_MANIFEST}'s (rerun `mars fit`)"
+            )
+        warm = row["warmup_traces"]
+        outside = [t for t in warm if t is None or not 0 <= t < row["n_traces"]]
+        if len(warm) > row["warmup"] or outside:
+            raise ValueError(f"warmup traces {warm[:4]}… are not {row['warmup']} of the traces")
+        if row["n_rows"] != len(warm) * row["n_checkpoints"] or row["n_positive"] > row["n_rows"]:
+            raise ValueError(
+                f"n_rows {row['n_rows']}, n_positive {row['n_positive']} do not fit "
+                f"{len(warm)} warmup traces × {row['n_checkpoints']} checkpoints"
+            )
+        for name in ("log_loss", "brier"):
+            if row[name] is not None and not (np.isfinite(row[name]) and row[name] >= 0):
+                raise ValueError(f"{name} {row[name]!r} is not a finite number ≥ 0")
+        if not warm:  # no warmup traces: no model (q = 1 everywhere)
+            present = [n for n in _MODEL_PARAMS if row[n] is not None]
+            if present:
+                raise ValueError(f"{present[0]} is set, but a fit without warmup has no model")
+            return None
+        return SwitchModel.from_params(row, n_features=len(FEATURE_NAMES))
 
     def check(self, pool: Pool, settings: Settings, qids: Iterable[int]) -> None:
         """Refuse, before any work, a simulation whose settings or questions the fit lacks."""
@@ -198,23 +309,30 @@ class FitDir:
                 )
 
     def arrays(self, q: QuestionData, settings: Settings) -> QuestionArrays:
-        """The question's arrays from the fit (rebuilt in memory if the cached file is damaged)."""
-        arr = read_cached(arrays_path(self.path, q, self.spacing, self.window))
-        return arr if arr is not None else build_arrays(q, self.spacing, self.window)
+        """The question's arrays from the fit: the cached file if it holds this question's arrays
+        at the fit's settings, else rebuilt in memory (the fit directory is not written to)."""
+        return load_arrays(q, self.path, self.spacing, self.window, store=False)
 
-    def question(self, arr: QuestionArrays, warmup: int) -> QuestionFit:
-        """The fitted switch model of a question; its traces must be the ones it was fitted on."""
-        row = self.rows.get((arr.qid, int(warmup)))
+    def question(self, q: QuestionData, arr: QuestionArrays, warmup: int) -> QuestionFit:
+        """The fitted switch model of question ``q`` (whose arrays are ``arr``); it must have been
+        fitted on the traces the pool holds now."""
+        row = self.rows.get((q.qid, int(warmup)))
         if row is None:
             raise FitError(
-                f"{self.path}: question {arr.qid} has no switch model for --warmup {warmup}"
+                f"{self.path}: question {q.qid} has no switch model for --warmup {warmup}"
             )
-        if row["content_hash"] != arr.content_hash:
+        if arr.qid != q.qid or arr.content_hash != row["content_hash"]:
             raise FitError(
-                f"{self.path}: question {arr.qid} was fitted on other traces than the pool holds "
+                f"{self.path}: question {q.qid} was fitted on other traces than the pool holds "
                 "now (rerun `mars fit`)"
             )
-        model = None if row["coef"] is None else SwitchModel.from_params(row)
+        if (row["n_traces"], row["n_checkpoints"]) != (arr.n_traces, arr.n_checkpoints):
+            raise FitError(
+                f"{self.models_file}: question {q.qid}: fitted on {row['n_traces']} traces × "
+                f"{row['n_checkpoints']} checkpoints, the pool has {arr.n_traces} × "
+                f"{arr.n_checkpoints} (rerun `mars fit`)"
+            )
+        model = self.models[(q.qid, int(warmup))]
         return QuestionFit(
             warm=np.asarray(row["warmup_traces"], dtype=np.int64),
             model=model,

@@ -310,6 +310,12 @@ class Pool:
         for qid in self.qids:
             yield self.read_question(qid)
 
+    def trace_counts(self, qids: Sequence[int]) -> dict[int, int]:
+        """Traces (rows) of each question, read from file metadata, never the traces: what sizes
+        are checked against before any work. A question it cannot tell is left out (reading it
+        then says what is wrong)."""
+        return {}
+
     def fingerprint(self) -> str:
         """Cheap identity of the input (size + mtime of every file);
         content hashes are per question."""
@@ -367,6 +373,13 @@ class PublishedPool(Pool):
 
     def _files(self) -> list[Path]:
         return [self.path]
+
+    def trace_counts(self, qids: Sequence[int]) -> dict[int, int]:
+        counts = pc.value_counts(self._pf.read(columns=["qid"]).column("qid"))
+        wanted = set(qids)
+        return {
+            int(c["values"]): int(c["counts"]) for c in counts.to_pylist() if c["values"] in wanted
+        }
 
     def read_question(self, qid: int) -> QuestionData:
         if qid not in self._row_groups:
@@ -559,6 +572,18 @@ class LayoutPool(Pool):
         return [self.path / schema.POOL_QUESTIONS] + [
             self.path / schema.trace_file_name(q) for q in self.qids
         ]
+
+    def trace_counts(self, qids: Sequence[int]) -> dict[int, int]:
+        counts = {}
+        for q in qids:
+            f = self.path / schema.trace_file_name(q)
+            if not f.is_file():  # missing, or not a regular file (a FIFO would block)
+                continue
+            try:
+                counts[q] = pq.ParquetFile(f).metadata.num_rows
+            except Exception:  # unreadable: read_question reports it
+                continue
+        return counts
 
     def question_meta(self, qid: int) -> dict:
         return dict(self._questions[qid])

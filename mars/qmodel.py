@@ -22,6 +22,9 @@ from .features import question_features, switch_labels
 
 STD_FLOOR = 1e-10
 PLATT_CLIP = 1e-7
+#: No fit produces a parameter beyond this magnitude; with every parameter within it (and scales
+#: at least STD_FLOOR) a prediction on float32 features cannot overflow into NaN.
+MAX_PARAM = 1e100
 
 
 def _logistic_fit(
@@ -116,15 +119,43 @@ class SwitchModel(ClassifierMixin, BaseEstimator):
         }
 
     @classmethod
-    def from_params(cls, params: dict, **init) -> SwitchModel:
+    def from_params(cls, params: dict, n_features: int, **init) -> SwitchModel:
+        """The model of :meth:`fitted_params`; ValueError naming the first parameter that is
+        missing, not a finite number within ±MAX_PARAM, of another length than ``n_features``
+        or (scale) below the floor."""
+
+        def number(name: str) -> float:
+            v = params.get(name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not abs(v) <= MAX_PARAM:
+                raise ValueError(f"{name} {v!r} is not a finite number within ±{MAX_PARAM:g}")
+            return float(v)
+
+        def vector(name: str) -> np.ndarray:
+            v = params.get(name)
+            if not isinstance(v, list | tuple | np.ndarray):
+                raise ValueError(f"{name} {v!r} is not a list of {n_features} numbers")
+            if len(v) != n_features:
+                raise ValueError(f"{name} has {len(v)} values, expected {n_features}")
+            try:
+                a = np.asarray(v, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"{name} holds something other than numbers") from None
+            if not (np.abs(a) <= MAX_PARAM).all():
+                raise ValueError(
+                    f"{name} holds a value that is not a finite number within ±{MAX_PARAM:g}"
+                )
+            return a
+
         model = cls(**init)
-        model.mean_ = np.asarray(params["mean"], dtype=np.float64)
-        model.scale_ = np.asarray(params["scale"], dtype=np.float64)
-        model.intercept_ = np.float64(params["intercept"])
-        model.coef_ = np.asarray(params["coef"], dtype=np.float64)
-        model.platt_ = (float(params["platt_a"]), float(params["platt_b"]))
+        model.mean_ = vector("mean")
+        model.scale_ = vector("scale")
+        if (model.scale_ < STD_FLOOR).any():
+            raise ValueError(f"scale holds a value below the fit's floor {STD_FLOOR:g}")
+        model.intercept_ = np.float64(number("intercept"))
+        model.coef_ = vector("coef")
+        model.platt_ = (number("platt_a"), number("platt_b"))
         model.classes_ = np.array([0, 1])
-        model.n_features_in_ = len(model.mean_)
+        model.n_features_in_ = n_features
         return model
 
 

@@ -108,11 +108,14 @@ def overall(
     checksum: str,
     source: str,
     fit: str | None = None,
+    notes: list[str] | None = None,
 ) -> dict:
     inputs = {"source": source, "checksum": checksum}
     if fit is not None:
         inputs["fit"] = fit  # the fit stage's artifact the switch models came from
+    extra = {"notes": notes} if notes else {}  # sizes that surprise (mars.settings.check_sizes)
     return {
+        **extra,
         "method": method,
         "n_questions": len(per_question),
         "accuracy_pct": float(100.0 * per_question.accuracy.mean()),
@@ -133,14 +136,20 @@ def _nan_to_none(x):
 
 
 def write_method(
-    out_dir: Path, method: str, results, settings: dict, source: str, fit: str | None = None
+    out_dir: Path,
+    method: str,
+    results,
+    settings: dict,
+    source: str,
+    fit: str | None = None,
+    notes: list[str] | None = None,
 ) -> dict:
     """Write one method's three files atomically; returns the overall dict."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     it = per_iteration_frame(results, method)
     pq_ = per_question_frame(results, method)
-    ov = overall(pq_, method, settings, input_checksum(results), source, fit)
+    ov = overall(pq_, method, settings, input_checksum(results), source, fit, notes)
     tmp = make_temp_dir(out_dir, f".{method}.tmp-")
     try:
         it.to_csv(tmp / "per_iteration.csv", index=False)

@@ -20,11 +20,15 @@ use.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import SimulationError, UsageError
 from .schema import CHECKPOINT_SPACING
+
+if TYPE_CHECKING:
+    from .methods import Method
 
 MAX_BUDGET = 1 << 16
 MAX_ITERATIONS = 1_000_000
@@ -73,7 +77,9 @@ class Settings:
     )
     warmup: int = _setting(
         16,
-        "warmup traces (q-model, γ, probe-0 guard; DeepConf threshold)",
+        "warmup traces: the first W of each question for the q-model, γ and probe-0 guard (0: "
+        "none, so q = 1, γ = 1, no guard), the first W of each sample for the DeepConf threshold "
+        "(DeepConf methods need 1 to budget)",
         low=0,
         high=MAX_BUDGET,
         sampling=True,
@@ -319,3 +325,56 @@ def resolve_spacing(requested: int | None, recorded: int | None, source: str) ->
     if recorded is not None:
         return int(recorded)
     return int(requested) if requested is not None else CHECKPOINT_SPACING
+
+
+def check_warmup(warmup: int, traces: Mapping[int, int], source: str) -> None:
+    """Refuse a warmup larger than a question's traces (``traces``: count per question): it would
+    silently shrink to all of them."""
+    if not traces:
+        return
+    q = min(traces, key=lambda k: (traces[k], k))
+    if warmup > traces[q]:
+        raise SimulationError(
+            f"--warmup {warmup}: question {q} of {source} has only {traces[q]} traces "
+            "(the warmup is the first --warmup of them)"
+        )
+
+
+def check_sizes(
+    settings: Settings, traces: Mapping[int, int], methods: Sequence[Method], source: str
+) -> list[str]:
+    """Refuse sizes that cannot mean anything for these questions (``traces``: count per
+    question) and methods; return a note (one line each) on every legal size that surprises.
+
+    The DeepConf methods set their threshold from the first ``warmup`` traces of each bootstrap
+    sample (reference-protocol §8): they need at least one, and no more than the budget. The
+    others' warmup is the first ``warmup`` traces of the question, outside the budget (§4.3).
+    """
+    check_warmup(settings.warmup, traces, source)
+    w, b = settings.warmup, settings.budget
+    deepconf = [m.name for m in methods if m.deepconf]
+    if deepconf and not 1 <= w <= b:
+        raise SimulationError(
+            f"--warmup {w}: the DeepConf methods ({', '.join(deepconf)}) set their confidence "
+            f"threshold from the first --warmup traces of each sample; it must be 1 to --budget "
+            f"({b})"
+        )
+    notes = []
+    if traces:
+        q = min(traces, key=lambda k: (traces[k], k))
+        if b > traces[q]:
+            which = (
+                "per question"
+                if len(set(traces.values())) == 1
+                else f"of question {q} (the fewest)"
+            )
+            notes.append(
+                f"budget {b} > the {traces[q]} traces {which}: bootstrap samples are drawn with "
+                f"replacement, so a sample holds each trace {b / traces[q]:.1f} times on average"
+            )
+    if w > b and any(m.stopping in ("mars", "risk") for m in methods):
+        notes.append(
+            f"warmup {w} > budget {b}: the warmup traces are run in full, outside the budget "
+            "and its token count"
+        )
+    return notes

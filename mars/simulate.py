@@ -29,7 +29,7 @@ from .methods import Method
 from .pool import Pool, PoolError, open_pool
 from .qmodel import QuestionFit, fit_question, predict_question
 from .riskstop import RiskStop
-from .settings import Settings, resolve_spacing
+from .settings import Settings, check_sizes, resolve_spacing
 from .stopping import Consensus, Mars, Never, ParallelProbe, Rule, Snapshot
 from .voting import leader, tally
 from .workers import process_pool
@@ -46,6 +46,7 @@ __all__ = [
     "run_method",
     "simulate_pool",
     "simulate_question",
+    "size_notes",
 ]
 
 
@@ -453,6 +454,15 @@ def simulate_question(
     return res
 
 
+def size_notes(
+    pool: Pool, methods: list[Method], settings: Settings, qids: list[int] | None
+) -> list[str]:
+    """Refuse sizes that cannot mean anything on this pool's questions; notes on legal sizes
+    that surprise (:func:`mars.settings.check_sizes`). Reads file metadata only."""
+    counts = pool.trace_counts(pool.qids if qids is None else qids)
+    return check_sizes(settings, counts, methods, pool.source)
+
+
 def pool_settings(pool: Pool, settings: Settings) -> Settings:
     """``settings`` with the pool's checkpoint spacing filled in (an explicit one must agree)."""
     spacing = resolve_spacing(settings.spacing, pool.recorded_spacing, pool.source)
@@ -506,7 +516,7 @@ def _worker(args) -> QuestionResult:
     if fit_dir is not None:
         fit = _worker_fit(fit_dir)
         arr = fit.arrays(q, settings)
-        fitted = fit.question(arr, settings.warmup)
+        fitted = fit.question(q, arr, settings.warmup)
     else:
         arr = load_arrays(q, cache_dir, spacing=settings.spacing, window=settings.window)
     _check_confs(methods, arr, pool.source)
@@ -539,6 +549,7 @@ def simulate_pool(
         raise PoolError(
             f"{pool.source}: no question {missing[0]} (questions: {', '.join(map(str, pool.qids))})"
         )
+    size_notes(pool, methods, settings, qids)
     if fit_dir is not None:
         _worker_fit(str(fit_dir)).check(pool, settings, qids)
     jobs = [

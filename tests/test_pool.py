@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import threading
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
-from util import write_layout_pool, write_published_pool
+from util import unblocking_fifo, write_layout_pool, write_published_pool
 
 from mars import schema
 from mars.cli import app
@@ -28,7 +25,19 @@ def run_cli(*args):
 def assert_rejected(tmp_path, pool, *needles, method="sc"):
     out = tmp_path / "out"
     res = run_cli(
-        "simulate", pool, "-m", method, "--out", out, "--budget", 8, "--iterations", 2, "-q"
+        "simulate",
+        pool,
+        "-m",
+        method,
+        "--out",
+        out,
+        "--budget",
+        8,
+        "--warmup",
+        4,
+        "--iterations",
+        2,
+        "-q",
     )
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
@@ -203,43 +212,17 @@ def test_damaged_manifest_is_one_line(tmp_path, how, needle):
     assert_rejected(tmp_path, pool, "pool.json", needle)
 
 
-@contextlib.contextmanager
-def _fifo(path):
-    """A FIFO at ``path``; a reader that opens it gets end-of-file after 3 s instead of waiting
-    forever (so a reader that should never open it fails its test rather than hanging it)."""
-    if path.exists():
-        path.unlink()
-    os.mkfifo(path)
-    done = threading.Event()
-
-    def unblock():
-        done.wait(3)
-        while not done.is_set():
-            try:
-                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:  # no reader yet
-                done.wait(0.05)
-
-    thread = threading.Thread(target=unblock, daemon=True)
-    thread.start()
-    try:
-        yield path
-    finally:
-        done.set()
-        thread.join()
-
-
 @pytest.mark.parametrize(
     "name", [schema.POOL_MANIFEST, schema.POOL_QUESTIONS, schema.trace_file_name(1)]
 )
 def test_a_fifo_in_place_of_a_pool_file_is_refused_before_opening(tmp_path, name):
     pool = write_layout_pool(tmp_path / "p", n_questions=2)
-    with _fifo(pool / name):
+    with unblocking_fifo(pool / name):
         assert_rejected(tmp_path, pool, name, "a FIFO, not a regular file")
 
 
 def test_a_published_pool_that_is_a_fifo_is_refused_before_opening(tmp_path):
-    with _fifo(tmp_path / "pub.parquet") as fifo:
+    with unblocking_fifo(tmp_path / "pub.parquet") as fifo:
         assert_rejected(tmp_path, fifo, "pub.parquet", "a FIFO, not a regular file")
 
 
@@ -254,7 +237,19 @@ def test_existing_results_survive_a_failed_run(tmp_path):
     )
     before = (out / "sc" / "per_iteration.csv").read_bytes()
     res = run_cli(
-        "simulate", pool, "-m", "sc,dco", "--out", out, "--budget", 8, "--iterations", 2, "-q"
+        "simulate",
+        pool,
+        "-m",
+        "sc,dco",
+        "--out",
+        out,
+        "--budget",
+        8,
+        "--warmup",
+        4,
+        "--iterations",
+        2,
+        "-q",
     )
     assert res.exit_code == 2
     assert (out / "sc" / "per_iteration.csv").read_bytes() == before
@@ -399,6 +394,8 @@ def test_fuzz_damaged_pools_never_give_a_traceback(tmp_path):
             out,
             "--budget",
             8,
+            "--warmup",
+            4,
             "--iterations",
             2,
             "-q",

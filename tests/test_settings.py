@@ -181,3 +181,31 @@ def test_an_explicit_spacing_must_agree_with_the_pool(tmp_path):
     assert res.exit_code == 2
     assert "--spacing 2048 disagrees with the pool's probe spacing 1024" in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_sizes_without_meaning_are_refused_and_surprising_ones_explained():
+    """check_sizes: a warmup beyond a question's traces, or outside 1..budget for the DeepConf
+    methods, is refused; a budget beyond the traces (each drawn several times) and a warmup
+    beyond the budget (run outside it) are legal and explained."""
+    from mars.methods import parse_methods
+    from mars.settings import check_sizes
+
+    traces = {0: 64, 1: 128}
+    sc, dco = parse_methods("sc,sc-mars-cal"), parse_methods("sc,dco")
+    with pytest.raises(SimulationError, match=r"--warmup 100: question 0 of P has only 64 traces"):
+        check_sizes(Settings(warmup=100, budget=32), traces, sc, "P")
+    for w, b in ((0, 32), (40, 32)):
+        with pytest.raises(SimulationError, match=rf"--warmup {w}: the DeepConf methods \(dco\)"):
+            check_sizes(Settings(warmup=w, budget=b), traces, dco, "P")
+    assert check_sizes(Settings(warmup=0, budget=32), traces, sc, "P") == []  # no warmup: q = 1
+    assert check_sizes(Settings(warmup=1, budget=1), traces, dco, "P") == []
+    notes = check_sizes(Settings(warmup=16, budget=512), {0: 128, 1: 128}, sc, "P")
+    assert notes == [
+        "budget 512 > the 128 traces per question: bootstrap samples are drawn with replacement, "
+        "so a sample holds each trace 4.0 times on average"
+    ]
+    (note,) = check_sizes(Settings(warmup=16, budget=256), traces, dco, "P")
+    assert "the 64 traces of question 0 (the fewest)" in note and "4.0 times" in note
+    (note,) = check_sizes(Settings(warmup=40, budget=32), traces, sc, "P")
+    assert note.startswith("warmup 40 > budget 32: the warmup traces are run in full, outside")
+    assert check_sizes(Settings(warmup=40, budget=32), traces, parse_methods("sc,sc-pp"), "P") == []

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import filecmp
+import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -206,3 +208,59 @@ def test_workers_die_with_their_parent(tmp_path, sig):
     while _processes_with(str(out)) and time.time() < deadline:
         time.sleep(0.1)
     assert _processes_with(str(out)) == []
+
+
+def _simulate_cli(pool, out, *args):
+    from typer.testing import CliRunner
+
+    from mars.cli import app
+
+    return CliRunner().invoke(app, ["simulate", str(pool), "--out", str(out), *map(str, args)])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-m", "sc,dco", "--warmup", "0"], "--warmup 0: the DeepConf methods (dco) set their"),
+        (
+            ["-m", "dco-mars-cal,oracle-dco-first", "--warmup", "40", "--budget", "32"],
+            "--warmup 40: the DeepConf methods (dco-mars-cal, oracle-dco-first)",
+        ),
+        (["-m", "sc", "--warmup", "100"], "--warmup 100: question 0 of "),
+    ],
+)
+def test_sizes_without_meaning_are_one_line_before_any_work(tmp_path, args, message):
+    pool = write_layout_pool(tmp_path / "pool", seed=2, n_questions=2, n=64)
+    res = _simulate_cli(pool, tmp_path / "o", *args, "--iterations", 2)
+    assert res.exit_code == 2 and res.output.startswith(f"error: {message}"), res.output
+    assert res.output.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
+def test_warmup_0_means_no_warmup_for_the_other_methods(tmp_path):
+    """No warmup traces: learned q = 1 (nothing to fit), γ = 1, no probe-0 guard; MARS with q = 1
+    everywhere is at least as cautious as MARS with oracle q."""
+    pool = write_layout_pool(tmp_path / "pool", seed=2, n_questions=2)
+    methods = "sc,sc-mars,sc-mars-cal,sc-mars-oracle,sc-mars2,sc-pp"
+    res = _simulate_cli(pool, tmp_path / "o", "-m", methods, "--warmup", 0, "-q")
+    assert res.exit_code == 0, res.output
+    pq_ = {m: pd.read_csv(tmp_path / "o" / m / "per_question.csv") for m in methods.split(",")}
+    assert (pq_["sc-mars"].tokens_mean >= pq_["sc-mars-oracle"].tokens_mean).all()
+    assert (pq_["sc-mars-cal"].tokens_mean == pq_["sc-mars"].tokens_mean).all()  # γ = 1
+
+
+def test_a_budget_beyond_the_traces_is_explained_in_the_output_and_overall_json(tmp_path):
+    """Legal but surprising: budget 512 on 128 traces draws each trace about four times; the run
+    says so on its output and in every method's overall.json, and a usual run says nothing."""
+    pool = write_layout_pool(tmp_path / "pool", seed=2, n_questions=2, n=128)
+    res = _simulate_cli(pool, tmp_path / "o", "-m", "sc,sc-mars", "--iterations", 2, "-q")
+    assert res.exit_code == 0, res.output
+    expected = (
+        "budget 512 > the 128 traces per question: bootstrap samples are drawn with replacement, "
+        "so a sample holds each trace 4.0 times on average"
+    )
+    assert res.output == f"note: {expected}\n"
+    for m in ("sc", "sc-mars"):
+        assert json.loads((tmp_path / "o" / m / "overall.json").read_text())["notes"] == [expected]
+    res = _simulate_cli(pool, tmp_path / "p", "-m", "sc", "--budget", 64, "--iterations", 2, "-q")
+    assert res.exit_code == 0 and res.output == ""
+    assert "notes" not in json.loads((tmp_path / "p" / "sc" / "overall.json").read_text())
