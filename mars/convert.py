@@ -17,7 +17,6 @@ Neither direction replaces an existing output or writes where it reads (one-line
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 from pathlib import Path
@@ -31,6 +30,7 @@ from .answers import is_correct
 from .atomic import check_apart, check_output_file, make_dirs, write_atomic
 from .pool import LayoutPool, PoolError, PublishedPool, open_pool, question_to_table
 from .pooldir import PoolDirWriter
+from .userfiles import read_json, regular_file
 
 FORMATS = ("mars-parquet", "mars-pickle", "parallel-probe")
 #: Parallel-Probe: how many probes a trace may lack at its end before its token count is refused
@@ -112,6 +112,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 def import_mars_pickle(src, out, trust_pickle: bool = False, **manifest) -> Path:
     """The authors' pickle, read by a restricted unpickler unless ``trust_pickle``."""
+    regular_file(src, PoolError)
     try:
         with open(src, "rb") as f:
             data = pickle.load(f) if trust_pickle else _RestrictedUnpickler(f).load()
@@ -220,12 +221,7 @@ def parallel_probe_question(
 
 
 def import_parallel_probe(src, out, spacing: int = schema.CHECKPOINT_SPACING, **manifest) -> Path:
-    try:
-        data = json.loads(Path(src).read_text())
-    except FileNotFoundError:
-        raise PoolError(f"{src}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise PoolError(f"{src}: invalid JSON ({exc})") from None
+    data = read_json(src, PoolError)
     if not isinstance(data, list) or not data:
         raise PoolError(f"{src}: expected a non-empty list of questions")
     gen = (parallel_probe_question(qid, item, spacing, str(src)) for qid, item in enumerate(data))

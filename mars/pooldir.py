@@ -134,7 +134,7 @@ class PoolDirWriter:
         check_output_dir(out)
         if replace and self._written_with_other_params():
             shutil.rmtree(out)
-        if manifest_path.exists():
+        if os.path.lexists(manifest_path):
             done = read_json_object(manifest_path, PoolError)
             if self.params_of(done) != self.params:
                 raise PoolError(f"{out}: holds a finished pool {self.what} with other parameters")
@@ -143,7 +143,7 @@ class PoolDirWriter:
             # files were deleted since: regenerate them (the manifest is rewritten at the end)
             manifest_path.unlink()
             write_json_atomic(self.record, self.params)
-        if self.record.exists():
+        if os.path.lexists(self.record):
             prev = read_json_object(self.record, PoolError)
             if prev != self.params:
                 raise PoolError(
@@ -192,13 +192,13 @@ class PoolDirWriter:
         made with other parameters."""
         if not self.out.is_dir():
             return False
-        if self.record.exists():
+        if os.path.lexists(self.record):
             return read_json_object(self.record, PoolError) != self.params
         manifest_path = self.out / schema.POOL_MANIFEST
         found = self._recorded_params()
         if found is not None:
             return found != self.params
-        if manifest_path.exists():
+        if os.path.lexists(manifest_path):
             return self.params_of(read_json_object(manifest_path, PoolError)) != self.params
         return False
 

@@ -7,7 +7,6 @@ question (global ``trace_idx``) and records a ``shard`` entry in its manifest; o
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from .atomic import check_apart
 from .errors import MarsError, UsageError
 from .pool import PoolError
 from .pooldir import PoolDirWriter
+from .userfiles import read_json_object
 
 #: Manifest keys that differ between the shards of one generation.
 SHARD_ONLY = ("shard", "n_questions", "format", "version")
@@ -38,18 +38,14 @@ def shard_range(n_traces: int, shard: int, n_shards: int) -> tuple[int, int]:
 
 def _read_manifest(d: Path) -> dict:
     mf = d / schema.POOL_MANIFEST
-    if not mf.exists():
-        hint = (
-            " (interrupted: re-run its generation to finish it)"
-            if (d / GENERATION_RECORD).exists()
-            else ""
-        )
-        raise PoolError(f"{d}: not a finished shard (no {schema.POOL_MANIFEST}){hint}")
-    try:
-        m = json.loads(mf.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PoolError(f"{mf}: unreadable ({exc})") from None
-    if not isinstance(m, dict) or "n_traces" not in m:
+    hint = (
+        " (interrupted: re-run its generation to finish it)"
+        if (d / GENERATION_RECORD).exists()
+        else ""
+    )
+    missing = f"{d}: not a finished shard (no {schema.POOL_MANIFEST}){hint}"
+    m = read_json_object(mf, PoolError, missing)
+    if "n_traces" not in m:
         raise PoolError(f"{mf}: not a generation manifest (no n_traces)")
     return m
 

@@ -7,9 +7,16 @@ import os
 import re
 
 import pytest
+from util import unblocking_fifo, write_layout_pool
 
+from mars import schema
+from mars.backends.factory import _env_options
+from mars.backends.synthetic import load_preset
+from mars.convert import import_pool
 from mars.errors import MarsError
-from mars.pool import PoolError
+from mars.pool import PoolError, open_pool
+from mars.pooldir import PoolDirWriter
+from mars.shards import consolidate
 from mars.userfiles import MAX_DEPTH, parse_json, read_json, read_json_object, regular_file
 
 
@@ -69,3 +76,74 @@ def test_the_callers_error_type_and_missing_message(tmp_path):
     path.write_text("[1]")
     with pytest.raises(PoolError, match="not a JSON object"):
         read_json_object(path, PoolError)
+
+
+# -- every reader of a user-editable JSON file goes through the hardened one -------------------
+
+DAMAGE = {
+    "deep": lambda p: p.write_text("[" * 100_000 + "]" * 100_000),
+    "digits": lambda p: p.write_text('{"n_traces": ' + "7" * 5001 + "}"),
+    "directory": lambda p: p.mkdir(),
+    "symlink-loop": lambda p: p.symlink_to(p.name),
+}
+
+
+def _readers(tmp_path):
+    """(file, call that reads it) for each reader of a user-editable JSON file."""
+    pool = write_layout_pool(tmp_path / "pool", n_questions=1)
+    (pool / schema.POOL_MANIFEST).unlink()
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    return {
+        "pool manifest": (pool / schema.POOL_MANIFEST, lambda: open_pool(pool)),
+        "shard manifest": (
+            shard / schema.POOL_MANIFEST,
+            lambda: consolidate([shard], tmp_path / "merged"),
+        ),
+        "generation record": (
+            run / ".generate.json",
+            lambda: PoolDirWriter(run, {"seed": 1}).start([0]),
+        ),
+        "synthetic preset": (
+            tmp_path / "preset.json",
+            lambda: load_preset(tmp_path / "preset.json"),
+        ),
+        "Parallel-Probe import": (
+            tmp_path / "pp.json",
+            lambda: import_pool("parallel-probe", tmp_path / "pp.json", tmp_path / "imported"),
+        ),
+    }
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+@pytest.mark.parametrize(
+    "reader",
+    [
+        "pool manifest",
+        "shard manifest",
+        "generation record",
+        "synthetic preset",
+        "Parallel-Probe import",
+    ],
+)
+def test_every_reader_refuses_a_damaged_file_in_one_line(tmp_path, reader, damage):
+    path, read = _readers(tmp_path)[reader]
+    DAMAGE[damage](path)
+    with pytest.raises(MarsError) as err:
+        read()
+    assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
+
+
+def test_backend_options_from_the_environment_are_parsed_safely(monkeypatch):
+    monkeypatch.setenv("MARS_BACKEND_OPTIONS", "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(MarsError, match=r"^MARS_BACKEND_OPTIONS: invalid JSON"):
+        _env_options()
+
+
+@pytest.mark.parametrize("fmt", ["mars-pickle", "parallel-probe"])
+def test_an_import_source_that_is_a_fifo_is_refused_before_opening(tmp_path, fmt):
+    with unblocking_fifo(tmp_path / "source") as fifo:
+        with pytest.raises(MarsError, match="a FIFO, not a regular file"):
+            import_pool(fmt, fifo, tmp_path / "imported")

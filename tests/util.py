@@ -1,6 +1,11 @@
-"""Small random pools for tests: built in memory, written as published parquet or our layout."""
+"""Small random pools for tests: built in memory, written as published parquet or our layout;
+a FIFO that never hangs a test."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -102,3 +107,29 @@ def write_published_pool(path, seed: int = 0, n_questions: int = 3, rows_hook=No
     table = pa.Table.from_pylist(rows, schema=schema.PUBLISHED_SCHEMA)
     pq.write_table(table, path)
     return path
+
+
+@contextlib.contextmanager
+def unblocking_fifo(path):
+    """A FIFO at ``path``; a reader that opens it gets end-of-file after 3 s instead of waiting
+    forever (so a reader that should never open it fails its test rather than hanging it)."""
+    if path.exists():
+        path.unlink()
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def unblock():
+        done.wait(3)
+        while not done.is_set():
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader yet
+                done.wait(0.05)
+
+    thread = threading.Thread(target=unblock, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        done.set()
+        thread.join()

@@ -12,12 +12,12 @@ come from ``options`` (None values ignored) over the JSON object in the environm
 from __future__ import annotations
 
 import inspect
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from ..errors import MarsError
+from ..userfiles import parse_json
 from .base import Backend
 
 BACKENDS = ("synthetic", "transformers", "sglang", "server")
@@ -115,10 +115,7 @@ def make_backend(
 
 def _env_options() -> dict:
     raw = os.environ.get("MARS_BACKEND_OPTIONS", "").strip()
-    try:
-        opts = json.loads(raw) if raw else {}
-    except json.JSONDecodeError as exc:
-        raise MarsError(f"MARS_BACKEND_OPTIONS is not valid JSON ({exc})") from None
+    opts = parse_json(raw, "MARS_BACKEND_OPTIONS") if raw else {}
     if not isinstance(opts, dict):
         raise MarsError("MARS_BACKEND_OPTIONS must be a JSON object")
     return opts

@@ -66,8 +66,8 @@ tokens for the answer (50, the probe limit, when nothing parsed).
 from __future__ import annotations
 
 import copy
-import json
 import math
+import os
 import re
 import zlib
 from collections import OrderedDict
@@ -81,6 +81,7 @@ from scipy import optimize, signal, special
 
 from ..errors import MarsError
 from ..problems import Problem
+from ..userfiles import read_json_object
 from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace, TraceBatch, TraceResult
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
@@ -237,18 +238,13 @@ def load_preset(preset: str | dict | Path) -> dict:
         p = copy.deepcopy(preset)
     else:
         path = Path(preset)
-        if not (path.suffix == ".json" and path.exists()):
+        if not (path.suffix == ".json" and os.path.lexists(path)):
             path = PRESET_DIR / f"{preset}.json"
-        if not path.exists():
+        if not os.path.lexists(path):
             raise MarsError(
                 f"unknown synthetic preset {preset!r} (bundled: {', '.join(list_presets())})"
             )
-        try:
-            p = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise MarsError(f"{path}: invalid preset JSON ({exc})") from None
-        if not isinstance(p, dict):
-            raise MarsError(f"{path}: a preset is a JSON object")
+        p = read_json_object(path)
         p.setdefault("name", path.stem)
     base = p.pop("base", None)
     if base:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..backends.synthetic import PRESET_DIR, SyntheticBackend, load_preset
 from ..problems import Problem, load_problems
+from ..userfiles import read_json_object
 from .common import DATASET_FILES, FIT_SEEDS, PAPER, REAL_TRACES
 from .stats import EARLY, compute_stats, mars_stats
 from .views import views_from_backend
@@ -266,7 +267,7 @@ def fit_paper_presets(dynamics: dict, n: int = 128, log=print) -> dict:
 
 def write_preset(name: str, update: dict) -> Path:
     path = PRESET_DIR / f"{name}.json"
-    cur = json.loads(path.read_text())
+    cur = read_json_object(path)
     for k, v in update.items():
         if isinstance(v, dict) and isinstance(cur.get(k), dict):
             cur[k] = {**cur[k], **v}

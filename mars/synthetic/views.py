@@ -3,7 +3,6 @@ Parallel-Probe JSON, from a pool directory or straight from a backend."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from .. import schema
 from ..backends.synthetic import SyntheticBackend
 from ..pool import open_pool
 from ..problems import Problem
+from ..userfiles import read_json
 from .common import REAL_CAP
 
 
@@ -51,7 +51,7 @@ def views_from_real(
     ``../shared/data/README.md``; with spacing 500 that is the native probe. Also returns the
     questions as :class:`Problem` (dataset ``aime_2024``) for synthetic runs on the same answers.
     """
-    data = json.loads(Path(path).read_text())
+    data = read_json(path)
     views, problems = [], []
     for qid, q in enumerate(data):
         freq = int(q.get("probe_freq", 500))
