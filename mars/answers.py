@@ -16,11 +16,16 @@ This module is the single place where answer *text* is interpreted:
 
 Deliberate differences from the reference (``mars/answer_equiv.py`` @ 6f31776):
 
-1. **No percentage heuristic.**  Dynasor's ``math_equal`` (default ``include_percentage=True``)
-   also accepts reference×100 and reference÷100, which merges "5", "500" and "0.05".  We never do
-   that: plain numbers are compared with ``math.isclose(rel_tol=1e-4)`` only, and the symbolic step
-   (Math-Verify) has no such rule either.  (A literal percent sign, "50\\%" vs "0.5", is still read
-   as a percentage by Math-Verify, which is a real equality, not a heuristic.)
+1. **Plain numbers are equal only when they are the same number.**  The reference calls two plain
+   numbers equal within a relative tolerance of 1e-4 (10000 ≡ 10001, 123456 ≡ 123457) while its
+   grouping keeps them apart.  We compare plain numbers by the key that groups them
+   (:func:`numeric_key`): integers exactly, other numbers rounded to 9 significant digits (float
+   noise and trailing zeros, ``0.30000000000000004`` = ``0.3`` = ``0.30``, but nothing a person
+   would call another value), so grading and grouping always agree.  No percentage heuristic
+   either: Dynasor's ``math_equal`` (default ``include_percentage=True``) also accepts
+   reference×100 and reference÷100, which merges "5", "500" and "0.05"; Math-Verify has no such
+   rule.  (A literal percent sign, "50\\%" vs "0.5", is still read as a percentage by
+   Math-Verify, which is a real equality, not a heuristic.)
 2. **Deterministic ids.**  The reference iterates a Python ``set`` of strings, so its group ids and
    representatives depend on the process hash seed (spec §13 item 1).  We use the order of first
    appearance in the iterable given to :func:`group_answers`.
@@ -38,8 +43,9 @@ Deliberate differences from the reference (``mars/answer_equiv.py`` @ 6f31776):
    evaluated (their key is their structure), so the worst case stays cheap.
 5. **An answer must be its value.**  Only LaTeX extraction is used: Math-Verify's plain-expression
    extractor reads the last number of an expression it cannot parse (``10 \\bmod 852`` → 852).
-   Integers of 10^15 and more get exact keys and compare exactly (9 significant digits, or a
-   relative tolerance of 1e-4, cannot tell ``10^{18}`` from ``10^{18}+1``).
+   Integers of 10^9 and more get exact keys (9 significant digits cannot tell ``10^{18}`` from
+   ``10^{18}+1``).  Digit groups separated by a space (``10\\,001``, ``10{,}001``, ``10 001``)
+   are one number (latex2sympy reads ``10\\,001`` as 10 + 1).
 
 Timeout mechanism (choice): ``signal.setitimer(ITIMER_REAL)`` + a ``SIGALRM`` handler raising a
 private ``BaseException`` subclass (so library ``except Exception`` blocks cannot swallow it; the
@@ -67,6 +73,7 @@ import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
 __all__ = [
@@ -87,14 +94,12 @@ SYMBOLIC_TIMEOUT_S: float = 5.0
 MAX_SYMBOLIC_PAIRWISE: int = 50
 #: Spec §2.2 step 4: a new symbolic cluster is compared with at most this many largest groups.
 MAX_GROUPS_COMPARED: int = 20
-#: Spec §2.3: relative tolerance for two plain numbers.
-REL_TOL: float = 1e-4
 #: Total symbolic time (seconds) one question's grouping and grading may take.
 QUESTION_BUDGET_S: float = 30.0
 #: Beyond this many decimal digits a value is "absurd": never evaluated, compared by structure.
 MAX_DIGITS: float = 10_000.0
 #: From this magnitude on, integers get an exact key (9 significant digits cannot tell them apart).
-EXACT_FROM: float = 1e15
+EXACT_FROM: float = 1e9
 
 _CACHE_SIZE = 1 << 16
 
@@ -318,10 +323,28 @@ def _strip_dollars(s: str) -> str:
     return s
 
 
+#: A number written in groups of three digits with a LaTeX or plain space between them
+#: (``10\\,001``, ``10{,}001``, ``10 001``): latex2sympy reads ``10\\,001`` as 11.
+_SPACED_GROUPS = re.compile(r"[+-]?\d{1,3}(?:(?:\\[,;:! ]|\{,\}|~| )\d{3})+(?:\.\d+)?")
+_GROUP_SPACE = re.compile(r"\\[,;:! ]|\{,\}|~| ")
+
+
+def _join_groups(s: str) -> str:
+    """``s`` without the spaces between its digit groups, if it is such a number, else ``s``."""
+    body = _strip_dollars(s).strip()
+    return _GROUP_SPACE.sub("", body) if _SPACED_GROUPS.fullmatch(body) else s
+
+
+def _plain_body(s: str) -> str:
+    """The reference's plain-number text (stripped, one ``$...$`` dropped, commas removed), after
+    :func:`_join_groups` (our addition)."""
+    return _strip_dollars(_join_groups(s)).replace(",", "")
+
+
 def _plain_float(s: str) -> float | None:
-    """Reference "plain float" parser: strip, drop one ``$...$``, remove commas, ``float()``."""
+    """Reference "plain float" parser (``float()`` of :func:`_plain_body`)."""
     try:
-        return float(_strip_dollars(s).replace(",", ""))
+        return float(_plain_body(s))
     except (ValueError, TypeError, OverflowError):
         return None
 
@@ -338,15 +361,21 @@ def _get_latex2sympy():
     return _latex2sympy
 
 
-_INT_LITERAL = re.compile(r"[+-]?\d+")
+def _plain_key(s: str) -> str | None:
+    """The numeric key of a plain number (see :func:`numeric_key`), None if ``s`` is not one.
 
-
-def _exact_int_key(s: str, value: float) -> str | None:
-    """An exact key for a huge integer literal (``1,000,000,000,000,000,001``), else None."""
-    if abs(value) < EXACT_FROM:
+    Below :data:`EXACT_FROM` ``.9g`` is exact for integers; from there on the literal itself is
+    read exactly (``Decimal``: ``1,000,000,000,001`` and ``1.0e12`` are integers, exactly).
+    """
+    v = _plain_float(s)
+    if v is None:
         return None
-    body = _strip_dollars(s).replace(",", "").strip()
-    return f"int:{int(body)}" if _INT_LITERAL.fullmatch(body) else None
+    if math.isfinite(v) and abs(v) >= EXACT_FROM:
+        with contextlib.suppress(InvalidOperation):
+            exact = Decimal(_plain_body(s))
+            if exact == exact.to_integral_value():
+                return f"int:{int(exact)}"
+    return format(v, ".9g")
 
 
 def log10_bound(expr) -> float:
@@ -407,22 +436,22 @@ def _symbolic_value(s: str) -> str | None:
 def numeric_key(s: str) -> str | None:
     """Canonical numeric key of ``s`` (``format(value, '.9g')``), or None if not numeric.
 
-    Plain numbers (after stripping, dropping one ``$...$`` and removing commas) take the fast
-    ``float()`` path without touching sympy.  Otherwise the stripped, de-dollared string (commas
-    kept) is parsed with ``latex2sympy2_extended.latex2sympy`` and evaluated with
+    Two answers with the same key are one group, and two plain numbers are equal exactly when
+    their keys are.  Plain numbers (after stripping, dropping one ``$...$`` and removing commas)
+    take the fast ``float()`` path without touching sympy.  Otherwise the stripped, de-dollared
+    string (commas kept) is parsed with ``latex2sympy2_extended.latex2sympy`` and evaluated with
     ``complex(sympy.N(expr, 15))`` under the symbolic time limit; a real value (imaginary part
-    exactly 0) gives its key.  Deliberate differences from the reference: integers of 10^15 and
-    more get an exact key (``int:…``), and an expression whose value has more than
-    :data:`MAX_DIGITS` digits is never evaluated: its key is its structure (``expr:…``).  Never
-    raises, except :class:`BudgetExhausted` when the question's budget is spent.
+    exactly 0) gives its key.  Deliberate differences from the reference: integers of 10^9 and
+    more get an exact key (``int:…``); digit groups separated by spaces (``10\\,001``) are one
+    plain number; an expression whose value has more than :data:`MAX_DIGITS` digits is never
+    evaluated: its key is its structure (``expr:…``).  Never raises, except
+    :class:`BudgetExhausted` when the question's budget is spent.
     """
     if not isinstance(s, str):
         return None
-    v = _plain_float(s)
-    if v is not None:
-        if not math.isfinite(v):
-            return format(v, ".9g")
-        return _exact_int_key(s, v) or format(v, ".9g")
+    plain = _plain_key(s)
+    if plain is not None:
+        return plain
     body = _strip_dollars(s)
     if not body.strip():
         return None
@@ -631,6 +660,7 @@ def structure(expr) -> str:
 
 def _symbolic_equal(a: str, b: str) -> bool:
     """Math-Verify comparison with ``b`` as gold (never on absurd magnitudes)."""
+    a, b = _join_groups(a), _join_groups(b)
     gold = _mv_parse(b)
     pred = _mv_parse(a)
     if not gold or not pred:
@@ -654,16 +684,9 @@ def _equivalent_cached(a: str, b: str) -> bool:
         return True
     if _quick_normalise(a) == _quick_normalise(b):
         return True
-    fa = _plain_float(a)
-    fb = _plain_float(b)
-    if fa is not None and fb is not None:
-        ka, kb = _exact_int_key(a, fa), _exact_int_key(b, fb)
-        if ka is not None and kb is not None:
-            return ka == kb  # huge integers: equal only if they are the same integer
-        try:
-            return math.isclose(fa, fb, rel_tol=REL_TOL)
-        except (TypeError, ValueError):
-            return False
+    ka, kb = _plain_key(a), _plain_key(b)
+    if ka is not None and kb is not None:
+        return ka == kb  # two plain numbers: the same number (the key that groups them)
     if not (_plausible(a) and _plausible(b)):
         return False
     if not a.strip() or not b.strip():
@@ -675,7 +698,8 @@ def answers_equivalent(a: str | None, b: str | None) -> bool:
     """Are two answer strings equivalent?  Spec §2.3 order (``b`` is the reference side).
 
     None on either side -> False; exact equality; strip+lower equality; quick-normalised
-    equality; both plain floats -> ``math.isclose(rel_tol=1e-4)`` (no ×100/÷100 percentage
+    equality; both plain numbers -> the same :func:`numeric_key` (integers exactly, others to 9
+    significant digits; the reference: a relative tolerance of 1e-4, and ×100/÷100 percentage
     rule); implausible string on either side -> False; empty on either side -> False; else a
     time-limited Math-Verify comparison.  Cached; never raises for string inputs.
     """
@@ -716,8 +740,7 @@ def _key_or_fallback(s: str) -> str | None:
         return numeric_key(s)
     except BudgetExhausted:
         _note_fallback()
-        v = _plain_float(s)
-        return None if v is None else format(v, ".9g")
+        return _plain_key(s)
 
 
 def _equivalent_or_fallback(a: str, b: str) -> bool:

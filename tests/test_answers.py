@@ -146,7 +146,8 @@ class TestNumericKey:
             ("012", "12"),
             ("1e3", "1000"),
             ("3.0", "3"),
-            ("123456789012", "1.23456789e+11"),
+            ("123456789012", "int:123456789012"),  # 9 digits cannot tell integers apart
+            ("123456789012.5", "1.23456789e+11"),
             (r"4 \times 3 \sqrt{21}", "54.9909083"),
             (r"\sqrt{2}", "1.41421356"),
             ("-5", "-5"),
@@ -264,7 +265,7 @@ class TestEquivalence:
     @pytest.mark.parametrize(
         "a, b",
         [
-            ("10000", "10001"),  # rel tol 1e-4
+            ("10000", "1e4"),
             (r"\frac12", "0.5"),
             (r"\dfrac{1}{2}", r"\frac{1}{2}"),
             ("$5$", "5"),
@@ -288,6 +289,7 @@ class TestEquivalence:
             ("0.05", "5"),
             ("", "0"),
             ("0", ""),
+            ("10000", "10001"),  # the reference: equal within a relative tolerance of 1e-4
             ("10000", "10002"),
             ("229 - d", "229"),  # unit stripping is off
             ("107 + e", "107 - e"),
@@ -583,3 +585,52 @@ def test_question_arrays_record_fallbacks(tmp_path, monkeypatch):
     full = mars.arrays.build_arrays(q)  # budget decisions were not cached: the full grouping
     assert full.answer_fallbacks == 0 and full.correct.any()
     assert not starved.correct.any()  # "\\frac{202}{2}" is 101 only to sympy
+
+
+# -- issue 19: plain numbers are equal only when they are the same number ------------------------
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("10001", "10000"),
+        ("20251", "20250"),
+        ("123457", "123456"),
+        ("1234567891", "1234567892"),
+        ("1,234,567,891", "1234567892.0"),
+        ("0.3333", "0.33333"),
+        (r"10\,001", "11"),  # latex2sympy reads the thin space as a sum
+    ],
+)
+def test_different_numbers_are_not_equal_and_not_grouped(a, b):
+    assert not is_correct(a, b) and not is_correct(b, a)
+    assert len(group_answers([a, b])) == 2
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("10000", "1e4"),
+        ("1234567891", "1,234,567,891.00"),
+        ("0.3", "0.30000000000000004"),  # float noise: 9 significant digits agree
+        ("0.30", ".3"),
+        (r"10\,001", "10001"),
+        (r"$1\,000\,000$", "10^6"),
+        ("10{,}001", "10 001"),
+    ],
+)
+def test_the_same_number_written_differently_is_equal_and_grouped(a, b):
+    assert is_correct(a, b) and is_correct(b, a)
+    assert len(group_answers([a, b])) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(-(10**20), 10**20),
+    st.integers(-3, 3),
+    st.sampled_from(["{}", "{:,}", "{}.0", "{}e0"]),
+)
+def test_grading_of_plain_numbers_agrees_with_grouping(n, step, form):
+    a, b = str(n), form.format(n + step)
+    grouped = len(group_answers([a, b])) == 1
+    assert is_correct(a, b) == grouped == (step == 0)
