@@ -29,8 +29,9 @@ from .atomic import write_atomic
 from .pool import PoolError, QuestionData
 from .schema import CHECKPOINT_SPACING
 
-#: 2: answers must be their value, exact keys for huge integers; 3: a cached file records its key
-ARRAYS_VERSION = 3
+#: 2: answers must be their value, exact keys for huge integers; 3: a cached file records its key;
+#: 4: plain numbers equal only when the same number, exact keys from 10^9, spaced digit groups
+ARRAYS_VERSION = 4
 
 
 @dataclass

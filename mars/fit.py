@@ -43,8 +43,9 @@ from .settings import Settings, check_warmup, resolve_spacing
 from .workers import process_pool
 
 MODEL_NAME = "switch"
-#: 2: models.parquet records the spacing and window it was fitted with (FIT_SETTINGS_KEY)
-FIT_VERSION = 2
+#: 2: models.parquet records the spacing and window it was fitted with (FIT_SETTINGS_KEY);
+#: 3: answer groups of ARRAYS_VERSION 4 (the switch labels follow them)
+FIT_VERSION = 3
 #: Parquet metadata key of models.parquet: the fit settings ({"spacing": .., "window": ..}).
 FIT_SETTINGS_KEY = b"mars.fit"
 _MODEL_PARAMS = ("mean", "scale", "intercept", "coef", "platt_a", "platt_b")
