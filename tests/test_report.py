@@ -5,7 +5,9 @@ synthetic-5q pool from ../shared into tmp_path (skipped when ../shared is absent
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,7 @@ import pytest
 
 from mars.report import collect, discover, render_report
 from mars.report.collect import ReportError, split_label
-from mars.report.fmt import read_table_csv, tex_escape
+from mars.report.fmt import md_escape, read_table_csv, tex_escape
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SYNTH5Q = SHARED / "fixtures" / "reference-sim" / "synthetic-5q" / "pool.parquet"
@@ -45,6 +47,7 @@ METHODS = [
     "sc",
     "sc-mars",
     "sc-mars-cal",
+    "sc-mars-oracle",
     "sc-mars-oracle-cal",
     "sc-mars-cert",
     "sc-mars-oracle-cert",
@@ -643,3 +646,337 @@ def test_simulated_tables_match_outputs(simulated):
     differ = int((a.answer.to_numpy() != b.answer.to_numpy()).sum())
     row = audit[audit.method == "sc-mars-cert"].iloc[0]
     assert row.differ == differ and row.runs == len(a)
+
+
+# -- damaged simulation results: one line naming the file, exit 2, no output ---------------------
+SMALL_METHODS = ["sc", "sc-mars-cal", "dco", "dco-mars-cal", "sc-mars-cert", "sc-pp"]
+
+
+def small_tree(root: Path, settings: dict | None = None) -> Path:
+    """One model × dataset run of a few methods (fast to report)."""
+    rng = np.random.default_rng(3)
+    run = root / "results" / MODEL / DATASET / "default" / "sim"
+    for m in SMALL_METHODS:
+        _write_method(run, m, rng, settings or SETTINGS)
+    return root / "results"
+
+
+def _edit_json(path: Path, edit):
+    ov = json.loads(path.read_text())
+    edit(ov)
+    path.write_text(json.dumps(ov))
+
+
+def _report_cli(results: Path, out: Path, *extra):
+    from typer.testing import CliRunner
+
+    from mars.cli import app
+
+    return CliRunner().invoke(
+        app, ["report", str(results), "--out", str(out), "--no-figures", *map(str, extra)]
+    )
+
+
+def assert_one_line(res, *needles):
+    assert res.exit_code == 2, (res.output, res.exception)
+    assert res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
+    for needle in needles:
+        assert needle in res.output, res.output
+
+
+DAMAGES = {
+    "accuracy_pct a string": (
+        "sc/overall.json",
+        lambda p: _edit_json(p, lambda ov: ov.update(accuracy_pct="87.5")),
+        "accuracy_pct",
+    ),
+    "settings not a dict": (
+        "sc-mars-cal/overall.json",
+        lambda p: _edit_json(p, lambda ov: ov.update(settings=[16, 4])),
+        "settings",
+    ),
+    "a bad setting": (
+        "dco/overall.json",
+        lambda p: _edit_json(p, lambda ov: ov["settings"].update(budget="sixteen")),
+        "budget",
+    ),
+    "missing per_iteration.csv": ("sc-mars-cert/per_iteration.csv", Path.unlink, "missing"),
+    "overall.json a list": ("sc/overall.json", lambda p: p.write_text("[1, 2]"), "JSON object"),
+    "overall.json nested 100,000 deep": (
+        "sc/overall.json",
+        lambda p: p.write_text("[" * 100_000 + "]" * 100_000),
+        "nested",
+    ),
+    "overall.json a 5,001-digit number": (
+        "sc/overall.json",
+        lambda p: p.write_text('{"accuracy_pct": ' + "9" * 5001 + "}"),
+        "digits",
+    ),
+    "overall.json a directory": (
+        "sc/overall.json",
+        lambda p: (p.unlink(), p.mkdir()),
+        "not a regular file",
+    ),
+    "per_question.csv a FIFO": (
+        "sc/per_question.csv",
+        lambda p: (p.unlink(), os.mkfifo(p)),
+        "not a regular file",
+    ),
+    "a non-number in per_question.csv": (
+        "sc/per_question.csv",
+        lambda p: p.write_text(p.read_text().replace("\n1,", "\nx,", 1)),
+        "column qid",
+    ),
+    "a missing per_iteration row": (
+        "dco/per_iteration.csv",
+        lambda p: p.write_text("\n".join(p.read_text().splitlines()[:-1]) + "\n"),
+        "rows",
+    ),
+    "overall.json disagrees with per_question.csv": (
+        "sc-pp/overall.json",
+        lambda p: _edit_json(p, lambda ov: ov.update(savings_pct=ov["savings_pct"] + 5)),
+        "disagrees",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_damaged_results_are_one_line(tmp_path, damage):
+    """Issue 19 (12): each damage is one line naming the file, exit 2, before any output."""
+    results = small_tree(tmp_path)
+    rel, edit, needle = DAMAGES[damage]
+    target = results / MODEL / DATASET / "default" / "sim" / rel
+    edit(target)
+    out = tmp_path / "out"
+    res = _report_cli(results, out)
+    assert_one_line(res, rel.split("/")[1], needle)
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["results"]  # no staging folder left either
+
+
+FUZZ_RESULTS_TRIALS = 40
+_BAD_VALUES = ["abc", None, float("nan"), -1, 1e308, [], {}, True, "", 10**30]
+_BAD_CELLS = ["abc", "", "nan", "-1", "1e309", "1.5", "True", '"', "7,8"]
+
+
+def _fuzz_results(rng, run: Path) -> str:
+    """Damage a run in one random way: bytes, JSON values, CSV cells, rows, columns or kinds."""
+    method = run / str(rng.choice(SMALL_METHODS))
+    files = ["overall.json", "per_question.csv", "per_iteration.csv"]
+    f = method / str(rng.choice(files))
+    kind = str(rng.choice(["flip", "truncate", "json", "key", "cell", "rows", "column", "kind"]))
+    if kind == "flip":
+        data = bytearray(f.read_bytes())
+        for i in rng.integers(0, len(data), size=int(rng.integers(1, 20))):
+            data[int(i)] = int(rng.integers(0, 256))
+        f.write_bytes(bytes(data))
+    elif kind == "truncate":
+        f.write_bytes(f.read_bytes()[: int(rng.integers(0, f.stat().st_size))])
+    elif kind == "json":
+        f = method / "overall.json"
+        f.write_text(str(rng.choice(["", "{", "[]", "null", '"x"', "[" * 5000, "1" * 5000])))
+    elif kind == "key":
+        f = method / "overall.json"
+        ov = json.loads(f.read_text())
+        target = ov if rng.random() < 0.6 else ov["settings"]
+        key = str(rng.choice(sorted(target)))
+        if rng.random() < 0.2:
+            del target[key]
+        else:
+            target[key] = _BAD_VALUES[int(rng.integers(0, len(_BAD_VALUES)))]
+        f.write_text(json.dumps(ov))
+    else:
+        f = method / str(rng.choice(files[1:]))
+        lines = f.read_text().splitlines()
+        if kind == "cell":
+            i = int(rng.integers(0, len(lines)))
+            cells = lines[i].split(",")
+            cells[int(rng.integers(0, len(cells)))] = str(rng.choice(_BAD_CELLS))
+            lines[i] = ",".join(cells)
+        elif kind == "rows":
+            i = int(rng.integers(1, len(lines)))
+            lines = lines[:i] + lines[i + 1 :] if rng.random() < 0.5 else [*lines, lines[i]]
+        elif kind == "column":
+            j = int(rng.integers(0, len(lines[0].split(","))))
+            lines = [",".join(c for k, c in enumerate(ln.split(",")) if k != j) for ln in lines]
+        if kind == "kind":
+            f.unlink()
+            if rng.random() < 0.5:
+                f.mkdir()
+        else:
+            f.write_text("\n".join(lines) + "\n")
+    return f"{kind} {f.relative_to(run)}"
+
+
+@pytest.mark.slow
+def test_fuzz_damaged_results_never_give_a_traceback(tmp_path):
+    """Issue 19 (beyond the list): damaged overall.json / CSVs give a report or one line."""
+    import shutil
+
+    rng = np.random.default_rng(19)
+    clean = small_tree(tmp_path / "clean")
+    outcomes = {0: 0, 2: 0}
+    for trial in range(FUZZ_RESULTS_TRIALS):
+        results = tmp_path / f"r{trial}"
+        shutil.copytree(clean, results)
+        case = _fuzz_results(rng, results / MODEL / DATASET / "default" / "sim")
+        out = tmp_path / f"o{trial}"
+        res = _report_cli(results, out)
+        assert res.exit_code in (0, 2), (trial, case, res.output, res.exception)
+        if res.exit_code == 2:
+            assert res.output.startswith("error: ") and res.output.count("\n") == 1, (case, res)
+            assert not out.exists()
+        else:
+            assert (out / "tables" / "table1-main.csv").is_file()
+        outcomes[res.exit_code] += 1
+    assert outcomes[2] > FUZZ_RESULTS_TRIALS // 2  # most damage is detected
+
+
+# -- the output folder holds exactly this run's report -------------------------------------------
+def test_a_second_report_replaces_the_first(tmp_path):
+    """Issue 19 (15): no table of an earlier report survives; user files are never replaced."""
+    results = make_tree(tmp_path)
+    out = tmp_path / "out"
+    assert _report_cli(results, out).exit_code == 0
+    first = sorted(p.name for p in (out / "tables").iterdir())
+    assert any("other-model" in n for n in first)
+    # the second report covers one model only: it holds what a fresh report holds
+    shutil.rmtree(results / MODEL2)
+    assert _report_cli(results, out).exit_code == 0
+    assert _report_cli(results, tmp_path / "fresh").exit_code == 0
+    second = sorted(p.name for p in (out / "tables").iterdir())
+    assert second == sorted(p.name for p in (tmp_path / "fresh" / "tables").iterdir())
+    assert not any("other-model" in n for n in second)
+    assert MODEL2 not in (out / "report.md").read_text()
+    shutil.rmtree(tmp_path / "fresh")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "results"]  # nothing aside
+    # a failing report leaves the previous one as it was
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    (results / MODEL / DATASET / "default" / "sim" / "sc" / "overall.json").write_text("[]")
+    assert_one_line(_report_cli(results, out), "overall.json")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    # a folder holding anything a report does not write is refused, the file kept
+    notes = out / "notes.txt"
+    notes.write_text("mine")
+    assert_one_line(_report_cli(make_tree(tmp_path / "t2"), out), "notes.txt")
+    assert notes.read_text() == "mine" and (out / "report.md").is_file()
+    # so is a results folder given as --out
+    assert_one_line(_report_cli(results, results), "--out")
+    assert (results / MODEL / DATASET / "default" / "sim" / "sc").is_dir()
+
+
+# -- one table, one set of sampling settings -----------------------------------------------------
+def test_a_method_simulated_with_other_sampling_settings_is_refused(tmp_path):
+    """Issue 25 (2): `mars simulate -m sc` without --budget into a folder of budget-16 runs."""
+    results = small_tree(tmp_path)
+    run = results / MODEL / DATASET / "default" / "sim"
+    shutil.rmtree(run / "sc")
+    _write_method(run, "sc", np.random.default_rng(5), {**SETTINGS, "budget": 512})
+    out = tmp_path / "out"
+    assert_one_line(_report_cli(results, out), "sc/overall.json", "budget 512 (theirs: 16)")
+    assert not out.exists()
+
+
+def test_runs_with_other_sampling_settings_get_their_own_rows(tmp_path):
+    """Issue 25 (2): a setting simulated at another budget is never mixed into the main rows."""
+    results = small_tree(tmp_path)
+    other = results / MODEL / DATASET / "b512" / "sim"
+    rng = np.random.default_rng(9)
+    for m in ("sc", "dco", "sc-mars2"):
+        _write_method(other, m, rng, {**SETTINGS, "budget": 512})
+    rep = render_report([results], tmp_path / "out", figures=False)
+    t1 = read_csv(tmp_path / "out" / "tables" / "table1-main.csv").iloc[0]
+    main = results / MODEL / DATASET / "default" / "sim"
+    for col in ("sc.accuracy_pct", "dco.accuracy_pct"):  # from the budget-16 run only
+        m, key = col.split(".")
+        assert close(t1[col], json.loads((main / m / "overall.json").read_text())[key])
+    full = (tmp_path / "out" / "tables" / "table3-full-toy-model-co.md").read_text()
+    assert f"{md_escape(DATASET)} · b512 (budget 512)" in full
+    share = read_csv(tmp_path / "out" / "tables" / "table-oracle-share.csv")
+    assert "sc-mars2" not in set(share.method)
+    assert {r.setting for r in rep.results.comparable_runs(MODEL, DATASET)} == {"default"}
+
+
+# -- results say what they are -------------------------------------------------------------------
+def _synthetic_results(root: Path) -> Path:
+    """A tiny synthetic pool (2 questions × 40 traces) simulated into results/."""
+    from typer.testing import CliRunner
+
+    from mars.cli import app
+
+    runner = CliRunner()
+    pool = root / "pool"
+    args = ["generate", "--backend", "synthetic", "--preset", "qwen3-8b", "--problems"]
+    args += ["aime_2025", "--traces", "40", "--questions", "0-1", "--out", str(pool)]
+    assert runner.invoke(app, args).exit_code == 0
+    sim = root / "results" / "qwen3-8b" / "aime_2025" / "default" / "sim"
+    methods = "sc,sc-mars,sc-mars-cal,sc-mars-oracle,dco,dco-mars,dco-mars-cal,dco-mars-oracle"
+    args = ["simulate", str(pool), "-m", methods + ",sc-pp,oracle-first,oracle-dco-first"]
+    args += ["--budget", "24", "--iterations", "4", "--out", str(sim), "-q"]
+    assert runner.invoke(app, args).exit_code == 0, args
+    return root / "results"
+
+
+def test_synthetic_results_say_so(tmp_path):
+    """Issue 25 (3): every table, figure and the index of a synthetic run says "synthetic", with
+    the model the preset imitates; the index holds the report command once (issue 25, 12)."""
+    results = _synthetic_results(tmp_path)
+    out = tmp_path / "report"
+    rep = render_report([results], out, q_questions=1, formats=("png",))
+    index = (out / "report.md").read_text()
+    first = index.split("## Inputs")[0]
+    assert "Synthetic data" in first and "Qwen/Qwen3-8B (preset qwen3-8b)" in first
+    for t in rep.tables:
+        for ext in ("md", "tex", "csv", "html"):
+            assert "Synthetic data" in (out / "tables" / f"{t.key}.{ext}").read_text(), t.key
+    for f in rep.figures:
+        assert "Synthetic data" in f.caption and "Synthetic data" in f.footer, f.stem
+        assert f.caption in index
+    # the report command once, not once per table and figure
+    assert index.count("mars report ") == 1
+
+
+def test_real_and_unknown_sources_are_named(tmp_path):
+    """Issue 25 (3): real data names its source; a missing pool says the source is unknown."""
+    results = small_tree(tmp_path)
+    pool = tmp_path / "smollm-pool"
+    pool.mkdir()
+    manifest = {"format": "mars-pool", "backend": "transformers", "model": "org/Model-1B"}
+    (pool / "pool.json").write_text(json.dumps(manifest))
+    for d in (results / MODEL / DATASET / "default" / "sim").iterdir():
+        _edit_json(d / "overall.json", lambda ov: ov["input"].update(source=str(pool)))
+    other = make_tree(tmp_path / "t2")  # its pool, /nonexistent/pool.parquet, is missing
+    out = tmp_path / "out"
+    render_report([results, other / MODEL2], out, labels=["m/d", "m2/d2"], figures=False)
+    index = (out / "report.md").read_text()
+    assert "Data: m from a transformers run of org/Model-1B." in index
+    assert "m2: unknown: its pool /nonexistent/pool.parquet is not found" in index
+    assert "Synthetic" not in index
+
+
+def test_figures_name_what_they_show(tree):
+    """Issue 25 (11): Fig. 4(b) compares at one γ, the frontier tells Parallel-Probe's u apart
+    and calls oracle-first what it is."""
+    _, out, rep = tree
+    d4 = pd.read_csv(out / "figures" / "fig4-ablations.csv")
+    b = d4[d4.panel == "b"]
+    assert set(zip(b.method_a, b.method_b)) == {
+        ("sc-mars-oracle", "sc-mars"),
+        ("dco-mars-oracle", "dco-mars"),
+    }
+    frontier = pd.read_csv(out / "figures" / "fig-frontier.csv")
+    pp = frontier[frontier.method == "sc-pp"]
+    assert sorted(pp.pp_conv.astype(int)) == [3, 3, 4, 4]  # two models × u = 3, 4
+    captions = " ".join(f.caption + f.title for f in rep.figures)
+    assert "oracle bound" not in captions and "oracle-first" in captions
+    share = (out / "tables" / "table-oracle-share.md").read_text()
+    assert "oracle bound" not in share and "Share of oracle-first" in share
+
+
+def test_the_index_shows_the_report_command_once(tree):
+    """Issue 25 (12): report.md does not repeat the `mars report` command per table and figure;
+    the table files keep theirs."""
+    _, out, rep = tree
+    index = (out / "report.md").read_text()
+    assert index.count(rep.command) == 1
+    assert all(rep.command in (out / "tables" / f"{t.key}.md").read_text() for t in rep.tables)

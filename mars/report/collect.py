@@ -11,19 +11,31 @@ and ``results/simulate/{model}/{dataset}/{setting}`` both work):
 * a single name → dataset = that name, model ``-``.
 
 An explicit label (``--label model/dataset[/setting]``) replaces the part a path cannot tell.
+
+Everything a report reads is checked when a run is loaded, before any output is written: each
+``overall.json`` is a JSON object with finite numbers and valid settings, both CSVs exist with
+their columns, one row per question (and per question × iteration), and agree with it. A damaged
+file is one line naming it (:class:`ReportError`). One run directory holds one set of sampling
+settings (budget, iterations, warmup, seed, window, spacing) and one set of questions: a method
+simulated with others (``mars simulate -m sc`` into a folder of budget-64 runs without
+``--budget``) is refused, never put beside the others.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import MarsError
-from ..settings import Settings, from_dict
+from ..schema import PER_QUESTION_LEADING_COLUMNS
+from ..settings import SAMPLING_KEYS, SPECS, Settings, from_dict
+from ..userfiles import read_json_object, regular_file
+from .provenance import DataSource, pool_source
 
 DEFAULT_SETTING = "default"
 UNKNOWN_MODEL = "-"
@@ -63,7 +75,7 @@ def parse_label(text: str) -> list[str]:
 
 @dataclass
 class Run:
-    """One simulate output directory (one model × dataset × setting)."""
+    """One simulate output directory (one model × dataset × setting), checked on load."""
 
     path: Path
     model: str
@@ -92,6 +104,21 @@ class Run:
         """The method's simulation settings as a :class:`~mars.simulate.Settings`."""
         return from_dict(self.settings(method), strict=False)
 
+    @property
+    def sampling(self) -> dict:
+        """The sampling settings every method of the run shares (checked on load)."""
+        s = self.settings(self.methods[0]) if self.methods else {}
+        return {k: s.get(k) for k in SAMPLING_KEYS}
+
+    @property
+    def checksum(self) -> str | None:
+        """The questions and pool content every method of the run shares (checked on load)."""
+        return (self.overall[self.methods[0]].get("input") or {}).get("checksum")
+
+    def same_samples(self, other: Run) -> bool:
+        """Whether two runs drew the same bootstrap samples of the same questions."""
+        return self.sampling == other.sampling and self.checksum == other.checksum
+
     def source(self, method: str | None = None) -> str | None:
         methods = [method] if method else self.methods
         for m in methods:
@@ -101,36 +128,195 @@ class Run:
         return None
 
     def per_question(self, method: str) -> pd.DataFrame:
-        if method not in self._pq:
-            df = pd.read_csv(
-                self.path / method / "per_question.csv",
-                keep_default_na=True,
-                dtype={"ground_truth": str},
-            )
-            self._pq[method] = df.sort_values("qid", kind="stable").reset_index(drop=True)
         return self._pq[method]
 
     def per_iteration(self, method: str) -> pd.DataFrame:
-        if method not in self._it:
-            df = pd.read_csv(
-                self.path / method / "per_iteration.csv",
-                dtype={"answer": str, "stopped_by": str},
-                keep_default_na=False,
-                na_values={"probe_tokens": [""]},
-            )
-            df["correct"] = df["correct"].astype(str).str.lower().isin(("true", "1"))
-            self._it[method] = df.sort_values(["qid", "iteration"], kind="stable").reset_index(
-                drop=True
-            )
         return self._it[method]
 
 
+OVERALL = "overall.json"
+PER_QUESTION = "per_question.csv"
+PER_ITERATION = "per_iteration.csv"
+#: overall.json numbers the tables read: finite numbers, and the per_question.csv column whose
+#: mean (over questions; × 100 for accuracy) each one is
+OVERALL_MEANS = {
+    "accuracy_pct": ("accuracy", 100.0),
+    "savings_pct": ("savings_pct", 1.0),
+    "tokens_mean": ("tokens_mean", 1.0),
+    "baseline_tokens_mean": ("baseline_tokens_mean", 1.0),
+    "stop_position_mean": ("stop_position_mean", 1.0),
+}
+#: numbers that may be null (a pool without probe costs)
+OVERALL_NULLABLE = ("savings_with_probes_pct",)
+#: per_question.csv / per_iteration.csv columns the report reads: numbers (whole numbers first),
+#: and those that may be empty
+PQ_WHOLE = ("qid",)
+PQ_NUMBERS = (*PER_QUESTION_LEADING_COLUMNS[1:], "probe_tokens_mean")
+PQ_NULLABLE = ("probe_tokens_mean",)
+IT_WHOLE = ("qid", "iteration", "tokens", "baseline_tokens", "stop_position")
+IT_NUMBERS = ("probe_tokens",)
+IT_NULLABLE = ("probe_tokens",)
+_TRUTH = {"true": True, "1": True, "false": False, "0": False}
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_overall(path: Path, ov: dict) -> None:
+    """The fields of an overall.json the report reads: numbers, settings, input."""
+    for key in OVERALL_MEANS:
+        if not _is_number(ov.get(key)):
+            raise ReportError(f"{path}: {key} is {ov.get(key)!r}, not a finite number")
+    for key in OVERALL_NULLABLE:
+        if ov.get(key) is not None and not _is_number(ov[key]):
+            raise ReportError(f"{path}: {key} is {ov[key]!r}, not a finite number or null")
+    n = ov.get("n_questions")
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+        raise ReportError(f"{path}: n_questions is {n!r}, not a positive whole number")
+    settings = ov.get("settings")
+    if not isinstance(settings, dict):
+        raise ReportError(f"{path}: settings is {type(settings).__name__}, not a JSON object")
+    for key in ("budget", "iterations"):
+        if key not in settings:
+            raise ReportError(f"{path}: settings has no {key}")
+    for key, value in settings.items():
+        if key in SPECS and value is not None and not _is_number(value):
+            raise ReportError(f"{path}: setting {key} is {value!r}, not a number")
+    try:
+        from_dict(settings, strict=False).validate()
+    except MarsError as exc:
+        raise ReportError(f"{path}: settings: {exc}") from None
+    inputs = ov.get("input", {})
+    if not isinstance(inputs, dict):
+        raise ReportError(f"{path}: input is {type(inputs).__name__}, not a JSON object")
+    for key in ("source", "checksum", "fit"):
+        if inputs.get(key) is not None and not isinstance(inputs[key], str):
+            raise ReportError(f"{path}: input.{key} is {inputs[key]!r}, not a string")
+
+
+def _read_csv(path: Path, **kwargs) -> pd.DataFrame:
+    regular_file(path, ReportError, f"{path}: missing")
+    try:
+        return pd.read_csv(path, **kwargs)
+    except (OSError, ValueError) as exc:  # pandas' parser and empty-data errors are ValueErrors
+        raise ReportError(f"{path}: unreadable ({_first_line(exc)})") from None
+
+
+def _check_columns(df: pd.DataFrame, path: Path, whole, numbers, nullable) -> None:
+    missing = [c for c in (*whole, *numbers) if c not in df.columns]
+    if missing:
+        raise ReportError(f"{path}: no column {missing[0]}")
+    for col in (*whole, *numbers):
+        values = pd.to_numeric(df[col], errors="coerce")
+        given = df[col].notna() & (df[col].astype(str) != "")
+        finite = np.isfinite(values.to_numpy(float))
+        bad = ~finite & (given.to_numpy() | (col not in nullable))
+        if col in whole:
+            bad |= finite & ((values.to_numpy(float) % 1 != 0) | (values.to_numpy(float) < 0))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            kind = "a whole number ≥ 0" if col in whole else "a finite number"
+            raise ReportError(
+                f"{path}: row {row + 2}, column {col}: {df[col].iloc[row]!r} is not {kind}"
+            )
+        df[col] = values.astype(np.int64) if col in whole else values
+
+
+def _load_method(run: Run, d: Path, ov: dict) -> None:
+    """Read and check one method's CSVs against its overall.json."""
+    n_q, iterations = ov["n_questions"], int(ov["settings"]["iterations"])
+    path = d / PER_QUESTION
+    pq = _read_csv(path, keep_default_na=True, dtype={"ground_truth": str})
+    _check_columns(pq, path, PQ_WHOLE, PQ_NUMBERS, PQ_NULLABLE)
+    if pq.qid.duplicated().any():
+        raise ReportError(f"{path}: question {pq.qid[pq.qid.duplicated()].iloc[0]} twice")
+    if len(pq) != n_q:
+        raise ReportError(f"{path}: {len(pq)} questions, but overall.json says {n_q}")
+    for key, (col, scale) in OVERALL_MEANS.items():
+        mean = scale * float(pq[col].mean())
+        if not math.isclose(ov[key], mean, rel_tol=1e-6, abs_tol=1e-6):
+            raise ReportError(
+                f"{d / OVERALL}: {key} {ov[key]!r} disagrees with {PER_QUESTION} ({mean!r})"
+            )
+    path = d / PER_ITERATION
+    it = _read_csv(
+        path,
+        dtype={"answer": str, "stopped_by": str, "correct": str},
+        keep_default_na=False,
+        na_values={"probe_tokens": [""]},
+    )
+    _check_columns(it, path, IT_WHOLE, IT_NUMBERS, IT_NULLABLE)
+    for col in ("answer", "correct", "stopped_by"):
+        if col not in it.columns:
+            raise ReportError(f"{path}: no column {col}")
+    truth = it.correct.str.strip().str.lower().map(_TRUTH)
+    if truth.isna().any():
+        row = int(np.flatnonzero(truth.isna())[0])
+        raise ReportError(f"{path}: row {row + 2}, column correct: {it.correct.iloc[row]!r}")
+    it["correct"] = truth.astype(bool)
+    out_of_range = it.iteration >= iterations
+    if out_of_range.any() or it.duplicated(["qid", "iteration"]).any():
+        raise ReportError(f"{path}: rows are not one per question and iteration 0-{iterations - 1}")
+    if set(it.qid) != set(pq.qid) or len(it) != n_q * iterations:
+        raise ReportError(
+            f"{path}: {len(it)} rows, not one per question of {PER_QUESTION} × {iterations} "
+            "iterations"
+        )
+    run._pq[d.name] = pq.sort_values("qid", kind="stable").reset_index(drop=True)
+    run._it[d.name] = it.sort_values(["qid", "iteration"], kind="stable").reset_index(drop=True)
+
+
+def _check_one_setting(run: Run, files: dict) -> None:
+    """One run directory, one set of sampling settings and questions: refuse a method simulated
+    with other ones rather than put it beside the others."""
+
+    def key(m: str) -> tuple:
+        s = run.overall[m]["settings"]
+        return (
+            tuple(s.get(k) for k in SAMPLING_KEYS),
+            (run.overall[m].get("input") or {}).get("checksum"),
+        )
+
+    groups: dict[tuple, list[str]] = {}
+    for m in run.methods:
+        groups.setdefault(key(m), []).append(m)
+    if len(groups) < 2:
+        return
+    # the largest group is the run's; name the first method outside it
+    main = max(groups.values(), key=len)
+    odd = next(m for m in run.methods if m not in main)
+    ref = run.overall[main[0]]
+    mine = run.overall[odd]
+    diff = [
+        f"{k} {mine['settings'].get(k)} (theirs: {ref['settings'].get(k)})"
+        for k in SAMPLING_KEYS
+        if mine["settings"].get(k) != ref["settings"].get(k)
+    ]
+    what = (
+        "simulated with " + ", ".join(diff)
+        if diff
+        else "simulated on other questions or another pool (its input checksum differs)"
+    )
+    others = ", ".join(main[:3]) + (", …" if len(main) > 3 else "")
+    raise ReportError(
+        f"{files[odd]}: {what}, unlike the run's other {len(main)} method(s) ({others}); one run "
+        f"folder holds one set of sampling settings and questions: simulate {odd} again with "
+        "theirs, or into its own folder"
+    )
+
+
 def _method_dirs(path: Path) -> list[Path]:
+    """Sub-folders holding an overall.json (of any kind: a damaged one is refused on load)."""
     try:
         children = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError:
         return []
-    return [c for c in children if (c / "overall.json").is_file()]
+    return [c for c in children if os.path.lexists(c / OVERALL)]
 
 
 def is_run_dir(path: Path) -> bool:
@@ -138,16 +324,18 @@ def is_run_dir(path: Path) -> bool:
 
 
 def load_run(path: Path, model: str, dataset: str, setting: str) -> Run:
+    """A run directory, every file the report reads checked (one line naming a damaged one)."""
     run = Run(path=Path(path), model=model, dataset=dataset, setting=setting)
+    files = {}
     for d in _method_dirs(Path(path)):
-        try:
-            ov = json.loads((d / "overall.json").read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ReportError(f"{d / 'overall.json'}: unreadable ({exc})") from None
-        name = ov.get("method") or d.name
-        if name != d.name:
-            name = d.name  # the directory decides (a copied directory keeps its own name)
-        run.overall[name] = ov
+        ov = read_json_object(d / OVERALL, ReportError)
+        check_overall(d / OVERALL, ov)
+        # the directory names the method (a copied directory keeps its own name)
+        run.overall[d.name] = ov
+        files[d.name] = d / OVERALL
+    _check_one_setting(run, files)
+    for d in _method_dirs(Path(path)):
+        _load_method(run, d, run.overall[d.name])
     return run
 
 
@@ -185,7 +373,7 @@ def discover(root: Path, label: str | None = None) -> list[Run]:
         model, dataset, setting = split_label(parts)
         found.append(load_run(here, model, dataset, setting))
         # method directories are leaves of a run; never descend into them
-        dirnames[:] = [d for d in dirnames if not (here / d / "overall.json").is_file()]
+        dirnames[:] = [d for d in dirnames if not os.path.lexists(here / d / OVERALL)]
     return found
 
 
@@ -195,6 +383,8 @@ class Results:
 
     runs: list[Run]
     main_setting: str = DEFAULT_SETTING
+    pool_overrides: dict = field(default_factory=dict)  # --pool label -> path
+    _sources: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         labels = [r.label for r in self.runs]
@@ -225,9 +415,51 @@ class Results:
     def main_run(self, model: str, dataset: str) -> Run:
         return self.runs_of(model, dataset)[0]
 
+    def comparable_runs(self, model: str, dataset: str) -> list[Run]:
+        """The runs of a pair that drew the main run's samples: the only ones a table row or a
+        figure panel puts side by side (the others get their own, labelled rows)."""
+        runs = self.runs_of(model, dataset)
+        return [r for r in runs if r.same_samples(runs[0])]
+
+    def sampling_difference(self, run: Run) -> str:
+        """How a run's samples differ from its pair's main run ("" when they do not)."""
+        main = self.main_run(*run.pair)
+        diff = [
+            f"{k} {run.sampling[k]}" for k in SAMPLING_KEYS if run.sampling[k] != main.sampling[k]
+        ]
+        if not diff and run.checksum != main.checksum:
+            diff = ["other questions"]
+        return ", ".join(diff)
+
+    def source_of(self, run: Run) -> DataSource:
+        """Where a run's traces came from (its pool's provenance)."""
+        if run.label not in self._sources:
+            pool = resolve_pool(run, None, self.pool_overrides)
+            self._sources[run.label] = pool_source(pool, run.source())
+        return self._sources[run.label]
+
+    def sources(self, runs: list[Run]) -> dict[str, DataSource]:
+        """``{model: source}`` of runs (``model/dataset`` where a model's datasets differ)."""
+        per_model: dict[str, dict[str, DataSource]] = {}
+        for r in runs:
+            per_model.setdefault(r.model, {})[r.dataset] = self.source_of(r)
+        out = {}
+        for model, by_dataset in per_model.items():
+            if len(set(by_dataset.values())) == 1:
+                out[model] = next(iter(by_dataset.values()))
+            else:
+                out.update({f"{model}/{d}": src for d, src in by_dataset.items()})
+        return out
+
+    def model_title(self, model: str) -> str:
+        """A model's name as figures title it: marked when all its data is synthetic."""
+        sources = [self.source_of(r) for r in self.runs if r.model == model]
+        return f"{model} (synthetic)" if sources and all(s.synthetic for s in sources) else model
+
     def find(self, model: str, dataset: str, method: str) -> Run | None:
-        """The run holding ``method`` for a pair, preferring the main setting."""
-        for r in self.runs_of(model, dataset):
+        """The run holding ``method`` for a pair among the comparable ones, preferring the main
+        setting."""
+        for r in self.comparable_runs(model, dataset):
             if method in r.overall:
                 return r
         return None
@@ -275,9 +507,13 @@ def _dataset_key(name: str):
 
 
 def collect(
-    paths: list[Path], labels: list[str] | None = None, main_setting: str = DEFAULT_SETTING
+    paths: list[Path],
+    labels: list[str] | None = None,
+    main_setting: str = DEFAULT_SETTING,
+    pools: dict | None = None,
 ) -> Results:
-    """Runs under every path; ``labels[i]`` (if given) labels ``paths[i]``."""
+    """Runs under every path; ``labels[i]`` (if given) labels ``paths[i]``; ``pools``: the
+    ``--pool`` overrides (:func:`parse_pool_overrides`)."""
     labels = list(labels or [])
     if labels and len(labels) != len(paths):
         raise ReportError(
@@ -289,7 +525,7 @@ def collect(
         if not found:
             raise ReportError(f"{p}: no simulate output under it (no <method>/overall.json)")
         runs += found
-    return Results(runs, main_setting=main_setting)
+    return Results(runs, main_setting=main_setting, pool_overrides=dict(pools or {}))
 
 
 def resolve_pool(run: Run, method: str | None = None, overrides: dict | None = None) -> Path | None:

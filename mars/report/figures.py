@@ -26,6 +26,7 @@ from scipy import stats
 from ..settings import same_sampling
 from . import trace
 from .collect import ReportError, Results, Run, resolve_pool
+from .provenance import describe, footer
 
 DPI = 150
 FORMATS = ("png", "pdf")
@@ -55,6 +56,7 @@ WRONG_COLORS = ["#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"
 OTHER_COLOR = "#9a9a9a"
 PP_COLOR = "#d62728"
 MARS_COLOR = "#1f77b4"
+FOOTER_COLOR = "#a0361c"
 
 
 @dataclass
@@ -65,6 +67,15 @@ class FigureOut:
     files: list = field(default_factory=list)
     data: pd.DataFrame | None = None
     notes: list = field(default_factory=list)
+    footer: str = ""  # a line drawn under the figure: what data it shows, if not real
+
+    def label_data(self, sources: dict) -> None:
+        """Say in the caption, and in the image (shared images lose their captions), what data
+        the figure shows: synthetic stand-ins flagged, real sources named."""
+        text = describe(sources)
+        if text:
+            self.caption = f"{self.caption} {text}"
+        self.footer = footer(sources)
 
 
 @contextlib.contextmanager
@@ -85,13 +96,48 @@ def save(fig, out_dir: Path, stem: str, formats=FORMATS) -> list[Path]:
     return paths
 
 
+#: height of the strip under a figure that holds its footer (inches)
+FOOTER_HEIGHT = 0.24
+
+
+def _draw_footer(fig, text: str) -> None:
+    """``text`` in a strip under everything: the constrained layout keeps the axes above the
+    strip, and a legend placed under the axes is lifted above it too."""
+    fig.draw_without_rendering()  # lay out, to find the legends under the axes
+    lowest = min((ax.get_window_extent().y0 for ax in fig.get_axes()), default=0.0)
+    strip = FOOTER_HEIGHT / fig.get_figheight()
+    engine = fig.get_layout_engine()
+    if engine is not None and hasattr(engine, "set"):
+        engine.set(rect=(0, strip, 1, 1 - strip))
+    for legend in fig.legends:
+        if legend.get_window_extent().y1 <= lowest:
+            legend.borderaxespad = FOOTER_HEIGHT * 72 / legend.prop.get_size_in_points()
+    fig.text(
+        0.5,
+        strip / 2,
+        text,
+        ha="center",
+        va="center",
+        fontsize=7,
+        color=FOOTER_COLOR,
+        style="italic",
+    )
+
+
 def _finish(fo: FigureOut, fig, out_dir, formats) -> FigureOut:
+    if fo.footer:
+        _draw_footer(fig, fo.footer)
     fo.files = save(fig, out_dir, fo.stem, formats)
     if fo.data is not None:
         p = Path(out_dir) / f"{fo.stem}.csv"
         fo.data.to_csv(p, index=False, lineterminator="\n")
         fo.files.append(p)
     return fo
+
+
+def _sources(results: Results, pairs) -> dict:
+    """``{model: source}`` of the (model, dataset) pairs a figure shows."""
+    return results.sources([results.main_run(*p) for p in dict.fromkeys(pairs)])
 
 
 def _placeholder(ax, msg: str):
@@ -127,8 +173,10 @@ def _ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float, f
 # -- per-question summaries -----------------------------------------------------------------------
 FIG1_METHODS = {"SC": "sc-mars-cal", "DeepConf": "dco-mars-cal"}
 GAMMA_PAIRS = {"SC": ("sc-mars-cal", "sc-mars"), "DeepConf": ("dco-mars-cal", "dco-mars")}
+#: oracle q − learned q, both pipelines at γ = 1 (one panel, one γ: DeepConf has no calibrated
+#: oracle-q method)
 ORACLE_PAIRS = {
-    "SC": ("sc-mars-oracle-cal", "sc-mars-cal"),
+    "SC": ("sc-mars-oracle", "sc-mars"),
     "DeepConf": ("dco-mars-oracle", "dco-mars"),
 }
 
@@ -182,7 +230,11 @@ def paired_difference(results: Results, pairs: dict, column: str = "savings_pct"
     for model, dataset in results.pairs:
         for pipeline, (a, b) in pairs.items():
             run = next(
-                (r for r in results.runs_of(model, dataset) if a in r.overall and b in r.overall),
+                (
+                    r
+                    for r in results.comparable_runs(model, dataset)
+                    if a in r.overall and b in r.overall
+                ),
                 None,
             )
             if run is None:
@@ -312,7 +364,7 @@ def _draw_model_panels(
         sub = df[df.model == model]
         datasets = [d for (m, d) in results.pairs if m == model and d in set(sub.dataset)]
         _bars(ax, sub, datasets, ylabel if ax is axes[0][0] else "")
-        ax.set_title(model, fontsize=9)
+        ax.set_title(results.model_title(model), fontsize=9)
     if not models:
         _placeholder(axes[0][0], "no data")
     handles = _legend_entries(axes[0])
@@ -364,6 +416,7 @@ def fig_savings(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     )
     if df.empty:
         fo.notes.append("no sc-mars-cal or dco-mars-cal results")
+    fo.label_data(_sources(results, zip(df.model, df.dataset)))
     return _finish(fo, fig, out_dir, formats)
 
 
@@ -503,6 +556,8 @@ def fig_example(
         "warmup majority).",
     )
     ex = pick_example(results, pools or {}, spec)
+    if ex is not None:
+        fo.label_data(results.sources([ex.run]))
     with style():
         fig, (ax1, ax2) = plt.subplots(
             2,
@@ -556,7 +611,8 @@ def fig_example(
         else:
             _stop_label(ax1, x.max(), "MARS never stops early (full budget)", "#222222", "right")
         fig.suptitle(
-            f"{ex.run.model} / {ex.run.dataset}\nquestion {ex.qid}, bootstrap sample "
+            f"{results.model_title(ex.run.model)} / {ex.run.dataset}\nquestion {ex.qid}, "
+            "bootstrap sample "
             f"{ex.iteration} (calibrated γ = {tr.gamma:.2f})",
             fontsize=9,
         )
@@ -634,7 +690,7 @@ def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: in
         pp_run = next(
             (
                 r
-                for r in results.runs_of(*pair)
+                for r in results.comparable_runs(*pair)
                 if "sc-pp" in r.overall
                 and same_sampling(r.settings("sc-pp"), run.settings("sc-mars-cal"))
                 and r.settings("sc-pp").get("pp_conv", 3) == 3
@@ -643,7 +699,7 @@ def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: in
         ) or next(
             (
                 r
-                for r in results.runs_of(*pair)
+                for r in results.comparable_runs(*pair)
                 if "sc-pp" in r.overall
                 and same_sampling(r.settings("sc-pp"), run.settings("sc-mars-cal"))
             ),
@@ -702,6 +758,8 @@ def fig_pp_failure(
         "(sc-pp) and MARS (sc-mars-cal) stop, and the answers they return.",
     )
     picked = pick_pp_failure(results, pools or {}, cache_dir)
+    if picked is not None:
+        fo.label_data(results.sources([picked[0].run]))
     with style():
         fig, ax = plt.subplots(figsize=(6.0, 3.4), layout="constrained")
         if picked is None:
@@ -743,7 +801,8 @@ def fig_pp_failure(
             loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=True, title="answer", fontsize=7
         )
         head = (
-            f"{ex.run.model} / {ex.run.dataset}\nquestion {ex.qid}, bootstrap sample {ex.iteration}"
+            f"{results.model_title(ex.run.model)} / {ex.run.dataset}\nquestion {ex.qid}, "
+            f"bootstrap sample {ex.iteration}"
         )
         if ex.reason.startswith("no question"):
             head += "\n(no consensus-stopping failure here: the largest PP-vs-MARS gap is shown)"
@@ -805,7 +864,8 @@ def fig_ablations(
         "Fig. 4: γ calibration and the learned switch model",
         "(a) Savings added by per-question γ calibration over γ = 1 (sc-mars-cal − sc-mars, "
         "dco-mars-cal − dco-mars; mean per-question difference, 95% CI). (b) Savings gap of oracle "
-        "q over learned q (sc-mars-oracle-cal − sc-mars-cal; dco-mars-oracle − dco-mars at γ = 1). "
+        "q over learned q, both pipelines at γ = 1 (sc-mars-oracle − sc-mars, dco-mars-oracle − "
+        "dco-mars). "
         "(c) Calibration of the learned switch probability: held-out running traces binned by "
         "learned q against the share that actually switch before the end (oracle q). (d) Mean "
         "learned q against the oracle switch rate at each checkpoint position.",
@@ -819,7 +879,7 @@ def fig_ablations(
         top, mid, bottom = cast(np.ndarray, fig.subfigures(3, 1, height_ratios=[ha, hb, 1.25]))
         for sf, df, title, pairs in (
             (top, gam, "(a) savings gained by γ calibration over γ = 1", GAMMA_PAIRS),
-            (mid, orc, "(b) savings gap: oracle q − learned q", ORACLE_PAIRS),
+            (mid, orc, "(b) savings gap at γ = 1: oracle q − learned q", ORACLE_PAIRS),
         ):
             if df.empty:
                 ax = sf.subplots()
@@ -903,20 +963,23 @@ def fig_ablations(
             )
             data += [bins.assign(panel="c"), cps.assign(panel="d")]
     fo.data = pd.concat(data, ignore_index=True)
+    fo.label_data(_sources(results, zip(fo.data.model, fo.data.dataset)))
     return _finish(fo, fig, out_dir, formats)
 
 
-# -- the frontier: every stopping rule against the oracle bound --------------------------------
+# -- the frontier: every stopping rule against the oracle-first stop -------------------------
 #: marker of each kind of rule (by the method's name), in legend order
 FRONTIER_KINDS = (
     ("MARS, γ=1", ("sc-mars", "dco-mars"), "o"),
     ("MARS, calibrated γ", ("sc-mars-cal", "dco-mars-cal"), "*"),
     ("MARS, certified", ("sc-mars-cert", "dco-mars-cert"), "s"),
     ("MARS2 (predictive risk)", ("sc-mars2", "dco-mars2"), "D"),
-    ("Parallel-Probe", ("sc-pp",), "X"),
-    ("Parallel-Probe, pruning", ("sc-pp-faithful",), "P"),
+    ("Parallel-Probe (u at each point)", ("sc-pp",), "X"),
+    ("Parallel-Probe, pruning (u at each point)", ("sc-pp-faithful",), "P"),
     ("Consensus", ("sc-consensus",), "^"),
 )
+#: the Parallel-Probe methods, whose points the frontier labels with their u (several settings)
+PP_METHODS = ("sc-pp", "sc-pp-faithful")
 FRONTIER_PIPELINES = (
     ("SC", "sc", "oracle-first"),
     ("DeepConf", "dco", "oracle-dco-first"),
@@ -929,7 +992,7 @@ def frontier_points(results: Results) -> pd.DataFrame:
     kind_of = {m: (k, mk) for k, ms, mk in FRONTIER_KINDS for m in ms}
     rows = []
     for pair in results.pairs:
-        for run in results.runs_of(*pair):
+        for run in results.comparable_runs(*pair):
             for method in run.methods:
                 if method not in kind_of:
                     continue
@@ -947,6 +1010,9 @@ def frontier_points(results: Results) -> pd.DataFrame:
                         "pipeline": pipe,
                         "method": method,
                         "kind": kind_of[method][0],
+                        "pp_conv": run.settings(method).get("pp_conv")
+                        if method in PP_METHODS
+                        else None,
                         "accuracy_pct": ov.get("accuracy_pct"),
                         "savings_pct": ov.get("savings_pct"),
                         "baseline_accuracy_pct": None
@@ -966,6 +1032,7 @@ def frontier_points(results: Results) -> pd.DataFrame:
             "pipeline",
             "method",
             "kind",
+            "pp_conv",
             "accuracy_pct",
             "savings_pct",
             "baseline_accuracy_pct",
@@ -976,16 +1043,18 @@ def frontier_points(results: Results) -> pd.DataFrame:
 
 def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     """Accuracy against savings of every stopping rule, with each pipeline's full-budget accuracy
-    (horizontal) and oracle bound (vertical) per pool."""
+    (horizontal) and oracle-first savings (vertical) per pool."""
     df = frontier_points(results)
     fo = FigureOut(
         "fig-frontier",
-        "Accuracy–savings of every stopping rule against the oracle bound",
+        "Accuracy–savings of every stopping rule against the oracle-first stop",
         "Per model × dataset: mean accuracy against mean per-question token savings of every "
-        "early-stopping method and setting (SC pipeline blue, DeepConf orange). Dotted lines: the "
-        "pipeline's full-budget accuracy; dashed lines: the savings of its oracle stop (first "
-        "checkpoint whose leader is the full-budget vote), the bound no rule that keeps the "
-        "answer can pass.",
+        "early-stopping method and setting (SC pipeline blue, DeepConf orange; each "
+        "Parallel-Probe point labelled with its u). Dotted lines: the pipeline's full-budget "
+        "accuracy; dashed lines: the savings of its oracle-first stop (the first checkpoint whose "
+        "leader is the full-budget vote). No rule that always returns the full-budget answer can "
+        "save more than oracle-first; a rule that sometimes returns another answer can, so it is "
+        "a reference point, not a bound.",
         data=df,
     )
     pairs = list(dict.fromkeys(zip(df.model, df.dataset))) if len(df) else []
@@ -1032,7 +1101,16 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                         zorder=3,
                         label=kind,
                     )
-            ax.set_title(f"{model} · {dataset}", fontsize=9)
+                    for _, pt in pts[pts.pp_conv.notna()].iterrows():
+                        ax.annotate(
+                            f"u={int(pt.pp_conv)}",
+                            (pt.savings_pct, pt.accuracy_pct),
+                            xytext=(4, 3),
+                            textcoords="offset points",
+                            fontsize=6.5,
+                            color=colors[pipe],
+                        )
+            ax.set_title(f"{results.model_title(model)} · {dataset}", fontsize=9)
             ax.set_xlabel("token savings (%)")
             ax.set_ylabel("accuracy (%)")
         handles = (
@@ -1048,7 +1126,9 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                 mpl.lines.Line2D(
                     [], [], color="#555555", linestyle=":", label="full-budget accuracy"
                 ),
-                mpl.lines.Line2D([], [], color="#555555", linestyle="--", label="oracle bound"),
+                mpl.lines.Line2D(
+                    [], [], color="#555555", linestyle="--", label="oracle-first savings"
+                ),
             ]
         )
         fig.legend(
@@ -1058,6 +1138,7 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
             frameon=False,
             fontsize=7,
         )
+    fo.label_data(_sources(results, pairs))
     return _finish(fo, fig, out_dir, formats)
 
 

@@ -146,14 +146,19 @@ class Table:
     commands: list[str] = field(
         default_factory=list
     )  # the report command first, then the simulate commands
+    source: str = ""  # what the data is (mars.report.provenance.describe): synthetic is flagged
 
     # -- Markdown ----------------------------------------------------------------------------------
-    def markdown(self, heading: bool = True) -> str:
+    def markdown(self, heading: bool = True, commands: bool = True) -> str:
+        """The table in Markdown; ``commands``: with its "Made by" block (the index, which
+        shows the commands once, leaves it out)."""
         out = []
         if heading:
             out += [f"### {self.title}", ""]
         if self.caption:
             out += [self.caption, ""]
+        if self.source:
+            out += [f"> {self.source}", ""]
         headers = self._md_headers()
         ncol = len(headers)
         out.append("| " + " | ".join(headers) + " |")
@@ -168,7 +173,7 @@ class Table:
             out.append(f"- {n}")
         if self.notes:
             out.append("")
-        if self.commands:
+        if self.commands and commands:
             out.append("Made by:")
             out.append("")
             out.append("```")
@@ -232,7 +237,7 @@ class Table:
         out += [
             r"\bottomrule",
             r"\end{tabular}",
-            rf"\caption{{{tex_escape(self.caption)}}}",
+            rf"\caption{{{tex_escape(' '.join(filter(None, (self.caption, self.source))))}}}",
             rf"\label{{tab:{self.key}}}",
             r"\end{table}",
             "",
@@ -241,6 +246,8 @@ class Table:
 
     def _comment_lines(self) -> list[str]:
         lines = [f"{self.title} (generated; do not edit)"]
+        if self.source:
+            lines.append(f"data: {self.source}")
         if self.commands:
             lines.append("made by:")
             lines += [f"  {c}" for c in self.commands]

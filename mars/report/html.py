@@ -55,6 +55,8 @@ def table_html(table: Table) -> str:
     ]
     if table.caption:
         out.append(f'<p class="caption">{escape(table.caption)}</p>')
+    if table.source:
+        out.append(f'<p class="caption"><b>{escape(table.source)}</b></p>')
     out += ["<table>", "<thead>"]
     if table.groups:
         cells = [
@@ -66,8 +68,8 @@ def table_html(table: Table) -> str:
     out += ["<tr>" + "".join(heads) + "</tr>", "</thead>", "<tbody>"]
     for i, row in enumerate(table.rows):
         tr = '<tr class="break">' if i in table.breaks and i > 0 else "<tr>"
-        cells = (f'<td class="{a}">{cell_html(c)}</td>' for a, c in zip(align, row))
-        out.append(tr + "".join(cells) + "</tr>")
+        tds = (f'<td class="{a}">{cell_html(c)}</td>' for a, c in zip(align, row))
+        out.append(tr + "".join(tds) + "</tr>")
     if not table.rows:
         out.append(f'<tr><td colspan="{len(table.headers)}">(no data)</td></tr>')
     out += ["</tbody>", "</table>", *_notes(table.notes)]

@@ -7,17 +7,28 @@ Layout of ``OUT``::
     OUT/tables/<table>.html            the table as a web page (mars.report.html)
     OUT/figures/<figure>.png|.pdf|.csv the figure and the numbers it plots
     OUT/figures/<figure>.caption.html  its caption, for `snakemake --report`
+
+The report owns ``OUT`` as a whole, so that it holds exactly this run's report: it is built in a
+hidden sibling folder and swapped in when complete (a failed report leaves the previous one as it
+was; a second report leaves no table of the first). A folder holding anything a report does not
+write is refused before any work, so no user file is ever replaced.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import shlex
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .collect import DEFAULT_SETTING, Results, collect, parse_pool_overrides
+from ..atomic import check_output_dir, make_dirs, make_temp_dir
+from .collect import DEFAULT_SETTING, ReportError, Results, collect, parse_pool_overrides
 from .fmt import Table, md_escape
 from .html import caption_html, table_html
+from .names import run_commands
+from .provenance import describe
 from .tables import all_tables
 
 
@@ -105,11 +116,54 @@ def render_report(
         tradeoff_iterations,
         tradeoff_questions,
     )
-    results = collect(paths, labels, main_setting)
+    check_report_dir(out_dir)
     pool_map = parse_pool_overrides(pools)
-    rep = Report(out_dir=out_dir, index=out_dir / "report.md", results=results, command=command)
-    tdir, fdir = out_dir / "tables", out_dir / "figures"
-    tdir.mkdir(parents=True, exist_ok=True)
+    results = collect(paths, labels, main_setting, pool_map)  # all checked before any output
+    target = Path(os.path.abspath(out_dir))
+    make_dirs(target.parent)
+    stage = make_temp_dir(target.parent, f".{target.name}.report-")
+    try:
+        rep = Report(out_dir=stage, index=stage / "report.md", results=results, command=command)
+        _render(
+            rep,
+            pool_map,
+            example,
+            q_questions,
+            figures,
+            tradeoff,
+            tradeoff_budget,
+            tradeoff_iterations,
+            tradeoff_questions,
+            cache_dir,
+            formats,
+        )
+        replace_dir(stage, target, out_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    rep.out_dir, rep.index = out_dir, out_dir / "report.md"
+    for f in rep.figures:
+        f.files = [out_dir / p.relative_to(stage) for p in f.files]
+    return rep
+
+
+def _render(
+    rep: Report,
+    pool_map: dict,
+    example,
+    q_questions,
+    figures,
+    tradeoff,
+    tradeoff_budget,
+    tradeoff_iterations,
+    tradeoff_questions,
+    cache_dir,
+    formats,
+) -> None:
+    """Write every table, figure and the index into ``rep.out_dir``."""
+    results, command = rep.results, rep.command
+    tdir, fdir = rep.out_dir / "tables", rep.out_dir / "figures"
+    tdir.mkdir()
 
     rep.tables = all_tables(results, command)
     for t in rep.tables:
@@ -122,8 +176,6 @@ def render_report(
         from .figures import all_figures
 
         rep.figures = all_figures(results, fdir, pool_map, example, q_questions, cache_dir, formats)
-        for f in rep.figures:
-            f.notes.append(f"made by: {command}")
     if tradeoff:
         from .tradeoff import tradeoff_all
 
@@ -135,20 +187,84 @@ def render_report(
                 tradeoff_iterations,
                 tradeoff_questions,
                 cache_dir,
-                command,
                 formats,
             )
         )
     for f in rep.figures:
         (fdir / f"{f.stem}.caption.html").write_text(caption_html(f.title, f.caption, f.notes))
     rep.index.write_text(_index(rep))
-    return rep
+
+
+#: What a report writes in its folder (all of it replaced by the next report into the folder).
+REPORT_ENTRIES = frozenset({"report.md", "tables", "figures"})
+#: Left in an output folder by the tools that manage it (Snakemake marks directory outputs).
+TOOL_ENTRIES = frozenset({".snakemake_timestamp"})
+
+
+def check_report_dir(out_dir: Path) -> None:
+    """Refuse, before any work, an output folder the report cannot own as a whole: one holding
+    anything a report does not write (results, a pool, notes: they would be replaced), or the
+    current directory (swapping it would strand the shell in a deleted folder)."""
+    check_output_dir(out_dir)
+    check_output_dir(out_dir.absolute().parent)  # the report is built beside it
+    if not out_dir.is_dir():
+        return
+    if Path.cwd().resolve().is_relative_to(out_dir.resolve()):
+        raise ReportError(f"--out {out_dir}: is or holds the current directory; run from elsewhere")
+    try:
+        entries = sorted(os.listdir(out_dir))
+    except OSError as exc:
+        raise ReportError(f"--out {out_dir}: unreadable ({exc.strerror or exc})") from None
+    foreign = [e for e in entries if e not in REPORT_ENTRIES | TOOL_ENTRIES]
+    if foreign:
+        raise ReportError(
+            f"--out {out_dir}: holds {foreign[0]!r}, which a report does not write; a report "
+            "replaces its whole folder (report.md, tables/, figures/): choose a new or empty "
+            "folder, or an earlier report's"
+        )
+
+
+def replace_dir(new: Path, target: Path, name: Path | None = None) -> None:
+    """Rename the complete folder ``new`` to ``target``, moving an existing ``target`` aside
+    first and deleting it after (each rename atomic; concurrent writers each leave a whole
+    folder, the last one wins, and no moved-aside folder is left behind). ``name``: the folder
+    as the user gave it, for messages."""
+    name = name or target
+    aside: list[Path] = []
+    try:
+        for _ in range(100):
+            try:
+                os.rename(new, target)  # onto a missing or empty folder
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise ReportError(
+                        f"--out {name}: cannot put the report in place ({exc.strerror or exc})"
+                    ) from None
+            old = make_temp_dir(target.parent, f".{target.name}.old-")
+            aside.append(old)
+            try:
+                os.rename(target, old)
+            except FileNotFoundError:
+                pass  # another writer moved it first
+            except OSError as exc:
+                raise ReportError(
+                    f"--out {name}: cannot replace it ({exc.strerror or exc})"
+                ) from None
+        raise ReportError(f"--out {name}: replaced by other writers 100 times in a row")
+    finally:
+        for old in aside:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _index(rep: Report) -> str:
-    out = [
-        "# MARS report",
-        "",
+    """report.md: what the data is, the command (once), the runs, every table and figure."""
+    results = rep.results
+    about = describe(results.sources(results.runs))
+    out = ["# MARS report", ""]
+    if about:
+        out += [f"> {about}", ""]
+    out += [
         "Rendered from `mars simulate` outputs by:",
         "",
         "```",
@@ -157,23 +273,25 @@ def _index(rep: Report) -> str:
         "",
         "## Inputs",
         "",
-        "| Model | Dataset | Setting | Methods | Questions | Budget | Iterations | Directory |",
-        "|:---|:---|:---|---:|---:|---:|---:|:---|",
+        "| Model | Dataset | Setting | Data | Methods | Questions | Budget | Iterations | Warmup "
+        "| Seed | Directory |",
+        "|:---|:---|:---|:---|---:|---:|---:|---:|---:|---:|:---|",
     ]
-    for r in rep.results.runs:
-        s = r.settings(r.methods[0]) if r.methods else {}
+    for r in results.runs:
+        s = r.sampling
         nq = max((int(ov.get("n_questions") or 0) for ov in r.overall.values()), default=0)
-        out.append(
-            f"| {md_escape(r.model)} | {md_escape(r.dataset)} | {md_escape(r.setting)} | "
-            f"{len(r.methods)} | {nq} | {s.get('budget', '')} | {s.get('iterations', '')} | "
-            f"`{r.path}` |"
-        )
-    out += ["", "## Tables", ""]
+        cells = [r.model, r.dataset, r.setting, results.source_of(r).text, len(r.methods), nq]
+        cells += [s.get(k, "") for k in ("budget", "iterations", "warmup", "seed")]
+        out.append("| " + " | ".join(md_escape(c) for c in cells) + f" | `{r.path}` |")
+    commands = run_commands([(r, m) for r in results.runs for m in r.methods])
+    out += ["", "Each run was simulated by:", "", "```", *commands, "```", ""]
+    out += ["## Tables", ""]
     for t in rep.tables:
-        out.append(t.markdown().replace("### ", "### ", 1))
+        out.append(t.markdown(commands=False))
         out.append(
-            f"Files: [Markdown](tables/{t.key}.md) · [LaTeX](tables/{t.key}.tex) · "
-            f"[CSV](tables/{t.key}.csv)"
+            f"Made by the command above, from the runs in Inputs. Files: "
+            f"[Markdown](tables/{t.key}.md) · [LaTeX](tables/{t.key}.tex) · "
+            f"[CSV](tables/{t.key}.csv) (each with the commands that made it)"
         )
         out.append("")
     if rep.figures:

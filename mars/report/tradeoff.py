@@ -27,6 +27,7 @@ from ..settings import SPECS
 from ..simulate import QuestionContext, QuestionResult, Settings, run_method
 from . import trace
 from .figures import FORMATS, FigureOut, _finish, style
+from .provenance import pool_source
 
 
 @dataclass(frozen=True)
@@ -124,9 +125,10 @@ def _fmt(v) -> str:
 
 
 def fig_tradeoff(
-    frames: dict, out_dir: Path, command: str | None = None, formats=FORMATS
+    frames: dict, out_dir: Path, formats=FORMATS, sources: dict | None = None
 ) -> FigureOut:
-    """Accuracy against savings per sweep, one panel per pool label."""
+    """Accuracy against savings per sweep, one panel per pool label (``sources``: the
+    :class:`~mars.report.provenance.DataSource` of each label's pool)."""
     labels = list(frames)
     data = (
         pd.concat([f.assign(label=k) for k, f in frames.items()], ignore_index=True)
@@ -142,6 +144,7 @@ def fig_tradeoff(
         "in-process on few questions and iterations; see tradeoff.csv.",
         data=data,
     )
+    fo.label_data(sources or {})
     palette = dict(
         zip(list(dict.fromkeys(data.family)) if len(data) else [], sns.color_palette("tab10"))
     )
@@ -223,8 +226,6 @@ def fig_tradeoff(
             )
         else:
             axes[0][0].set_axis_off()
-    if command:
-        fo.notes.append(f"made by: {command}")
     return _finish(fo, fig, out_dir, formats)
 
 
@@ -245,16 +246,16 @@ def tradeoff_all(
     iterations: int = 8,
     max_questions: int | None = None,
     cache_dir=None,
-    command: str | None = None,
     formats=FORMATS,
     sweeps=DEFAULT_SWEEPS,
 ) -> FigureOut:
-    frames = {}
+    frames, sources = {}, {}
     for spec in specs:
         label, path = parse_tradeoff_spec(spec)
+        sources[label] = pool_source(Path(path), path)
         base = Settings(budget=budget, iterations=iterations)
         questions = trace.pool_of(path).qids[:max_questions] if max_questions else None
         frames[label] = run_tradeoff(
             path, base, sweeps=sweeps, questions=questions, cache_dir=cache_dir
         )
-    return fig_tradeoff(frames, out_dir, command, formats)
+    return fig_tradeoff(frames, out_dir, formats, sources)
