@@ -617,3 +617,84 @@ def test_llama_server_pool_probed_sharded_consolidated_simulated(
         "--iterations", 4, "--out", tmp_path / "sim", "-q",
     )  # fmt: skip
     assert (tmp_path / "sim" / "sc-mars" / "overall.json").exists()
+
+
+@pytest.mark.slow
+def test_llama_server_live_solve_stops_early_and_replays(llama, smol_tokenizer, cli_env, tmp_path):
+    """``mars solve`` through llama-server stops the traces early (fewer tokens than the same
+    traces run to completion), replays exactly, and leaves no slot of the server working."""
+    out = tmp_path / "live"
+    mars_cli(
+        "solve", "--backend", "server", "--base-url", llama.url, "--problems",
+        easy_problems(tmp_path), "--questions", 0, "--traces", 8, "--warmup", 2, "--spacing", 16,
+        "--max-tokens", 256, "--method", "sc-consensus", "--consensus", 0.5, "--compare-full",
+        "--out", out, "-q",
+    )  # fmt: skip
+    rec = json.loads((out / "live" / "q000000.json").read_text())
+    assert rec["stopped_by"] != "budget" and rec["stop_position"] < 256
+    assert rec["tokens"] < rec["full"]["tokens"] and rec["replay_ok"]
+    assert rec["probe_tokens"] is not None  # the server reported every probe's cached tokens
+    res = mars_cli("replay", out)
+    assert "1/1 questions replay exactly" in res.stdout
+    assert llama.busy_slots() == 0  # stopping left nothing running on the server
+
+
+@pytest.mark.slow
+def test_killing_the_server_mid_run_stops_cleanly_and_the_run_resumes(
+    smol_tokenizer, cli_env, tmp_path
+):
+    """The server killed while ``mars generate`` runs: the run ends after its bounded retries
+    with one line, the questions written before stay as they are, and the same command against
+    the server started again (on another port) finishes the pool."""
+    problems = tmp_path / "four.jsonl"
+    problems.write_text(
+        "".join(
+            json.dumps({"question": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n"
+            for a, b in ((2, 3), (4, 4), (1, 6), (5, 2))
+        )
+    )
+    server = LlamaServer(tmp_path / "server.log").start()
+
+    def generate(url: str) -> list[str]:
+        return [
+            sys.executable, "-m", "mars.cli", "generate", "--backend", "server", "--base-url",
+            url, "--problems", str(problems), "--traces", "4", "--max-tokens", "128",
+            "--spacing", "32", "--seed", "3", "--out", str(tmp_path / "pool"), "-q",
+        ]  # fmt: skip
+
+    try:
+        proc = subprocess.Popen(generate(server.url), stderr=subprocess.PIPE, text=True, cwd=REPO)
+        first = tmp_path / "pool" / schema.trace_file_name(0)
+        deadline = time.monotonic() + 300
+        while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert first.exists(), "no question finished before the deadline"
+        server.kill()
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2 and time.monotonic() - t0 < 60
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: the server at http://127.0.0.1:")
+        assert "rerun the same command to resume" in lines[0]
+        done = {p.name: p.read_bytes() for p in (tmp_path / "pool" / "traces").glob("*.parquet")}
+        assert 1 <= len(done) < 4 and not (tmp_path / "pool" / "pool.json").exists()
+        server.start()  # another free port: where the server runs is not part of the pool
+        res = subprocess.run(generate(server.url), capture_output=True, text=True, cwd=REPO)
+        assert res.returncode == 0, res.stderr[-2000:]
+    finally:
+        server.stop()
+    pool = open_pool(tmp_path / "pool")
+    assert pool.qids == [0, 1, 2, 3]
+    for name, data in done.items():  # nothing written before the kill was redone
+        assert (tmp_path / "pool" / "traces" / name).read_bytes() == data
+
+
+@pytest.mark.parametrize(("kind", "concurrency", "most"), [("llama.cpp", None, 4), ("vllm", 3, 3)])
+def test_requests_run_concurrently_and_bounded(kind, concurrency, most):
+    """A batch's requests go out together, never more than ``concurrency`` at once (default:
+    the llama.cpp server's slots)."""
+    server = fake.FakeServer(kind, delay=0.05)
+    be = backend(server, max_tokens=8, concurrency=concurrency)
+    assert be.http.concurrency == most
+    be.start(Q, 10, 0).advance(8)
+    assert server.most_in_flight == most

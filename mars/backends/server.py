@@ -591,6 +591,12 @@ class Http:
             fut.cancel()
             raise
 
+    def limit(self, concurrency: int) -> None:
+        """At most ``concurrency`` requests in flight from now on."""
+        self.concurrency = int(concurrency)
+        if self._sem is not None:
+            self._sem = asyncio.Semaphore(self.concurrency)
+
     def close(self) -> None:
         loop, client = self._loop, self._client
         if loop is None or self._pid != os.getpid():
@@ -609,7 +615,7 @@ class Http:
                 headers=self.headers,
                 timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
                 transport=self.transport,
-                limits=httpx.Limits(max_connections=self.concurrency),
+                limits=httpx.Limits(max_connections=None),  # the semaphore bounds them
             )
             self._sem = asyncio.Semaphore(self.concurrency)
         return self._client
@@ -936,7 +942,7 @@ class ServerBackend(TokenProbing, Backend):
         if concurrency is None and server == "llama.cpp":
             slots = (report.get("/props") or {}).get("total_slots")
             if slots:
-                self.http.concurrency = int(slots)
+                self.http.limit(int(slots))
         self._load_tokenizer(tokenizer)
         self._check_tokenizer()
         self._trial()

@@ -90,6 +90,7 @@ class FakeServer:
         self.top_n = int(knobs.pop("top_n", 20))
         assert not knobs, knobs
         self.requests: list[tuple[str, dict | None]] = []
+        self.in_flight = self.most_in_flight = 0
         self.seen: list[tuple[int, ...]] = []
         self.truth: dict[tuple[tuple[int, ...], int], list[list[tuple[float, int]]]] = {}
         self.cached_of: dict[tuple[int, ...], int] = {}
@@ -171,8 +172,12 @@ class FakeServer:
                 }
             return httpx.Response(200, json=out)
         if path == self.completion_path():
-            if self.delay:
-                await asyncio.sleep(self.delay)
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                await asyncio.sleep(self.delay)  # 0: others may start meanwhile
+            finally:
+                self.in_flight -= 1
             if self.fail:
                 status = self.fail.pop(0)
                 return httpx.Response(status, json={"error": {"message": f"busy ({status})"}})
