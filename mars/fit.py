@@ -10,7 +10,7 @@ FIT/ layout::
 
     fit.json                 provenance: pool, spacing, window, warmup sizes, per-question hashes
     models.parquet           one row per question × warmup size (mars.schema.MODEL_SCHEMA); its
-                             metadata records the spacing and window it was fitted with
+                             metadata records the spacing, window and arrays version of the fit
     q000007-<key>.npz        the question's arrays: the fit directory is an array cache, read
                              through the one reader `simulate --cache` uses (mars.arrays)
 
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import schema
-from .arrays import QuestionArrays, load_arrays
+from .arrays import ARRAYS_VERSION, QuestionArrays, load_arrays
 from .atomic import write_atomic, write_json_atomic
 from .errors import MarsError
 from .features import FEATURE_NAMES
@@ -46,13 +46,19 @@ MODEL_NAME = "switch"
 #: 2: models.parquet records the spacing and window it was fitted with (FIT_SETTINGS_KEY);
 #: 3: answer groups of ARRAYS_VERSION 4 (the switch labels follow them)
 FIT_VERSION = 3
-#: Parquet metadata key of models.parquet: the fit settings ({"spacing": .., "window": ..}).
+#: Parquet metadata key of models.parquet: what its models were fitted on (fit_key()).
 FIT_SETTINGS_KEY = b"mars.fit"
 _MODEL_PARAMS = ("mean", "scale", "intercept", "coef", "platt_a", "platt_b")
 
 
 class FitError(MarsError):
     """A fit directory that does not match the pool or the settings of a simulation."""
+
+
+def fit_key(spacing: int, window: int) -> dict:
+    """What fitted models depend on besides the traces: the grid, the confidence window and the
+    arrays' version (answer groups, hence the switch labels)."""
+    return {"spacing": spacing, "window": window, "arrays": ARRAYS_VERSION}
 
 
 @dataclass(frozen=True)
@@ -158,8 +164,8 @@ def fit_pool(
                 if progress:
                     progress()
     table = pa.Table.from_pylist(rows, schema=schema.MODEL_SCHEMA)
-    settings = {"spacing": fs.spacing, "window": fs.window}
-    stored = table.replace_schema_metadata({FIT_SETTINGS_KEY: json.dumps(settings)})
+    key = json.dumps(fit_key(fs.spacing, fs.window))
+    stored = table.replace_schema_metadata({FIT_SETTINGS_KEY: key})
     write_atomic(
         out / schema.FIT_MODELS,
         lambda p: pq.write_table(stored, p, compression="zstd", write_page_checksum=True),
@@ -227,11 +233,11 @@ class FitDir:
             recorded = json.loads((table.schema.metadata or {})[FIT_SETTINGS_KEY])
         except (KeyError, ValueError, RecursionError):
             recorded = None
-        if recorded != {"spacing": self.spacing, "window": self.window}:
+        expected = fit_key(self.spacing, self.window)
+        if recorded != expected:
             raise FitError(
-                f"{f}: fitted with other settings than {schema.FIT_MANIFEST} records "
-                f"({recorded} against spacing {self.spacing}, window {self.window}; "
-                "rerun `mars fit`)"
+                f"{f}: fitted on {recorded}, but {schema.FIT_MANIFEST} and this mars read "
+                f"{expected} (rerun `mars fit`)"
             )
         columns = []
         for field in schema.MODEL_SCHEMA:
@@ -327,11 +333,12 @@ class FitDir:
                 f"{self.path}: question {q.qid} was fitted on other traces than the pool holds "
                 "now (rerun `mars fit`)"
             )
-        if (row["n_traces"], row["n_checkpoints"]) != (arr.n_traces, arr.n_checkpoints):
+        shape = ("n_traces", "n_checkpoints", "n_answers")
+        if [row[k] for k in shape] != [arr.n_traces, arr.n_checkpoints, arr.n_answers]:
             raise FitError(
                 f"{self.models_file}: question {q.qid}: fitted on {row['n_traces']} traces × "
-                f"{row['n_checkpoints']} checkpoints, the pool has {arr.n_traces} × "
-                f"{arr.n_checkpoints} (rerun `mars fit`)"
+                f"{row['n_checkpoints']} checkpoints, {row['n_answers']} answers; the pool has "
+                f"{arr.n_traces} × {arr.n_checkpoints}, {arr.n_answers} (rerun `mars fit`)"
             )
         model = self.models[(q.qid, int(warmup))]
         return QuestionFit(

@@ -353,7 +353,9 @@ def test_a_models_file_of_other_fit_settings_is_refused(fitted, tmp_path):
     assert res.exit_code == 0, res.output
     (fit / schema.FIT_MODELS).write_bytes((other / schema.FIT_MODELS).read_bytes())
     res = _simulate(pool, tmp_path / "o", "--fit", str(fit))
-    assert res.exit_code == 2 and "fitted with other settings than fit.json" in res.output
+    assert (
+        res.exit_code == 2 and "'window': 1024" in res.output and "rerun `mars fit`" in res.output
+    )
 
 
 def _fuzz_fit(rng, fit):
@@ -456,3 +458,15 @@ def test_a_fit_of_an_older_format_is_refused(fitted, tmp_path):
     (fit / schema.FIT_MANIFEST).write_text(json.dumps({**manifest, "version": 1}))
     res = _simulate(pool, tmp_path / "o", "--fit", str(fit))
     assert res.exit_code == 2 and "mars-fit format version 1 is not supported" in res.output
+
+
+def test_models_of_other_answer_groups_are_refused(fitted, monkeypatch):
+    """Switch labels follow the answer groups: models fitted under another arrays version (the
+    grouping or grading changed since) are refused, not used with the new groups."""
+    import mars.fit
+
+    _, fit, _ = fitted
+    FitDir(fit)  # readable as written
+    monkeypatch.setattr(mars.fit, "ARRAYS_VERSION", mars.fit.ARRAYS_VERSION + 1)
+    with pytest.raises(mars.fit.FitError, match=r"models.parquet: fitted on .*rerun `mars fit`"):
+        FitDir(fit)
