@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import MarsError, UsageError
+from .userfiles import parse_json, regular_file
 
 PROBLEMS_DIR = Path(__file__).resolve().parent / "data" / "problems"
 #: The largest question id a selection may name (far above any benchmark's size).
@@ -39,10 +41,8 @@ def bundled_problem_sets() -> list[str]:
 def problems_path(path_or_name: str | Path) -> Path:
     """The jsonl file of a path or of a bundled set's name."""
     p = Path(path_or_name)
-    if p.exists():
-        if p.is_dir():
-            raise MarsError(f"{p}: is a directory, not a problems file")
-        return p
+    if os.path.lexists(p):
+        return regular_file(p)  # a FIFO would block the reader forever
     name = str(path_or_name)
     name = name.removesuffix(".jsonl")
     bundled = PROBLEMS_DIR / f"{name}.jsonl"
@@ -63,8 +63,8 @@ def load_problems(path_or_name: str | Path) -> list[Problem]:
             for i, line in enumerate(fh):
                 if not line.strip():
                     raise MarsError(f"{p}:{i + 1}: blank line (qid = line index)")
+                row = parse_json(line, f"{p}:{i + 1}")
                 try:
-                    row = json.loads(line)
                     out.append(
                         Problem(
                             qid=i,
@@ -73,7 +73,7 @@ def load_problems(path_or_name: str | Path) -> list[Problem]:
                             dataset=p.stem,
                         )
                     )
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                except (KeyError, TypeError) as exc:
                     raise MarsError(f"{p}:{i + 1}: bad problem line ({exc})") from None
     except UnicodeDecodeError as exc:
         raise MarsError(f"{p}: not UTF-8 text ({exc.reason})") from None

@@ -16,6 +16,7 @@ from mars.convert import import_pool
 from mars.errors import MarsError
 from mars.pool import PoolError, open_pool
 from mars.pooldir import PoolDirWriter
+from mars.problems import load_problems
 from mars.shards import consolidate
 from mars.userfiles import MAX_DEPTH, parse_json, read_json, read_json_object, regular_file
 
@@ -114,6 +115,7 @@ def _readers(tmp_path):
             tmp_path / "pp.json",
             lambda: import_pool("parallel-probe", tmp_path / "pp.json", tmp_path / "imported"),
         ),
+        "problems file": (tmp_path / "p.jsonl", lambda: load_problems(tmp_path / "p.jsonl")),
     }
 
 
@@ -126,6 +128,7 @@ def _readers(tmp_path):
         "generation record",
         "synthetic preset",
         "Parallel-Probe import",
+        "problems file",
     ],
 )
 def test_every_reader_refuses_a_damaged_file_in_one_line(tmp_path, reader, damage):
@@ -147,3 +150,9 @@ def test_an_import_source_that_is_a_fifo_is_refused_before_opening(tmp_path, fmt
     with unblocking_fifo(tmp_path / "source") as fifo:
         with pytest.raises(MarsError, match="a FIFO, not a regular file"):
             import_pool(fmt, fifo, tmp_path / "imported")
+
+
+def test_a_problems_file_that_is_a_fifo_is_refused_before_opening(tmp_path):
+    with unblocking_fifo(tmp_path / "p.jsonl") as fifo:
+        with pytest.raises(MarsError, match="a FIFO, not a regular file"):
+            load_problems(fifo)
