@@ -501,11 +501,22 @@ def _worker_pool(path: str) -> Pool:
 
 
 def _worker_fit(path: str):
+    """The fit directory at ``path``, read once per process while its files stay the same (a
+    directory fitted again is read again)."""
+    from . import schema
     from .fit import FitDir
 
-    if path not in _FITS:
-        _FITS[path] = FitDir(path)
-    return _FITS[path]
+    stamp: list[tuple[int, int, int] | None] = []
+    for name in (schema.FIT_MANIFEST, schema.FIT_MODELS):
+        try:
+            st = os.stat(Path(path) / name)
+            stamp.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamp.append(None)  # FitDir says what is missing
+    cached = _FITS.get(path)
+    if cached is None or cached[0] != stamp:
+        _FITS[path] = cached = (stamp, FitDir(path))
+    return cached[1]
 
 
 def _worker(args) -> QuestionResult:

@@ -470,3 +470,14 @@ def test_models_of_other_answer_groups_are_refused(fitted, monkeypatch):
     monkeypatch.setattr(mars.fit, "ARRAYS_VERSION", mars.fit.ARRAYS_VERSION + 1)
     with pytest.raises(mars.fit.FitError, match=r"models.parquet: fitted on .*rerun `mars fit`"):
         FitDir(fit)
+
+
+def test_a_fit_directory_fitted_again_is_read_again(fitted, tmp_path):
+    """One process (a notebook, the library) that refits a directory simulates with the new
+    models, never with those it read before."""
+    pool, fit, _ = fitted
+    assert _simulate(pool, tmp_path / "a", "--fit", str(fit)).exit_code == 0
+    res = runner.invoke(app, ["fit", str(pool), "--out", str(fit), "--warmup", "4", "-q"])
+    assert res.exit_code == 0, res.output
+    res = _simulate(pool, tmp_path / "b", "--fit", str(fit))
+    assert res.exit_code == 2 and "no switch models for --warmup 8" in res.output
