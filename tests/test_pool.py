@@ -411,3 +411,17 @@ def test_fuzz_damaged_pools_never_give_a_traceback(tmp_path):
             assert (out / "sc" / "per_question.csv").is_file()
         outcomes[res.exit_code] += 1
     assert outcomes[2] > FUZZ_TRIALS // 2  # most damage is detected
+
+
+def test_trace_counts_come_from_file_metadata(tmp_path):
+    """What sizes are checked against before any work: rows per question, without reading
+    traces; a question whose file is missing or not a regular file is left to its reader."""
+    from mars.pool import open_pool
+
+    layout = write_layout_pool(tmp_path / "l", n_questions=3, n=12)
+    published = write_published_pool(tmp_path / "p.parquet", n_questions=3, n=12)
+    for path in (layout, published):
+        assert open_pool(path).trace_counts([0, 2]) == {0: 12, 2: 12}
+    pool = open_pool(layout)
+    (layout / schema.trace_file_name(1)).unlink()
+    assert pool.trace_counts([0, 1]) == {0: 12}
