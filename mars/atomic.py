@@ -6,13 +6,23 @@ A file is written to a temporary name in its own folder and renamed over the tar
 path under a file or an unwritable place is a one-line :class:`~mars.errors.MarsError`) and
 removes the folder again if the work fails and it is still empty; :func:`check_apart` refuses an
 output that is, holds or lies inside one of the command's inputs.
+
+A folder is made complete under a temporary name and swapped in by :func:`replace_dir`;
+:func:`folder_lock` makes concurrent writers into one folder take turns. A full disk (or quota)
+while writing is one line naming the output and the disk (:func:`disk_full_message`, which the
+command line prints): the writers here record which output they were writing
+(:func:`naming_output`) and remove their temporary files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
+import re
+import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -44,8 +54,9 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        with naming_output(path):
+            write(tmp)
+            os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -108,7 +119,8 @@ def output_dir(path: str | Path, what: str = "--out") -> Iterator[Path]:
     except OSError as exc:
         raise MarsError(f"{what} {path}: cannot create it ({exc.strerror or exc})") from None
     try:
-        yield path
+        with naming_output(path):
+            yield path
     except BaseException:
         if created:
             with contextlib.suppress(OSError):
@@ -174,3 +186,132 @@ def check_output_file(path: str | Path, what: str = "output") -> None:
         _probe_writable(path.parent, f"{what} {path}")
     else:
         check_output_dir(path.parent, what)
+
+
+#: A full disk, a full quota.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+@contextlib.contextmanager
+def naming_output(path: str | Path) -> Iterator[None]:
+    """Record ``path`` as the output being written in a full-disk error raised inside (Python's
+    and pyarrow's writes name no file, or a temporary one); the innermost output wins."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in DISK_FULL and getattr(exc, "_mars_output", None) is None:
+            setattr(exc, "_mars_output", str(path))  # noqa: B010 - OSError has no such field
+        raise
+
+
+def disk_full_message(exc: BaseException) -> str | None:
+    """The one line for a full disk or quota, naming the output and the disk (its mount point,
+    size and the space free now); None for any other error."""
+    if not isinstance(exc, OSError) or exc.errno not in DISK_FULL:
+        return None
+    path = getattr(exc, "_mars_output", None) or exc.filename
+    if path is None:
+        return f"no space left on device while writing an output ({exc.strerror or exc})"
+    path = _final_name(Path(path))
+    mount = _mount_point(Path(os.path.abspath(path)))
+    try:
+        usage = shutil.disk_usage(mount)
+        space = f"{_size(usage.free)} free of {_size(usage.total)}"
+    except OSError:
+        space = "size unknown"
+    full = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left"
+    return (
+        f"{path}: {full} on the disk mounted at {mount} ({space}): free some space and "
+        "run the command again"
+    )
+
+
+def _final_name(path: Path) -> Path:
+    """``path`` with every temporary name of ours (``.NAME.tmp-…``, see :func:`write_atomic`)
+    replaced by the NAME it is renamed to when complete."""
+    return Path(*(TEMP_NAME.sub(r"\1", part) for part in path.parts))
+
+
+#: The temporary name of an output NAME (a file or a folder) while it is written.
+TEMP_NAME = re.compile(r"^\.(.+)\.tmp-[^/]*$")
+
+
+def _mount_point(path: Path) -> Path:
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    while not os.path.ismount(path) and path.parent != path:
+        path = path.parent
+    return path
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # unreachable
+
+
+def replace_dir(
+    new: Path, target: Path, name: str | Path | None = None, what: str = "--out"
+) -> None:
+    """Rename the complete folder ``new`` to ``target``, moving an existing ``target`` aside
+    first and deleting it after. Each rename is atomic; concurrent writers each leave a whole
+    folder (the last one wins) and no moved-aside folder is left behind. ``name``: the folder as
+    the user gave it, for messages."""
+    name = name or target
+    aside: list[Path] = []
+    try:
+        for _ in range(100):
+            try:
+                os.rename(new, target)  # onto a missing or empty folder
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise MarsError(
+                        f"{what} {name}: cannot put it in place ({exc.strerror or exc})"
+                    ) from None
+            old = make_temp_dir(target.parent, f".{target.name}.old-")
+            aside.append(old)
+            try:
+                os.rename(target, old)
+            except FileNotFoundError:
+                pass  # another writer moved it first
+            except OSError as exc:
+                raise MarsError(
+                    f"{what} {name}: cannot replace it ({exc.strerror or exc})"
+                ) from None
+        raise MarsError(f"{what} {name}: replaced by other writers 100 times in a row")
+    finally:
+        for old in aside:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+LOCK_NAME = ".mars-lock"
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s lock: writers into one folder take turns (``flock`` on a lock file,
+    which also works across NFS clients). The file is removed when released; a waiter that then
+    holds a removed file's lock takes the new file's instead."""
+    path = Path(folder) / LOCK_NAME
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        os.close(fd)

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
+from .atomic import disk_full_message
 from .backends.factory import BACKENDS, bundled_presets
 from .errors import MarsError
 from .problems import bundled_problem_sets, parse_question_spec
@@ -52,12 +53,19 @@ TIMEOUT_OPTION = typer.Option(None, help="server: seconds one request may take (
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Report a :class:`MarsError` in one line and exit 2; let every other exception through."""
+    """Report a :class:`MarsError` or a full disk in one line and exit 2; let every other
+    exception through."""
     try:
         yield
     except MarsError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"error: {msg}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        full = disk_full_message(exc)
+        if full is None:
+            raise
+        print(f"error: {full}", file=sys.stderr)
         raise typer.Exit(2) from None
 
 
@@ -136,7 +144,7 @@ def simulate(
     from .methods import parse_methods
     from .pool import open_pool
     from .progress import progress_bar
-    from .results import summary_table, write_method
+    from .results import summary_table, write_methods
     from .settings import Settings
     from .simulate import pool_settings, simulate_pool, size_notes, supported_methods
 
@@ -176,10 +184,8 @@ def simulate(
                 progress=lambda: progress.advance(task),
             )
             fit = None if fit_dir is None else str(fit_dir)
-            overalls = [
-                write_method(out, m.name, results, settings.to_dict(), str(pool), fit, notes)
-                for m in methods
-            ]
+            names = [m.name for m in methods]
+            overalls = write_methods(out, names, results, settings.to_dict(), str(pool), fit, notes)
     if not quiet:
         err.print(summary_table(overalls))
         err.print(

@@ -2,15 +2,15 @@
 
 ``DIR/<method>/per_iteration.csv``, ``per_question.csv`` (first columns exactly
 ``qid,accuracy,tokens_mean,baseline_tokens_mean,savings_pct,stop_position_mean``) and
-``overall.json``. Every method directory is written to a temporary sibling and renamed into place,
-so a failed run leaves no partial output and earlier results of other methods stay untouched.
+``overall.json``. Every method directory of a run is written complete to a temporary sibling
+before any is renamed into place, so a failed run (a full disk) leaves no partial output and
+earlier results stay untouched; concurrent runs into one folder take turns.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .atomic import make_temp_dir
+from .atomic import folder_lock, make_dirs, make_temp_dir, naming_output, replace_dir
 from .schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
 
 PACKAGES = ("mars", "numpy", "scipy", "scikit-learn", "pandas", "pyarrow", "math-verify")
@@ -135,6 +135,50 @@ def _nan_to_none(x):
     return None if np.isnan(x) else x
 
 
+def write_methods(
+    out_dir: Path,
+    methods: list[str],
+    results,
+    settings: dict,
+    source: str,
+    fit: str | None = None,
+    notes: list[str] | None = None,
+) -> list[dict]:
+    """Write each method's folder; returns their overall dicts.
+
+    Every folder is first written complete under a temporary name, so a failure (a full disk)
+    replaces nothing; then, holding ``out_dir``'s lock (a concurrent run into the same folder
+    waits its turn, and the folder holds one run's methods), each replaces its predecessor and
+    whatever a killed writer left of it.
+    """
+    out_dir = Path(out_dir)
+    make_dirs(out_dir)
+    checksum = input_checksum(results)
+    staged: list[tuple[Path, Path]] = []
+    overalls = []
+    try:
+        for method in methods:
+            final = out_dir / method
+            with naming_output(final):
+                tmp = make_temp_dir(out_dir, f".{method}.tmp-")
+                staged.append((tmp, final))
+                pq_ = per_question_frame(results, method)
+                per_iteration_frame(results, method).to_csv(tmp / "per_iteration.csv", index=False)
+                pq_.to_csv(tmp / "per_question.csv", index=False)
+                ov = overall(pq_, method, settings, checksum, source, fit, notes)
+                (tmp / "overall.json").write_text(json.dumps(ov, indent=2, sort_keys=True) + "\n")
+            overalls.append(ov)
+        with folder_lock(out_dir):
+            for tmp, final in staged:
+                for litter in out_dir.glob(f".{final.name}.old-*"):  # left by a killed writer
+                    shutil.rmtree(litter, ignore_errors=True)
+                replace_dir(tmp, final)
+    finally:
+        for tmp, _ in staged:
+            shutil.rmtree(tmp, ignore_errors=True)  # what was not put in place
+    return overalls
+
+
 def write_method(
     out_dir: Path,
     method: str,
@@ -144,29 +188,8 @@ def write_method(
     fit: str | None = None,
     notes: list[str] | None = None,
 ) -> dict:
-    """Write one method's three files atomically; returns the overall dict."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    it = per_iteration_frame(results, method)
-    pq_ = per_question_frame(results, method)
-    ov = overall(pq_, method, settings, input_checksum(results), source, fit, notes)
-    tmp = make_temp_dir(out_dir, f".{method}.tmp-")
-    try:
-        it.to_csv(tmp / "per_iteration.csv", index=False)
-        pq_.to_csv(tmp / "per_question.csv", index=False)
-        (tmp / "overall.json").write_text(json.dumps(ov, indent=2, sort_keys=True) + "\n")
-        final = out_dir / method
-        if final.exists():
-            old = out_dir / f".{method}.old-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return ov
+    """Write one method's folder (:func:`write_methods`); returns its overall dict."""
+    return write_methods(out_dir, [method], results, settings, source, fit, notes)[0]
 
 
 def summary_table(overalls: list[dict]):

@@ -211,6 +211,40 @@ def test_created_folders_are_not_private(tmp_path):
         os.umask(old)
 
 
+#: Commands whose unfinished output is kept on purpose: a rerun resumes it.
+RESUMABLE = {"generate", "probe", "fit"}
+
+
+@pytest.mark.parametrize(
+    "command", ["generate", "probe", "import", "export", "fit", "simulate", "report"]
+)
+def test_a_full_disk_is_one_line(tmp_path, command):
+    """The disk fills up while writing: one line naming the output and the disk, exit 2, no
+    temporary file left, and no partial output but what a rerun resumes."""
+    import os
+
+    from util import small_disk, write_published_pool
+
+    with small_disk(tmp_path / "disk", "8k") as disk:
+        out = disk / "out"
+        args = _commands(tmp_path, str(out))
+        published = write_published_pool(tmp_path / "published.parquet", n_questions=1)
+        args["import"] = ["import", "mars-parquet", str(published), str(out)]
+        if command == "probe":
+            traces = tmp_path / "traces"
+            gen = [*args["generate"][:-3], "--probe", "none", "--out", str(traces), "-q"]
+            assert runner.invoke(cli.app, gen).exit_code == 0
+            args["probe"] = ["probe", str(traces), "--out", str(out), "-q"]
+        res = runner.invoke(cli.app, args[command])
+        assert res.exit_code == 2, (res.output, res.exception)
+        assert res.output.count("\n") == 1 and res.output.startswith(f"error: {out}"), res.output
+        assert f"no space left on the disk mounted at {disk} (" in res.output
+        left = [os.path.join(d, f) for d, ds, fs in os.walk(disk) for f in ds + fs]
+        assert not [p for p in left if ".tmp-" in p or ".old-" in p], left
+        if command not in RESUMABLE:
+            assert left == []
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [

@@ -133,3 +133,28 @@ def unblocking_fifo(path):
     finally:
         done.set()
         thread.join()
+
+
+@contextlib.contextmanager
+def small_disk(path, size: str = "64k"):
+    """A file system of ``size`` (tmpfs) mounted at ``path``: a disk that fills up on demand.
+    Skips the test where mounting is not permitted (not root)."""
+    import subprocess
+
+    import pytest
+
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+        )
+    except FileNotFoundError:
+        pytest.skip("no mount command")
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small disk: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

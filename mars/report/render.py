@@ -16,14 +16,13 @@ write is refused before any work, so no user file is ever replaced.
 
 from __future__ import annotations
 
-import errno
 import os
 import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic import check_output_dir, make_dirs, make_temp_dir
+from ..atomic import check_output_dir, make_dirs, make_temp_dir, replace_dir
 from .collect import DEFAULT_SETTING, ReportError, Results, collect, parse_pool_overrides
 from .fmt import Table, md_escape
 from .html import caption_html, table_html
@@ -222,39 +221,6 @@ def check_report_dir(out_dir: Path) -> None:
             "replaces its whole folder (report.md, tables/, figures/): choose a new or empty "
             "folder, or an earlier report's"
         )
-
-
-def replace_dir(new: Path, target: Path, name: Path | None = None) -> None:
-    """Rename the complete folder ``new`` to ``target``, moving an existing ``target`` aside
-    first and deleting it after (each rename atomic; concurrent writers each leave a whole
-    folder, the last one wins, and no moved-aside folder is left behind). ``name``: the folder
-    as the user gave it, for messages."""
-    name = name or target
-    aside: list[Path] = []
-    try:
-        for _ in range(100):
-            try:
-                os.rename(new, target)  # onto a missing or empty folder
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise ReportError(
-                        f"--out {name}: cannot put the report in place ({exc.strerror or exc})"
-                    ) from None
-            old = make_temp_dir(target.parent, f".{target.name}.old-")
-            aside.append(old)
-            try:
-                os.rename(target, old)
-            except FileNotFoundError:
-                pass  # another writer moved it first
-            except OSError as exc:
-                raise ReportError(
-                    f"--out {name}: cannot replace it ({exc.strerror or exc})"
-                ) from None
-        raise ReportError(f"--out {name}: replaced by other writers 100 times in a row")
-    finally:
-        for old in aside:
-            shutil.rmtree(old, ignore_errors=True)
 
 
 def _index(rep: Report) -> str:
