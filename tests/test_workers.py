@@ -18,7 +18,8 @@ def test_worker_error_is_the_same_one_line_with_workers(tmp_path):
     """DeepConf on a pool without confidences is refused in a worker: as one line, the one
     `--workers 1` prints (no pool traceback before it), and nothing is written."""
     pool = write_layout_pool(tmp_path / "pool", seed=1, n_questions=8, confs=False)
-    args = ["simulate", str(pool), "-m", "sc,dco", "--out", str(tmp_path / "out"), "-q"]
+    args = ["simulate", str(pool), "-m", "sc,dco", "--budget", "16", "--iterations", "4"]
+    args += ["--out", str(tmp_path / "out"), "-q"]
     one = CliRunner().invoke(cli.app, [*args, "--workers", "1"])
     assert one.exit_code == 2 and "needs per-token confidences" in one.output
     two = subprocess.run(
