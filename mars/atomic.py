@@ -288,13 +288,16 @@ def replace_dir(
 
 
 LOCK_NAME = ".mars-lock"
+#: flock's answers on file systems without locks (NFS mounted nolock, some FUSE).
+NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
 @contextlib.contextmanager
 def folder_lock(folder: Path) -> Iterator[None]:
     """Hold ``folder``'s lock: writers into one folder take turns (``flock`` on a lock file,
-    which also works across NFS clients). The file is removed when released; a waiter that then
-    holds a removed file's lock takes the new file's instead."""
+    which also works across NFS clients; on a file system without locks they do not, and
+    :func:`replace_dir` still leaves whole folders). The file is removed when released; a waiter
+    that then holds a removed file's lock takes the new file's instead."""
     path = Path(folder) / LOCK_NAME
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -303,6 +306,11 @@ def folder_lock(folder: Path) -> Iterator[None]:
             same = os.path.samestat(os.fstat(fd), os.stat(path))
         except FileNotFoundError:
             same = False
+        except OSError as exc:
+            if exc.errno not in NO_LOCKS:
+                os.close(fd)
+                raise
+            same = True
         except BaseException:
             os.close(fd)
             raise
