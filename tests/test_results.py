@@ -6,6 +6,8 @@ import errno
 import json
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -109,3 +111,18 @@ def test_full_disk_replaces_nothing(simulated, tmp_path):
         msg = disk_full_message(exc.value)
         assert msg is not None and msg.startswith(f"{out}/")
         assert f"no space left on the disk mounted at {disk} (" in msg
+
+
+@pytest.mark.slow
+def test_two_simulate_runs_into_one_out(tmp_path):
+    """Two `mars simulate` processes writing one --out at once: both succeed silently, and the
+    folder holds every method whole and nothing else (no lock file, no temporary folder)."""
+    pool = write_layout_pool(tmp_path / "pool", seed=1, n_questions=3)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "mars.cli", "simulate", str(pool), "-m", "all"]
+    cmd += ["--budget", "32", "--warmup", "8", "--iterations", "8", "--out", str(out), "-q"]
+    procs = [subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0] and errs == ["", ""], errs
+    folder = _folder(out)
+    assert len(folder) >= 20 and set(map(tuple, folder.values())) == {tuple(FILES)}
