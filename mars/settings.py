@@ -222,16 +222,17 @@ class SettingSpec:
     def check(self, value: Any) -> None:
         if value is None and self.optional:
             return
-        what = f"{self.flag} {value}"
+        what = f"{self.flag} {_shown(value)}"
         if self.type is int:
             if isinstance(value, bool) or not _is_int(value):
                 raise SimulationError(f"{what}: must be a whole number {self.range_text()}")
         else:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                try:
-                    value = float(value)
-                except (TypeError, ValueError):
-                    raise SimulationError(f"{what}: must be a number {self.range_text()}") from None
+            if isinstance(value, bool):
+                raise SimulationError(f"{what}: must be a number {self.range_text()}")
+            try:
+                value = float(value)
+            except (TypeError, ValueError, OverflowError):
+                value = math.nan  # not a number, or none a float can hold
             if not math.isfinite(value):
                 raise SimulationError(f"{what}: must be a finite number {self.range_text()}")
         bad_low = self.low is not None and (
@@ -248,6 +249,15 @@ def _num(x: float) -> str:
     if float(x).is_integer():
         return f"{int(x):,}"
     return f"{x:g}"
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it: at most 40 characters (a 5,000-digit integer cannot even be
+    turned into a string)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"{'-' if value < 0 else ''}(a {value.bit_length() * 0.30103:.0f}-digit number)"
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _is_int(value: Any) -> bool:

@@ -103,6 +103,9 @@ def test_provenance_command_uses_flags_and_defaults():
         ({"delta": 1.0}, "--delta 1.0: must be > 0 and < 1"),
         ({"warmup": 2.5}, "--warmup 2.5: must be a whole number"),
         ({"budget": 60000, "iterations": 100000}, "draws"),
+        # integers too large for a float, or for a string: still one line, not a traceback
+        ({"gamma": 10**400}, "--gamma (a 400-digit number): must be a finite number"),
+        ({"budget": 10**5000}, "--budget (a 5000-digit number): must be"),
     ],
 )
 def test_validation_names_the_option_and_its_range(changes, message):
