@@ -8,6 +8,7 @@
 # configuration schema in workflow/schemas/, the profiles in profiles/.
 
 import os
+import sys
 
 from snakemake.utils import min_version
 
@@ -41,6 +42,7 @@ localrules:
     all_fits,
     all_simulations,
     questions,
+    run_config,
 
 
 rule all:
@@ -87,7 +89,15 @@ rule all_simulations:
 
 
 onsuccess:
-    print(
-        "\nDone. Tables: results/report/tables/, figures: results/report/figures/, "
-        "index: results/report/report.md (HTML report: snakemake --report report.html)\n"
-    )
+    if config["report"]["enabled"]:
+        html = mars_workflow.report_html_command(
+            sys.executable,
+            REPORT,
+            workflow.overwrite_configfiles,
+            workflow.config_settings.config_args or (),
+            snakefile=workflow.main_snakefile,
+        )
+        print(
+            f"\nDone. Tables: {REPORT}/tables/, figures: {REPORT}/figures/, index: "
+            f"{REPORT}/report.md, configuration: {run_config_path()}\nHTML report: {html}\n"
+        )

@@ -112,19 +112,21 @@ def problems_digest(problems: Iterable[Problem]) -> str:
 _PART = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
 
 
-def parse_question_spec(spec: str | None) -> list[int] | None:
-    """``"0-4,7"`` → [0, 1, 2, 3, 4, 7] (sorted, each id once); None or "" → None (all)."""
+def parse_question_spec(spec: str | None, name: str = "--questions") -> list[int] | None:
+    """``"0-4,7"`` → [0, 1, 2, 3, 4, 7] (sorted, each id once); None or "" → None (all).
+
+    ``name`` is what errors call the value (the option, or a workflow config key)."""
     if spec is None or not spec.strip():
         return None
     out: set[int] = set()
     for part in spec.split(","):
         m = _PART.fullmatch(part)
         if not m:
-            raise UsageError(f"--questions {spec!r}: {part.strip()!r} is not an id or a range a-b")
+            raise UsageError(f"{name} {spec!r}: {part.strip()!r} is not an id or a range a-b")
         a, b = int(m.group(1)), int(m.group(2) or m.group(1))
         if b < a:
-            raise UsageError(f"--questions {spec!r}: range {a}-{b} runs backwards")
+            raise UsageError(f"{name} {spec!r}: range {a}-{b} runs backwards")
         if b > MAX_QID:
-            raise UsageError(f"--questions {spec!r}: question ids go up to {MAX_QID:,}")
+            raise UsageError(f"{name} {spec!r}: question ids go up to {MAX_QID:,}")
         out.update(range(a, b + 1))
     return sorted(out)

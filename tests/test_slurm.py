@@ -551,8 +551,9 @@ def test_slurm_outputs_equal_the_local_run(runs):
     assert len(csvs) >= 40  # every method of both settings: per_question + per_iteration
     for f in csvs:
         assert (slurm / f).read_bytes() == (local / f).read_bytes(), f
-    report = {f for f in files(slurm) if f.startswith("report/")}
-    assert "report/report.md" in report and any(f.endswith(".png") for f in report)
+    # the config's own report folder (named after the config file, config.yaml)
+    report = {f for f in files(slurm) if f.startswith("report-config/")}
+    assert "report-config/report.md" in report and any(f.endswith(".png") for f in report)
 
 
 @pytest.mark.slurm

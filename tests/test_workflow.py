@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -28,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
 BIN = Path(sys.executable).parent
 TEST_CONFIG = REPO / "config" / "test.yaml"
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
 
 slow = pytest.mark.slow  # a real Snakemake process (seconds to minutes)
@@ -156,8 +158,14 @@ def test_default_config_dag(tmp_path):
         "simulate": 27,
         "all": 1,
         "tables_figures": 1,
+        "run_config": 1,
     }
     assert stats == expected
+    # docs/workflow.md states the job count of this run: it is this dry run's
+    stated = re.search(
+        r"(\d+) jobs, `tests/test_workflow.py`", (REPO / "docs" / "workflow.md").read_text()
+    )
+    assert stated and int(stated.group(1)) == sum(stats.values())
     gen = job_blocks(out, "generate")
     assert len(gen) == 18
     assert all("gpu=0" in b for b in gen)  # synthetic: no GPU
@@ -250,29 +258,127 @@ def test_bad_config_fails_at_parse_time(tmp_path, change, message):
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"simulation": {"budgte": 64}}, "budgte"),
+        (
+            {"simulation": {"budgte": 64}},
+            "simulation.budgte: unknown key (did you mean 'budget'? known: methods, budget,",
+        ),
         (
             {"simulation": {"settings": {"x": {"pp_conv": "four"}}}},
-            "'four' is not of type 'integer'",
+            "simulation.settings.x.pp_conv: 'four' is not of type 'integer'",
         ),
-        ({"models": {"m": {"backend": "sglang"}}}, "'model' is a required property"),
+        ({"models": {"m": {"backend": "sglang"}}}, "models.m: 'model' is a required property"),
         ({"models": {"m": {"backend": "synthetic"}}}, "'preset' is a required property"),
-        ({"models": {"m/1": {"backend": "synthetic", "preset": "qwen3-8b"}}}, "does not match"),
-        ({"generation": {"questions": "0-1,x"}}, "does not match"),
+        (
+            {"models": {"m/1": {"backend": "synthetic", "preset": "qwen3-8b"}}},
+            "models: 'm/1' is not a model, dataset or setting name",
+        ),
+        (
+            {"generation": {"questions": "0-1,x"}},
+            "generation.questions '0-1,x': 'x' is not an id or a range a-b",
+        ),
+        (
+            {"simulation": {"settings": {"s": {"questions": "5-3"}}}},
+            "simulation.settings.s.questions '5-3': range 5-3 runs backwards",
+        ),
+        ({"simulation": {"questions": "0-2000000"}}, "question ids go up to 1,000,000"),
         (
             {"imports": [{"model": "m", "dataset": "d", "format": "csv", "path": "x"}]},
-            "is not one of",
+            "imports[0].format: 'csv' is not one of",
         ),
+        (
+            {"imports": [{"model": "m", "dataset": "d", "format": "pool", "path": "no/such"}]},
+            "imports[0].path: no/such does not exist (relative to the working directory ",
+        ),
+        ({"report": {"out": ""}}, "report.out: '' should be non-empty"),
     ],
 )
-def test_schema_rejects(change, message):
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
+def test_config_rejects_in_one_line(change, message):
+    """Every problem of a config is one line naming the key, whatever check finds it."""
+    from mars.workflow import ConfigError, check_config
 
     cfg = _with(yaml.safe_load(TEST_CONFIG.read_text()), **change)
-    with pytest.raises(WorkflowError) as exc:
-        validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
-    assert message in str(exc.value) + "".join(map(str, exc.value.args))
+    with pytest.raises(ConfigError) as exc:
+        check_config(cfg, SCHEMA)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_config_typo_names_the_nearest_key():
+    from mars.workflow import ConfigError, check_config
+
+    cfg = yaml.safe_load(TEST_CONFIG.read_text())
+    cfg["simulaton"] = cfg.pop("simulation")
+    with pytest.raises(ConfigError, match=r"^simulaton: unknown key \(did you mean 'simulation'\?"):
+        check_config(cfg, SCHEMA)
+    # a dotted key, as in --config simulation.budget=32, does not nest
+    cfg = {**yaml.safe_load(TEST_CONFIG.read_text()), "simulation.budget": 32}
+    with pytest.raises(ConfigError, match="keys do not nest with dots: write simulation:"):
+        check_config(cfg, SCHEMA)
+
+
+def test_config_text_where_a_number_belongs_points_to_the_overlay():
+    """--config "simulation={budget: 32}" hands the workflow the text '32'."""
+    from mars.workflow import ConfigError, check_config
+
+    cfg = yaml.safe_load(TEST_CONFIG.read_text())
+    cfg["simulation"]["budget"] = "32"
+    with pytest.raises(ConfigError) as exc:
+        check_config(cfg, SCHEMA)
+    assert str(exc.value).startswith("simulation.budget: '32' is not of type 'integer'")
+    assert "--configfile BASE.yaml OVERLAY.yaml" in str(exc.value)
+
+
+def test_every_config_has_its_own_report_folder(tmp_path):
+    """report.out, else named after the (first) config file: config/pools.yaml, the tiny config
+    and a SLURM test never write into the embedded default's results/report."""
+    from mars.workflow import report_dir
+
+    def folder(name, out=None):
+        cfg = yaml.safe_load((REPO / "config" / name).read_text())
+        cfg.setdefault("report", {}).setdefault("out", out)
+        return report_dir(cfg, [] if name == "config.yaml" else [REPO / "config" / name])
+
+    assert folder("config.yaml") == "results/report"
+    assert folder("pools.yaml") == "results/report-pools"
+    assert folder("test.yaml") == "results/report-test"
+    assert folder("paper.yaml") == "results/report-paper"
+    assert folder("test.yaml", out="elsewhere/") == "elsewhere"
+    assert report_dir({"report": {"out": None}}, ["my pools!.yaml", "overlay.yaml"]) == (
+        "results/report-my-pools"
+    )
+
+
+def test_report_command_works_from_where_it_is_printed(tmp_path):
+    """The HTML report command names Snakemake by its path (no activated environment needed),
+    relative inside the working directory, absolute with the Snakefile elsewhere."""
+    from mars.workflow import report_html_command
+
+    venv = tmp_path / "work" / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "snakemake").write_text("#!/bin/sh\n")
+    work = tmp_path / "work"
+    cmd = report_html_command(
+        venv / "python",
+        "results/report-pools",
+        [work / "config" / "pools.yaml"],
+        ["x=1"],
+        snakefile=work / "Snakefile",
+        workdir=work,
+    )
+    assert cmd == (
+        ".venv/bin/snakemake --report results/report-pools.html "
+        "--configfile config/pools.yaml --config x=1"
+    )
+    other = tmp_path / "elsewhere"
+    cmd = report_html_command(
+        venv / "python", "results/report", snakefile=work / "Snakefile", workdir=other
+    )
+    assert cmd == (
+        f"{venv}/snakemake --snakefile {work}/Snakefile --directory {other} "
+        f"--report {other}/results/report.html"
+    )
+    assert report_html_command(tmp_path / "python", "r", workdir=work).startswith(
+        f"{tmp_path}/python -m snakemake --report"
+    )
 
 
 def test_schema_fills_defaults():
@@ -297,7 +403,7 @@ def test_schema_fills_defaults():
     assert (
         cfg["models"]["m"]["resources"] == {}
         and cfg["imports"] == []
-        and cfg["report"] == {"enabled": True}
+        and cfg["report"] == {"enabled": True, "out": None}
     )
 
 
@@ -325,6 +431,7 @@ def test_schema_defaults_fill_a_minimal_config(tmp_path):
         "fit": 1,
         "simulate": 1,
         "tables_figures": 1,
+        "run_config": 1,
         "all": 1,
     }
     assert f"input: {problems}" in job_blocks(out, "questions")[0]  # an edit of the file reruns it
@@ -371,7 +478,7 @@ def test_tiny_run_outputs(tiny_run):
     stats = job_stats(out)
     expected = {"questions": 1, "generate": 2, "probe": 2, "consolidate": 1, "fit": 1}
     expected.update({"simulate": 2, "all": 1})
-    expected["tables_figures"] = 1
+    expected.update({"tables_figures": 1, "run_config": 1})
     assert stats == expected
     res = work / "results"
     assert (res / "questions" / "aime_2025.jsonl").read_text().count("\n") == 30
@@ -398,8 +505,14 @@ def test_tiny_run_outputs(tiny_run):
         assert list((res / "logs" / rule).rglob("*.log")), rule
         bench = list((res / "benchmarks" / rule).rglob("*.tsv"))
         assert bench and bench[0].read_text().startswith("s\th:m:s"), rule
-    report = res / "report"
+    report = res / "report-config"  # named after the config file (tiny_config: config.yaml)
     assert (report / "report.md").is_file()
+    assert yaml.safe_load((res / "report-config.config.yaml").read_text())["generation"] == {
+        **yaml.safe_load(tiny_run["config"].read_text())["generation"],
+        "seed": 0,
+        "datasets": None,
+        "confs": True,
+    }  # the configuration the run used: the file's values and the schema's defaults
     for table in (
         "table1-main",
         "table2-parallel-probe",
@@ -408,12 +521,13 @@ def test_tiny_run_outputs(tiny_run):
         "table-oracle-share",
         "table-switch-models",
     ):
-        for ext in ("md", "tex", "csv"):
+        for ext in ("md", "tex", "csv", "html"):
             assert (report / "tables" / f"{table}.{ext}").is_file(), (table, ext)
     models = read_table_csv(report / "tables" / "table-switch-models.csv")
     assert models.questions.tolist() == [2] and (models.log_loss > 0).all()
     for fig in ("fig1-left-savings", "fig1-right-example", "fig4-ablations", "fig-frontier"):
         assert (report / "figures" / f"{fig}.png").stat().st_size > 5_000, fig
+        assert (report / "figures" / f"{fig}.caption.html").is_file(), fig
 
 
 @slow
@@ -459,10 +573,30 @@ def test_rerun_nothing_to_do_and_library_edits(tiny_run, tmp_path):
 
 
 @slow
+def test_documented_stale_check_lists_only_what_changed(tiny_run, tmp_path):
+    """docs/workflow.md's command for "what is stale, and why" says nothing is, on a finished
+    run, and names exactly the changed jobs with their reason after a change."""
+    docs = (REPO / "docs" / "workflow.md").read_text().splitlines()
+    line = next(ln for ln in docs if "stale" in ln and ln.startswith("snakemake "))
+    cmd = shlex.split(line.split("#")[0])
+    work = _copy_run(tiny_run, tmp_path)
+    out = smk(work, *cmd[1:], configfile=tiny_run["config"]).stdout
+    assert "Nothing to be done" in out
+    assert "results/" not in out.split("Building DAG of jobs...")[-1]
+    cfg = yaml.safe_load(tiny_run["config"].read_text())
+    cfg["simulation"]["settings"]["pp-u4"]["pp_conv"] = 5
+    (tmp_path / "changed").mkdir()  # config.yaml again: the same report folder
+    changed = write_config(tmp_path / "changed" / "config.yaml", cfg)
+    out = smk(work, *cmd[1:], configfile=changed).stdout
+    assert job_stats(out) == {"simulate": 1, "tables_figures": 1, "run_config": 1, "all": 1}
+    assert "reason: Params have changed since last execution" in job_blocks(out, "simulate")[0]
+
+
+@slow
 def test_simulation_parameter_change_reruns_only_downstream(tiny_run, tmp_path):
     work = _copy_run(tiny_run, tmp_path)
     cfg = yaml.safe_load(tiny_run["config"].read_text())
-    downstream = {"tables_figures": 1}
+    downstream = {"tables_figures": 1, "run_config": 1}
     # a simulation default: every setting's simulate job, and what follows
     cfg["simulation"]["budget"] = 6
     path = write_config(tmp_path / "budget.yaml", cfg)
@@ -478,7 +612,7 @@ def test_simulation_parameter_change_reruns_only_downstream(tiny_run, tmp_path):
     assert "setting=pp-u4" in r.stdout
     # and running it really touches nothing upstream
     r = smk(work, "--omit-from", "tables_figures", configfile=path, path=tiny_run["bin"])
-    assert job_stats(r.stdout) == {"simulate": 1}
+    assert job_stats(r.stdout) == {"simulate": 1, "run_config": 1}
     pp = work / "results" / "simulate" / "tiny" / "aime_2025" / "pp-u4" / "sc-pp" / "overall.json"
     assert '"pp_conv": 5' in pp.read_text()
 
@@ -503,6 +637,7 @@ def test_probe_setting_change_reruns_probing_not_generation(tiny_run, tmp_path):
             "fit": 1,
             "simulate": 2,
             "tables_figures": 1,
+            "run_config": 1,
             "all": 1,
         }
     cfg["probe"] = {"spacing": 1024}
@@ -548,6 +683,7 @@ def test_forcerun_and_until(tiny_run, tmp_path):
         "probe": 2,
         "consolidate": 1,
         "fit": 1,
+        "run_config": 1,  # the configuration record depends on no stage
     }
 
 
@@ -690,7 +826,7 @@ def test_second_entry_from_existing_pools(tiny_run, tmp_path):
     path = write_config(tmp_path / "pools.yaml", cfg)
     r = smk(work, "-n", configfile=path)
     stats = job_stats(r.stdout)
-    assert stats.pop("tables_figures", 0) == 1
+    assert stats.pop("tables_figures", 0) == 1 and stats.pop("run_config", 0) == 1
     assert stats == {"import_pool": 1, "fit": 2, "simulate": 2, "all": 1}
     r = smk(work, "all_simulations", configfile=path, path=tiny_run["bin"])
     for model in ("published", "ours"):
@@ -699,35 +835,164 @@ def test_second_entry_from_existing_pools(tiny_run, tmp_path):
     assert (work / "results" / "imported" / "published" / "aime_2025" / "pool.json").is_file()
 
 
+def _one_error_line(r: subprocess.CompletedProcess) -> str:
+    """The single line a refused config prints (the run used no profile: nothing else)."""
+    assert r.returncode == 2, r.stdout[-3000:]
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: workflow config ("), r.stdout[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["pools-without-data", "typo", "questions", "config-braces"],
+)
 @slow
-def test_import_parallel_probe_dag(tmp_path):
-    out = smk(tmp_path, "-n", configfile=REPO / "config" / "pools.yaml", check=False).stdout
-    # the example points at data the user downloads: a missing input, not a config error
-    assert "Invalid MARS workflow config" not in out
-    assert "import_pool" in out
+def test_bad_config_is_one_line_before_any_job(tmp_path, case):
+    """config/pools.yaml in a fresh directory (its data not there yet), a typo, a bad question
+    list, --config with a nested value: one line naming the key, exit code 2, nothing written."""
+    work = tmp_path / "work"
+    work.mkdir()
+    args, config = ["-n"], TEST_CONFIG
+    if case == "pools-without-data":
+        args, config = [], REPO / "config" / "pools.yaml"
+        expected = "imports[0].path: data/parallel-probe-qwen3-8b/aime24.json does not exist"
+    elif case == "typo":
+        cfg = yaml.safe_load(TEST_CONFIG.read_text())
+        cfg["simulaton"] = cfg.pop("simulation")
+        config = write_config(tmp_path / "typo.yaml", cfg)
+        expected = "simulaton: unknown key (did you mean 'simulation'?"
+    elif case == "questions":
+        cfg = yaml.safe_load(TEST_CONFIG.read_text())
+        cfg["simulation"]["settings"]["pp-u4"]["questions"] = "5-3"
+        config = write_config(tmp_path / "questions.yaml", cfg)
+        expected = "simulation.settings.pp-u4.questions '5-3': range 5-3 runs backwards"
+    else:
+        args = ["--config", "simulation={budget: 32}"]
+        expected = "simulation.budget: '32' is not of type 'integer' (a value inside braces"
+    r = smk(work, *args, configfile=config, check=False)
+    assert expected in _one_error_line(r)
+    assert not (work / "results").exists()
+
+
+@slow
+def test_overlay_configfile_changes_a_nested_setting(tmp_path):
+    """The documented way to change a nested value: an overlay file after the config."""
+    overlay = tmp_path / "budget6.yaml"
+    overlay.write_text("simulation:\n  budget: 6\n")
+    out = smk(tmp_path, "-n", "--configfile", TEST_CONFIG, overlay).stdout
+    sims = job_blocks(out, "simulate")
+    assert len(sims) == 2 and all("--budget 6 --iterations 4 --warmup 4" in b for b in sims)
+    assert any("--pp-conv 4" in b for b in sims)  # the rest of the base config stays
+    assert "results/report-test" in out  # the report folder of the base config
 
 
 PP_DATA = REPO.parent / "shared" / "data" / "parallel-probe-qwen3-8b" / "aime24.json"
 
 
+WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles")
+
+
+def _fresh_checkout(dest: Path) -> Path:
+    """What a fresh clone brings for the workflow: its tracked (and new, not ignored) files."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z", "--", *WORKFLOW_FILES],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        src = REPO / name.decode()
+        if src.is_file():
+            (dest / name.decode()).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name.decode())
+    return dest
+
+
+def _printed_html_command(out: str) -> str:
+    return re.search(r"^HTML report: (.+)$", out, re.M).group(1)
+
+
+def _run_as_printed(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    """A printed command in a shell without the environment on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAKEMAKE", "VIRTUAL_ENV"))}
+    env["PATH"] = "/usr/bin:/bin"
+    return subprocess.run(
+        command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
 @pytest.mark.reference
 @pytest.mark.skipif(not PP_DATA.is_file(), reason="needs ../shared/data (Parallel-Probe traces)")
 @slow
-def test_import_parallel_probe_pool(tmp_path):
-    """config/pools.yaml pointed at the real Parallel-Probe matrices: import_pool runs."""
-    cfg = yaml.safe_load((REPO / "config" / "pools.yaml").read_text())
-    cfg["imports"][0]["path"] = str(PP_DATA)
-    path = write_config(tmp_path / "pp.yaml", cfg)
-    r = smk(tmp_path, "all_pools", configfile=path)
-    assert job_stats(r.stdout) == {"import_pool": 1, "all_pools": 1}
-    assert (tmp_path / "results" / "imported" / "qwen3-8b" / "aime_2024" / "pool.json").is_file()
+def test_pools_config_as_shipped(tmp_path):
+    """config/pools.yaml, run with the command in its header on a fresh checkout where the
+    default's report already stands, with the data placed where the config says: the pools get
+    their own report (methods: all without the DeepConf methods the data cannot run), the
+    default's report stays, and the printed HTML command works as printed."""
+    clone = _fresh_checkout(tmp_path / "clone")
+    config = clone / "config" / "pools.yaml"
+    data = clone / yaml.safe_load(config.read_text())["imports"][0]["path"]
+    data.parent.mkdir(parents=True)
+    shutil.copy2(PP_DATA, data)
+    default_report = clone / "results" / "report" / "report.md"
+    default_report.parent.mkdir(parents=True)
+    default_report.write_text("the embedded default's report\n")
+    header = re.search(r"^#\s+(snakemake .+)$", config.read_text(), re.M).group(1)
+    assert header == "snakemake --cores 4 --configfile config/pools.yaml"
+    r = subprocess.run(
+        shlex.split(header),
+        cwd=clone,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert job_stats(r.stdout) == {
+        "import_pool": 1,
+        "fit": 1,
+        "simulate": 1,
+        "tables_figures": 1,
+        "run_config": 1,
+        "all": 1,
+    }
+    assert default_report.read_text() == "the embedded default's report\n"
+    report = clone / "results" / "report-pools"
+    table1 = (report / "tables" / "table1-main.md").read_text()
+    assert re.search(r"\| qwen3-8b \| aime_2024 \| \d+\.\d \| \d+\.\d \| \d+\.\d%", table1)
+    log = clone / "results" / "logs" / "simulate" / "qwen3-8b" / "aime_2024" / "default.log"
+    note = log.read_text().splitlines()[0]
+    assert note.startswith("note: --method all leaves out dco, dco-mars,") and "confidences" in note
+    sims = clone / "results" / "simulate" / "qwen3-8b" / "aime_2024" / "default"
+    assert (sims / "sc-mars-cal" / "overall.json").is_file() and not (sims / "dco").exists()
+    printed = _printed_html_command(r.stdout)
+    done = _run_as_printed(printed, clone)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (clone / "results" / "report-pools.html").stat().st_size > 10_000
 
 
 @slow
-def test_html_report(tiny_run, tmp_path):
-    work = _copy_run(tiny_run, tmp_path)
-    smk(work, "--report", "report.html", configfile=tiny_run["config"])
-    assert (work / "report.html").stat().st_size > 10_000
+def test_html_report(tiny_run):
+    """The command the run prints renders, without the environment on PATH, an HTML report with
+    every figure under its own caption, the tables and the configuration."""
+    printed = _printed_html_command(tiny_run["out"])
+    r = _run_as_printed(printed, tiny_run["work"].parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    html = (tiny_run["work"] / "results" / "report-config.html").read_text()
+    report = tiny_run["work"] / "results" / "report-config"
+    captions = sorted((report / "figures").glob("*.caption.html"))
+    assert len(captions) == 5
+    for caption in captions:  # each figure's own caption (JSON inside the page)
+        text = re.search(r'<p class="caption">(.+?)</p>', caption.read_text()).group(1)
+        assert json.dumps(text)[1:-1] in html, caption.name
+    tables = sorted((report / "tables").glob("*.html"))
+    assert len(tables) >= 6
+    for table in tables:
+        assert f"results/report-config/tables/{table.name}" in html
+    assert '"Configuration"' in html and "results/report-config.config.yaml" in html
+    assert 'name tag\\">pp_conv</span>' in html  # the configuration itself, shown
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,303 @@
+"""The Snakemake workflow's configuration, checked when the Snakefile is parsed, before any job.
+
+Every problem is one line naming the key (``simulation.budget``, ``imports[0].path``): Snakemake's
+own schema check prints the whole schema for a typo, and a missing input file would otherwise
+surface as Snakemake's ``MissingInputException`` after the DAG is built, or not at all when the
+outputs that need it already exist. ``workflow/rules/common.smk`` calls :func:`check_config`:
+:func:`check_schema` on the configuration as given, Snakemake's validation to fill in the
+schema's defaults, then :func:`check_values`. :func:`report_dir` and
+:func:`report_html_command` say where a config's report goes and how to get its HTML version,
+as a command that works as printed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import MarsError
+
+#: the report folder of the embedded default (config/config.yaml sets it explicitly)
+DEFAULT_REPORT = "results/report"
+
+
+class ConfigError(MarsError):
+    """A workflow configuration that cannot run: one line naming the key."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the schema: unknown keys, types and ranges, one line each
+
+
+def _key(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _resolve(node: dict, root: dict) -> dict:
+    ref = node.get("$ref")
+    while ref is not None:
+        node = root
+        for part in ref.lstrip("#/").split("/"):
+            node = node[part]
+        ref = node.get("$ref")
+    return node
+
+
+def _known_keys(node: dict, root: dict) -> list[str]:
+    """The keys a schema object allows: its properties and those of what it includes."""
+    node = _resolve(node, root)
+    keys = list(node.get("properties", {}))
+    for sub in node.get("allOf", []):
+        keys += [k for k in _known_keys(sub, root) if k not in keys]
+    return keys
+
+
+_UNKNOWN = ("additionalProperties", "unevaluatedProperties")
+_UNEXPECTED = re.compile(r"\('(.+?)' (?:was|were) unexpected\)")
+_NESTED_TEXT = (
+    " (a value inside braces given to --config stays text: set nested keys in an overlay file,"
+    " --configfile BASE.yaml OVERLAY.yaml; config/README.md)"
+)
+
+
+def _unexpected(error, schema: dict) -> str | None:
+    """The key an unknown-key error is about, unless the schema knows it (then the key was only
+    left unevaluated because its value failed)."""
+    m = _UNEXPECTED.search(error.message)
+    known = _known_keys(error.schema, schema)
+    bad = [k for k in (m.group(1).split("', '") if m else []) if k not in known]
+    return bad[0] if bad else None
+
+
+def _message(error, schema: dict) -> str:
+    """One line for a jsonschema error of ``schema``: the key, then the problem."""
+    where = _key(error.absolute_path)
+    if error.validator in _UNKNOWN:
+        bad = _unexpected(error, schema) or "?"
+        known = _known_keys(error.schema, schema)
+        near = difflib.get_close_matches(bad, known, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        key = bad if where == "(top level)" else f"{where}.{bad}"
+        if "." in bad and where == "(top level)":
+            hint = f"keys do not nest with dots: write {bad.split('.')[0]}: {{...}}; "
+        return f"{key}: unknown key ({hint}known: {', '.join(known)})"
+    text = error.message
+    if (
+        error.validator == "type"
+        and isinstance(error.instance, str)
+        and re.fullmatch(r"\s*-?\d+(\.\d*)?\s*|\s*(true|false)\s*", error.instance)
+    ):
+        text += _NESTED_TEXT
+    elif error.validator == "pattern" and error.schema.get("description"):
+        text = f"{error.instance!r} is not {error.schema['description']}"
+    return f"{where}: {text}"
+
+
+def check_schema(config: dict, schema: dict) -> None:
+    """Refuse a configuration the schema does not allow, in one line naming the key."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    errors = list(Draft202012Validator(schema).iter_errors(config))
+    if not errors:
+        return
+    unknown = [e for e in errors if e.validator in _UNKNOWN and _unexpected(e, schema)]
+    error = min(unknown, key=lambda e: list(map(str, e.absolute_path))) if unknown else None
+    if error is None:
+        error = best_match(e for e in errors if e.validator not in _UNKNOWN)
+        while error.context:  # oneOf / anyOf: the branch that came closest
+            error = best_match(error.context)
+    raise ConfigError(_message(error, schema))
+
+
+# ---------------------------------------------------------------------------------------------
+# what the schema cannot say: files, presets, methods, question lists, references between keys
+
+
+def gen_value(config: dict, model: str, key: str):
+    """A generation setting of a model: its own value, else the generation section's."""
+    return config["models"][model].get(key, config["generation"].get(key))
+
+
+def model_datasets(config: dict, model: str) -> list[str]:
+    """The datasets a model generates: its own list, else generation.datasets, else all."""
+    spec = config["models"][model]
+    if spec.get("datasets") is not None:
+        return list(spec["datasets"])
+    if config["generation"]["datasets"] is not None:
+        return list(config["generation"]["datasets"])
+    return list(config["datasets"])
+
+
+def setting_params(config: dict, setting: str) -> dict:
+    """The simulation defaults overridden by one setting's own values."""
+    sim = config["simulation"]
+    return {**{k: v for k, v in sim.items() if k != "settings"}, **sim["settings"][setting]}
+
+
+def methods_spec(methods) -> str:
+    return methods if isinstance(methods, str) else ",".join(methods)
+
+
+def _check_questions(key: str, spec) -> None:
+    from .problems import parse_question_spec
+
+    try:
+        parse_question_spec(spec, name=key)
+    except MarsError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _check_inputs(config: dict, problem_sets: Sequence[str], presets: Sequence[str]) -> None:
+    """Every input file a key names exists (paths relative to the working directory)."""
+    here = f"relative to the working directory {Path.cwd()}"
+    for name, source in config["datasets"].items():
+        if source not in problem_sets and not Path(source).is_file():
+            raise ConfigError(
+                f"datasets.{name}: {source!r} is neither a bundled problem set "
+                f"({', '.join(problem_sets)}) nor an existing jsonl file ({here})"
+            )
+    for m, spec in config["models"].items():
+        preset = spec.get("preset")
+        if spec["backend"] == "synthetic" and preset not in presets and not Path(preset).is_file():
+            raise ConfigError(
+                f"models.{m}.preset: unknown synthetic preset {preset!r} "
+                f"(bundled: {', '.join(presets)}; or a preset JSON file)"
+            )
+    for i, imp in enumerate(config["imports"]):
+        path = Path(imp["path"])
+        want_dir = imp["format"] == "pool"
+        if not (path.is_dir() if want_dir else path.is_file()):
+            what = "pool directory" if want_dir else f"{imp['format']} file"
+            state = "does not exist" if not path.exists() else f"is not a {what}"
+            raise ConfigError(f"imports[{i}].path: {imp['path']} {state} ({here})")
+
+
+def check_values(
+    config: dict, problem_sets: Sequence[str] = (), presets: Sequence[str] = ()
+) -> None:
+    """Refuse what the schema cannot see, in one line naming the key: missing input files, an
+    unknown preset or method, a bad question list, a dataset used but not defined, more shards
+    than traces, an import that is also generated, nothing to do."""
+    from .methods import parse_methods
+
+    datasets, models, gen = config["datasets"], config["models"], config["generation"]
+    used = list(gen["datasets"] or []) + [
+        d for spec in models.values() for d in spec.get("datasets") or []
+    ]
+    for d in used:
+        if d not in datasets:
+            raise ConfigError(
+                f"dataset {d!r} is used by a model but not defined under datasets "
+                f"(defined: {', '.join(datasets) or 'none'})"
+            )
+    for m in models:
+        if gen_value(config, m, "shards") > gen_value(config, m, "traces"):
+            raise ConfigError(f"models.{m}: more shards than traces per question")
+    generated = {(m, d) for m in models for d in model_datasets(config, m)}
+    seen = set()
+    for i, imp in enumerate(config["imports"]):
+        pair = (imp["model"], imp["dataset"])
+        if pair in seen:
+            raise ConfigError(f"imports[{i}]: {imp['model']}/{imp['dataset']} is listed twice")
+        seen.add(pair)
+        if pair in generated:
+            raise ConfigError(
+                f"imports[{i}]: {imp['model']}/{imp['dataset']} is also generated by "
+                f"models.{imp['model']}"
+            )
+    if not generated and not seen:
+        raise ConfigError("nothing to do: no models (with datasets) and no imports")
+    _check_questions("generation.questions", gen["questions"])
+    _check_questions("simulation.questions", config["simulation"].get("questions"))
+    for s, overrides in config["simulation"]["settings"].items():
+        _check_questions(f"simulation.settings.{s}.questions", overrides.get("questions"))
+        try:
+            parse_methods(methods_spec(setting_params(config, s)["methods"]))
+        except MarsError as exc:
+            raise ConfigError(f"simulation.settings.{s}.methods: {exc}") from None
+    _check_inputs(config, problem_sets, presets)
+
+
+def check_config(config: dict, schema_path: str | Path) -> None:
+    """Check a workflow config and fill in the schema's defaults (in place): the schema first,
+    then what it cannot see. One line naming the key (:class:`ConfigError`) for any problem."""
+    import yaml
+    from snakemake.utils import validate
+
+    from .backends.factory import bundled_presets
+    from .problems import bundled_problem_sets
+
+    check_schema(config, yaml.safe_load(Path(schema_path).read_text()))
+    validate(config, str(schema_path))  # fills in the defaults (it passes: checked above)
+    check_values(config, bundled_problem_sets(), bundled_presets())
+
+
+# ---------------------------------------------------------------------------------------------
+# where the report goes, and the command that renders its HTML version
+
+
+def report_dir(config: dict, configfiles: Sequence[str | Path]) -> str:
+    """This config's report folder: ``report.out``, else ``results/report-<config file name>``
+    (the first ``--configfile``), else the embedded default's ``results/report``; so running
+    another config never replaces or hides a config's report."""
+    out = config["report"].get("out")
+    if out:
+        return str(out).rstrip("/")
+    if not configfiles:
+        return DEFAULT_REPORT
+    stem = re.sub(r"[^A-Za-z0-9_.+-]+", "-", Path(configfiles[0]).stem).strip("-.") or "config"
+    return f"{DEFAULT_REPORT}-{stem}"
+
+
+def _absolute(path: str | Path) -> Path:
+    return Path(os.path.abspath(path))  # symlinks kept: a venv's python links elsewhere
+
+
+def display_path(path: str | Path, cwd: str | Path | None = None) -> str:
+    """``path`` relative to ``cwd`` (default: the working directory) when it lies below it,
+    else absolute: short, and working from ``cwd``."""
+    path, cwd = _absolute(path), _absolute(cwd if cwd is not None else Path.cwd())
+    if not path.is_relative_to(cwd):
+        return str(path)
+    rel = str(path.relative_to(cwd))
+    return rel if "/" in rel else f"./{rel}"
+
+
+def report_html_command(
+    python: str | Path,
+    report: str,
+    configfiles: Sequence[str | Path] = (),
+    config_args: Sequence[str] = (),
+    snakefile: str | Path | None = None,
+    workdir: str | Path | None = None,
+) -> str:
+    """``snakemake --report <report>.html`` with what selects this run (config files, --config
+    values; the Snakefile and working directory when the Snakefile is elsewhere), quoted for a
+    POSIX shell. It works as printed without an activated environment: Snakemake is named by
+    its path beside ``python`` (relative when under the working directory)."""
+    cwd = _absolute(workdir if workdir is not None else Path.cwd())
+    main = None if snakefile is None else _absolute(snakefile)
+    far = main is not None and main.parent != cwd
+
+    def shown(path: str | Path) -> str:
+        return str(_absolute(path)) if far else display_path(path, cwd)
+
+    script = Path(python).parent / "snakemake"
+    args = [shown(script)] if script.is_file() else [str(python), "-m", "snakemake"]
+    if main is not None and far:
+        args += ["--snakefile", str(main), "--directory", str(cwd)]
+    args += ["--report", shown(cwd / f"{report}.html")]
+    if configfiles:
+        args += ["--configfile", *(shown(f) for f in configfiles)]
+    if config_args:
+        args += ["--config", *config_args]
+    return shlex.join(args)
