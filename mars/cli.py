@@ -24,6 +24,7 @@ from . import __version__
 from .atomic import disk_full_message
 from .backends.factory import BACKENDS, bundled_presets
 from .errors import MarsError
+from .methods import live_methods
 from .problems import bundled_problem_sets, parse_question_spec
 from .settings import LIVE_KEYS, SETTINGS, SPECS, SettingSpec
 
@@ -437,8 +438,7 @@ def solve(
         "sc-mars-cal",
         "--method",
         "-m",
-        help="sc, sc-mars, sc-mars-cal, sc-mars-cert, sc-mars2, sc-pp, sc-pp-faithful or "
-        "sc-consensus",
+        help=f"a method that can run live: {', '.join(live_methods())}",
     ),
     backend: str = typer.Option("synthetic", help=BACKEND_HELP),
     preset: str | None = typer.Option(None, help=PRESET_HELP),

@@ -62,7 +62,7 @@ from .generate import (
     run_batch,
     token_cap,
 )
-from .methods import Method, get_method
+from .methods import Method, get_method, live_methods
 from .pool import PoolError, QuestionData, open_pool, question_from_table
 from .pooldir import PoolDirWriter
 from .problems import Problem, problems_digest, select_problems
@@ -81,15 +81,15 @@ MAX_CHECKPOINTS = 1 << 12
 
 
 def live_method(method: str | Method) -> Method:
-    """The method, if it can run live; a clear error otherwise."""
+    """The method, if it can run live (:attr:`~mars.methods.Method.live`); a clear error
+    otherwise."""
     m = get_method(method) if isinstance(method, str) else method
     if m.deepconf:
         raise SimulationError(
             f"method {m.name}: DeepConf's online filter truncates traces token by token inside "
-            "the engine; live mode runs sc, sc-mars, sc-mars-cal, sc-mars-cert, sc-mars2, sc-pp, "
-            "sc-pp-faithful, sc-consensus"
+            f"the engine; live mode runs {', '.join(live_methods())}"
         )
-    if (m.q == "oracle" and m.stopping == "mars") or m.stopping.startswith("oracle"):
+    if m.reads_future:
         raise SimulationError(
             f"method {m.name} reads the traces' future (oracle); it cannot run live"
         )

@@ -1,5 +1,9 @@
 """The simulator's methods: what votes, what filters, what stops, which q and which γ.
 
+A method is a composition (:class:`Method`): voting, an optional DeepConf filter, a rule factory
+(:class:`Stopping`), the q its rule reads and its role in the report; :func:`register` adds one
+(docs/methods.md).
+
 Names with the reference's meaning (reference-protocol §5.3; ``sc`` is its ``offline``):
 
 ==================  =======  ========  =============================  =======  =====================
@@ -37,32 +41,125 @@ New methods (not in the reference):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .simulate import QuestionContext
+    from .stopping import Rule
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """A rule factory: builds a method's stopping rule for one question (``build(ctx, method, γ,
+    **options)``), and says beforehand what the walk and live runs must know of the rule.
+
+    ``gamma`` is the γ the simulator hands the rule (and records): ``setting`` (``--gamma``),
+    ``calibrated`` (on the warmup with oracle q, reference-protocol §7) or ``one``.
+    ``reads_future``: the rule looks at the traces' full-budget outcome (oracle bounds), so the
+    method cannot run live.
+    """
+
+    kind: str
+    build: Callable[..., Rule]
+    options: tuple[tuple[str, Any], ...] = ()
+    gamma: str = "setting"
+    reads_future: bool = False
+
+    def rule(self, ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+        return self.build(ctx, method, gamma, **dict(self.options))
+
+
+def _never(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .stopping import Never
+
+    return Never()
+
+
+def _mars(ctx: QuestionContext, method: Method, gamma: Any, certified: bool = False) -> Rule:
+    from .stopping import Mars
+
+    return Mars(
+        gamma=gamma,
+        guard_answer=ctx.warm_ref,
+        certified=certified,
+        delta=ctx.s.delta,
+        label="certified" if certified else "margin",
+    )
+
+
+def _risk(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .riskstop import RiskStop
+
+    arr, warm = ctx.arr, ctx.warm
+    return RiskStop.for_question(
+        arr.final_ids[warm],
+        arr.n_answers,
+        deepconf=method.deepconf,
+        warm_min_group=None if arr.min_group is None else arr.min_group[warm],
+        alpha=ctx.s.risk_alpha,
+    )
+
+
+def _parallel_probe(
+    ctx: QuestionContext, method: Method, gamma: Any, faithful: bool = False
+) -> Rule:
+    from .stopping import ParallelProbe
+
+    s = ctx.s
+    return ParallelProbe(
+        conv=s.pp_conv, warmup=s.pp_warmup, patience=s.pp_patience, faithful=faithful
+    )
+
+
+def _consensus(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .stopping import Consensus
+
+    return Consensus(share=ctx.s.consensus)
+
+
+def _oracle(ctx: QuestionContext, method: Method, gamma: Any, last: bool = False) -> Rule:
+    from .stopping import OracleStop
+
+    return OracleStop(last=last)
+
+
+NEVER = Stopping("never", _never)
+MARS = Stopping("mars", _mars)
+MARS_CALIBRATED = Stopping("mars", _mars, gamma="calibrated")
+MARS_CERTIFIED = Stopping("certified", _mars, (("certified", True),), gamma="one")
+RISK = Stopping("risk", _risk)
+PARALLEL_PROBE = Stopping("pp", _parallel_probe)
+PARALLEL_PROBE_PRUNING = Stopping("pp", _parallel_probe, (("faithful", True),))
+CONSENSUS = Stopping("consensus", _consensus)
+ORACLE_FIRST = Stopping("oracle", _oracle, reads_future=True)
+ORACLE_LAST = Stopping("oracle", _oracle, (("last", True),), reads_future=True)
 
 
 @dataclass(frozen=True)
 class Method:
-    """A method: what votes, what filters, what stops, which q, which γ, and how it is shown.
+    """A method: how it votes, what filters, what stops it, which q, and its role in the report.
 
     ``label`` is the display name; ``{setting}`` in it shows that setting as ``symbol=value``
     (``{gamma}`` → ``γ=1``) and ``{setting:value}`` its value alone (from the run's settings).
-    ``group`` orders the report's rows: the SC pipeline, the DeepConf pipeline, other stopping
-    baselines, oracle bounds.
+    ``group`` is its family and orders the report's rows: the SC pipeline, the DeepConf pipeline,
+    other stopping baselines, oracle bounds. ``sweep`` is the setting a trade-off curve varies and
+    its values. ``q`` is the switch probability its rule reads (``learned``, ``oracle``, or None
+    for a rule that reads none).
     """
 
     name: str
     label: str
+    rule: Stopping = NEVER
     group: str = "sc"  # sc | dco | other | oracle
-    conf_weights: bool = False
-    deepconf: bool = False
-    stopping: str = "never"  # never | mars | risk | pp | oracle-first | oracle-last | consensus
-    q: str = "learned"  # learned | oracle
-    calibrate: bool = False  # γ calibrated on the warmup with oracle q
-    certified: bool = False
-    faithful: bool = False  # Parallel-Probe as its authors define it
+    conf_weights: bool = False  # votes weighted by confidence (else uniform)
+    deepconf: bool = False  # DeepConf's filter
+    q: str | None = None  # learned | oracle | None
     reference: bool = False  # one of the 14 methods of the authors' simulator
+    sweep: tuple[str, tuple[float, ...]] | None = None
 
     @property
     def needs_confs(self) -> bool:
@@ -73,104 +170,135 @@ class Method:
         """The full-budget vote this method's answer and savings are compared with."""
         return "dco" if self.deepconf or self.conf_weights else "sc"
 
+    @property
+    def is_baseline(self) -> bool:
+        """A full-budget vote: it never stops early."""
+        return self.rule.kind == "never"
+
+    @property
+    def reads_future(self) -> bool:
+        """Its rule or its q looks at the traces' outcome (an oracle)."""
+        return self.rule.reads_future or self.q == "oracle"
+
+    @property
+    def live(self) -> bool:
+        """It can decide on a live run: nothing from the future, no DeepConf filter (which
+        truncates traces token by token inside the engine)."""
+        return not self.reads_future and not self.deepconf
+
 
 _METHODS = [
     Method("sc", "SC (baseline)", reference=True),
-    Method("dco", "DCO (baseline)", "dco", conf_weights=True, deepconf=True, reference=True),
-    Method("sc-mars", "MARS ({gamma})", stopping="mars", reference=True),
-    Method("sc-mars-cal", "MARS", stopping="mars", calibrate=True, reference=True),
+    Method("dco", "DCO (baseline)", group="dco", conf_weights=True, deepconf=True, reference=True),
     Method(
-        "sc-mars-oracle", "MARS (oracle q, {gamma})", stopping="mars", q="oracle", reference=True
-    ),
-    Method(
-        "sc-mars-oracle-cal",
-        "MARS (oracle q)",
-        stopping="mars",
-        q="oracle",
-        calibrate=True,
+        "sc-mars",
+        "MARS ({gamma})",
+        MARS,
+        q="learned",
         reference=True,
+        sweep=("gamma", (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)),
     ),
+    Method("sc-mars-cal", "MARS", MARS_CALIBRATED, q="learned", reference=True),
+    Method("sc-mars-oracle", "MARS (oracle q, {gamma})", MARS, q="oracle", reference=True),
+    Method("sc-mars-oracle-cal", "MARS (oracle q)", MARS_CALIBRATED, q="oracle", reference=True),
     Method(
-        "dco-mars", "DCO + MARS ({gamma})", "dco", deepconf=True, stopping="mars", reference=True
+        "dco-mars",
+        "DCO + MARS ({gamma})",
+        MARS,
+        group="dco",
+        deepconf=True,
+        q="learned",
+        reference=True,
     ),
     Method(
         "dco-mars-cal",
         "DCO + MARS",
-        "dco",
+        MARS_CALIBRATED,
+        group="dco",
         conf_weights=True,
         deepconf=True,
-        stopping="mars",
-        calibrate=True,
+        q="learned",
         reference=True,
     ),
     Method(
         "dco-mars-oracle",
         "DCO + MARS (oracle q, {gamma})",
-        "dco",
+        MARS,
+        group="dco",
         conf_weights=True,
         deepconf=True,
-        stopping="mars",
         q="oracle",
         reference=True,
     ),
-    Method("sc-pp", "Parallel-Probe ({pp_conv})", "other", stopping="pp", reference=True),
-    Method("oracle-first", "Oracle stop, first", "oracle", stopping="oracle-first", reference=True),
     Method(
-        "oracle-last", "Oracle stop, absorbing", "oracle", stopping="oracle-last", reference=True
+        "sc-pp",
+        "Parallel-Probe ({pp_conv})",
+        PARALLEL_PROBE,
+        group="other",
+        reference=True,
+        sweep=("pp_conv", (1, 2, 3, 4, 6)),
     ),
+    Method("oracle-first", "Oracle stop, first", ORACLE_FIRST, group="oracle", reference=True),
+    Method("oracle-last", "Oracle stop, absorbing", ORACLE_LAST, group="oracle", reference=True),
     Method(
         "oracle-dco-first",
         "DCO oracle stop, first",
-        "oracle",
+        ORACLE_FIRST,
+        group="oracle",
         conf_weights=True,
         deepconf=True,
-        stopping="oracle-first",
         reference=True,
     ),
     Method(
         "oracle-dco-last",
         "DCO oracle stop, absorbing",
-        "oracle",
+        ORACLE_LAST,
+        group="oracle",
         conf_weights=True,
         deepconf=True,
-        stopping="oracle-last",
         reference=True,
     ),
     # new
-    Method("sc-mars-cert", "MARS certified ({delta})", stopping="mars", certified=True),
     Method(
-        "sc-mars-oracle-cert",
-        "MARS certified (oracle q, {delta})",
-        stopping="mars",
-        q="oracle",
-        certified=True,
+        "sc-mars-cert",
+        "MARS certified ({delta})",
+        MARS_CERTIFIED,
+        q="learned",
+        sweep=("delta", (0.01, 0.05, 0.2, 0.5)),
     ),
+    Method("sc-mars-oracle-cert", "MARS certified (oracle q, {delta})", MARS_CERTIFIED, q="oracle"),
     Method(
         "dco-mars-cert",
         "DCO + MARS certified ({delta})",
-        "dco",
+        MARS_CERTIFIED,
+        group="dco",
         conf_weights=True,
         deepconf=True,
-        stopping="mars",
-        certified=True,
+        q="learned",
     ),
     Method(
         "sc-pp-faithful",
         "Parallel-Probe, pruning ({pp_conv})",
-        "other",
-        stopping="pp",
-        faithful=True,
+        PARALLEL_PROBE_PRUNING,
+        group="other",
     ),
-    Method("sc-consensus", "Consensus (share ≥ {consensus:value})", "other", stopping="consensus"),
+    Method(
+        "sc-consensus",
+        "Consensus (share ≥ {consensus:value})",
+        CONSENSUS,
+        group="other",
+        sweep=("consensus", (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)),
+    ),
     # beyond the paper (docs/beyond.md): predictive risk instead of the adversarial bound
-    Method("sc-mars2", "MARS2 (predictive risk)", stopping="risk"),
+    Method("sc-mars2", "MARS2 (predictive risk)", RISK, q="learned"),
     Method(
         "dco-mars2",
         "DCO + MARS2 (predictive risk)",
-        "dco",
+        RISK,
+        group="dco",
         conf_weights=True,
         deepconf=True,
-        stopping="risk",
+        q="learned",
     ),
 ]
 
@@ -191,6 +319,34 @@ def get_method(name: str) -> Method:
 
 #: names that stand for several methods: what the pool's data supports of them
 METHOD_GROUPS = {"all": list(METHODS), "reference": REFERENCE_METHODS}
+
+
+def register(method: Method) -> Method:
+    """Add a method to the registry: the simulator, live runs (if :attr:`Method.live`), ``all``
+    and the report's ordering know it from here on (in this process)."""
+    if method.name in METHODS or method.name in METHOD_GROUPS or method.name in ALIASES:
+        raise UsageError(f"method {method.name!r} is already known")
+    if method.group not in GROUPS:
+        raise UsageError(f"method {method.name}: group {method.group!r} is not one of {GROUPS}")
+    _METHODS.append(method)
+    METHODS[method.name] = method
+    METHOD_GROUPS["all"].append(method.name)
+    return method
+
+
+def unregister(name: str) -> None:
+    """Remove a method :func:`register` added (the reference's methods stay)."""
+    method = METHODS[name]
+    if method.reference:
+        raise UsageError(f"method {name!r} is a reference method")
+    _METHODS.remove(method)
+    del METHODS[name]
+    METHOD_GROUPS["all"].remove(name)
+
+
+def live_methods() -> list[str]:
+    """The methods that can decide on a live run (:attr:`Method.live`)."""
+    return [m.name for m in _METHODS if m.live]
 
 
 def parse_methods(spec: str) -> list[Method]:

@@ -382,7 +382,7 @@ def check_sizes(
                 f"budget {b} > the {traces[q]} traces {which}: bootstrap samples are drawn with "
                 f"replacement, so a sample holds each trace {b / traces[q]:.1f} times on average"
             )
-    if w > b and any(m.stopping in ("mars", "risk") for m in methods):
+    if w > b and any(m.q is not None for m in methods):  # rules that read q use the warmup
         notes.append(
             f"warmup {w} > budget {b}: the warmup traces are run in full, outside the budget "
             "and its token count"

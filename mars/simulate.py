@@ -28,9 +28,8 @@ from .features import switch_labels
 from .methods import Method
 from .pool import Pool, PoolError, open_pool
 from .qmodel import QuestionFit, fit_question, predict_question
-from .riskstop import RiskStop
 from .settings import Settings, check_sizes, resolve_spacing
-from .stopping import Consensus, Mars, Never, ParallelProbe, Rule, Snapshot
+from .stopping import Rule, Snapshot
 from .voting import leader, tally
 from .workers import process_pool
 
@@ -180,10 +179,11 @@ class QuestionContext:
         return self._cached("dco", compute)
 
     def gamma_for(self, method: Method) -> Any:
+        """The γ ``method``'s rule gets (:attr:`mars.methods.Stopping.gamma`)."""
         s = self.s
-        if method.certified:
+        if method.rule.gamma == "one":
             return 1.0
-        if not method.calibrate:
+        if method.rule.gamma != "calibrated":
             return s.gamma
         arr, warm = self.arr, self.warm
         ids = arr.ids[warm]
@@ -207,34 +207,7 @@ class QuestionContext:
     def rule_for(self, method: Method, gamma: Any = None) -> Rule:
         """The stopping rule of ``method`` with this context's settings, γ (calibrated here unless
         given) and probe-0 guard."""
-        s = self.s
-        if method.stopping == "mars":
-            return Mars(
-                gamma=self.gamma_for(method) if gamma is None else gamma,
-                guard_answer=self.warm_ref,
-                certified=method.certified,
-                delta=s.delta,
-                label="certified" if method.certified else "margin",
-            )
-        if method.stopping == "risk":
-            arr, warm = self.arr, self.warm
-            return RiskStop.for_question(
-                arr.final_ids[warm],
-                arr.n_answers,
-                deepconf=method.deepconf,
-                warm_min_group=None if arr.min_group is None else arr.min_group[warm],
-                alpha=s.risk_alpha,
-            )
-        if method.stopping == "pp":
-            return ParallelProbe(
-                conv=s.pp_conv,
-                warmup=s.pp_warmup,
-                patience=s.pp_patience,
-                faithful=method.faithful,
-            )
-        if method.stopping == "consensus":
-            return Consensus(share=s.consensus)
-        return Never()
+        return method.rule.rule(self, method, self.gamma_for(method) if gamma is None else gamma)
 
 
 class MethodRun:
@@ -269,6 +242,8 @@ class MethodRun:
         self.q_matrix: np.ndarray | None = None
         if self.rule.needs_q:
             self.q_matrix = ctx.q_oracle if method.q == "oracle" else ctx.q_learned
+        if self.rule.reads_future:
+            self.rule.foresee(self)
 
     def snapshot(self, k: int, rows: np.ndarray) -> Snapshot:
         """The vote at checkpoint ``k`` of iterations ``rows``."""
@@ -325,58 +300,33 @@ class MethodRun:
         return leader(tally(arr.final_ids[S], w, e, arr.n_answers))[0]
 
     def run(self) -> MethodResult:
-        arr, method, rule = self.arr, self.method, self.rule
+        arr, rule = self.arr, self.rule
         I = len(self.samples)
         grid = arr.grid
         m = len(grid)
         answer = np.full(I, -1, dtype=np.int64)
         stop_k = np.full(I, m, dtype=np.int64)  # m = ran to the full budget
         label = np.full(I, "budget", dtype=object)
-        everyone = np.arange(I)
-
-        if method.stopping in ("oracle-first", "oracle-last"):
-            final_answer = self.full_budget_vote(everyone)
-            agree = np.stack(
-                [self.snapshot(k, everyone).lead == final_answer for k in range(m)], axis=1
-            )
-            if method.stopping == "oracle-first":
-                stop_k = np.where(agree.any(axis=1), np.argmax(agree, axis=1), m)
-            else:
-                last_dis = np.where(
-                    (~agree).any(axis=1), m - 1 - np.argmax(~agree[:, ::-1], axis=1), -1
-                )
-                stop_k = last_dis + 1
-            answer = final_answer.astype(np.int64)
-            label = np.where(stop_k < m, "oracle", "budget").astype(object)
-        else:
-            active = np.ones(I, dtype=bool)
-            for k in range(m):
-                rows = np.flatnonzero(active)
-                if len(rows) == 0:
-                    break
-                snap = self.snapshot(k, rows)
-                stop = rule.check(snap)
-                hit = rows[stop]
-                if len(hit):
-                    answer[hit] = self._winner(hit) if method.faithful else snap.lead[stop]
-                    stop_k[hit] = k
-                    label[hit] = rule.label
-                    active[hit] = False
-            rest = np.flatnonzero(active)
-            if len(rest):
-                pruned = None
-                if method.faithful:
-                    pp_pruned = self._pp().pruned
-                    assert pp_pruned is not None  # set by reset()
-                    pruned = pp_pruned[rest]
-                answer[rest] = self.full_budget_vote(rest, exclude=pruned)
+        active = np.ones(I, dtype=bool)
+        for k in range(m):
+            rows = np.flatnonzero(active)
+            if len(rows) == 0:
+                break
+            snap = self.snapshot(k, rows)
+            stop = rule.check(snap)
+            hit = rows[stop]
+            if len(hit):
+                answer[hit] = rule.answer(snap)[stop]
+                stop_k[hit] = k
+                label[hit] = rule.label
+                active[hit] = False
+        rest = np.flatnonzero(active)
+        if len(rest):
+            answer[rest] = self.full_budget_vote(rest, exclude=rule.excluded(rest))
 
         # tokens: every sampled trace is charged up to the stop position (and truncation/pruning)
-        charged = self.cap
-        if method.faithful:
-            pruned_at = self._pp().pruned_at
-            assert pruned_at is not None  # set by reset()
-            charged = np.minimum(self.cap, pruned_at)
+        until = rule.charged_until()
+        charged = self.cap if until is None else np.minimum(self.cap, until)
         stop_pos = np.where(stop_k < m, grid[np.minimum(stop_k, m - 1)], np.iinfo(np.int64).max)
         tokens = np.minimum(charged, stop_pos[:, None]).sum(axis=1)
         position = grid[np.minimum(stop_k, m - 1)]
@@ -390,35 +340,26 @@ class MethodRun:
             baseline=self.cap.sum(axis=1).astype(np.int64),
             position=position.astype(np.int64),
             stopped_by=label,
-            probe_tokens=self._probe_tokens(stop_k),
+            probe_tokens=self._probe_tokens(stop_k, until),
             gamma=float(self.gamma),
-            pruned_at=self._pp().pruned_at if method.faithful else None,
+            pruned_at=until,
         )
 
-    def _pp(self) -> ParallelProbe:
-        """The Parallel-Probe rule, whose pruning the faithful variant applies to votes and cost."""
-        assert isinstance(self.rule, ParallelProbe)
-        return self.rule
-
-    def _winner(self, rows: np.ndarray) -> np.ndarray:
-        return self._pp().winner[rows]
-
-    def _probe_tokens(self, stop_k: np.ndarray) -> np.ndarray:
+    def _probe_tokens(self, stop_k: np.ndarray, until: np.ndarray | None) -> np.ndarray:
         """Probe cost per iteration: every running sampled trace is probed up to the decision (a
-        pruned trace up to where it was pruned); NaN where the pool does not record the cost."""
+        trace the rule stopped charging, e.g. pruned, up to there); NaN where the pool does not
+        record the cost."""
         arr, m = self.arr, len(self.arr.grid)
         out = np.zeros(len(self.samples), dtype=np.float64)
-        if self.method.stopping == "never":
+        if not self.rule.probes:
             return out
         if arr.probe_tokens is None:
             out[:] = np.nan
             return out
         run_lens = self.run_lens
         probed_until = run_lens
-        if self.method.faithful:
-            pruned_at = self._pp().pruned_at
-            assert pruned_at is not None  # set by reset()
-            probed_until = np.minimum(run_lens, np.minimum(pruned_at, run_lens) + 1)
+        if until is not None:
+            probed_until = np.minimum(run_lens, np.minimum(until, run_lens) + 1)
         probed = (arr.grid[None, None, :] < probed_until[:, :, None]) & (
             np.arange(m)[None, None, :] <= stop_k[:, None, None]
         )

@@ -12,6 +12,7 @@ iteration, whether to stop now. Rules with memory (Parallel-Probe) keep it per i
   voting and stop costing tokens).
 * :class:`Consensus` — stop once the leader holds a given share of the votes.
 * :class:`Never` — the full-budget baselines.
+* :class:`OracleStop` — the oracle bounds (they read the full-budget answer).
 """
 
 from __future__ import annotations
@@ -160,23 +161,85 @@ def margin_test(
 
 
 class Rule:
+    """A stopping rule, everything the walk asks of it.
+
+    ``check`` says which rows stop at a snapshot (``label`` says why); ``answer`` is their answer
+    there (the leader unless the rule votes otherwise); ``excluded`` are the traces that no longer
+    vote in a row that runs to the end; ``charged_until`` is the position where each trace stops
+    costing tokens and probes (None: where the method stops). ``needs_q``: snapshots must carry
+    switch probabilities; ``probes``: the rule looks at probes (their cost is counted);
+    ``reads_future``: :meth:`foresee` is called before the walk with the walk itself, whose
+    full-budget vote and snapshots at any checkpoint the rule may read.
+    """
+
     label = "none"
     needs_q = False
+    probes = True
+    reads_future = False
 
     def reset(self, n_iterations: int, budget: int) -> None:
         pass
 
+    def foresee(self, walk: Any) -> None:
+        pass
+
     def check(self, snap: Snapshot) -> np.ndarray:
         raise NotImplementedError
+
+    def answer(self, snap: Snapshot) -> np.ndarray:
+        return snap.lead
+
+    def excluded(self, rows: np.ndarray) -> np.ndarray | None:
+        return None
+
+    def charged_until(self) -> np.ndarray | None:
+        return None
 
 
 class Never(Rule):
     """Full-budget baseline: never stops early."""
 
     label = "budget"
+    probes = False
 
     def check(self, snap: Snapshot) -> np.ndarray:
         return np.zeros(len(snap.rows), dtype=bool)
+
+
+@dataclass
+class OracleStop(Rule):
+    """An oracle bound (reads the future): stop at the first checkpoint whose leader is the
+    full-budget answer, or (``last``) at the one after the last checkpoint whose leader is not;
+    the answer is the full-budget vote either way."""
+
+    last: bool = False
+    label: str = "oracle"
+    reads_future = True
+    final: np.ndarray | None = field(default=None, repr=False)
+    settled_at: np.ndarray | None = field(default=None, repr=False)  # last: first settled k
+
+    def foresee(self, walk: Any) -> None:
+        everyone = np.arange(len(walk.samples))
+        self.final = walk.full_budget_vote(everyone)
+        if self.last:
+            m = len(walk.arr.grid)
+            disagree = np.stack(
+                [walk.snapshot(k, everyone).lead != self.final for k in range(m)], axis=1
+            )
+            self.settled_at = np.where(
+                disagree.any(axis=1), m - np.argmax(disagree[:, ::-1], axis=1), 0
+            )
+
+    def check(self, snap: Snapshot) -> np.ndarray:
+        assert self.final is not None  # set by foresee()
+        if self.last:
+            assert self.settled_at is not None
+            return snap.k >= self.settled_at[snap.rows]
+        return snap.lead == self.final[snap.rows]
+
+    def answer(self, snap: Snapshot) -> np.ndarray:
+        assert self.final is not None  # set by foresee()
+        return self.final[snap.rows]
 
 
 @dataclass
@@ -278,6 +341,16 @@ class ParallelProbe(Rule):
             self.pruned[r] = pr
             self.pruned_at[r] = np.where(newly, snap.position, self.pruned_at[r])
         return (self.stable[r] >= self.conv) & has & (snap.k >= self.warmup)
+
+    def answer(self, snap: Snapshot) -> np.ndarray:
+        return self.winner[snap.rows] if self.faithful else snap.lead
+
+    def excluded(self, rows: np.ndarray) -> np.ndarray | None:
+        assert self.pruned is not None  # set by reset()
+        return self.pruned[rows] if self.faithful else None
+
+    def charged_until(self) -> np.ndarray | None:
+        return self.pruned_at if self.faithful else None
 
 
 @dataclass

@@ -28,7 +28,7 @@ def family_baseline(method: str) -> str:
 
 def is_baseline(method: str) -> bool:
     m = METHODS.get(method)
-    return m is not None and m.stopping == "never"
+    return m is not None and m.is_baseline
 
 
 def _fmt(x) -> str:
