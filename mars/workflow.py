@@ -147,13 +147,47 @@ def methods_spec(methods) -> str:
     return methods if isinstance(methods, str) else ",".join(methods)
 
 
-def _check_questions(key: str, spec) -> None:
+def _questions(key: str, spec) -> list[int] | None:
+    """A question list of the config (None: every question), refused in one line naming it."""
     from .problems import parse_question_spec
 
     try:
-        parse_question_spec(spec, name=key)
+        return parse_question_spec(spec, name=key)
     except MarsError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _check_selections(config: dict) -> None:
+    """Question lists: well formed; generation's within each generated dataset; a setting's
+    within what was generated (imported pools are checked by their simulate job)."""
+    from .problems import select_problems
+
+    gen_key = "generation.questions"
+    generated = _questions(gen_key, config["generation"]["questions"])
+    datasets = {d for m in config["models"] for d in model_datasets(config, m)}
+    known: dict[str, set[int]] = {}
+    for d in sorted(datasets):
+        try:
+            _, qids = select_problems(config["datasets"][d], generated)
+        except MarsError as exc:
+            where = gen_key if generated is not None else f"datasets.{d}"
+            raise ConfigError(f"{where} (dataset {d}): {exc}") from None
+        known[d] = set(qids)
+    sim = config["simulation"]
+    for key, spec in [("simulation.questions", sim.get("questions"))] + [
+        (f"simulation.settings.{s}.questions", o.get("questions"))
+        for s, o in sim["settings"].items()
+    ]:
+        asked = _questions(key, spec)
+        for d, have in known.items():
+            missing = sorted(set(asked or ()) - have)
+            if missing:
+                gen = config["generation"]["questions"]
+                made = f"{gen_key} {gen!r}" if gen is not None else "every question"
+                raise ConfigError(
+                    f"{key} {spec!r}: question {missing[0]} is not in the pools generated for "
+                    f"{d} ({made}: {len(have)} questions)"
+                )
 
 
 def _check_inputs(config: dict, problem_sets: Sequence[str], presets: Sequence[str]) -> None:
@@ -216,15 +250,13 @@ def check_values(
             )
     if not generated and not seen:
         raise ConfigError("nothing to do: no models (with datasets) and no imports")
-    _check_questions("generation.questions", gen["questions"])
-    _check_questions("simulation.questions", config["simulation"].get("questions"))
-    for s, overrides in config["simulation"]["settings"].items():
-        _check_questions(f"simulation.settings.{s}.questions", overrides.get("questions"))
+    for s in config["simulation"]["settings"]:
         try:
             parse_methods(methods_spec(setting_params(config, s)["methods"]))
         except MarsError as exc:
             raise ConfigError(f"simulation.settings.{s}.methods: {exc}") from None
     _check_inputs(config, problem_sets, presets)
+    _check_selections(config)
 
 
 def check_config(config: dict, schema_path: str | Path) -> None:

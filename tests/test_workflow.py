@@ -282,6 +282,14 @@ def test_bad_config_fails_at_parse_time(tmp_path, change, message):
         ),
         ({"simulation": {"questions": "0-2000000"}}, "question ids go up to 1,000,000"),
         (
+            {"generation": {"questions": "0-40"}},
+            "generation.questions (dataset aime_2025): questions [30, 31, 32, 33, 34]… not in",
+        ),
+        (
+            {"simulation": {"questions": "5"}},
+            "simulation.questions '5': question 5 is not in the pools generated for aime_2025",
+        ),
+        (
             {"imports": [{"model": "m", "dataset": "d", "format": "csv", "path": "x"}]},
             "imports[0].format: 'csv' is not one of",
         ),
