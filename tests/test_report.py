@@ -898,16 +898,18 @@ def test_runs_with_other_sampling_settings_get_their_own_rows(tmp_path):
 
 
 # -- results say what they are -------------------------------------------------------------------
-def _synthetic_results(root: Path) -> Path:
-    """A tiny synthetic pool (2 questions × 40 traces) simulated into results/."""
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> Path:
+    """A small synthetic pool (8 questions × 40 traces) simulated into results/."""
     from typer.testing import CliRunner
 
     from mars.cli import app
 
+    root = tmp_path_factory.mktemp("synthetic")
     runner = CliRunner()
     pool = root / "pool"
     args = ["generate", "--backend", "synthetic", "--preset", "qwen3-8b", "--problems"]
-    args += ["aime_2025", "--traces", "40", "--questions", "0-1", "--out", str(pool)]
+    args += ["aime_2025", "--traces", "40", "--questions", "0-7", "--out", str(pool)]
     assert runner.invoke(app, args).exit_code == 0
     sim = root / "results" / "qwen3-8b" / "aime_2025" / "default" / "sim"
     methods = "sc,sc-mars,sc-mars-cal,sc-mars-oracle,dco,dco-mars,dco-mars-cal,dco-mars-oracle"
@@ -917,10 +919,10 @@ def _synthetic_results(root: Path) -> Path:
     return root / "results"
 
 
-def test_synthetic_results_say_so(tmp_path):
+def test_synthetic_results_say_so(synthetic, tmp_path):
     """Issue 25 (3): every table, figure and the index of a synthetic run says "synthetic", with
     the model the preset imitates; the index holds the report command once (issue 25, 12)."""
-    results = _synthetic_results(tmp_path)
+    results = synthetic
     out = tmp_path / "report"
     rep = render_report([results], out, q_questions=1, formats=("png",))
     index = (out / "report.md").read_text()
@@ -980,3 +982,44 @@ def test_the_index_shows_the_report_command_once(tree):
     index = (out / "report.md").read_text()
     assert index.count(rep.command) == 1
     assert all(rep.command in (out / "tables" / f"{t.key}.md").read_text() for t in rep.tables)
+
+
+def test_the_example_shows_the_mechanism(synthetic):
+    """Issue 25 (11): Fig. 1 (right) shows, by a stated rule, MARS waiting while its answer
+    trails and stopping early once it is safe: among early correct stops (iteration 0), the one
+    saving most whose answer overtook the first checkpoint's leader."""
+    from mars.report import trace
+    from mars.report.collect import resolve_pool
+    from mars.report.figures import pick_example
+
+    results = collect([synthetic])
+    ex = pick_example(results, {})
+    it = ex.run.per_iteration("sc-mars-cal")
+    s = ex.run.sim_settings("sc-mars-cal")
+    early = it[
+        (it.iteration == 0)
+        & (it.stopped_by == "margin")
+        & it.correct
+        & (it.stop_position > it.stop_position.min())
+    ]
+    saved = (1 - early.tokens / early.baseline_tokens).set_axis(early.qid)
+
+    def overtook(qid: int) -> bool:
+        pool = resolve_pool(ex.run, "sc-mars-cal")
+        arr = trace.load_question(pool, qid, s)
+        tr = trace.sc_trajectory(arr, trace.context(arr, s), 0)
+        return tr.stop_k < len(tr.positions) and tr.lead[0] != tr.lead[tr.stop_k]
+
+    assert ex.iteration == 0 and ex.qid in saved.index and overtook(ex.qid)
+    assert all(not overtook(q) for q, v in saved.items() if v > saved[ex.qid])
+    assert saved[ex.qid] > 0.5  # it shows a real saving (this pool: 71 %)
+
+
+def test_a_bad_example_is_one_line(tmp_path):
+    """--example naming no question (or not a number) is one line before any work."""
+    results = small_tree(tmp_path)
+    label = f"{MODEL}/{DATASET}"
+    for spec, needle in ((f"{label}:x", "expected"), (f"{label}:99", "no question 99")):
+        res = _report_cli(results, tmp_path / "out", "--figures", "--example", spec)
+        assert_one_line(res, needle)
+        assert not (tmp_path / "out").exists()

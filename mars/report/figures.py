@@ -477,63 +477,92 @@ def _short(s: str, n: int = 18) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def pick_example(results: Results, pools: dict, spec: str | None = None) -> Example | None:
-    """The Fig. 1 (right) question: ``spec`` = ``model/dataset:qid[:iteration]``, else chosen.
+#: the most trajectories :func:`pick_example` computes looking for an answer that overtook
+EXAMPLE_LOADS = 8
 
-    Automatic choice (first pair with a pool): iteration 0 of sc-mars-cal stopped early with the
-    correct answer after at least one checkpoint where it could not stop; among those, the question
-    with the lowest full-budget (sc) accuracy, i.e. the hardest one MARS still gets right.
+
+def pick_example(
+    results: Results, pools: dict, spec: str | None = None, cache_dir=None
+) -> Example | None:
+    """The Fig. 1 (right) question: ``spec`` = ``model/dataset:qid[:iteration]``, else chosen to
+    show the mechanism: MARS waits while the vote is contested and stops once its answer is safe.
+
+    Automatic choice, over every pair with a pool: the iteration-0 samples where sc-mars-cal stops
+    early with the correct answer, not at the first checkpoint, in order of the tokens they save
+    (then report order); the first of the :data:`EXAMPLE_LOADS` that save most whose answer did not
+    lead at the first checkpoint (it overtook the early leader), else the one that saves most.
     """
     if spec:
         label, _, rest = spec.partition(":")
         parts = label.strip("/").split("/")
         pair = (parts[0], parts[1]) if len(parts) >= 2 else None
         bits = rest.split(":") if rest else []
+        if len(bits) > 2 or not all(b.isdigit() for b in bits):
+            raise ReportError(f"--example {spec}: expected model/dataset:qid[:iteration]")
+        qid, iteration = (int(bits[0]) if bits else 0), (int(bits[1]) if len(bits) > 1 else 0)
         run = results.find(*pair, "sc-mars-cal") if pair else None
         if run is None:
             raise ReportError(f"--example {spec}: no sc-mars-cal results for {label}")
+        it = run.per_iteration("sc-mars-cal")
+        if not ((it.qid == qid) & (it.iteration == iteration)).any():
+            raise ReportError(
+                f"--example {spec}: {label} has no question {qid} with iteration {iteration}"
+            )
         pool = resolve_pool(run, "sc-mars-cal", pools)
         if pool is None:
             raise ReportError(f"--example {spec}: trace pool not found (pass --pool {label}=PATH)")
-        return Example(
-            run,
-            pool,
-            int(bits[0]) if bits else 0,
-            int(bits[1]) if len(bits) > 1 else 0,
-            "chosen by --example",
-        )
-    for pair in results.pairs:
+        return Example(run, pool, qid, iteration, "chosen by --example")
+    cands = []  # (-saved, pair index, qid, run, pool)
+    for order, pair in enumerate(results.pairs):
         run = results.find(*pair, "sc-mars-cal")
-        if run is None:
-            continue
-        pool = resolve_pool(run, "sc-mars-cal", pools)
-        if pool is None:
+        pool = None if run is None else resolve_pool(run, "sc-mars-cal", pools)
+        if run is None or pool is None:
             continue
         it = run.per_iteration("sc-mars-cal")
-        it0 = it[it.iteration == 0]
-        first_pos = it.stop_position.min()
-        cand = it0[(it0.stopped_by == "margin") & it0.correct & (it0.stop_position > first_pos)]
-        if cand.empty:
-            cand = it0[(it0.stopped_by == "margin") & it0.correct]
-        if cand.empty:
-            cand = it0
-        acc = (
-            run.per_question("sc").set_index("qid")["accuracy"]
-            if "sc" in run.overall
-            else run.per_question("sc-mars-cal").set_index("qid")["accuracy"]
-        )
-        cand = cand.assign(acc=cand.qid.map(acc).fillna(1.0)).sort_values(
-            ["acc", "qid"], kind="stable"
-        )
-        qid = int(cand.iloc[0].qid)
+        it0 = it[
+            (it.iteration == 0)
+            & (it.stopped_by == "margin")
+            & it.correct
+            & (it.stop_position > it.stop_position.min())
+        ]
+        for r in it0.itertuples():
+            saved = 1 - r.tokens / r.baseline_tokens if r.baseline_tokens else 0.0
+            cands.append((-saved, order, int(r.qid), run, pool))
+    cands.sort(key=lambda c: c[:3])
+    for _, _, qid, run, pool in cands[:EXAMPLE_LOADS]:
+        s = run.sim_settings("sc-mars-cal")
+        arr = trace.load_question(pool, qid, s, cache_dir)
+        tr = trace.sc_trajectory(arr, trace.context(arr, s), 0, "sc-mars-cal")
+        if tr.stop_k < len(tr.positions) and tr.lead[0] != tr.lead[tr.stop_k]:
+            return Example(
+                run,
+                pool,
+                qid,
+                0,
+                "of the samples where MARS stops early and correctly (iteration 0 of every "
+                "question), the one saving the most tokens whose answer overtook the first "
+                "checkpoint's leader",
+            )
+    if cands:
+        _, _, qid, run, pool = cands[0]
         return Example(
             run,
             pool,
             qid,
             0,
-            "the hardest question (lowest full-budget accuracy) whose iteration 0 "
-            "MARS stops early and correctly",
+            "of the samples where MARS stops early and correctly after at least one checkpoint "
+            "where it could not (iteration 0 of every question), the one saving the most tokens "
+            f"(none of the {min(len(cands), EXAMPLE_LOADS)} saving most had its answer overtake "
+            "the first checkpoint's leader)",
         )
+    for pair in results.pairs:  # no early correct stop anywhere: the first sample with a pool
+        run = results.find(*pair, "sc-mars-cal")
+        pool = None if run is None else resolve_pool(run, "sc-mars-cal", pools)
+        if run is not None and pool is not None:
+            qid = int(run.per_iteration("sc-mars-cal").qid.iloc[0])
+            return Example(
+                run, pool, qid, 0, "no sample where MARS stops early and correctly: the first one"
+            )
     return None
 
 
@@ -555,7 +584,7 @@ def fig_example(
         "the slack is positive for every challenger (and, at checkpoint 0, the leader matches the "
         "warmup majority).",
     )
-    ex = pick_example(results, pools or {}, spec)
+    ex = pick_example(results, pools or {}, spec, cache_dir)
     if ex is not None:
         fo.label_data(results.sources([ex.run]))
     with style():
@@ -1102,11 +1131,13 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                         label=kind,
                     )
                     for _, pt in pts[pts.pp_conv.notna()].iterrows():
+                        pruning = pt.method == "sc-pp-faithful"  # labelled below, sc-pp above
                         ax.annotate(
                             f"u={int(pt.pp_conv)}",
                             (pt.savings_pct, pt.accuracy_pct),
-                            xytext=(4, 3),
+                            xytext=(4, -3 if pruning else 3),
                             textcoords="offset points",
+                            va="top" if pruning else "bottom",
                             fontsize=6.5,
                             color=colors[pipe],
                         )

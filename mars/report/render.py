@@ -118,6 +118,10 @@ def render_report(
     check_report_dir(out_dir)
     pool_map = parse_pool_overrides(pools)
     results = collect(paths, labels, main_setting, pool_map)  # all checked before any output
+    if figures and example:
+        from .figures import pick_example
+
+        pick_example(results, pool_map, example)  # a bad --example before any work
     target = Path(os.path.abspath(out_dir))
     make_dirs(target.parent)
     stage = make_temp_dir(target.parent, f".{target.name}.report-")
