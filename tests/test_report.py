@@ -1023,3 +1023,14 @@ def test_a_bad_example_is_one_line(tmp_path):
         res = _report_cli(results, tmp_path / "out", "--figures", "--example", spec)
         assert_one_line(res, needle)
         assert not (tmp_path / "out").exists()
+
+
+def test_a_symlinked_out_keeps_its_link(tmp_path):
+    """The folder a symlinked --out points to is replaced; the link stays."""
+    results = small_tree(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    for _ in range(2):
+        assert _report_cli(results, tmp_path / "link").exit_code == 0
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "report.md").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "results"]

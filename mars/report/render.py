@@ -122,7 +122,7 @@ def render_report(
         from .figures import pick_example
 
         pick_example(results, pool_map, example)  # a bad --example before any work
-    target = Path(os.path.abspath(out_dir))
+    target = Path(os.path.realpath(out_dir))  # a symlinked --out: its folder is replaced
     make_dirs(target.parent)
     stage = make_temp_dir(target.parent, f".{target.name}.report-")
     try:
