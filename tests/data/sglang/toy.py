@@ -153,6 +153,10 @@ class ToyTokenizer:
             return {"input_ids": [self.encode(t) for t in text]}
         return {"input_ids": self.encode(text)}
 
+    def __len__(self) -> int:
+        """Tokens in the vocabulary, as a transformers tokenizer counts them."""
+        return len(self.vocab)
+
     def get_vocab(self) -> dict[str, int]:
         return dict(self.index)
 
