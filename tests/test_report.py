@@ -1034,3 +1034,27 @@ def test_a_symlinked_out_keeps_its_link(tmp_path):
         assert _report_cli(results, tmp_path / "link").exit_code == 0
     assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "report.md").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "results"]
+
+
+def test_a_damaged_fit_is_one_line(synthetic, tmp_path):
+    """Issue 19 (beyond the list): the fit a run names (input.fit) is read as a simulation reads
+    it; a damaged models.parquet is one line naming it, not a traceback."""
+    from typer.testing import CliRunner
+
+    from mars.cli import app
+
+    runner = CliRunner()
+    pool, fit = synthetic.parent / "pool", tmp_path / "fit"
+    assert runner.invoke(app, ["fit", str(pool), "--out", str(fit), "-q"]).exit_code == 0
+    results = tmp_path / "results"
+    sim = results / "qwen3-8b" / "aime_2025" / "default" / "sim"
+    args = ["simulate", str(pool), "-m", "sc,sc-mars-cal", "--fit", str(fit), "--budget", "24"]
+    assert runner.invoke(app, [*args, "--iterations", "2", "--out", str(sim), "-q"]).exit_code == 0
+    assert _report_cli(results, tmp_path / "ok").exit_code == 0
+    models = read_csv(tmp_path / "ok" / "tables" / "table-switch-models.csv")
+    assert models.questions.tolist() == [8]
+    data = (fit / "models.parquet").read_bytes()
+    (fit / "models.parquet").write_bytes(data[: len(data) // 2])
+    out = tmp_path / "out"
+    assert_one_line(_report_cli(results, out), "models.parquet")
+    assert not out.exists()

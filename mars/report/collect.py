@@ -84,6 +84,7 @@ class Run:
     overall: dict = field(default_factory=dict)  # method -> overall.json
     _pq: dict = field(default_factory=dict, repr=False)
     _it: dict = field(default_factory=dict, repr=False)
+    _fit: tuple[pd.DataFrame, str] | None = field(default=None, repr=False)
 
     @property
     def label(self) -> str:
@@ -132,6 +133,12 @@ class Run:
 
     def per_iteration(self, method: str) -> pd.DataFrame:
         return self._it[method]
+
+    def fit_models(self) -> tuple[pd.DataFrame, str] | None:
+        """The switch models the run was simulated with (``mars simulate --fit``) at its warmup,
+        one row per question, and the method whose simulation read them; None without a fit
+        (or when its folder is gone)."""
+        return self._fit
 
 
 OVERALL = "overall.json"
@@ -336,7 +343,22 @@ def load_run(path: Path, model: str, dataset: str, setting: str) -> Run:
     _check_one_setting(run, files)
     for d in _method_dirs(Path(path)):
         _load_method(run, d, run.overall[d.name])
+    run._fit = _load_fit(run)
     return run
+
+
+def _load_fit(run: Run) -> tuple[pd.DataFrame, str] | None:
+    """The fit a run's ``input.fit`` names, read and checked as a simulation reads it."""
+    from ..fit import FitDir
+
+    for method in run.methods:
+        ov = run.overall[method]
+        fit = (ov.get("input") or {}).get("fit")
+        if fit and Path(fit).is_dir():
+            df = pd.DataFrame(list(FitDir(fit).rows.values()))
+            warmup = ov["settings"].get("warmup")
+            return (df[df.warmup == warmup] if len(df) else df), method
+    return None
 
 
 def _own_label_parts(path: Path) -> list[str]:

@@ -9,7 +9,6 @@ unrounded numbers and whose ``commands`` name the report command and the simulat
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -706,21 +705,6 @@ def table_oracle_share(results: Results, command: str | None = None) -> Table:
     )
 
 
-def _fit_models(run: Run) -> tuple[pd.DataFrame, str] | None:
-    """The switch models a run was simulated with (``mars simulate --fit``), at its warmup, and
-    the method whose simulation read them."""
-    import pyarrow.parquet as pq
-
-    for method in run.methods:
-        ov = run.overall[method]
-        fit = (ov.get("input") or {}).get("fit")
-        if fit and (Path(fit) / "models.parquet").is_file():
-            df = pq.read_table(Path(fit) / "models.parquet").to_pandas()
-            warmup = (ov.get("settings") or {}).get("warmup")
-            return (df[df.warmup == warmup] if warmup is not None else df), method
-    return None
-
-
 def table_switch_models(results: Results, command: str | None = None) -> Table:
     """What the fit stage learned: the per-question switch models, summarised per pool."""
     from ..features import FEATURE_NAMES
@@ -730,7 +714,7 @@ def table_switch_models(results: Results, command: str | None = None) -> Table:
     data = []
     for pair in results.pairs:
         run = results.main_run(*pair)
-        found = _fit_models(run)
+        found = run.fit_models()
         if found is None or not len(found[0]):
             if run.methods:
                 used(run, run.methods[0])  # read, found no fit: its provenance still shows
