@@ -4,6 +4,7 @@
                                     [--preset qwen3-8b] [--problems aime_2025] [--questions 0-29]
                                     [--traces 64] [--warmup 16] [--method sc-mars-cal]
                                     [--spacing 2048] [--max-tokens N] [--overhead]
+                                    [--per-checkpoint]
 
 Per question: the live run (warmup, then N traces stopped when the method fires) and the same N
 traces run to completion (``compare_full``). Prints one line of JSON: accuracy of both, tokens
@@ -11,7 +12,9 @@ traces run to completion (``compare_full``). Prints one line of JSON: accuracy o
 the decision overhead (time spent deciding, per checkpoint). ``--overhead`` instead measures the
 decision overhead alone on the synthetic engine for N = 64, 256, 1,024 and 4,096 traces
 (``--overhead-method``: whose decisions; the default ``sc`` never fires, so every checkpoint is
-decided).
+decided). ``--per-checkpoint`` measures the decision time at checkpoints 1, 8 and 32 of one
+question at 1,024 traces (``--spacing`` 512 keeps 32 checkpoints inside the synthetic traces): a
+decision is one step of the walk, so it should not grow with the checkpoint index.
 
 With ``--backend transformers`` (a directory or .gguf file; CUDA when available) the wall times
 are those of real generation; on the synthetic engine generation is nearly free, so there only the
@@ -82,6 +85,72 @@ def overhead(a) -> dict:
     }
 
 
+def per_checkpoint(a) -> dict:
+    """Seconds of each checkpoint's decision (the live hook: answers, confidences, the step)."""
+    from mars import live
+
+    times: list[float] = []
+    call = live._Controller.__call__
+
+    def timed(self, p, batch, probes):
+        t0 = time.perf_counter()
+        try:
+            return call(self, p, batch, probes)
+        finally:
+            times.append(time.perf_counter() - t0)
+
+    steps: list[float] = []
+    stepper = getattr(live, "Stopper", None)  # the decision alone (absent before mars.Stopper)
+    step = stepper.step if stepper else None
+
+    def timed_step(self, *args):
+        t0 = time.perf_counter()
+        try:
+            return step(self, *args)
+        finally:
+            steps.append(time.perf_counter() - t0)
+
+    live._Controller.__call__ = timed
+    if stepper:
+        stepper.step = timed_step
+    try:
+        problem = load_problems(a.problems)[a.overhead_question]
+        t0 = time.perf_counter()
+        run = solve(
+            SyntheticBackend(a.preset),
+            problem,
+            a.overhead_method,
+            n_traces=1024,
+            warmup=a.warmup,
+            seed=a.seed,
+            spacing=a.spacing,
+        )
+        total = time.perf_counter() - t0
+    finally:
+        live._Controller.__call__ = call
+        if stepper:
+            stepper.step = step
+
+    def at(ts):
+        return {k: round(ts[k - 1] * 1e3, 2) for k in (1, 8, 32) if k <= len(ts)} or None
+
+    return {
+        "bench": "live-per-checkpoint",
+        "method": a.overhead_method,
+        "traces": 1024,
+        "spacing": a.spacing,
+        "checkpoints": len(times),
+        "decide_ms_at_checkpoint": at(times),  # the live hook: answers, confidences, decision
+        "step_ms_at_checkpoint": at(steps),  # the decision alone (Stopper.step)
+        "decide_ms_median": round(float(sorted(times)[len(times) // 2]) * 1e3, 2)
+        if times
+        else None,
+        "solve_s": round(total, 2),
+        "replay_ok": run.replay_ok,
+        "load_avg_1min": round(os.getloadavg()[0], 2),
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="synthetic", choices=["synthetic", "transformers"])
@@ -97,6 +166,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--overhead", action="store_true")
+    ap.add_argument("--per-checkpoint", action="store_true")
     ap.add_argument("--overhead-question", type=int, default=8)
     ap.add_argument(
         "--overhead-method",
@@ -106,6 +176,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.overhead:
         print(json.dumps(overhead(a)))
+        return 0
+    if a.per_checkpoint:
+        print(json.dumps(per_checkpoint(a)))
         return 0
     be = _backend(a)
     problems = load_problems(a.problems)

@@ -864,36 +864,66 @@ def group_answers_online(strings: Iterable[str | None]) -> AnswerGroups:
     equivalent to it, else opens a group. After 50 distinct symbolic strings, new ones each open a
     group without comparison, as in :func:`group_answers`.
     """
-    members: list[list[str]] = []
-    index: dict[str, int] = {}
-    key_group: dict[str, int] = {}
-    symbolic_led: set[int] = set()
-    n_symbolic = 0
-    for s in strings:
-        if not s or not isinstance(s, str) or s in index:
-            continue
+    online = OnlineGroups()
+    online.add(strings)
+    return online.groups()
+
+
+class OnlineGroups:
+    """:func:`group_answers_online` fed as answers arrive: :meth:`add` gives each string the
+    group id it keeps."""
+
+    def __init__(self) -> None:
+        self.members: list[list[str]] = []
+        self.index: dict[str, int] = {}
+        self.key_group: dict[str, int] = {}
+        self.symbolic_led: set[int] = set()
+        self.n_symbolic = 0
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def add(self, strings: Iterable[str | None]) -> list[int]:
+        """The group id of every string (-1 for no answer), grouping the new ones."""
+        return [self._add(s) for s in strings]
+
+    def _add(self, s: str | None) -> int:
+        if not s or not isinstance(s, str):
+            return -1
+        if s in self.index:
+            return self.index[s]
+        members = self.members
         key = _key_or_fallback(s)
-        g = key_group.get(key, -1) if key is not None else -1
-        if g < 0 and (key is not None or n_symbolic < MAX_SYMBOLIC_PAIRWISE):
+        g = self.key_group.get(key, -1) if key is not None else -1
+        if g < 0 and (key is not None or self.n_symbolic < MAX_SYMBOLIC_PAIRWISE):
             candidates = sorted(range(len(members)), key=lambda h: -len(members[h]))[
                 :MAX_GROUPS_COMPARED
             ]
             for h in candidates:
-                if (key is None or h in symbolic_led) and _equivalent_or_fallback(s, members[h][0]):
+                if (key is None or h in self.symbolic_led) and _equivalent_or_fallback(
+                    s, members[h][0]
+                ):
                     g = h
                     break
         if key is None:
-            n_symbolic += 1
+            self.n_symbolic += 1
         if g < 0:
             g = len(members)
             members.append([])
             if key is None:
-                symbolic_led.add(g)
+                self.symbolic_led.add(g)
         if key is not None:
-            key_group.setdefault(key, g)
+            self.key_group.setdefault(key, g)
         members[g].append(s)
-        index[s] = g
-    return AnswerGroups(representatives=[ms[0] for ms in members], index=index, members=members)
+        self.index[s] = g
+        return g
+
+    def groups(self) -> AnswerGroups:
+        return AnswerGroups(
+            representatives=[ms[0] for ms in self.members],
+            index=dict(self.index),
+            members=[list(ms) for ms in self.members],
+        )
 
 
 def _safe_equivalent(a: str, b: str) -> bool:

@@ -339,6 +339,21 @@ def checkpoint_answers(
     return np.where(finished_at, final[:, None], probe[codes])
 
 
+def checkpoint_confidences(
+    q: QuestionData,
+    grid: np.ndarray,
+    window: int,
+    stopped: np.ndarray | None = None,
+    conf_window: str = "at",
+) -> np.ndarray | None:
+    """The confidence of every trace at every checkpoint of ``grid`` (float32 [n, m], None
+    without per-token confidences), as :func:`build_arrays` computes it."""
+    if not q.has_confs:
+        return None
+    finished_at = _layout(q, CHECKPOINT_SPACING, grid, stopped)[2]
+    return _confidence_stats(q, grid, window, finished_at, conf_window, group_stats=False)[0]
+
+
 def build_arrays(
     q: QuestionData,
     spacing: int = CHECKPOINT_SPACING,

@@ -5,16 +5,18 @@
 1. *warmup*: ``warmup`` traces (trace ids 0..W-1) run to completion, probed at every checkpoint;
 2. *main*: ``n_traces`` traces (ids W..W+N-1) advance checkpoint by checkpoint
    (:func:`mars.generate.run_batch`, ``spacing`` tokens apart); every running trace is probed;
-3. at each checkpoint the method decides on the records *as they stand*; when it fires, every
-   running trace is stopped (:meth:`~mars.backends.base.TraceBatch.stop`) and the leader is the
-   answer. Parallel-Probe as its authors define it (``sc-pp-faithful``) also stops the traces it
-   prunes, there and then.
+3. at each checkpoint the method takes one step (:class:`mars.stepper.Stopper`) fed what the
+   engine just produced (each trace's probed or final answer, whether it runs, its confidence);
+   when it fires, every running trace is stopped (:meth:`~mars.backends.base.TraceBatch.stop`) and
+   the leader is the answer. Parallel-Probe as its authors define it (``sc-pp-faithful``) also
+   stops the traces it prunes, there and then.
 
-The decision is the simulator's own (:func:`mars.simulate.run_method`, one iteration whose sample
-is the N main traces and whose warmup is the W warmup traces) applied to those records, with the
-running traces shown as traces stopped at the checkpoint. Re-simulating a live run's stored
-records (:func:`replay`) therefore gives its answer, stop position and tokens exactly. Three things
-differ from the offline simulator, each because a live run cannot see the future:
+The decision is the simulator's own (one step of :class:`mars.simulate.MethodRun` over the one
+iteration whose sample is the N main traces and whose warmup is the W warmup traces, running
+traces shown as traces stopped at the checkpoint). The records are written once, at the end of the
+question; re-simulating them (:func:`decide`, :func:`replay`) gives the run's answer, stop position
+and tokens exactly, which every run checks (``replay_ok``). Three things differ from the offline
+simulator, each because a live run cannot see the future:
 
 * the checkpoint grid is fixed in advance (``spacing``, 2·spacing, … ≤ ``max_tokens``), not taken
   from the traces;
@@ -50,7 +52,7 @@ import pyarrow as pa
 
 from . import schema
 from .answers import group_answers_online, is_correct
-from .arrays import QuestionArrays, build_arrays, checkpoint_answers
+from .arrays import QuestionArrays, build_arrays, checkpoint_answers, checkpoint_confidences
 from .atomic import write_atomic, write_json_atomic
 from .backends.base import Backend, TraceBatch, TraceResult
 from .errors import MarsError, UsageError
@@ -69,6 +71,7 @@ from .problems import Problem, problems_digest, select_problems
 from .progress import track
 from .settings import LIVE_KEYS, Settings
 from .simulate import MethodResult, QuestionContext, SimulationError, run_method
+from .stepper import Stopper, Warmup
 from .userfiles import read_json_object
 
 LIVE_DIR = "live"
@@ -221,8 +224,44 @@ class LiveRun:
         return d
 
 
+class _Confidences:
+    """The checkpoint confidence of each of the N traces as it generates, to the bit what its
+    stored record gives (:func:`mars.arrays.checkpoint_confidences`, ``conf_window="before"``):
+    float16-stored token confidences, float64 prefix sums, of which the last ``window`` + 1 are
+    kept; a trace that no longer runs has the mean of all its tokens."""
+
+    def __init__(self, n: int, window: int):
+        self.window = window
+        self.tails = [np.zeros(1) for _ in range(n)]  # prefix sums cs[L - len + 1 .. L]
+        self.seen = np.zeros(n, dtype=np.int64)
+        self.final: dict[int, float] = {}  # traces that no longer run: their whole mean
+
+    def at(self, j: int, p: int, confs, running: bool) -> float:
+        if j in self.final:
+            return self.final[j]
+        c = np.asarray(confs[self.seen[j] :], np.float16).astype(np.float32)
+        tail = self.tails[j]
+        if len(c):
+            cs = np.cumsum(np.concatenate(([tail[-1]], c.astype(np.float64))))
+            self.tails[j] = tail = np.concatenate((tail, cs[1:]))[-(self.window + 1) :]
+            self.seen[j] += len(c)
+        L = int(self.seen[j])
+        if L == 0:
+            return 0.0 if running else self.final.setdefault(j, 0.0)
+        if not running:
+            self.final[j] = float(tail[-1] / L)
+            return self.final[j]
+        end = min(p, L)
+        start = max(end - self.window, 0)
+        first = L - len(tail) + 1  # the prefix index tail[0] holds
+        if start < first:  # only when a trace ran past its checkpoint
+            raise RuntimeError(f"trace {j}: {L} tokens at checkpoint {p}")
+        return float((tail[end - first] - tail[start - first]) / max(end - start, 1))
+
+
 class _Controller:
-    """The checkpoint hook of the main batch: the method's decision on the records as they stand."""
+    """The checkpoint hook of the main batch: one :meth:`mars.stepper.Stopper.step` per
+    checkpoint, fed what the engine just produced."""
 
     def __init__(
         self,
@@ -235,64 +274,62 @@ class _Controller:
         n: int,
     ):
         self.problem, self.method, self.settings, self.grid = problem, method, settings, grid
-        self.warm_table, self.n_warm, self.n = warm_table, n_warm, n
-        self.probes: list[list] = [[] for _ in range(n)]
+        self.n_warm, self.n = n_warm, n
         self.ended: dict[int, TraceResult] = {}
         self.pruned = np.zeros(n, dtype=bool)
         self.stopped = np.zeros(n, dtype=bool)
         self.fired: tuple[str, int, str | None] | None = None  # (label, position, answer)
         self.decide_s = 0.0
         self.checkpoints = 0
-        self.memo: dict = {}
+        t0 = time.perf_counter()
+        warm_q = _question(problem, [warm_table])
+        confs = checkpoint_confidences(warm_q, grid, settings.window, conf_window="before")
+        answers = checkpoint_answers(warm_q, grid).tolist()
+        warmup = Warmup(answers, warm_q.final_answers, warm_q.lengths, confs)
+        self.stopper = Stopper(method, n, grid, warmup, settings=settings)
+        self.confs = _Confidences(n, settings.window) if confs is not None or not n_warm else None
+        self.decide_s += time.perf_counter() - t0
 
     def __call__(self, p: int, batch: TraceBatch, probes: dict) -> bool:
         t0 = time.perf_counter()
-        for j, r in probes.items():
-            self.probes[j].append((p, r))
+        if p != self.grid[self.stopper.k]:
+            raise RuntimeError(f"checkpoint {p}, expected {self.grid[self.stopper.k]}")
         ended = np.asarray(batch.ended)
-        lengths = np.asarray(batch.lengths)
-        records = []
+        answers: list[str | None] = []
+        confs: list[float] | None = [] if self.confs is not None else None
         for j in range(self.n):
             if ended[j]:
                 if j not in self.ended:
                     r = batch.result(j)
                     self.ended[j] = _as_stopped(r) if self.pruned[j] else r
-                trace_res = self.ended[j]
+                answers.append(self.ended[j].final_answer)
+                token_confs = self.ended[j].confs
             else:
-                trace_res = TraceResult(
-                    length=int(lengths[j]),
-                    final_answer=None,
-                    finished=False,
-                    confs=batch.confs_so_far(j),
-                )
-            records.append(TraceRecord(trace_res, list(self.probes[j])))
-        running = ~ended
-        q = _question(
-            self.problem,
-            [self.warm_table, records_to_table(self.problem.qid, self.n_warm, records)],
-        )
-        stopped = np.concatenate([np.zeros(self.n_warm, bool), running | self.pruned])
-        res, arr = decide(q, self.method, self.settings, self.grid, self.n_warm, stopped, self.memo)
+                answers.append(probes[j].answer if j in probes else None)
+                token_confs = batch.confs_so_far(j)
+            if confs is not None:
+                assert self.confs is not None
+                if token_confs is None:
+                    confs = None
+                    self.confs = None
+                else:
+                    confs.append(self.confs.at(j, p, token_confs, not ended[j]))
+        if self.n_warm == 0 or self.stopper.conf is None:
+            confs = None
+        d = self.stopper.step(answers, ~ended, confs)
         self.checkpoints += 1
-        label, pos = str(res.stopped_by[0]), int(res.position[0])
-        if label != "budget" and pos < p:
-            raise RuntimeError(
-                f"question {self.problem.qid}: the rule fired at {pos} < {p} on a later look "
-                "(a decision that depends on the future)"
-            )
-        fire = label != "budget" and pos == p
-        if fire:
-            a = int(res.answer[0])
-            self.fired = (label, p, arr.representatives[a] if a >= 0 else None)
+        running = ~ended
+        if d.stop:
+            self.fired = (d.label, p, d.answer)
             self.stopped = running | self.pruned
-        elif res.pruned_at is not None:
-            newly = np.flatnonzero((res.pruned_at[0] == p) & running & ~self.pruned)
+        elif d.stop_traces.size:
+            newly = d.stop_traces[~self.pruned[d.stop_traces]]
             if newly.size:
                 batch.stop(newly)
                 self.pruned[newly] = True
                 self.stopped = self.pruned.copy()
         self.decide_s += time.perf_counter() - t0
-        return fire
+        return d.stop
 
 
 def _probe_cost(records: Iterable[TraceRecord]) -> tuple[int | None, int]:

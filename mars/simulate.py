@@ -257,7 +257,7 @@ class MethodRun:
             kept &= self.runmin[Sk, k] >= self.taus[rows, None]
             kept &= ~(self.truncated[rows] & (grid[k] >= self.trunc[rows]))
         e = kept & (ids >= 0)
-        running = self.run_lens[rows] > grid[k]
+        running = self._running(k, rows)
         if method.conf_weights:
             assert arr.conf_at_pos is not None
             w = arr.conf_at_pos[Sk, k]
@@ -281,6 +281,10 @@ class MethodRun:
             pending=kept & running & (ids < 0),
         )
 
+    def _running(self, k: int, rows: np.ndarray) -> np.ndarray:
+        """Which sampled traces are still generating at checkpoint ``k`` [len(rows), B]."""
+        return self.run_lens[rows] > self.arr.grid[k]
+
     def full_budget_vote(self, rows: np.ndarray, exclude: np.ndarray | None = None) -> np.ndarray:
         """The answer of iterations ``rows`` that run to the end: a vote over final answers."""
         arr, method, grid = self.arr, self.method, self.arr.grid
@@ -299,28 +303,46 @@ class MethodRun:
             w = np.ones(S.shape)
         return leader(tally(arr.final_ids[S], w, e, arr.n_answers))[0]
 
+    def start(self) -> None:
+        """Before the first :meth:`step`: no iteration has stopped."""
+        I, m = len(self.samples), len(self.arr.grid)
+        self.answer = np.full(I, -1, dtype=np.int64)
+        self.stop_k = np.full(I, m, dtype=np.int64)  # m = ran to the full budget
+        self.label = np.full(I, "budget", dtype=object)
+        self.active = np.ones(I, dtype=bool)
+
+    def step(self, k: int) -> np.ndarray:
+        """Checkpoint ``k`` for the iterations still active: the rule decides, those it stops
+        keep their answer, stop index and label. Returns the iterations stopped here."""
+        rows = np.flatnonzero(self.active)
+        if len(rows) == 0:
+            return rows
+        snap = self.snapshot(k, rows)
+        stop = self.rule.check(snap)
+        hit = rows[stop]
+        if len(hit):
+            self.answer[hit] = self.rule.answer(snap)[stop]
+            self.stop_k[hit] = k
+            self.label[hit] = self.rule.label
+            self.active[hit] = False
+        return hit
+
     def run(self) -> MethodResult:
+        """Every checkpoint in turn (:meth:`step`) until every iteration has stopped."""
+        self.start()
+        for k in range(len(self.arr.grid)):
+            if not self.active.any():
+                break
+            self.step(k)
+        return self.finish()
+
+    def finish(self) -> MethodResult:
+        """The result: the iterations still active take the full-budget vote."""
         arr, rule = self.arr, self.rule
-        I = len(self.samples)
         grid = arr.grid
         m = len(grid)
-        answer = np.full(I, -1, dtype=np.int64)
-        stop_k = np.full(I, m, dtype=np.int64)  # m = ran to the full budget
-        label = np.full(I, "budget", dtype=object)
-        active = np.ones(I, dtype=bool)
-        for k in range(m):
-            rows = np.flatnonzero(active)
-            if len(rows) == 0:
-                break
-            snap = self.snapshot(k, rows)
-            stop = rule.check(snap)
-            hit = rows[stop]
-            if len(hit):
-                answer[hit] = rule.answer(snap)[stop]
-                stop_k[hit] = k
-                label[hit] = rule.label
-                active[hit] = False
-        rest = np.flatnonzero(active)
+        answer, stop_k, label = self.answer, self.stop_k, self.label
+        rest = np.flatnonzero(self.active)
         if len(rest):
             answer[rest] = self.full_budget_vote(rest, exclude=rule.excluded(rest))
 

@@ -169,13 +169,16 @@ class Rule:
     costing tokens and probes (None: where the method stops). ``needs_q``: snapshots must carry
     switch probabilities; ``probes``: the rule looks at probes (their cost is counted);
     ``reads_future``: :meth:`foresee` is called before the walk with the walk itself, whose
-    full-budget vote and snapshots at any checkpoint the rule may read.
+    full-budget vote and snapshots at any checkpoint the rule may read. ``counts_answers``: the
+    decision may depend on how many answer ids exist, not only on the answers traces hold (a
+    live decision then rebuilds the rule whenever a new answer arrives).
     """
 
     label = "none"
     needs_q = False
     probes = True
     reads_future = False
+    counts_answers = True
 
     def reset(self, n_iterations: int, budget: int) -> None:
         pass
@@ -201,6 +204,7 @@ class Never(Rule):
 
     label = "budget"
     probes = False
+    counts_answers = False
 
     def check(self, snap: Snapshot) -> np.ndarray:
         return np.zeros(len(snap.rows), dtype=bool)
@@ -215,6 +219,7 @@ class OracleStop(Rule):
     last: bool = False
     label: str = "oracle"
     reads_future = True
+    counts_answers = False
     final: np.ndarray | None = field(default=None, repr=False)
     settled_at: np.ndarray | None = field(default=None, repr=False)  # last: first settled k
 
@@ -252,6 +257,7 @@ class Mars(Rule):
     delta: float = 0.05
     label: str = "margin"
     needs_q = True
+    counts_answers = False
 
     def reset(self, n_iterations: int, budget: int) -> None:
         self._budget = budget
@@ -309,6 +315,7 @@ class ParallelProbe(Rule):
     patience: int = 2
     faithful: bool = False
     label: str = "pp_consensus"
+    counts_answers = False
     pruned: np.ndarray | None = field(default=None, repr=False)
     # position where a trace was pruned
     pruned_at: np.ndarray | None = field(default=None, repr=False)
@@ -361,6 +368,7 @@ class Consensus(Rule):
     share: float = 0.9
     min_checkpoint: int = 0
     label: str = "consensus"
+    counts_answers = False
 
     def check(self, snap: Snapshot) -> np.ndarray:
         total = snap.votes.sum(axis=1)
