@@ -64,13 +64,13 @@ from .generate import (
     run_batch,
     token_cap,
 )
-from .methods import Method, get_method, live_methods
+from .methods import Method, get_method, live_method
 from .pool import PoolError, QuestionData, open_pool, question_from_table
 from .pooldir import PoolDirWriter
 from .problems import Problem, problems_digest, select_problems
 from .progress import track
 from .settings import LIVE_KEYS, Settings
-from .simulate import MethodResult, QuestionContext, SimulationError, run_method
+from .simulate import MethodResult, QuestionContext, run_method
 from .stepper import Stopper, Warmup
 from .userfiles import read_json_object
 
@@ -81,22 +81,6 @@ SUMMARY_FILE = "live.csv"
 #: rule builds arrays over all of it, so this bounds the memory of a run and of its replay,
 #: whatever a manifest claims (at a 2,048-token spacing: 8.4 million tokens).
 MAX_CHECKPOINTS = 1 << 12
-
-
-def live_method(method: str | Method) -> Method:
-    """The method, if it can run live (:attr:`~mars.methods.Method.live`); a clear error
-    otherwise."""
-    m = get_method(method) if isinstance(method, str) else method
-    if m.deepconf:
-        raise SimulationError(
-            f"method {m.name}: DeepConf's online filter truncates traces token by token inside "
-            f"the engine; live mode runs {', '.join(live_methods())}"
-        )
-    if m.reads_future:
-        raise SimulationError(
-            f"method {m.name} reads the traces' future (oracle); it cannot run live"
-        )
-    return m
 
 
 def live_grid(spacing: int, max_tokens: int) -> np.ndarray:

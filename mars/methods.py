@@ -45,11 +45,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import SimulationError, UsageError
 
 if TYPE_CHECKING:
-    from .simulate import QuestionContext
     from .stopping import Rule
+
+#: what a rule factory reads of a question: its :class:`mars.simulate.QuestionContext` (arrays,
+#: warmup, settings; not imported here, so that the registry stays below the simulator)
+QuestionContext = Any
 
 
 @dataclass(frozen=True)
@@ -347,6 +350,22 @@ def unregister(name: str) -> None:
 def live_methods() -> list[str]:
     """The methods that can decide on a live run (:attr:`Method.live`)."""
     return [m.name for m in _METHODS if m.live]
+
+
+def live_method(method: str | Method) -> Method:
+    """The method, if it can decide on a live run (:attr:`Method.live`); a clear error
+    otherwise."""
+    m = get_method(method) if isinstance(method, str) else method
+    if m.deepconf:
+        raise SimulationError(
+            f"method {m.name}: DeepConf's online filter truncates traces token by token inside "
+            f"the engine; live mode runs {', '.join(live_methods())}"
+        )
+    if m.reads_future:
+        raise SimulationError(
+            f"method {m.name} reads the traces' future (oracle); it cannot run live"
+        )
+    return m
 
 
 def parse_methods(spec: str) -> list[Method]:

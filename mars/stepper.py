@@ -32,7 +32,7 @@ from .answers import OnlineGroups
 from .arrays import QuestionArrays
 from .errors import UsageError
 from .features import question_features
-from .methods import Method
+from .methods import Method, live_method
 from .qmodel import SwitchModel, fit_question
 from .settings import Settings
 from .simulate import MethodRun, QuestionContext
@@ -95,8 +95,6 @@ class Stopper:
         memo: dict | None = None,
         **knobs,
     ):
-        from .live import live_method
-
         self.method = live_method(method)
         grid = np.asarray(grid, dtype=np.int64)
         if grid.ndim != 1 or len(grid) == 0 or (np.diff(grid) <= 0).any() or grid[0] <= 0:

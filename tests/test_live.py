@@ -25,20 +25,12 @@ from mars.backends.synthetic import SyntheticBackend
 from mars.cli import app
 from mars.errors import UsageError
 from mars.live import MAX_CHECKPOINTS, live_grid, live_method, replay, solve, solve_pool
+from mars.methods import live_methods
 from mars.pool import PoolError, open_pool
 from mars.problems import load_problems
 from mars.simulate import SimulationError
 
-LIVE_METHODS = [
-    "sc",
-    "sc-mars",
-    "sc-mars-cal",
-    "sc-mars-cert",
-    "sc-pp",
-    "sc-pp-faithful",
-    "sc-consensus",
-    "sc-mars2",
-]
+LIVE_METHODS = live_methods()  # every method that can run live, from the registry
 QIDS = [0, 1, 2, 4, 5, 8, 13, 27]
 
 
