@@ -192,8 +192,16 @@ class Stopper:
         k, N = self.k, self.N
         if k >= len(self.grid):
             raise UsageError(f"all {len(self.grid)} checkpoints of the grid have been seen")
-        if len(answers) != N or len(running) != N:
-            raise UsageError(f"checkpoint {k}: {len(answers)} answers for {N} traces")
+        for name, given in (
+            ("answers", answers),
+            ("running", running),
+            ("confidences", confidences),
+        ):
+            if given is not None and len(given) != N:
+                raise UsageError(f"checkpoint {k}: {len(given)} {name} for {N} traces")
+        wrong = next((a for a in answers if a is not None and not isinstance(a, str)), None)
+        if wrong is not None:
+            raise UsageError(f"checkpoint {k}: answer {wrong!r} is not a string or None")
         if (confidences is None) != (self.conf is None):
             raise UsageError(
                 "confidences: give them at every checkpoint and for the warmup, or never"

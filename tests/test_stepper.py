@@ -85,8 +85,14 @@ def test_bad_use_is_one_clear_error():
     with pytest.raises(UsageError, match="increasing"):
         mars.Stopper("sc-mars", n_traces=4, grid=[4096, 2048])
     s = mars.Stopper("sc-mars", n_traces=2, grid=grid)
-    with pytest.raises(UsageError, match="2 traces"):
-        s.step(["1"], [True])
+    with pytest.raises(UsageError, match="1 answers for 2 traces"):
+        s.step(["1"], [True, True])
+    with pytest.raises(UsageError, match="3 running for 2 traces"):
+        s.step(["1", "1"], [True, True, True])
+    with pytest.raises(UsageError, match="answer 7 is not a string"):
+        s.step(["1", 7], [True, True])
+    with pytest.raises(UsageError, match="confidences"):
+        s.step(["1", "1"], [True, True], [0.5, 0.5])
     d = s.step(["1", "1"], [True, True])
     assert not d.stop  # the margin needs more than two votes against q = 1
     s.step(["1", "1"], [False, False])
