@@ -1003,12 +1003,14 @@ FRONTIER_KINDS = (
     ("MARS, calibrated γ", ("sc-mars-cal", "dco-mars-cal"), "*"),
     ("MARS, certified", ("sc-mars-cert", "dco-mars-cert"), "s"),
     ("MARS2 (predictive risk)", ("sc-mars2", "dco-mars2"), "D"),
-    ("Parallel-Probe (u at each point)", ("sc-pp",), "X"),
-    ("Parallel-Probe, pruning (u at each point)", ("sc-pp-faithful",), "P"),
+    ("Parallel-Probe", ("sc-pp",), "X"),
+    ("Parallel-Probe, pruning", ("sc-pp-faithful",), "X"),
     ("Consensus", ("sc-consensus",), "^"),
 )
-#: the Parallel-Probe methods, whose points the frontier labels with their u (several settings)
+#: the Parallel-Probe methods: the frontier gives each u (one per setting) its own marker, filled
+#: for sc-pp and hollow for sc-pp-faithful
 PP_METHODS = ("sc-pp", "sc-pp-faithful")
+PP_MARKERS = ("X", "v", "<", ">", "h", "p", "8")  # none the other kinds use
 FRONTIER_PIPELINES = (
     ("SC", "sc", "oracle-first"),
     ("DeepConf", "dco", "oracle-dco-first"),
@@ -1078,8 +1080,8 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
         "fig-frontier",
         "Accuracy–savings of every stopping rule against the oracle-first stop",
         "Per model × dataset: mean accuracy against mean per-question token savings of every "
-        "early-stopping method and setting (SC pipeline blue, DeepConf orange; each "
-        "Parallel-Probe point labelled with its u). Dotted lines: the pipeline's full-budget "
+        "early-stopping method and setting (SC pipeline blue, DeepConf orange; Parallel-Probe "
+        "has one marker per u, hollow with pruning). Dotted lines: the pipeline's full-budget "
         "accuracy; dashed lines: the savings of its oracle-first stop (the first checkpoint whose "
         "leader is the full-budget vote). No rule that always returns the full-budget answer can "
         "save more than oracle-first; a rule that sometimes returns another answer can, so it is "
@@ -1104,6 +1106,8 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
             _placeholder(axes[0][0], "no early-stopping results")
             fo.notes.append("no early-stopping results")
         colors = PIPELINE_COLORS
+        us = sorted({int(u) for u in df.pp_conv.dropna()}) if len(df) else []
+        pp_marker = {u: PP_MARKERS[i % len(PP_MARKERS)] for i, u in enumerate(us)}
         for ax, (model, dataset) in zip(axes.flat, pairs):
             sub = df[(df.model == model) & (df.dataset == dataset)]
             for pipe, _, _ in FRONTIER_PIPELINES:
@@ -1115,40 +1119,46 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                     ax.axhline(base, color=colors[pipe], linestyle=":", linewidth=1)
                 if orc is not None and not pd.isna(orc):
                     ax.axvline(orc, color=colors[pipe], linestyle="--", linewidth=1)
-                for kind, _, marker in FRONTIER_KINDS:
+                for kind, methods, marker in FRONTIER_KINDS:
                     pts = part[part.kind == kind]
                     if pts.empty:
                         continue
-                    ax.scatter(
-                        pts.savings_pct,
-                        pts.accuracy_pct,
-                        marker=marker,
-                        s=70 if marker == "*" else 34,
-                        color=colors[pipe],
-                        edgecolor="white",
-                        linewidth=0.5,
-                        zorder=3,
-                        label=kind,
-                    )
-                    for _, pt in pts[pts.pp_conv.notna()].iterrows():
-                        pruning = pt.method == "sc-pp-faithful"  # labelled below, sc-pp above
-                        ax.annotate(
-                            f"u={int(pt.pp_conv)}",
-                            (pt.savings_pct, pt.accuracy_pct),
-                            xytext=(4, -3 if pruning else 3),
-                            textcoords="offset points",
-                            va="top" if pruning else "bottom",
-                            fontsize=6.5,
-                            color=colors[pipe],
+                    hollow = methods == ("sc-pp-faithful",)
+                    for u, group in pts.groupby(pts.pp_conv.fillna(-1), sort=True):
+                        mk = pp_marker[int(u)] if u >= 0 else marker
+                        ax.scatter(
+                            group.savings_pct,
+                            group.accuracy_pct,
+                            marker=mk,
+                            s=70 if mk == "*" else 34,
+                            color="none" if hollow else colors[pipe],
+                            edgecolor=colors[pipe] if hollow else "white",
+                            linewidth=1.0 if hollow else 0.5,
+                            zorder=3,
                         )
-            ax.set_title(f"{results.model_title(model)} · {dataset}", fontsize=9)
+            title = f"{results.model_title(model)} · {dataset}"
+            ax.set_title(title.replace(" · ", "\n", 1) if len(title) > 40 else title, fontsize=9)
             ax.set_xlabel("token savings (%)")
             ax.set_ylabel("accuracy (%)")
+        grey = {"linestyle": "", "color": "#555555"}
+        hollow_entry = [
+            mpl.lines.Line2D(
+                [], [], marker="o", markerfacecolor="none", label="hollow: with pruning", **grey
+            )
+        ]
+        if "sc-pp-faithful" not in set(df.method):
+            hollow_entry = []
         handles = (
             [
-                mpl.lines.Line2D([], [], marker=mk, linestyle="", color="#555555", label=k)
-                for k, _, mk in FRONTIER_KINDS
+                mpl.lines.Line2D([], [], marker=mk, label=k, **grey)
+                for k, ms, mk in FRONTIER_KINDS
+                if not set(ms) & set(PP_METHODS)
             ]
+            + [
+                mpl.lines.Line2D([], [], marker=mk, label=f"Parallel-Probe, u={u}", **grey)
+                for u, mk in pp_marker.items()
+            ]
+            + hollow_entry
             + [
                 mpl.lines.Line2D([], [], color=c, linestyle="-", label=f"{p} pipeline")
                 for p, c in colors.items()
