@@ -423,6 +423,7 @@ def solve(
         run.full = _run_full(
             backend,
             problem,
+            m,
             n_traces,
             seed,
             warmup,
@@ -436,9 +437,20 @@ def solve(
 
 
 def _run_full(
-    backend, problem, n_traces, seed, first_trace, spacing, max_tokens, warm_table, settings, grid
+    backend,
+    problem,
+    method,
+    n_traces,
+    seed,
+    first_trace,
+    spacing,
+    max_tokens,
+    warm_table,
+    settings,
+    grid,
 ) -> dict:
-    """The same N traces, every one to its end: tokens, wall time and the full-budget SC answer."""
+    """The same N traces, every one to its end: tokens, wall time and the answer of the
+    full-budget vote ``method`` is measured against (:attr:`~mars.methods.Method.baseline`)."""
     t0 = time.perf_counter()
     batch = backend.start(problem, n_traces, seed, first_trace=first_trace)
     try:
@@ -447,7 +459,8 @@ def _run_full(
         batch.close()
     wall = time.perf_counter() - t0
     q = _question(problem, [warm_table, records_to_table(problem.qid, first_trace, records)])
-    res, arr = decide(q, get_method("sc"), settings, grid, first_trace, np.zeros(q.n_traces, bool))
+    full = get_method(method.baseline)
+    res, arr = decide(q, full, settings, grid, first_trace, np.zeros(q.n_traces, bool))
     a = int(res.answer[0])
     return {
         "tokens": int(sum(r.result.length for r in records)),
