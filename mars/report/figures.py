@@ -1017,6 +1017,19 @@ FRONTIER_PIPELINES = (
 )
 
 
+def _marker_entry(marker: str, label: str, hollow: bool = False):
+    """A grey legend entry for a kind of point."""
+    return mpl.lines.Line2D(
+        [],
+        [],
+        marker=marker,
+        linestyle="",
+        color="#555555",
+        markerfacecolor="none" if hollow else "#555555",
+        label=label,
+    )
+
+
 def frontier_points(results: Results) -> pd.DataFrame:
     """(accuracy, savings) of every early-stopping method of every run (all settings), and the
     full-budget accuracy and oracle-first savings of each pipeline, per pool."""
@@ -1140,25 +1153,11 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
             ax.set_title(title.replace(" · ", "\n", 1) if len(title) > 40 else title, fontsize=9)
             ax.set_xlabel("token savings (%)")
             ax.set_ylabel("accuracy (%)")
-        grey = {"linestyle": "", "color": "#555555"}
-        hollow_entry = [
-            mpl.lines.Line2D(
-                [], [], marker="o", markerfacecolor="none", label="hollow: with pruning", **grey
-            )
-        ]
-        if "sc-pp-faithful" not in set(df.method):
-            hollow_entry = []
+        pruning = "sc-pp-faithful" in set(df.method)
         handles = (
-            [
-                mpl.lines.Line2D([], [], marker=mk, label=k, **grey)
-                for k, ms, mk in FRONTIER_KINDS
-                if not set(ms) & set(PP_METHODS)
-            ]
-            + [
-                mpl.lines.Line2D([], [], marker=mk, label=f"Parallel-Probe, u={u}", **grey)
-                for u, mk in pp_marker.items()
-            ]
-            + hollow_entry
+            [_marker_entry(mk, k) for k, ms, mk in FRONTIER_KINDS if not set(ms) & set(PP_METHODS)]
+            + [_marker_entry(mk, f"Parallel-Probe, u={u}") for u, mk in pp_marker.items()]
+            + ([_marker_entry("o", "hollow: with pruning", hollow=True)] if pruning else [])
             + [
                 mpl.lines.Line2D([], [], color=c, linestyle="-", label=f"{p} pipeline")
                 for p, c in colors.items()
