@@ -104,6 +104,8 @@ def _risk(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
         deepconf=method.deepconf,
         warm_min_group=None if arr.min_group is None else arr.min_group[warm],
         alpha=ctx.s.risk_alpha,
+        warm_ids=arr.ids[warm],
+        warm_running=arr.run_lengths[warm][:, None] > arr.grid[None, :],
     )
 
 

@@ -1,30 +1,34 @@
 """Predictive-risk stopping (``sc-mars2``, ``dco-mars2``): stop once P(final vote ≠ leader) ≤ α.
 
 MARS bounds the future vote adversarially: every switching trace is assumed to land on the worst
-challenger. Where switching traces land is not arbitrary, though: a trace that leaves its current
-answer ends where traces of this question end, and the warmup traces — run to completion before
-the main sample — are a direct sample of that final-answer distribution θ. This rule replaces the
-adversarial destination by that posterior predictive:
+challenger. This rule estimates the future vote instead, from the warmup traces — run to
+completion before the main sample, so they show, checkpoint by checkpoint, which of the traces
+in each state later left their answer and where they ended:
 
-* θ ~ Dirichlet(warmup final-answer counts + ``prior`` per answer the warmup gave, ``other`` on one
-  slot standing for every answer it never gave);
-* a finished trace's vote is fixed; a running trace ends on its current answer a with probability
-  1 − q (q = P(final ≠ current), the question's learned switch model, the one MARS uses) and
-  otherwise on another answer x with probability ∝ θ_x (θ restricted to the answers ≠ a); a
-  running trace whose probe abstained ends on a θ draw;
-* for every challenger c, the final margin T_L − T_c is approximately normal (a sum of independent
-  per-trace terms, θ at its posterior mean, plus the posterior variance of θ_L − θ_c times the
-  switching mass); P(T_L − T_c ≤ 0) by the normal tail with a half-vote continuity correction
-  (ties count as losses); the risk is the union bound over challengers;
+* a finished trace's vote is fixed; a running trace holding answer a at checkpoint k leaves it
+  with the rate ρ_ka of the warmup traces that held a at k (Beta posterior, one unknown shared by
+  all of a's holders), and then lands on x ≠ a in proportion to D_k, where the warmup traces that
+  were still to switch at k ended (Dirichlet posterior, shrunk towards the warmup's final answers
+  θ); a running trace whose probe abstained lands as D_k (:class:`Transitions`);
+* for every challenger c the final margin T_L − T_c is approximately normal: independent per-trace
+  terms at the posterior means, plus the shared uncertainties — of each ρ_ka times the square of
+  its holders' weight, and of D_L − D_c times the square of the switching mass; P(T_L − T_c ≤ 0)
+  by the normal tail with a half-vote continuity correction (ties count as losses); the risk is
+  the union bound over challengers (answers held, answers the warmup gave, one unseen answer);
 * stop when the risk ≤ ``alpha``. DeepConf (``dco-mars2``): the final vote keeps only a few
   confident traces, whose answer can differ from the plain warmup majority, so the leader must
   also be the warmup's favourite when each warmup answer is weighted by exp(``tilt`` · its lowest
   group confidence) (:func:`confident_favourite`).
 
-No cross-question artifact is needed: per question the rule reads the warmup traces' final answers
-(and, for DeepConf, their lowest group confidence) and the switch probabilities q the simulator
-already fits; ``alpha`` per pipeline is fixed in code, chosen by Learn-then-Test across development
-questions (docs/beyond.md). Everything is vectorised over iterations × sampled traces.
+The first version (issue 14; kept, without ``Transitions``, for comparison) took the leaving rate
+from the answer-blind learned q and the landing from θ, which counts the traces that stayed: on a
+question whose early attractor is later overtaken it was sure of the attractor (docs/beyond.md).
+
+No cross-question artifact is needed: per question the rule reads the warmup traces' answers at
+every checkpoint, whether they were still running there, their final answers (and, for DeepConf,
+their lowest group confidence); α per pipeline and the priors κ, τ are fixed in code, chosen on
+synthetic development pools (docs/beyond.md). Everything is vectorised over iterations × sampled
+traces.
 """
 
 from __future__ import annotations
@@ -37,13 +41,15 @@ from scipy.special import ndtr
 from .stopping import Rule, Snapshot
 from .voting import tally
 
-#: risk levels, fixed (Learn-then-Test on the development pools, docs/beyond.md)
-ALPHA_SC = 0.1
+#: risk levels and priors, fixed (research/beyond/tune.py on the development pools, docs/beyond.md)
+ALPHA_SC = 0.2
 ALPHA_DCO = 0.02
 PRIOR = 1.0  # pseudo-count added to every answer the warmup gave
 OTHER = 1.0  # pseudo-count of "an answer the warmup never gave"
 N_DRAWS = 32  # posterior draws of θ (Monte Carlo form only; the rule uses the analytic form)
 TILT = 2.0  # DeepConf guard: warmup weight exp(TILT · lowest group confidence)
+KAPPA = 4.0  # prior strength (traces) of an answer's leaving rate at a checkpoint, mean 1/2
+TAU = 2.0  # prior strength (traces) of the whole warmup's finals in where switchers land
 SEED = 0
 
 
@@ -100,8 +106,15 @@ def confident_favourite(
     return int(np.argmax(np.bincount(wf[ok], weights=lam)))
 
 
-def predictive_risk(ids, eligible, running, pending, q, weights, lead, theta) -> np.ndarray:
+def predictive_risk(
+    ids, eligible, running, pending, q, weights, lead, theta, shared=None
+) -> np.ndarray:
     """P(the full-budget vote ≠ the current leader) per row ([R, B] inputs).
+
+    ``shared`` (optional): (dq [R, B], var [A+1]) — each answer's holders share one unknown
+    parameter of their switch probabilities (:class:`Transitions`), with posterior variance var[a];
+    dq is ∂q_j/∂(its answer's parameter). A shared unknown adds (Σ_{j on a} w_j ∂g_j)² · var[a] to
+    the margins: it grows with the square of the number of holders, not with their number.
 
     ``theta``: posterior draws [D, A+1] (Monte Carlo over θ), or the Dirichlet parameters [A+1]
     (analytic: θ at its posterior mean, and the posterior variance of θ_L − θ_c, times the
@@ -183,6 +196,16 @@ def predictive_risk(ids, eligible, running, pending, q, weights, lead, theta) ->
             aL * (a0 - aL) + a[None, None, :] * (a0 - a[None, None, :]) + 2 * aL * a[None, None, :]
         ) / (a0 * a0 * (a0 + 1))
         var = var + (Qt**2)[:, None, None] * vd
+    if shared is not None:
+        # ∂E[D_c]/∂g_j = (θ_L − θ_c) − [a_j = L] + [a_j = c], ∂g_j = ∂q_j/(1 − θ_a) while g is
+        # not capped; so Var_c = Σ_a X_a (dlt − [a = L] + [a = c])², expanded below
+        dq, answer_var = shared
+        qf = q.astype(np.float64)
+        slope = np.where(qf < stay, w * dq / stay, 0.0)
+        X = per_answer(slope) ** 2 * np.asarray(answer_var, dtype=np.float64)[cols][None]
+        XL = at_L(X)
+        var = var + dlt**2 * X.sum(axis=1)[:, None, None] - 2 * dlt * (XL - X[:, None, :])
+        var = var + XL + X[:, None, :]
     var = np.maximum(var, 1e-12)
     wmin = np.where(live.any(axis=1), np.where(live, w, np.inf).min(axis=1), 1.0)
     p = ndtr((0.5 * wmin[:, None, None] - mu) / np.sqrt(var))
@@ -196,15 +219,113 @@ def predictive_risk(ids, eligible, running, pending, q, weights, lead, theta) ->
 
 
 @dataclass
+class Transitions:
+    """What the warmup says about switching at each checkpoint: who leaves, and where they land.
+
+    The first version of the rule took both from elsewhere: who leaves from the learned q (answer-
+    blind, fitted in-sample on these 16 traces) and where they land from θ, the warmup's final
+    answers. On a contested question both are wrong in the same direction. θ counts the traces
+    that *stay* — every trace that ends on an early attractor held it all along — so traces still
+    to switch were sent to the attractor in proportion to its final share; and q saw attractor
+    holders with long streaks as settled although the warmup shows many of them leaving. Here both
+    come from the warmup traces in the same state at the same checkpoint k, which are exchangeable
+    with the main traces there:
+
+    * **leaving**: the holders of answer a at k leave it (end elsewhere) at one unknown rate ρ_ka
+      shared by all of them, posterior Beta(κ/2 + d_ka, κ/2 + h_ka − d_ka): h_ka warmup traces
+      running at k held a, d_ka of them ended elsewhere (an answer no warmup trace held at k keeps
+      the prior, mean 1/2). The prior is symmetric on purpose: centring it on a rate estimated from
+      the same 16 traces (the q-model's, or all answers' pooled) counts them twice and makes the
+      posterior surest exactly where the warmup is thinnest, late in the run;
+    * **landing**: a trace that leaves lands on x ≠ a in proportion to D_k,x, D_k ~ Dirichlet(τ·θ̄ +
+      c_k): c_k,x warmup traces running at k on another answer (or none) ended on x; θ̄ is the
+      mean of the final-answer posterior, the prior for checkpoints where few warmup traces still
+      have to switch.
+    """
+
+    n_answers: int
+    keys: np.ndarray  # sorted k·(A+1) + a of the (checkpoint, answer) pairs the warmup held
+    held: np.ndarray  # h_ka of those pairs
+    left: np.ndarray  # d_ka of those pairs
+    dest_keys: np.ndarray  # sorted k·(A+1) + x of the switchers' (checkpoint, final) pairs
+    dest_counts: np.ndarray  # c_kx of those pairs
+    kappa: float = KAPPA
+    tau: float = TAU
+
+    @classmethod
+    def fit(
+        cls,
+        warm_ids: np.ndarray,
+        warm_running: np.ndarray,
+        warm_final: np.ndarray,
+        n_answers: int,
+        kappa: float = KAPPA,
+        tau: float = TAU,
+    ) -> Transitions:
+        """From the warmup traces' answer ids [W, m] (-1: none), running mask [W, m] and final
+        answer ids [W]."""
+        ids = np.asarray(warm_ids)
+        final = np.asarray(warm_final)[:, None]
+        running = np.asarray(warm_running, dtype=bool) & (final >= 0)
+        A1 = n_answers + 1
+        k = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+        hold = running & (ids >= 0)
+        gone = ids != final
+        keys, g = np.unique(k[hold] * A1 + ids[hold], return_inverse=True)
+        held = np.bincount(g, minlength=len(keys)).astype(np.float64)
+        left = np.bincount(g, gone[hold], minlength=len(keys))
+        switch = running & gone
+        fk = (k * A1 + np.broadcast_to(final, ids.shape))[switch]
+        dest_keys, dest_counts = np.unique(fk, return_counts=True)
+        return cls(
+            n_answers,
+            keys,
+            held,
+            left,
+            dest_keys,
+            dest_counts.astype(np.float64),
+            kappa,
+            tau,
+        )
+
+    def _at(self, keys: np.ndarray, k: int) -> tuple[np.ndarray, slice]:
+        A1 = self.n_answers + 1
+        lo, hi = np.searchsorted(keys, [k * A1, (k + 1) * A1])
+        return keys[lo:hi] - k * A1, slice(lo, hi)
+
+    def leaving(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and variance of ρ_ka for every answer at checkpoint k ([A+1] each)."""
+        a = np.full(self.n_answers + 1, self.kappa / 2)
+        b = np.full(self.n_answers + 1, self.kappa / 2)
+        cols, sl = self._at(self.keys, k)
+        a[cols] += self.left[sl]
+        b[cols] += self.held[sl] - self.left[sl]
+        mean = a / (a + b)
+        return mean, mean * (1 - mean) / (a + b + 1)
+
+    def landing(self, k: int, theta: np.ndarray) -> np.ndarray:
+        """Dirichlet parameters of D_k [A+1], given the final-answer posterior's parameters."""
+        out = self.tau * theta / theta.sum()
+        cols, sl = self._at(self.dest_keys, k)
+        out[cols] += self.dest_counts[sl]
+        return out
+
+
+@dataclass
 class RiskStop(Rule):
-    """Stop when the predictive risk of the leader is at most ``alpha`` (see module docstring)."""
+    """Stop when the predictive risk of the leader is at most ``alpha`` (see module docstring).
+
+    With ``transitions`` (what the package builds) who leaves and where they land come from the
+    warmup traces in the same state (:class:`Transitions`); without them, the first version of
+    the rule: a running trace leaves with its learned q and lands as θ (kept for comparison)."""
 
     #: Dirichlet parameters of the final answers [A+1] (or posterior draws [D, A+1])
     theta: np.ndarray | None = field(default=None, repr=False)
     alpha: float = ALPHA_SC
     favourite: int = -1  # DeepConf: the leader must be this answer (-1: no such guard)
+    transitions: Transitions | None = field(default=None, repr=False)
     label: str = "risk"
-    needs_q = True
+    needs_q: bool = True
 
     @classmethod
     def for_question(
@@ -214,9 +335,12 @@ class RiskStop(Rule):
         deepconf: bool = False,
         warm_min_group: np.ndarray | None = None,
         alpha: float | None = None,
+        warm_ids: np.ndarray | None = None,
+        warm_running: np.ndarray | None = None,
     ) -> RiskStop:
-        """The rule of one question from its warmup traces (final answer ids; DeepConf: their lowest
-        group confidence)."""
+        """The rule of one question from its warmup traces: their final answer ids; their answer
+        ids and running mask at every checkpoint [W, m] (without them, the first version); DeepConf:
+        their lowest group confidence."""
         fav = -1
         if deepconf:
             if warm_min_group is None:  # a caller's bug: DeepConf arrays always have it
@@ -224,10 +348,29 @@ class RiskStop(Rule):
             fav = confident_favourite(warm_final, warm_min_group)
         if alpha is None:
             alpha = ALPHA_DCO if deepconf else ALPHA_SC
-        return cls(theta=dirichlet_counts(warm_final, n_answers), alpha=alpha, favourite=fav)
+        transitions = None
+        if warm_ids is not None:
+            if warm_running is None:  # a caller's bug
+                raise ValueError("the warmup's transitions need its running mask")
+            transitions = Transitions.fit(warm_ids, warm_running, warm_final, n_answers)
+        return cls(
+            theta=dirichlet_counts(warm_final, n_answers),
+            alpha=alpha,
+            favourite=fav,
+            transitions=transitions,
+            needs_q=transitions is None,
+        )
 
     def risk(self, snap: Snapshot) -> np.ndarray:
-        q = snap.q if snap.q is not None else np.ones(snap.ids.shape, dtype=np.float32)
+        theta, shared = self.theta, None
+        tr = self.transitions
+        if tr is not None and theta is not None and theta.ndim == 1:
+            rate, var = tr.leaving(snap.k)
+            q = rate[np.maximum(snap.ids, 0)]
+            shared = (np.ones(q.shape), var)
+            theta = tr.landing(snap.k, theta)
+        else:
+            q = snap.q if snap.q is not None else np.ones(snap.ids.shape, dtype=np.float32)
         return predictive_risk(
             snap.ids,
             snap.eligible,
@@ -236,7 +379,8 @@ class RiskStop(Rule):
             q,
             snap.weights,
             snap.lead,
-            self.theta,
+            theta,
+            shared,
         )
 
     def check(self, snap: Snapshot) -> np.ndarray:

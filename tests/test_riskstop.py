@@ -18,6 +18,7 @@ from mars.methods import get_method
 from mars.pool import open_pool
 from mars.riskstop import (
     RiskStop,
+    Transitions,
     confident_favourite,
     dirichlet_counts,
     hb_pvalue,
@@ -181,11 +182,22 @@ def test_rule_reads_only_the_warmup(tmp_path):
     path = write_layout_pool(Path(tmp_path) / "pool", seed=3, n_questions=1)
     arr = build_arrays(open_pool(path).read_question(0))
     ctx = sim.QuestionContext(arr, sim.Settings(budget=16, iterations=4, warmup=8))
-    a = RiskStop.for_question(arr.final_ids[ctx.warm], arr.n_answers)
+    method = get_method("sc-mars2")
+    a = ctx.rule_for(method)
     other = np.setdiff1d(np.arange(arr.n_traces), ctx.warm)
     arr.final_ids[other] = np.roll(arr.final_ids[other], 1)
-    b = RiskStop.for_question(arr.final_ids[ctx.warm], arr.n_answers)
+    arr.ids[other] = np.roll(arr.ids[other], 1, axis=1)
+    arr.lengths[other] = np.roll(arr.lengths[other], 1)
+    b = ctx.rule_for(method)
+    assert isinstance(a, RiskStop) and isinstance(b, RiskStop)
+    assert a.transitions is not None and b.transitions is not None
     np.testing.assert_array_equal(a.theta, b.theta)
+    for k in range(len(arr.grid)):
+        for x, y in zip(a.transitions.leaving(k), b.transitions.leaving(k)):
+            np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(
+            a.transitions.landing(k, a.theta), b.transitions.landing(k, b.theta)
+        )
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -227,7 +239,7 @@ def test_finished_ties_and_leads_in_the_analytic_form():
         assert r[0] == pytest.approx(want, abs=1e-9)
 
 
-def _reference_risk(ids, eligible, running, pending, q, w, lead, conc):
+def _reference_risk(ids, eligible, running, pending, q, w, lead, conc, shared=None):
     """Per-trace, per-challenger loops: the analytic risk as the docstring states it."""
     from scipy.stats import norm
 
@@ -242,12 +254,15 @@ def _reference_risk(ids, eligible, running, pending, q, w, lead, conc):
         L = lead[i]
         present = set(np.flatnonzero(conc > 0)) | {A1 - 1} | {int(x) for x in ids[i][eligible[i]]}
         probs, fixed, weights, live_g = [], np.zeros(A1), [], 0.0
+        slope = np.zeros(A1)  # Σ_{j on a} w_j ∂g_j/∂(a's shared parameter)
         for j in range(ids.shape[1]):
             if eligible[i, j] and not running[i, j]:
                 fixed[ids[i, j]] += w[i, j]
             elif eligible[i, j] and running[i, j]:
                 a = ids[i, j]
                 g = min(1.0, q[i, j] / max(1 - th[a], 1e-12))
+                if shared is not None and g < 1:
+                    slope[a] += w[i, j] * shared[0][i, j] / (1 - th[a])
                 p = g * th.copy()
                 p[a] += 1 - g
                 probs.append(p)
@@ -269,14 +284,18 @@ def _reference_risk(ids, eligible, running, pending, q, w, lead, conc):
                 * (conc[L] * (a0 - conc[L]) + conc[c] * (a0 - conc[c]) + 2 * conc[L] * conc[c])
                 / (a0 * a0 * (a0 + 1))
             )
+            if shared is not None:  # d E[margin] / d g = θ_L − θ_c − [a = L] + [a = c]
+                for a in range(A1):
+                    d = th[L] - th[c] - (a == L) + (a == c)
+                    var += (slope[a] * d) ** 2 * shared[1][a]
             total += norm.cdf((0.5 * wmin - mean) / np.sqrt(max(var, 1e-12)))
         out.append(min(total, 1.0))
     return np.array(out)
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10_000), weighted=st.booleans())
-def test_vectorised_risk_matches_the_per_trace_definition(seed, weighted):
+@given(seed=st.integers(0, 10_000), weighted=st.booleans(), with_shared=st.booleans())
+def test_vectorised_risk_matches_the_per_trace_definition(seed, weighted, with_shared):
     rng = np.random.default_rng(seed)
     R, B, A = 3, 25, 5
     ids = rng.integers(-1, A, size=(R, B))
@@ -285,7 +304,10 @@ def test_vectorised_risk_matches_the_per_trace_definition(seed, weighted):
     w = rng.uniform(5, 15, size=(R, B)) if weighted else None
     s = _snapshot(ids, running, q, A, weights=w)
     conc = dirichlet_counts(rng.integers(0, A - 1, 16), A)
-    got = predictive_risk(s.ids, s.eligible, s.running, s.pending, s.q, s.weights, s.lead, conc)
+    shared = (rng.random((R, B)), rng.random(A + 1) * 0.05) if with_shared else None
+    got = predictive_risk(
+        s.ids, s.eligible, s.running, s.pending, s.q, s.weights, s.lead, conc, shared
+    )
     want = _reference_risk(
         s.ids,
         s.eligible,
@@ -295,6 +317,7 @@ def test_vectorised_risk_matches_the_per_trace_definition(seed, weighted):
         np.broadcast_to(s.weights, s.ids.shape),
         s.lead,
         conc,
+        shared,
     )
     np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-10)
 
@@ -308,3 +331,134 @@ def test_never_stops_when_the_expected_margin_is_negative():
     rule = RiskStop.for_question(np.ones(16, int), 2, alpha=0.49)
     assert rule.risk(s)[0] > 0.5
     assert not rule.check(s).any()
+
+
+# -- contested questions (issue 23) ---------------------------------------------------------------
+
+
+def _attractor_warmup(m=6, leave_at=4, n_leave=9, n_stay=7):
+    """Warmup traces that all hold answer 1 (an early attractor) until checkpoint ``leave_at``,
+    where ``n_leave`` of them move to answer 0 and end there; the others end on 1. All run until
+    the last checkpoint."""
+    W = n_leave + n_stay
+    ids = np.ones((W, m), dtype=np.int64)
+    ids[:n_leave, leave_at:] = 0
+    final = np.where(np.arange(W) < n_leave, 0, 1)
+    running = np.ones((W, m), dtype=bool)
+    running[:, -1] = False
+    return ids, running, final
+
+
+def test_transitions_count_the_warmup():
+    ids, running, final = _attractor_warmup()
+    t = Transitions.fit(ids, running, final, 2)
+    theta = dirichlet_counts(final, 2)
+    # checkpoint 1: all 16 held 1, 9 ended elsewhere; nobody held 0 (its rate is the prior's 1/2)
+    rate, var = t.leaving(1)
+    want = (t.kappa / 2 + 9) / (t.kappa + 16)
+    assert rate[1] == pytest.approx(want)
+    assert var[1] == pytest.approx(want * (1 - want) / (t.kappa + 16 + 1))
+    assert rate[0] == pytest.approx(0.5)
+    assert var[0] == pytest.approx(0.25 / (t.kappa + 1))
+    # the 9 who will leave landed on 0
+    np.testing.assert_allclose(t.landing(1, theta), t.tau * theta / theta.sum() + [9, 0, 0])
+    # checkpoint 4: the leavers already hold 0, nobody leaves any more, nobody is left to land
+    rate4, _ = t.leaving(4)
+    np.testing.assert_allclose(
+        rate4[:2], [t.kappa / 2 / (t.kappa + 9), t.kappa / 2 / (t.kappa + 7)]
+    )
+    np.testing.assert_allclose(t.landing(4, theta), t.tau * theta / theta.sum())
+    # a finished warmup trace is neither a holder nor a switcher
+    assert t.leaving(5)[0][1] == pytest.approx(0.5)
+
+
+def test_an_attractor_leader_is_not_safe():
+    """Every main trace still holds the early attractor (answer 1); in the warmup 9 of its 16
+    holders left it for 0. The first version sent leavers where the warmup's traces *ended* (θ,
+    10 : 8 for 0 : 1 with the prior), so 42 % of them back to the attractor, and took the leaving
+    rate from the answer-blind q (low: long streaks): it saw a safe lead. The warmup's leavers
+    all landed on 0, and 9 of 16 holders left: the attractor is expected to lose."""
+    ids_w, running_w, final_w = _attractor_warmup()
+    main = np.ones((1, 64), dtype=np.int64)
+    s = _snapshot(main, np.ones(main.shape, bool), np.full(main.shape, 0.3), 2, k=1)
+    v1 = RiskStop.for_question(final_w, 2)
+    now = RiskStop.for_question(final_w, 2, warm_ids=ids_w, warm_running=running_w)
+    assert v1.risk(s)[0] < 0.02 and v1.check(s)[0]
+    assert now.risk(s)[0] > 0.5 and not now.check(s)[0]
+    assert not now.needs_q and v1.needs_q
+
+
+def test_shared_rate_uncertainty_does_not_average_out():
+    """Holders of one answer share its unknown leaving rate: with twice the holders (and twice
+    the margin) an independent-coins model would be surer; the shared one is not."""
+    ids_w, running_w, final_w = _attractor_warmup(n_leave=5, n_stay=11)
+    rule = RiskStop.for_question(final_w, 2, warm_ids=ids_w, warm_running=running_w)
+    risks = []
+    for n in (32, 64, 128):
+        main = np.ones((1, n), dtype=np.int64)
+        s = _snapshot(main, np.ones(main.shape, bool), np.zeros(main.shape), 2, k=1)
+        risks.append(rule.risk(s)[0])
+    assert risks[2] > 0.5 * risks[0] > 0
+
+
+def _contested_pool(path, n_questions=3, n=128, p_correct=0.52, seed=0):
+    """Attractor questions: every trace first holds a popular wrong answer ("7"); the traces that
+    end correct ("5", a share ``p_correct``) leave it late, between 50 and 90 % of their length;
+    the others hold it to the end. Final shares are close: the full-budget vote is a coin flip."""
+    from mars import schema
+    from mars.pooldir import PoolDirWriter
+
+    rng = np.random.default_rng(seed)
+    with PoolDirWriter(path, atomic=True) as w:
+        for q in range(n_questions):
+            cols = {k: [] for k in schema.TRACE_SCHEMA.names}
+            for t in range(n):
+                length = int(rng.integers(16_000, 40_000))
+                correct = rng.random() < p_correct
+                leave = rng.uniform(0.5, 0.9) * length
+                probes = [
+                    {
+                        "position": p,
+                        "answer": "5" if correct and p >= leave else "7",
+                        "raw_text": None,
+                        "conf": None,
+                        "prompt_tokens": 50 + p,
+                        "cached_tokens": p,
+                        "generated_tokens": 4,
+                    }
+                    for p in range(2048, length, 2048)
+                ]
+                for k, v in (
+                    ("qid", q),
+                    ("trace_idx", t),
+                    ("final_answer", "5" if correct else "7"),
+                    ("length", length),
+                    ("finished", True),
+                    ("confs", None),
+                    ("probes", probes),
+                    ("text", None),
+                    ("token_ids", None),
+                ):
+                    cols[k].append(v)
+            w.write_question(q, cols)
+        w.finish([{"qid": q, "ground_truth": "5"} for q in range(n_questions)], {"backend": "test"})
+    return path
+
+
+def test_contested_question_is_not_lost_where_sc_is_a_coin_flip(tmp_path):
+    """On attractor questions whose full-budget vote is a coin flip, sc-mars2 is about as accurate
+    as the full budget; the first version stopped on the attractor."""
+    pool = open_pool(_contested_pool(Path(tmp_path) / "pool", n_questions=4))
+    acc = {"sc": [], "sc-mars2": [], "v1": []}
+    for qid in pool.qids:
+        arr = build_arrays(pool.read_question(qid))
+        ctx = sim.QuestionContext(arr, sim.Settings(budget=64, iterations=32, warmup=16))
+        for name in ("sc", "sc-mars2"):
+            acc[name].append(sim.run_method(ctx, get_method(name)).correct.mean())
+        first = RiskStop.for_question(arr.final_ids[ctx.warm], arr.n_answers)
+        ctx.rule_for = lambda method, gamma=None, rule=first: rule  # type: ignore[method-assign]
+        acc["v1"].append(sim.run_method(ctx, get_method("sc-mars2")).correct.mean())
+    sc, now, v1 = (np.array(acc[k]) for k in ("sc", "sc-mars2", "v1"))
+    assert ((sc > 0.15) & (sc < 0.85)).all(), acc  # coin flips, more or less
+    assert (now >= sc - 0.05).all(), acc
+    assert (v1 <= sc - 0.3).any(), acc
