@@ -17,8 +17,11 @@ from pathlib import Path
 
 import numpy as np
 from evalkit import Data, outcome, summarize
+from methods2 import V1_ALPHA
 
-from mars.riskstop import ALPHA_DCO, ALPHA_SC, learn_then_test
+from mars.riskstop import learn_then_test
+
+ALPHA_SC, ALPHA_DCO = V1_ALPHA["sc"], V1_ALPHA["dco"]
 
 OUT = Path(__file__).resolve().parent / "results"
 ALPHAS = np.array([0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3])
@@ -87,10 +90,10 @@ def main() -> None:
         "shipped (largest admissible α whose "
         f"worst development pool keeps accuracy within 0.5 pp, else the largest admissible): "
         f"sc {ship['sc']}, dco {ship['dco']} "
-        f"(mars.riskstop: ALPHA_SC = {ALPHA_SC}, ALPHA_DCO = {ALPHA_DCO})\n"
+        f"(the first version's levels: SC {ALPHA_SC}, DeepConf {ALPHA_DCO})\n"
     )
     assert (ship["sc"], ship["dco"]) == (ALPHA_SC, ALPHA_DCO), (
-        "mars.riskstop's constants differ from this choice"
+        "the first version's levels differ from this choice"
     )
     try:
         d2 = Data(2)

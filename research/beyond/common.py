@@ -2,7 +2,8 @@
 
 Pools (128 traces per question, budget 64, 64 iterations, warmup 16, seed 42 — the setting of the
 real AIME 2024 traces): the real Qwen3-8B AIME 2024 pool and synthetic pools of every preset ×
-dataset, generation seed 1 (development) and 2 (held out until the final check).
+dataset, generation seed 1 (development), 2 (held out for the first version, issue 14) and 3 (held
+out for the second, issue 23); and the contested stress tests of ``presets/`` (seeds 1 and 3).
 """
 
 from __future__ import annotations
@@ -32,8 +33,18 @@ SHORT = {
     "deepseek-r1-0528-qwen3-8b": "ds8b",
     "qwen3-32b": "q32b",
     "qwen3-next-80b-a3b-thinking": "qnext",
+    "contested": "contested",
+    "contested-flat": "contested-flat",
 }
 DATASETS = ["aime_2025", "hmmt_feb_2025", "brumo_2025"]
+#: issue 23's stress tests (presets/*.json): two answers with close final shares, with and without
+#: an early attractor that the correct answer overtakes late
+CONTESTED = [
+    ("contested", "aime_2025"),
+    ("contested", "hmmt_feb_2025"),
+    ("contested-flat", "aime_2025"),
+]
+PRESET_DIR = HERE / "presets"
 SETTINGS = Settings(budget=64, iterations=64, warmup=16, seed=42)
 N_TRACES = 128
 
@@ -64,7 +75,9 @@ def ensure_pool(preset: str, dataset: str, seed: int) -> Path:
                 "--backend",
                 "synthetic",
                 "--preset",
-                preset,
+                str(PRESET_DIR / f"{preset}.json")
+                if (PRESET_DIR / f"{preset}.json").exists()
+                else preset,
                 "--problems",
                 dataset,
                 "--traces",
@@ -91,6 +104,11 @@ def pools(seed: int = 1, real: bool = True) -> list[PoolSpec]:
         for d in DATASETS
     )
     return out
+
+
+def contested_pools(seed: int = 1) -> list[PoolSpec]:
+    """The contested stress-test pools (seed 1: development, 3: held out)."""
+    return [PoolSpec(f"{p}/{d}/s{seed}", ensure_pool(p, d, seed), p, d, True) for p, d in CONTESTED]
 
 
 def question_arrays(spec: PoolSpec):

@@ -17,8 +17,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from common import CACHE
 from evalkit import Data, summarize
+from methods2 import V1_ALPHA
 
-from mars.riskstop import ALPHA_DCO, ALPHA_SC
+ALPHA_SC, ALPHA_DCO = V1_ALPHA["sc"], V1_ALPHA["dco"]
 
 ROOT = Path(__file__).resolve().parents[2]
 ALPHAS = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3]

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 from common import CACHE
 from evalkit import Data, oracle_stop, outcome
+from methods2 import V1_ALPHA
 
-from mars.riskstop import ALPHA_DCO, ALPHA_SC
+ALPHA_SC, ALPHA_DCO = V1_ALPHA["sc"], V1_ALPHA["dco"]
 
 OUT = Path(__file__).resolve().parent / "results"
 

@@ -275,11 +275,11 @@ SCORERS["bq_d128"] = lambda ctx, p, snaps: bayes_q(ctx, p, snaps, n_draws=128)
 
 
 def final(ctx, pipeline, snaps):
-    """The shipped rule's risk (mars.riskstop.RiskStop), with its DeepConf guard folded in (risk 1
-    where the leader is not the confident favourite): offline rows identical to the simulator's."""
+    """The first version's risk (issue 14's shipped rule), with its DeepConf guard folded in
+    (risk 1 where the leader is not the confident favourite): rows identical to the simulator's."""
     import methods2
 
-    rule = methods2.rule_for_question(methods2.NEW_BY_PIPELINE[pipeline], ctx)
+    rule = methods2.first_version(ctx, pipeline)
     out = []
     for s in snaps:
         r = rule.risk(s)
@@ -325,7 +325,7 @@ def tempered(ctx, pipeline, snaps, temper=0.5, other=1.0):
 
     from mars import riskstop as rs
 
-    rule = methods2.rule_for_question(methods2.NEW_BY_PIPELINE[pipeline], ctx)
+    rule = methods2.first_version(ctx, pipeline)
     rule.theta = rs.dirichlet_counts(
         ctx.arr.final_ids[ctx.warm], ctx.arr.n_answers, other=other, temper=temper
     )
