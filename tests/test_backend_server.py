@@ -45,6 +45,7 @@ from mars.backends.server import (  # noqa: E402
     probe_seed,
 )
 from mars.backends.tokens import CONF_TOP_K, token_confidence  # noqa: E402
+from mars.errors import MarsError  # noqa: E402
 from mars.generate import generate_pool  # noqa: E402
 from mars.pool import open_pool  # noqa: E402
 from mars.problems import Problem  # noqa: E402
@@ -549,6 +550,15 @@ EASY = [
 ]
 
 
+#: A few-shot prompt after which SmolLM2-135M sometimes closes a \\boxed{} answer (it never does
+#: after the reference prompt): simulating a pool needs some final answers.
+FEW_SHOT = (
+    "Question: What is 1 + 1?\nAnswer: \\boxed{{2}}\n\nQuestion: What is 3 + 4?\nAnswer: "
+    "\\boxed{{7}}\n\nQuestion: What is 9 - 5?\nAnswer: \\boxed{{4}}\n\nQuestion: {question}\n"
+    "Answer: \\boxed{{"
+)
+
+
 def easy_problems(tmp_path: Path) -> Path:
     path = tmp_path / "easy.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in EASY))
@@ -588,32 +598,35 @@ def _same_traces(a: list[dict], b: list[dict]) -> bool:
 
 @pytest.mark.slow
 def test_llama_server_pool_probed_sharded_consolidated_simulated(
-    llama, smol_tokenizer, cli_env, tmp_path
+    llama, smol_tokenizer, monkeypatch, tmp_path
 ):
     """``mars generate --probe none`` in two shards through llama-server, ``mars probe`` of each
     shard, ``mars consolidate``, ``mars simulate``: a valid pool whose probes carry the server's
     cached-token counts (the prefix cache serves each probe's trace)."""
+    options = {"tokenizer": str(smol_tokenizer), "prompt_template": FEW_SHOT}
+    monkeypatch.setenv("MARS_BACKEND_OPTIONS", json.dumps(options))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     problems = easy_problems(tmp_path)
     common = ["--backend", "server", "--base-url", llama.url, "-q"]
     for k in (0, 1):
         mars_cli(
-            "generate", "--problems", problems, "--traces", 4, "--n-shards", 2, "--shard", k,
-            "--max-tokens", 96, "--spacing", 32, "--probe", "none", "--out", tmp_path / f"g{k}",
+            "generate", "--problems", problems, "--traces", 8, "--n-shards", 2, "--shard", k,
+            "--max-tokens", 64, "--spacing", 16, "--probe", "none", "--out", tmp_path / f"g{k}",
             "--seed", 7, *common,
         )  # fmt: skip
-        mars_cli("probe", tmp_path / f"g{k}", "--spacing", 32, "--out", tmp_path / f"p{k}", *common)
+        mars_cli("probe", tmp_path / f"g{k}", "--spacing", 16, "--out", tmp_path / f"p{k}", *common)
     mars_cli("consolidate", tmp_path / "p0", tmp_path / "p1", "--out", tmp_path / "pool")
     pool = open_pool(tmp_path / "pool")
     assert pool.manifest["backend"] == "server" and pool.manifest["server"]["kind"] == "llama.cpp"
-    assert pool.manifest["probe"]["spacing"] == 32
+    assert pool.manifest["probe"]["spacing"] == 16
     probes = [p for q in (0, 1) for r in rows_of(tmp_path / "pool", q) for p in r["probes"]]
-    assert len(rows_of(tmp_path / "pool", 0)) == 4
+    assert len(rows_of(tmp_path / "pool", 0)) == 8
     assert probes and all(p["cached_tokens"] is not None for p in probes)
     prompt = sum(p["prompt_tokens"] for p in probes)
     cached = sum(p["cached_tokens"] for p in probes)
     assert cached / prompt > 0.5  # each probe's prompt and trace came from the server's cache
     mars_cli(
-        "simulate", tmp_path / "pool", "--method", "sc,sc-mars", "--budget", 2, "--warmup", 2,
+        "simulate", tmp_path / "pool", "--method", "sc,sc-mars", "--budget", 4, "--warmup", 2,
         "--iterations", 4, "--out", tmp_path / "sim", "-q",
     )  # fmt: skip
     assert (tmp_path / "sim" / "sc-mars" / "overall.json").exists()
@@ -698,3 +711,19 @@ def test_requests_run_concurrently_and_bounded(kind, concurrency, most):
     assert be.http.concurrency == most
     be.start(Q, 10, 0).advance(8)
     assert server.most_in_flight == most
+
+
+def test_the_factory_takes_server_options_from_the_environment(monkeypatch):
+    """``tokenizer`` (a path) is an option of the server backend in MARS_BACKEND_OPTIONS; its
+    test-only ``transport`` is not."""
+    from mars.backends.factory import make_backend
+
+    monkeypatch.setenv("MARS_BACKEND_OPTIONS", json.dumps({"tokenizer": "/no/such/tokenizer"}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        with pytest.raises(ServerError, match="cannot connect"):  # the options were accepted
+            make_backend("server", base_url=url)
+    monkeypatch.setenv("MARS_BACKEND_OPTIONS", json.dumps({"transport": "x"}))
+    with pytest.raises(MarsError, match=r"unknown server backend options \['transport'\]"):
+        make_backend("server", base_url=url)

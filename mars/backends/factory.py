@@ -92,13 +92,11 @@ def make_backend(
         raise MarsError(
             f"backend {name!r} is not installed ({exc}); pip install 'mars[{name}]'"
         ) from None
-    known = set(inspect.signature(cls.__init__).parameters) - {
-        "self",
-        "model_path",
-        "engine",
-        "model",
-        "tokenizer",
-    }
+    # objects, not options (the server backend's tokenizer is a path: an option)
+    objects = {"self", "model_path", "engine", "model", "transport"}
+    if name != "server":
+        objects.add("tokenizer")
+    known = set(inspect.signature(cls.__init__).parameters) - objects
     bad = sorted(set(opts) - known)
     if bad:
         raise MarsError(f"unknown {name} backend options {bad} (known: {', '.join(sorted(known))})")
