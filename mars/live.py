@@ -64,7 +64,7 @@ from .generate import (
     run_batch,
     token_cap,
 )
-from .methods import Method, get_method, live_method
+from .methods import DEFAULT_METHOD, Method, get_method, live_method
 from .pool import PoolError, QuestionData, open_pool, question_from_table
 from .pooldir import PoolDirWriter
 from .problems import Problem, problems_digest, select_problems
@@ -331,7 +331,7 @@ def _probe_cost(records: Iterable[TraceRecord]) -> tuple[int | None, int]:
 def solve(
     backend: Backend,
     problem: Problem,
-    method: str | Method = "sc-mars-cal",
+    method: str | Method = DEFAULT_METHOD,
     *,
     n_traces: int = 64,
     warmup: int = 16,
@@ -482,7 +482,7 @@ def solve_pool(
     backend: Backend,
     problems: Sequence[Problem] | str | Path,
     out: str | Path,
-    method: str = "sc-mars-cal",
+    method: str = DEFAULT_METHOD,
     *,
     n_traces: int = 64,
     warmup: int = 16,

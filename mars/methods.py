@@ -145,15 +145,25 @@ ORACLE_LAST = Stopping("oracle", _oracle, (("last", True),), reads_future=True)
 
 
 @dataclass(frozen=True)
+class Sweep:
+    """What a method's trade-off curve varies (``mars report --tradeoff``): one setting over
+    ``values``, drawn as the curve ``title``."""
+
+    title: str
+    param: str  # a Settings field
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Method:
     """A method: how it votes, what filters, what stops it, which q, and its role in the report.
 
     ``label`` is the display name; ``{setting}`` in it shows that setting as ``symbol=value``
     (``{gamma}`` → ``γ=1``) and ``{setting:value}`` its value alone (from the run's settings).
     ``group`` is its family and orders the report's rows: the SC pipeline, the DeepConf pipeline,
-    other stopping baselines, oracle bounds. ``sweep`` is the setting a trade-off curve varies and
-    its values. ``q`` is the switch probability its rule reads (``learned``, ``oracle``, or None
-    for a rule that reads none).
+    other stopping baselines, oracle bounds. ``sweep`` is what its trade-off curve varies. ``q`` is
+    the switch probability its rule reads (``learned``, ``oracle``, or None for a rule that reads
+    none).
     """
 
     name: str
@@ -164,7 +174,7 @@ class Method:
     deepconf: bool = False  # DeepConf's filter
     q: str | None = None  # learned | oracle | None
     reference: bool = False  # one of the 14 methods of the authors' simulator
-    sweep: tuple[str, tuple[float, ...]] | None = None
+    sweep: Sweep | None = None
 
     @property
     def needs_confs(self) -> bool:
@@ -201,7 +211,7 @@ _METHODS = [
         MARS,
         q="learned",
         reference=True,
-        sweep=("gamma", (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)),
+        sweep=Sweep("MARS, fixed γ", "gamma", (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)),
     ),
     Method("sc-mars-cal", "MARS", MARS_CALIBRATED, q="learned", reference=True),
     Method("sc-mars-oracle", "MARS (oracle q, {gamma})", MARS, q="oracle", reference=True),
@@ -241,7 +251,7 @@ _METHODS = [
         PARALLEL_PROBE,
         group="other",
         reference=True,
-        sweep=("pp_conv", (1, 2, 3, 4, 6)),
+        sweep=Sweep("Parallel-Probe, u", "pp_conv", (1, 2, 3, 4, 6)),
     ),
     Method("oracle-first", "Oracle stop, first", ORACLE_FIRST, group="oracle", reference=True),
     Method("oracle-last", "Oracle stop, absorbing", ORACLE_LAST, group="oracle", reference=True),
@@ -269,7 +279,7 @@ _METHODS = [
         "MARS certified ({delta})",
         MARS_CERTIFIED,
         q="learned",
-        sweep=("delta", (0.01, 0.05, 0.2, 0.5)),
+        sweep=Sweep("MARS certified, δ", "delta", (0.01, 0.05, 0.2, 0.5)),
     ),
     Method("sc-mars-oracle-cert", "MARS certified (oracle q, {delta})", MARS_CERTIFIED, q="oracle"),
     Method(
@@ -292,7 +302,7 @@ _METHODS = [
         "Consensus (share ≥ {consensus:value})",
         CONSENSUS,
         group="other",
-        sweep=("consensus", (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)),
+        sweep=Sweep("Consensus, share", "consensus", (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)),
     ),
     # beyond the paper (docs/beyond.md): predictive risk instead of the adversarial bound
     Method("sc-mars2", "MARS2 (predictive risk)", RISK, q="learned"),
@@ -312,6 +322,47 @@ REFERENCE_METHODS = [m.name for m in _METHODS if m.reference]
 #: Aliases for the reference CLI's names.
 ALIASES = {"offline": "sc"}
 GROUPS = ("sc", "dco", "other", "oracle")
+#: the pipelines, each named by the full-budget vote its methods are measured against
+#: (:attr:`Method.baseline`), and their names in the report
+PIPELINES = {"sc": "SC", "dco": "DeepConf"}
+#: the pipelines' keys, for what the report shows of one of them (Fig. 1 right, Table 2)
+SELF_CONSISTENCY, DEEPCONF = PIPELINES
+#: what live runs and the library decide with unless told otherwise
+DEFAULT_METHOD = "sc-mars-cal"
+
+
+@dataclass(frozen=True)
+class Role:
+    """A part the report gives a method in every pipeline, made by its rule and its q: the
+    report asks the registry which method plays it (no method name written in the report)."""
+
+    rule: Stopping
+    q: str | None = None
+
+    def members(self) -> list[str]:
+        """Its methods, in registry order."""
+        return [m.name for m in _METHODS if m.rule == self.rule and m.q == self.q]
+
+    def of(self, pipeline: str) -> str:
+        """Its method in ``pipeline`` (a key of :data:`PIPELINES`)."""
+        for name in self.members():
+            if METHODS[name].baseline == pipeline:
+                return name
+        raise LookupError(f"no {pipeline} method has rule {self.rule.kind} and q {self.q}")
+
+
+#: the headline (Table 1, Fig. 1): MARS with per-question γ and the learned switch model
+CALIBRATED_MARS = Role(MARS_CALIBRATED, "learned")
+#: MARS at the ``--gamma`` setting, what calibration and oracle q are compared with (Fig. 4)
+FIXED_GAMMA_MARS = Role(MARS, "learned")
+#: MARS reading the oracle switch probability (Fig. 4b)
+ORACLE_Q_MARS = Role(MARS, "oracle")
+#: the oracle stops (the frontier's and the oracle tables' reference points)
+ORACLE_FIRST_STOP = Role(ORACLE_FIRST)
+ORACLE_LAST_STOP = Role(ORACLE_LAST)
+#: Parallel-Probe as the MARS reference emulates it, and with its authors' pruning (Table 2)
+PROBE_STOP = Role(PARALLEL_PROBE)
+PROBE_PRUNING_STOP = Role(PARALLEL_PROBE_PRUNING)
 
 
 def get_method(name: str) -> Method:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,8 +19,18 @@ from mars.backends.synthetic import SyntheticBackend
 from mars.cli import app
 from mars.errors import UsageError
 from mars.live import live_method, replay, solve_pool
-from mars.methods import METHODS, Method, Stopping, live_methods, register, unregister
+from mars.methods import (
+    ALIASES,
+    METHODS,
+    Method,
+    Stopping,
+    Sweep,
+    live_methods,
+    register,
+    unregister,
+)
 from mars.problems import load_problems
+from mars.report.tradeoff import default_sweeps
 from mars.simulate import SimulationError
 from mars.stopping import Rule, Snapshot
 
@@ -113,3 +127,92 @@ def test_live_admits_methods_by_their_properties():
         admitted = m.name in live_methods()
         assert admitted == (not m.deepconf and not m.reads_future)
     assert {"sc-mars-oracle", "oracle-first", "oracle-last", "dco-mars"}.isdisjoint(live_methods())
+
+
+def _simulate(pool, out, methods):
+    args = ["simulate", str(pool), "--method", methods, "--out", str(out), "--budget", "16"]
+    res = CliRunner().invoke(app, [*args, "--iterations", "4", "--warmup", "4", "-q"])
+    assert res.exit_code == 0, res.output
+
+
+def test_a_registered_method_appears_in_the_report(toy, tmp_path):
+    """The toy, declared only in the fixture, gets rows in the report's every-method tables and
+    points on the frontier (its label as the kind), measured against its pipeline's baseline and
+    oracle-first stop; its future-reading twin stays off both, as the oracles do."""
+    pool = write_layout_pool(tmp_path / "pool", seed=3, n_questions=2)
+    _simulate(pool, tmp_path / "res" / "m" / "d", "sc,sc-toy,sc-toy-oracle,oracle-first")
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "res"), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    overall = json.loads((tmp_path / "res" / "m" / "d" / "sc-toy" / "overall.json").read_text())
+    for key in ("table-oracle-share", "table-probe-cost"):
+        table = pd.read_csv(out / "tables" / f"{key}.csv", comment="#")
+        assert table.method.tolist() == ["sc-toy"], key
+    share = pd.read_csv(out / "tables" / "table-oracle-share.csv", comment="#").iloc[0]
+    assert share.savings_pct == pytest.approx(overall["savings_pct"])
+    frontier = pd.read_csv(out / "figures" / "fig-frontier.csv", comment="#")
+    assert frontier.method.tolist() == ["sc-toy"]
+    assert frontier.kind.tolist() == ["Toy stop"] and frontier.pipeline.tolist() == ["SC"]
+    assert frontier.oracle_savings_pct.notna().all()
+    assert "Toy stop" in (out / "report.md").read_text()
+
+
+def test_a_declared_sweep_is_a_tradeoff_curve(toy):
+    """What a method sweeps is declared with it: the trade-off runs it with no other edit."""
+    register(
+        Method(
+            "sc-toy-swept",
+            "Toy swept",
+            Stopping("toy", _stop_at),
+            group="other",
+            sweep=Sweep("Toy, share", "consensus", (0.5, 0.9)),
+        )
+    )
+    try:
+        sweeps = {sw.method: sw for sw in default_sweeps()}
+        assert sweeps["sc-toy-swept"].family == "Toy, share"
+        assert sweeps["sc-toy-swept"].values == (0.5, 0.9)
+        assert [sw.param for sw in default_sweeps()][:4] == [
+            "gamma",
+            "delta",
+            "pp_conv",
+            "consensus",
+        ]
+    finally:
+        unregister("sc-toy-swept")
+
+
+#: what the report and live runs must take from the registry instead of writing it in
+REGISTRY_USERS = [*sorted((Path(__file__).parents[1] / "mars" / "report").glob("*.py"))]
+REGISTRY_USERS.append(Path(__file__).parents[1] / "mars" / "live.py")
+_TOKEN = re.compile(r"(?<![\w-])[a-z0-9]+(?:-[a-z0-9]+)*(?![\w-])")
+
+
+def method_literals(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every method name written in a string constant of ``source`` (a
+    docstring says what code does; it is not read)."""
+    tree = ast.parse(source)
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    names = set(METHODS) | set(ALIASES)
+    return [
+        (node.lineno, token)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+        for token in _TOKEN.findall(node.value)
+        if token in names
+    ]
+
+
+def test_no_method_name_is_written_in_the_report_or_live_runs():
+    found = {p.name: method_literals(p.read_text()) for p in REGISTRY_USERS}
+    assert not {k: v for k, v in found.items() if v}
+    assert method_literals('x = {"sc-mars-cal": 1}\ny = f"{x}.sc"') == [
+        (1, "sc-mars-cal"),
+        (2, "sc"),
+    ]

@@ -23,9 +23,27 @@ import pandas as pd
 import seaborn as sns
 from scipy import stats
 
+from ..methods import (
+    CALIBRATED_MARS,
+    CONSENSUS,
+    FIXED_GAMMA_MARS,
+    MARS,
+    MARS_CALIBRATED,
+    MARS_CERTIFIED,
+    METHODS,
+    ORACLE_FIRST_STOP,
+    ORACLE_Q_MARS,
+    PARALLEL_PROBE,
+    PARALLEL_PROBE_PRUNING,
+    PIPELINES,
+    PROBE_STOP,
+    RISK,
+    SELF_CONSISTENCY,
+)
 from ..settings import same_sampling
 from . import trace
 from .collect import ReportError, Results, Run, resolve_pool
+from .names import method_label
 from .provenance import describe, footer
 
 DPI = 150
@@ -171,13 +189,21 @@ def _ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float, f
 
 
 # -- per-question summaries -----------------------------------------------------------------------
-FIG1_METHODS = {"SC": "sc-mars-cal", "DeepConf": "dco-mars-cal"}
-GAMMA_PAIRS = {"SC": ("sc-mars-cal", "sc-mars"), "DeepConf": ("dco-mars-cal", "dco-mars")}
+#: what Fig. 1 (right) and Fig. 2 trace: calibrated MARS on self-consistency votes, against the
+#: full-budget and fixed-γ MARS and Parallel-Probe of the same pipeline
+MARS_SC = CALIBRATED_MARS.of(SELF_CONSISTENCY)
+FIXED_SC = FIXED_GAMMA_MARS.of(SELF_CONSISTENCY)
+PP_SC = PROBE_STOP.of(SELF_CONSISTENCY)
+#: the name the report gives the oracle-first stop (its self-consistency method)
+ORACLE_FIRST = ORACLE_FIRST_STOP.of(SELF_CONSISTENCY)
+FIG1_METHODS = {title: CALIBRATED_MARS.of(p) for p, title in PIPELINES.items()}
+GAMMA_PAIRS = {
+    title: (CALIBRATED_MARS.of(p), FIXED_GAMMA_MARS.of(p)) for p, title in PIPELINES.items()
+}
 #: oracle q − learned q, both pipelines at γ = 1 (one panel, one γ: DeepConf has no calibrated
 #: oracle-q method)
 ORACLE_PAIRS = {
-    "SC": ("sc-mars-oracle", "sc-mars"),
-    "DeepConf": ("dco-mars-oracle", "dco-mars"),
+    title: (ORACLE_Q_MARS.of(p), FIXED_GAMMA_MARS.of(p)) for p, title in PIPELINES.items()
 }
 
 
@@ -221,6 +247,11 @@ def savings_summary(results: Results, methods: dict = FIG1_METHODS) -> pd.DataFr
             "ci_high",
         ],
     )
+
+
+def _differences(pairs: dict) -> str:
+    """``a − b, c − d``: the method pairs a panel subtracts, for its caption."""
+    return ", ".join(f"{a} − {b}" for a, b in pairs.values())
 
 
 def paired_difference(results: Results, pairs: dict, column: str = "savings_pct") -> pd.DataFrame:
@@ -409,13 +440,13 @@ def fig_savings(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     fo = FigureOut(
         "fig1-left-savings",
         "Fig. 1 (left): token savings per model and dataset",
-        "Mean per-question token savings of calibrated MARS under self-consistency (sc-mars-cal) "
-        "and DeepConf Online (dco-mars-cal) voting; error bars are 95% t-intervals across "
-        "questions.",
+        "Mean per-question token savings of calibrated MARS under self-consistency "
+        f"({FIG1_METHODS['SC']}) and DeepConf Online ({FIG1_METHODS['DeepConf']}) voting; error "
+        "bars are 95% t-intervals across questions.",
         data=df,
     )
     if df.empty:
-        fo.notes.append("no sc-mars-cal or dco-mars-cal results")
+        fo.notes.append(f"no {' or '.join(FIG1_METHODS.values())} results")
     fo.label_data(_sources(results, zip(df.model, df.dataset)))
     return _finish(fo, fig, out_dir, formats)
 
@@ -500,25 +531,25 @@ def pick_example(
         if len(bits) > 2 or not all(b.isdigit() for b in bits):
             raise ReportError(f"--example {spec}: expected model/dataset:qid[:iteration]")
         qid, iteration = (int(bits[0]) if bits else 0), (int(bits[1]) if len(bits) > 1 else 0)
-        run = results.find(*pair, "sc-mars-cal") if pair else None
+        run = results.find(*pair, MARS_SC) if pair else None
         if run is None:
-            raise ReportError(f"--example {spec}: no sc-mars-cal results for {label}")
-        it = run.per_iteration("sc-mars-cal")
+            raise ReportError(f"--example {spec}: no {MARS_SC} results for {label}")
+        it = run.per_iteration(MARS_SC)
         if not ((it.qid == qid) & (it.iteration == iteration)).any():
             raise ReportError(
                 f"--example {spec}: {label} has no question {qid} with iteration {iteration}"
             )
-        pool = resolve_pool(run, "sc-mars-cal", pools)
+        pool = resolve_pool(run, MARS_SC, pools)
         if pool is None:
             raise ReportError(f"--example {spec}: trace pool not found (pass --pool {label}=PATH)")
         return Example(run, pool, qid, iteration, "chosen by --example")
     cands = []  # (-saved, pair index, qid, run, pool)
     for order, pair in enumerate(results.pairs):
-        run = results.find(*pair, "sc-mars-cal")
-        pool = None if run is None else resolve_pool(run, "sc-mars-cal", pools)
+        run = results.find(*pair, MARS_SC)
+        pool = None if run is None else resolve_pool(run, MARS_SC, pools)
         if run is None or pool is None:
             continue
-        it = run.per_iteration("sc-mars-cal")
+        it = run.per_iteration(MARS_SC)
         it0 = it[
             (it.iteration == 0)
             & (it.stopped_by == "margin")
@@ -530,9 +561,9 @@ def pick_example(
             cands.append((-saved, order, int(r.qid), run, pool))
     cands.sort(key=lambda c: c[:3])
     for _, _, qid, run, pool in cands[:EXAMPLE_LOADS]:
-        s = run.sim_settings("sc-mars-cal")
+        s = run.sim_settings(MARS_SC)
         arr = trace.load_question(pool, qid, s, cache_dir)
-        tr = trace.sc_trajectory(arr, trace.context(arr, s), 0, "sc-mars-cal")
+        tr = trace.sc_trajectory(arr, trace.context(arr, s), 0, MARS_SC)
         if tr.stop_k < len(tr.positions) and tr.lead[0] != tr.lead[tr.stop_k]:
             return Example(
                 run,
@@ -556,10 +587,10 @@ def pick_example(
             "the first checkpoint's leader)",
         )
     for pair in results.pairs:  # no early correct stop anywhere: the first sample with a pool
-        run = results.find(*pair, "sc-mars-cal")
-        pool = None if run is None else resolve_pool(run, "sc-mars-cal", pools)
+        run = results.find(*pair, MARS_SC)
+        pool = None if run is None else resolve_pool(run, MARS_SC, pools)
         if run is not None and pool is not None:
-            qid = int(run.per_iteration("sc-mars-cal").qid.iloc[0])
+            qid = int(run.per_iteration(MARS_SC).qid.iloc[0])
             return Example(
                 run, pool, qid, 0, "no sample where MARS stops early and correctly: the first one"
             )
@@ -580,7 +611,7 @@ def fig_example(
         "Fig. 1 (right): MARS on one question",
         "Top: vote share of each answer across checkpoints (one bootstrap sample, self-consistency "
         "votes). Bottom: minimum slack of the MARS test (the binding challenger's margin minus its "
-        "adversarial threshold, in votes); MARS (sc-mars-cal) stops at the first checkpoint where "
+        f"adversarial threshold, in votes); MARS ({MARS_SC}) stops at the first checkpoint where "
         "the slack is positive for every challenger (and, at checkpoint 0, the leader matches the "
         "warmup majority).",
     )
@@ -599,16 +630,16 @@ def fig_example(
         if ex is None:
             _placeholder(
                 ax1,
-                "needs sc-mars-cal results and their trace pool\n(pass --pool model/dataset=PATH)",
+                f"needs {MARS_SC} results and their trace pool\n(pass --pool model/dataset=PATH)",
             )
             ax2.set_axis_off()
-            fo.notes.append("skipped: no sc-mars-cal run with a readable trace pool")
+            fo.notes.append(f"skipped: no {MARS_SC} run with a readable trace pool")
             return _finish(fo, fig, out_dir, formats)
-        s = ex.run.sim_settings("sc-mars-cal")
+        s = ex.run.sim_settings(MARS_SC)
         arr = trace.load_question(ex.pool, ex.qid, s, cache_dir)
         ctx = trace.context(arr, s)
-        tr = trace.sc_trajectory(arr, ctx, ex.iteration, "sc-mars-cal")
-        row = ex.run.per_iteration("sc-mars-cal")
+        tr = trace.sc_trajectory(arr, ctx, ex.iteration, MARS_SC)
+        row = ex.run.per_iteration(MARS_SC)
         row = row[(row.qid == ex.qid) & (row.iteration == ex.iteration)].iloc[0]
         keep = _top_answers(tr)
         _share_panel(ax1, tr, keep)
@@ -713,32 +744,31 @@ def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: in
     """
     cands = []
     for pair in results.pairs:
-        run = results.find(*pair, "sc-mars-cal")
+        run = results.find(*pair, MARS_SC)
         if run is None:
             continue
         pp_run = next(
             (
                 r
                 for r in results.comparable_runs(*pair)
-                if "sc-pp" in r.overall
-                and same_sampling(r.settings("sc-pp"), run.settings("sc-mars-cal"))
-                and r.settings("sc-pp").get("pp_conv", 3) == 3
+                if PP_SC in r.overall
+                and same_sampling(r.settings(PP_SC), run.settings(MARS_SC))
+                and r.settings(PP_SC).get("pp_conv", 3) == 3
             ),
             None,
         ) or next(
             (
                 r
                 for r in results.comparable_runs(*pair)
-                if "sc-pp" in r.overall
-                and same_sampling(r.settings("sc-pp"), run.settings("sc-mars-cal"))
+                if PP_SC in r.overall and same_sampling(r.settings(PP_SC), run.settings(MARS_SC))
             ),
             None,
         )
-        pool = resolve_pool(run, "sc-mars-cal", pools)
+        pool = resolve_pool(run, MARS_SC, pools)
         if pp_run is None or pool is None:
             continue
-        j = run.per_question("sc-mars-cal")[["qid", "accuracy"]].merge(
-            pp_run.per_question("sc-pp")[["qid", "accuracy"]], on="qid", suffixes=("_mars", "_pp")
+        j = run.per_question(MARS_SC)[["qid", "accuracy"]].merge(
+            pp_run.per_question(PP_SC)[["qid", "accuracy"]], on="qid", suffixes=("_mars", "_pp")
         )
         for _, r in j.iterrows():
             cands.append(
@@ -749,20 +779,20 @@ def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: in
     cands.sort(key=lambda c: (-c[0], results.pairs.index(c[1]), c[2]))
     fallback = None
     for gap, _pair, qid, run, pp_run, pool in cands[:max_loads]:
-        im = run.per_iteration("sc-mars-cal")
-        ip = pp_run.per_iteration("sc-pp")
+        im = run.per_iteration(MARS_SC)
+        ip = pp_run.per_iteration(PP_SC)
         im, ip = im[im.qid == qid].set_index("iteration"), ip[ip.qid == qid].set_index("iteration")
         both = im.add_suffix("_mars").join(ip.add_suffix("_pp"), how="inner")
         pick = both[(~both.correct_pp) & both.correct_mars]
         it = int(pick.index[0]) if len(pick) else int(both.index[0])
-        s = run.sim_settings("sc-mars-cal")
+        s = run.sim_settings(MARS_SC)
         arr = trace.load_question(pool, qid, s, cache_dir)
-        tr = trace.sc_trajectory(arr, trace.context(arr, s), it, "sc-mars-cal")
+        tr = trace.sc_trajectory(arr, trace.context(arr, s), it, MARS_SC)
         ex = Example(run, pool, qid, it)
         leader_changed = tr.lead[0] != tr.final_answer
         if gap > 0 and leader_changed:
             ex.reason = (
-                f"sc-pp is right in {100 * both.correct_pp.mean():.0f}% of samples, sc-mars-cal in "
+                f"{PP_SC} is right in {100 * both.correct_pp.mean():.0f}% of samples, {MARS_SC} in "
                 f"{100 * both.correct_mars.mean():.0f}%; the checkpoint-0 leader is not the "
                 "full-budget vote"
             )
@@ -784,7 +814,7 @@ def fig_pp_failure(
         "Fig. 2: consensus stopping fails on a hard question",
         "Vote shares across checkpoints of one bootstrap sample of a question whose early leader "
         "is wrong and later overtaken; dashed lines mark where Parallel-Probe's consensus rule "
-        "(sc-pp) and MARS (sc-mars-cal) stop, and the answers they return.",
+        f"({PP_SC}) and MARS ({MARS_SC}) stop, and the answers they return.",
     )
     picked = pick_pp_failure(results, pools or {}, cache_dir)
     if picked is not None:
@@ -794,25 +824,25 @@ def fig_pp_failure(
         if picked is None:
             _placeholder(
                 ax,
-                "needs sc-pp and sc-mars-cal results with the same bootstrap samples\n"
+                f"needs {PP_SC} and {MARS_SC} results with the same bootstrap samples\n"
                 "and their trace pool (pass --pool model/dataset=PATH)",
             )
-            fo.notes.append("skipped: no sc-pp + sc-mars-cal pair with a readable trace pool")
+            fo.notes.append(f"skipped: no {PP_SC} + {MARS_SC} pair with a readable trace pool")
             return _finish(fo, fig, out_dir, formats)
         ex, pp_run, tr = picked
         keep = _top_answers(tr)
         _share_panel(ax, tr, keep)
         rows = {}
         for name, run, method in (
-            ("Parallel-Probe", pp_run, "sc-pp"),
-            ("MARS", ex.run, "sc-mars-cal"),
+            ("Parallel-Probe", pp_run, PP_SC),
+            ("MARS", ex.run, MARS_SC),
         ):
             it = run.per_iteration(method)
             rows[name] = it[(it.qid == ex.qid) & (it.iteration == ex.iteration)].iloc[0]
         pp_first = rows["Parallel-Probe"].stop_position <= rows["MARS"].stop_position
         for name, run, method, color in (
-            ("Parallel-Probe", pp_run, "sc-pp", PP_COLOR),
-            ("MARS", ex.run, "sc-mars-cal", MARS_COLOR),
+            ("Parallel-Probe", pp_run, PP_SC, PP_COLOR),
+            ("MARS", ex.run, MARS_SC, MARS_COLOR),
         ):
             r = rows[name]
             early = r.stopped_by != "budget"
@@ -820,7 +850,7 @@ def fig_pp_failure(
             ax.axvline(pos, color=color, linestyle="--", linewidth=1.6, zorder=4)
             verdict = "correct" if r.correct else "wrong"
             what = f"{name} stops" if early else f"{name}: full budget"
-            u = run.settings(method).get("pp_conv") if method == "sc-pp" else None
+            u = run.settings(method).get("pp_conv") if method == PP_SC else None
             if u is not None:
                 what += f" (u={u})"
             side = "right" if (name == "Parallel-Probe") == pp_first else "left"
@@ -850,10 +880,10 @@ def q_calibration_frames(
     """(bins, checkpoints) frames of learned vs oracle q for every pair with a pool."""
     bins, cps = [], []
     for pair in results.pairs:
-        run = results.find(*pair, "sc-mars-cal") or results.find(*pair, "sc-mars")
+        run = results.find(*pair, MARS_SC) or results.find(*pair, FIXED_SC)
         if run is None:
             continue
-        method = "sc-mars-cal" if "sc-mars-cal" in run.overall else "sc-mars"
+        method = MARS_SC if MARS_SC in run.overall else FIXED_SC
         pool = resolve_pool(run, method, pools)
         if pool is None:
             continue
@@ -891,10 +921,10 @@ def fig_ablations(
     fo = FigureOut(
         "fig4-ablations",
         "Fig. 4: γ calibration and the learned switch model",
-        "(a) Savings added by per-question γ calibration over γ = 1 (sc-mars-cal − sc-mars, "
-        "dco-mars-cal − dco-mars; mean per-question difference, 95% CI). (b) Savings gap of oracle "
-        "q over learned q, both pipelines at γ = 1 (sc-mars-oracle − sc-mars, dco-mars-oracle − "
-        "dco-mars). "
+        "(a) Savings added by per-question γ calibration over γ = 1 "
+        f"({_differences(GAMMA_PAIRS)}; mean per-question difference, 95% CI). (b) Savings gap "
+        "of oracle q over learned q, both pipelines at γ = 1 "
+        f"({_differences(ORACLE_PAIRS)}). "
         "(c) Calibration of the learned switch probability: held-out running traces binned by "
         "learned q against the share that actually switch before the end (oracle q). (d) Mean "
         "learned q against the oracle switch rate at each checkpoint position.",
@@ -997,24 +1027,34 @@ def fig_ablations(
 
 
 # -- the frontier: every stopping rule against the oracle-first stop -------------------------
-#: marker of each kind of rule (by the method's name), in legend order
+#: the frontier's kinds of rule (by the method's stopping rule) and their markers, in legend order;
+#: a method with another rule is its own kind (its label), with :data:`OTHER_MARKER`
 FRONTIER_KINDS = (
-    ("MARS, γ=1", ("sc-mars", "dco-mars"), "o"),
-    ("MARS, calibrated γ", ("sc-mars-cal", "dco-mars-cal"), "*"),
-    ("MARS, certified", ("sc-mars-cert", "dco-mars-cert"), "s"),
-    ("MARS2 (predictive risk)", ("sc-mars2", "dco-mars2"), "D"),
-    ("Parallel-Probe", ("sc-pp",), "X"),
-    ("Parallel-Probe, pruning", ("sc-pp-faithful",), "X"),
-    ("Consensus", ("sc-consensus",), "^"),
+    ("MARS, γ=1", MARS, "o"),
+    ("MARS, calibrated γ", MARS_CALIBRATED, "*"),
+    ("MARS, certified", MARS_CERTIFIED, "s"),
+    ("MARS2 (predictive risk)", RISK, "D"),
+    ("Parallel-Probe", PARALLEL_PROBE, "X"),
+    ("Parallel-Probe, pruning", PARALLEL_PROBE_PRUNING, "X"),
+    ("Consensus", CONSENSUS, "^"),
 )
-#: the Parallel-Probe methods: the frontier gives each u (one per setting) its own marker, filled
-#: for sc-pp and hollow for sc-pp-faithful
-PP_METHODS = ("sc-pp", "sc-pp-faithful")
+OTHER_MARKER = "P"
+#: the Parallel-Probe rules: the frontier gives each u (one per setting) its own marker, filled
+#: for the reference's emulation and hollow with pruning
+PP_RULES = (PARALLEL_PROBE, PARALLEL_PROBE_PRUNING)
 PP_MARKERS = ("X", "v", "<", ">", "h", "p", "8")  # none the other kinds use
-FRONTIER_PIPELINES = (
-    ("SC", "sc", "oracle-first"),
-    ("DeepConf", "dco", "oracle-dco-first"),
-)
+
+
+def frontier_kind(method: str) -> tuple[str, str] | None:
+    """(kind, marker) of a method on the frontier; None for what never stops early or reads the
+    future (full-budget votes, oracles) and for methods the registry does not know."""
+    m = METHODS.get(method)
+    if m is None or m.is_baseline or m.reads_future:
+        return None
+    for kind, rule, marker in FRONTIER_KINDS:
+        if m.rule == rule:
+            return kind, marker
+    return method_label(method)[0], OTHER_MARKER
 
 
 def _marker_entry(marker: str, label: str, hollow: bool = False):
@@ -1033,18 +1073,18 @@ def _marker_entry(marker: str, label: str, hollow: bool = False):
 def frontier_points(results: Results) -> pd.DataFrame:
     """(accuracy, savings) of every early-stopping method of every run (all settings), and the
     full-budget accuracy and oracle-first savings of each pipeline, per pool."""
-    kind_of = {m: (k, mk) for k, ms, mk in FRONTIER_KINDS for m in ms}
     rows = []
     for pair in results.pairs:
         for run in results.comparable_runs(*pair):
             for method in run.methods:
-                if method not in kind_of:
+                kind = frontier_kind(method)
+                if kind is None:
                     continue
                 ov = run.overall[method]
-                pipe = "DeepConf" if method.startswith("dco") else "SC"
-                base = "dco" if pipe == "DeepConf" else "sc"
+                base = METHODS[method].baseline
+                pipe = PIPELINES[base]
                 base_run = results.find(*pair, base)
-                orc = "oracle-dco-first" if pipe == "DeepConf" else "oracle-first"
+                orc = ORACLE_FIRST_STOP.of(base)
                 orc_run = results.find(*pair, orc)
                 rows.append(
                     {
@@ -1053,9 +1093,9 @@ def frontier_points(results: Results) -> pd.DataFrame:
                         "setting": run.setting,
                         "pipeline": pipe,
                         "method": method,
-                        "kind": kind_of[method][0],
+                        "kind": kind[0],
                         "pp_conv": run.settings(method).get("pp_conv")
-                        if method in PP_METHODS
+                        if METHODS[method].rule in PP_RULES
                         else None,
                         "accuracy_pct": ov.get("accuracy_pct"),
                         "savings_pct": ov.get("savings_pct"),
@@ -1091,14 +1131,14 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     df = frontier_points(results)
     fo = FigureOut(
         "fig-frontier",
-        "Accuracy–savings of every stopping rule against the oracle-first stop",
+        f"Accuracy–savings of every stopping rule against the {ORACLE_FIRST} stop",
         "Per model × dataset: mean accuracy against mean per-question token savings of every "
         "early-stopping method and setting (SC pipeline blue, DeepConf orange; Parallel-Probe "
         "has one marker per u, hollow with pruning). Dotted lines: the pipeline's full-budget "
-        "accuracy; dashed lines: the savings of its oracle-first stop (the first checkpoint whose "
-        "leader is the full-budget vote). No rule that always returns the full-budget answer can "
-        "save more than oracle-first; a rule that sometimes returns another answer can, so it is "
-        "a reference point, not a bound.",
+        f"accuracy; dashed lines: the savings of its {ORACLE_FIRST} stop (the first checkpoint "
+        "whose leader is the full-budget vote). No rule that always returns the full-budget answer "
+        f"can save more than {ORACLE_FIRST}; a rule that sometimes returns another answer can, so "
+        "it is a reference point, not a bound.",
         data=df,
     )
     pairs = list(dict.fromkeys(zip(df.model, df.dataset))) if len(df) else []
@@ -1121,9 +1161,15 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
         colors = PIPELINE_COLORS
         us = sorted({int(u) for u in df.pp_conv.dropna()}) if len(df) else []
         pp_marker = {u: PP_MARKERS[i % len(PP_MARKERS)] for i, u in enumerate(us)}
+        kinds = [(k, mk, rule == PARALLEL_PROBE_PRUNING) for k, rule, mk in FRONTIER_KINDS]
+        kinds += [
+            (k, OTHER_MARKER, False)
+            for k in dict.fromkeys(df.kind)
+            if k not in {kind for kind, _, _ in FRONTIER_KINDS}
+        ]
         for ax, (model, dataset) in zip(axes.flat, pairs):
             sub = df[(df.model == model) & (df.dataset == dataset)]
-            for pipe, _, _ in FRONTIER_PIPELINES:
+            for pipe in PIPELINES.values():
                 part = sub[sub.pipeline == pipe]
                 if part.empty:
                     continue
@@ -1132,11 +1178,10 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                     ax.axhline(base, color=colors[pipe], linestyle=":", linewidth=1)
                 if orc is not None and not pd.isna(orc):
                     ax.axvline(orc, color=colors[pipe], linestyle="--", linewidth=1)
-                for kind, methods, marker in FRONTIER_KINDS:
+                for kind, marker, hollow in kinds:
                     pts = part[part.kind == kind]
                     if pts.empty:
                         continue
-                    hollow = methods == ("sc-pp-faithful",)
                     for u, group in pts.groupby(pts.pp_conv.fillna(-1), sort=True):
                         mk = pp_marker[int(u)] if u >= 0 else marker
                         ax.scatter(
@@ -1153,9 +1198,10 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
             ax.set_title(title.replace(" · ", "\n", 1) if len(title) > 40 else title, fontsize=9)
             ax.set_xlabel("token savings (%)")
             ax.set_ylabel("accuracy (%)")
-        pruning = "sc-pp-faithful" in set(df.method)
+        pruning = any(METHODS[m].rule == PARALLEL_PROBE_PRUNING for m in set(df.method))
         handles = (
-            [_marker_entry(mk, k) for k, ms, mk in FRONTIER_KINDS if not set(ms) & set(PP_METHODS)]
+            [_marker_entry(mk, k) for k, rule, mk in FRONTIER_KINDS if rule not in PP_RULES]
+            + [_marker_entry(OTHER_MARKER, k) for k, _, _ in kinds[len(FRONTIER_KINDS) :]]
             + [_marker_entry(mk, f"Parallel-Probe, u={u}") for u, mk in pp_marker.items()]
             + ([_marker_entry("o", "hollow: with pruning", hollow=True)] if pruning else [])
             + [
@@ -1167,7 +1213,7 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                     [], [], color="#555555", linestyle=":", label="full-budget accuracy"
                 ),
                 mpl.lines.Line2D(
-                    [], [], color="#555555", linestyle="--", label="oracle-first savings"
+                    [], [], color="#555555", linestyle="--", label=f"{ORACLE_FIRST} savings"
                 ),
             ]
         )

@@ -11,7 +11,7 @@ import json
 import re
 import shlex
 
-from ..methods import METHODS, method_order
+from ..methods import METHODS, SELF_CONSISTENCY, method_order
 from ..settings import SPECS
 from .fmt import tex_escape
 
@@ -23,7 +23,7 @@ _PLACEHOLDER = re.compile(r"\{(\w+)(:value)?\}")
 def family_baseline(method: str) -> str:
     """The full-budget vote a method's answer is compared with (its pipeline's baseline)."""
     m = METHODS.get(method)
-    return m.baseline if m is not None else "sc"
+    return m.baseline if m is not None else SELF_CONSISTENCY
 
 
 def is_baseline(method: str) -> bool:

@@ -15,11 +15,26 @@ import numpy as np
 import pandas as pd
 from scipy.stats import beta
 
+from ..methods import (
+    CALIBRATED_MARS,
+    DEEPCONF,
+    MARS_CERTIFIED,
+    METHODS,
+    ORACLE_FIRST_STOP,
+    ORACLE_LAST_STOP,
+    PIPELINES,
+    PROBE_PRUNING_STOP,
+    PROBE_STOP,
+    SELF_CONSISTENCY,
+)
 from ..settings import same_sampling
 from .collect import Results, Run
 from .fmt import Cell, Table, integer, num, pct, tex_escape, text
 from .names import family_baseline, is_baseline, method_label, method_order, run_commands
 from .provenance import describe
+
+#: the name the tables give the oracle-first stop (its self-consistency method)
+ORACLE_FIRST = ORACLE_FIRST_STOP.of(SELF_CONSISTENCY)
 
 
 class _Used:
@@ -68,62 +83,43 @@ def _breaks_by_model(pairs) -> list[int]:
 def table_main(results: Results, command: str | None = None) -> Table:
     """Table 1: SC and DeepConf baselines, +MARS (calibrated) accuracy and savings."""
     used = _Used()
+    pipes = [(base, CALIBRATED_MARS.of(base)) for base in PIPELINES]
     rows, data, prev = [], [], None
     for pair in results.pairs:
-        ov = {
-            m: used(results.find(*pair, m), m) for m in ("sc", "sc-mars-cal", "dco", "dco-mars-cal")
-        }
+        ov = {m: used(results.find(*pair, m), m) for pipe in pipes for m in pipe}
         if not any(ov.values()):
             continue
         rec = {"model": pair[0], "dataset": pair[1]}
         for m in ov:
             rec[f"{m}.accuracy_pct"] = _get(ov[m], "accuracy_pct")
-        rec["sc-mars-cal.savings_pct"] = _get(ov["sc-mars-cal"], "savings_pct")
-        rec["dco-mars-cal.savings_pct"] = _get(ov["dco-mars-cal"], "savings_pct")
+        for _, mars in pipes:
+            rec[f"{mars}.savings_pct"] = _get(ov[mars], "savings_pct")
         data.append(rec)
-        rows.append(
-            [
-                *_model_cells(results, pair, prev),
-                num(rec["sc.accuracy_pct"]),
-                num(rec["sc-mars-cal.accuracy_pct"]),
-                pct(rec["sc-mars-cal.savings_pct"]),
-                num(rec["dco.accuracy_pct"]),
-                num(rec["dco-mars-cal.accuracy_pct"]),
-                pct(rec["dco-mars-cal.savings_pct"]),
+        cells = list(_model_cells(results, pair, prev))
+        for base, mars in pipes:
+            cells += [
+                num(rec[f"{base}.accuracy_pct"]),
+                num(rec[f"{mars}.accuracy_pct"]),
+                pct(rec[f"{mars}.savings_pct"]),
             ]
-        )
+        rows.append(cells)
         prev = pair[0]
-    cols = [
-        "model",
-        "dataset",
-        "sc.accuracy_pct",
-        "sc-mars-cal.accuracy_pct",
-        "sc-mars-cal.savings_pct",
-        "dco.accuracy_pct",
-        "dco-mars-cal.accuracy_pct",
-        "dco-mars-cal.savings_pct",
-    ]
+    cols = ["model", "dataset"]
+    for base, mars in pipes:
+        cols += [f"{base}.accuracy_pct", f"{mars}.accuracy_pct", f"{mars}.savings_pct"]
     return Table(
         key="table1-main",
         title="Table 1: accuracy and token savings of calibrated MARS",
-        caption="Accuracy (%) and token savings for calibrated MARS (sc-mars-cal, dco-mars-cal). "
-        "Baseline is the full-budget vote (sc, dco); +MARS is the early-stopped vote; savings are "
+        caption="Accuracy (%) and token savings for calibrated MARS "
+        f"({', '.join(mars for _, mars in pipes)}). Baseline is the full-budget vote "
+        f"({', '.join(base for base, _ in pipes)}); +MARS is the early-stopped vote; savings are "
         "the mean per-question token reduction against the same pipeline's baseline.",
-        headers=[
-            "Model",
-            "Dataset",
-            "Baseline",
-            "+MARS",
-            "Savings",
-            "Baseline",
-            "+MARS",
-            "Savings",
-        ],
-        groups=[("", 2, None), ("SC", 3, "SC Family"), ("DeepConf", 3, "DeepConf Family")],
+        headers=["Model", "Dataset"] + ["Baseline", "+MARS", "Savings"] * len(pipes),
+        groups=[("", 2, None)] + [(title, 3, f"{title} Family") for title in PIPELINES.values()],
         rows=rows,
         data=pd.DataFrame(data, columns=cols),
         breaks=_breaks_by_model([(d["model"], 0) for d in data]),
-        align="llrrrrrr",
+        align="ll" + "rrr" * len(pipes),
         commands=used.commands(command),
         source=used.source(results),
     )
@@ -143,8 +139,10 @@ def _pp_runs(results: Results, model: str, dataset: str, method: str) -> dict:
 def table_pp(results: Results, command: str | None = None) -> Table:
     """Table 2: Parallel-Probe (every u found, emulated and with pruning) against MARS (SC)."""
     used = _Used()
+    pp, pruning = PROBE_STOP.of(SELF_CONSISTENCY), PROBE_PRUNING_STOP.of(SELF_CONSISTENCY)
+    mars = CALIBRATED_MARS.of(SELF_CONSISTENCY)
     variants = []  # (method, u)
-    for method in ("sc-pp", "sc-pp-faithful"):
+    for method in (pp, pruning):
         us = sorted({u for pair in results.pairs for u in _pp_runs(results, *pair, method)})
         variants += [(method, u) for u in us]
     rows, data, prev = [], [], None
@@ -157,10 +155,10 @@ def table_pp(results: Results, command: str | None = None) -> Table:
             rec[f"{method}-u{u}.accuracy_pct"] = _get(ov, "accuracy_pct")
             rec[f"{method}-u{u}.savings_pct"] = _get(ov, "savings_pct")
             accs.append(rec[f"{method}-u{u}.accuracy_pct"])
-        ov = used(results.find(*pair, "sc-mars-cal"), "sc-mars-cal")
-        rec["sc-mars-cal.accuracy_pct"] = _get(ov, "accuracy_pct")
-        rec["sc-mars-cal.savings_pct"] = _get(ov, "savings_pct")
-        accs.append(rec["sc-mars-cal.accuracy_pct"])
+        ov = used(results.find(*pair, mars), mars)
+        rec[f"{mars}.accuracy_pct"] = _get(ov, "accuracy_pct")
+        rec[f"{mars}.savings_pct"] = _get(ov, "savings_pct")
+        accs.append(rec[f"{mars}.accuracy_pct"])
         if all(a is None for a in accs):
             continue
         best = max(a for a in accs if a is not None)
@@ -171,43 +169,43 @@ def table_pp(results: Results, command: str | None = None) -> Table:
                 num(a, bold=a is not None and round(a, 1) == round(best, 1)),
                 num(rec[f"{method}-u{u}.savings_pct"]),
             ]
-        a = rec["sc-mars-cal.accuracy_pct"]
+        a = rec[f"{mars}.accuracy_pct"]
         cells += [
             num(a, bold=a is not None and round(a, 1) == round(best, 1)),
-            num(rec["sc-mars-cal.savings_pct"]),
+            num(rec[f"{mars}.savings_pct"]),
         ]
         rows.append(cells)
         data.append(rec)
         prev = pair[0]
     groups: list[tuple[str, int, str | None]] = [("", 2, None)]
     for method, u in variants:
-        name = "PP" if method == "sc-pp" else "PP + pruning"
+        name = "PP" if method == pp else "PP + pruning"
         groups.append((f"{name} (u={u})", 2, f"{name} ($u{{=}}{u}$)"))
     groups.append(("MARS (SC)", 2, None))
     headers = ["Model", "Dataset"] + ["Acc.", "Sav."] * (len(variants) + 1)
     notes = []
     if not variants:
         notes.append(
-            "No Parallel-Probe run (method sc-pp) found: run `mars simulate -m sc-pp --pp-conv U` "
+            f"No Parallel-Probe run (method {pp}) found: run `mars simulate -m {pp} --pp-conv U` "
             "into a setting such as `pp-u4`."
         )
-    if any(m == "sc-pp-faithful" for m, _ in variants):
+    if any(m == pruning for m, _ in variants):
         notes.append(
-            "PP + pruning is sc-pp-faithful: pruned traces stop voting and stop costing tokens, as "
-            "Parallel-Probe's authors define it; PP (sc-pp) is the MARS reference's emulation."
+            f"PP + pruning is {pruning}: pruned traces stop voting and stop costing tokens, as "
+            f"Parallel-Probe's authors define it; PP ({pp}) is the MARS reference's emulation."
         )
     notes.append("Bold: the best accuracy of the row.")
     cols = (
         ["model", "dataset"]
         + [f"{m}-u{u}.{k}" for m, u in variants for k in ("accuracy_pct", "savings_pct")]
-        + ["sc-mars-cal.accuracy_pct", "sc-mars-cal.savings_pct"]
+        + [f"{mars}.accuracy_pct", f"{mars}.savings_pct"]
     )
     return Table(
         key="table2-parallel-probe",
         title="Table 2: Parallel-Probe against MARS",
         caption="Comparison with Parallel-Probe (PP; stop after u equal majority answers in a "
         "row). Accuracy (%) and mean per-question token savings (%); MARS is calibrated MARS on "
-        "self-consistency (sc-mars-cal).",
+        f"self-consistency ({mars}).",
         headers=headers,
         groups=groups,
         rows=rows,
@@ -303,14 +301,14 @@ def table_oracle(results: Results, command: str | None = None) -> Table:
     """MARS beside the oracle stopping rules: how much of oracle-first's saving it gets."""
     used = _Used()
     fams = [
-        ("SC", "sc-mars-cal", "oracle-first", "oracle-last"),
-        ("DeepConf", "dco-mars-cal", "oracle-dco-first", "oracle-dco-last"),
+        (CALIBRATED_MARS.of(base), ORACLE_FIRST_STOP.of(base), ORACLE_LAST_STOP.of(base))
+        for base in PIPELINES
     ]
     rows, data, prev = [], [], None
     for pair in results.pairs:
         rec: dict[str, Any] = {"model": pair[0], "dataset": pair[1]}
         cells = list(_model_cells(results, pair, prev))
-        for _, mars, first, last in fams:
+        for mars, first, last in fams:
             vals = {
                 m: _get(used(results.find(*pair, m), m), "savings_pct") for m in (mars, first, last)
             }
@@ -332,11 +330,11 @@ def table_oracle(results: Results, command: str | None = None) -> Table:
         caption="Token savings (%) of calibrated MARS and of the two oracle stopping rules, which "
         "know the full-budget vote: first = stop at the first checkpoint whose leader equals it, "
         "absorbing = stop one checkpoint after the last checkpoint whose leader differs. Share = "
-        "MARS savings / oracle-first savings. Oracle-first is the most a rule that always "
+        f"MARS savings / {ORACLE_FIRST} savings. Oracle-first is the most a rule that always "
         "returns the full-budget answer can save; a rule that sometimes returns another answer "
         "can save more (a share above 100 %).",
         headers=["Model", "Dataset"] + ["MARS", "Oracle first", "Oracle absorbing", "Share"] * 2,
-        groups=[("", 2, None), ("SC", 4, None), ("DeepConf", 4, None)],
+        groups=[("", 2, None), *((title, 4, None) for title in PIPELINES.values())],
         rows=rows,
         data=pd.DataFrame(data),
         breaks=_breaks_by_model([(d["model"], 0) for d in data]),
@@ -352,7 +350,8 @@ def _stopping_methods(results: Results) -> Iterator[tuple[tuple[str, str], Run, 
         run = results.main_run(*pair)
         first = True
         for method in method_order(run.methods):
-            if is_baseline(method) or method.startswith("oracle"):
+            m = METHODS.get(method)
+            if is_baseline(method) or (m.rule.reads_future if m else method.startswith("oracle")):
                 continue
             yield pair, run, method, first
             first = False
@@ -444,13 +443,10 @@ def table_probe_cost(results: Results, command: str | None = None) -> Table:
 
 
 # -- new: risk audit of the certified rule ---------------------------------------------------------
-AUDIT_METHODS = [
-    "sc-mars-cert",
-    "sc-mars-oracle-cert",
-    "dco-mars-cert",
-    "sc-mars-cal",
-    "dco-mars-cal",
-]
+def audit_methods() -> list[str]:
+    """The certified rule's methods, then calibrated MARS (no guarantee, audited beside them)."""
+    certified = [name for name, m in METHODS.items() if m.rule == MARS_CERTIFIED]
+    return certified + CALIBRATED_MARS.members()
 
 
 def _reference_run(results: Results, run: Run, method: str) -> Run | None:
@@ -474,7 +470,7 @@ def risk_audit(results: Results) -> pd.DataFrame:
     """Per (run, MARS method): runs whose stopped answer differs from the full-budget vote."""
     recs = []
     for run in results.runs:
-        for method in [m for m in AUDIT_METHODS if m in run.overall]:
+        for method in [m for m in audit_methods() if m in run.overall]:
             ref = _reference_run(results, run, method)
             if ref is None:
                 continue
@@ -572,7 +568,8 @@ def table_risk(results: Results, command: str | None = None) -> Table:
         prev, prev_model = block, r.model
     notes = [
         "A run is one (question, bootstrap iteration); the full-budget vote is the pipeline's "
-        "baseline (sc, or dco for DeepConf methods) on the same bootstrap sample. Rate upper = "
+        f"baseline ({SELF_CONSISTENCY}, or {DEEPCONF} for DeepConf methods) on the same bootstrap "
+        "sample. Rate upper = "
         "one-sided 95% Clopper–Pearson bound.",
         "The certificate bounds P(stopped answer ≠ full-budget vote) by δ when q is the true "
         "switch probability; the learned-q certified rows test it with estimated q, the calibrated "
@@ -581,8 +578,8 @@ def table_risk(results: Results, command: str | None = None) -> Table:
     if df.empty:
         notes.insert(
             0,
-            "No audited method found (sc-mars-cert, sc-mars-oracle-cert, dco-mars-cert, "
-            "sc-mars-cal, dco-mars-cal with their baseline in the same sampling settings).",
+            f"No audited method found ({', '.join(audit_methods())} with their baseline in the "
+            "same sampling settings).",
         )
     return Table(
         key="table-risk-audit",
@@ -626,7 +623,7 @@ def table_risk(results: Results, command: str | None = None) -> Table:
 
 
 def _oracle_of(method: str) -> str:
-    return "oracle-dco-first" if family_baseline(method) == "dco" else "oracle-first"
+    return ORACLE_FIRST_STOP.of(family_baseline(method))
 
 
 def table_oracle_share(results: Results, command: str | None = None) -> Table:
@@ -684,17 +681,18 @@ def table_oracle_share(results: Results, command: str | None = None) -> Table:
         "Savings",
         "Savings w/ probes",
         "Oracle-first savings",
-        "Share of oracle-first",
+        f"Share of {ORACLE_FIRST}",
     ]
     return Table(
         key="table-oracle-share",
-        title="Share of oracle-first's savings, every method",
+        title=f"Share of {ORACLE_FIRST}'s savings, every method",
         caption="Accuracy (%) and its difference from the method's full-budget baseline (SC or "
         "DeepConf, pp), token savings (%) without and with the probes' tokens, the savings of the "
-        "oracle-first stop of the same pipeline (first checkpoint whose leader is the full-budget "
-        "vote) and each method's savings as a share of it. Oracle-first is not a bound: a rule "
-        "that sometimes returns another answer than the full-budget vote can stop earlier (a "
-        "share above 100 %). The goal of MARS2 (docs/beyond.md): Δ ≥ −0.5 pp and share ≥ 85 %.",
+        f"{ORACLE_FIRST} stop of the same pipeline (first checkpoint whose leader is the "
+        "full-budget vote) and each method's savings as a share of it. Oracle-first is not a "
+        "bound: a rule that sometimes returns another answer than the full-budget vote can stop "
+        "earlier (a share above 100 %). The goal of MARS2 (docs/beyond.md): Δ ≥ −0.5 pp and "
+        "share ≥ 85 %.",
         headers=share_headers,
         tex_headers=[tex_escape(h) for h in share_headers],
         rows=rows,

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..arrays import QuestionArrays, load_arrays
-from ..methods import METHODS
+from ..methods import CALIBRATED_MARS, METHODS, SELF_CONSISTENCY
 from ..pool import Pool, open_pool
 from ..simulate import MethodRun, QuestionContext, Settings, pool_settings
 from ..stopping import UNSEEN, Mars
@@ -91,7 +91,10 @@ class Trajectory:
 
 
 def sc_trajectory(
-    arr: QuestionArrays, ctx: QuestionContext, iteration: int, method: str = "sc-mars-cal"
+    arr: QuestionArrays,
+    ctx: QuestionContext,
+    iteration: int,
+    method: str = CALIBRATED_MARS.of(SELF_CONSISTENCY),
 ) -> Trajectory:
     """Vote shares and the MARS slack at every checkpoint of one bootstrap sample.
 

@@ -1,7 +1,8 @@
 """Accuracy–savings trade-off curves: the simulator run in-process over a grid of settings.
 
 Each :class:`Sweep` varies one :class:`~mars.simulate.Settings` field for one method (γ for MARS
-with a fixed γ, u for Parallel-Probe, the share for consensus stopping, δ for the certified rule).
+with a fixed γ, u for Parallel-Probe, the share for consensus stopping, δ for the certified rule):
+by default one per method that declares what it sweeps (:attr:`mars.methods.Method.sweep`).
 Runs that share settings are simulated together (one bootstrap draw, one q-model per question),
 and the per-question arrays are cached across runs, so a grid costs little more than its
 simulations. Keep it cheap with few questions / iterations.
@@ -21,7 +22,15 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ..methods import get_method
+from ..methods import (
+    CALIBRATED_MARS,
+    METHODS,
+    ORACLE_FIRST_STOP,
+    PIPELINES,
+    SELF_CONSISTENCY,
+    get_method,
+    method_order,
+)
 from ..results import per_question_frame
 from ..settings import SPECS
 from ..simulate import QuestionContext, QuestionResult, Settings, run_method
@@ -38,24 +47,28 @@ class Sweep:
     values: tuple
 
 
-DEFAULT_SWEEPS = (
-    Sweep("MARS, fixed γ", "sc-mars", "gamma", (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)),
-    Sweep("MARS certified, δ", "sc-mars-cert", "delta", (0.01, 0.05, 0.2, 0.5)),
-    Sweep("Parallel-Probe, u", "sc-pp", "pp_conv", (1, 2, 3, 4, 6)),
-    Sweep("Consensus, share", "sc-consensus", "consensus", (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)),
+def default_sweeps() -> tuple[Sweep, ...]:
+    """A curve for every method that declares a sweep, in the report's method order."""
+    declared = {name: m.sweep for name, m in METHODS.items() if m.sweep is not None}
+    return tuple(
+        Sweep(declared[n].title, n, declared[n].param, declared[n].values)
+        for n in method_order(declared)
+    )
+
+
+#: single points at the base settings (self-consistency votes): family, method, marker, color
+POINT_MARKS = (
+    (f"full-budget {PIPELINES[SELF_CONSISTENCY]}", SELF_CONSISTENCY, "X", "#222222"),
+    ("MARS, calibrated γ", CALIBRATED_MARS.of(SELF_CONSISTENCY), "*", "#1f77b4"),
+    ("oracle stop (first)", ORACLE_FIRST_STOP.of(SELF_CONSISTENCY), "D", "#7f7f7f"),
 )
-#: single points at the base settings
-POINTS = (
-    ("full-budget SC", "sc"),
-    ("MARS, calibrated γ", "sc-mars-cal"),
-    ("oracle stop (first)", "oracle-first"),
-)
+POINTS = tuple((family, method) for family, method, _, _ in POINT_MARKS)
 
 
 def run_tradeoff(
     pool,
     base: Settings,
-    sweeps=DEFAULT_SWEEPS,
+    sweeps=None,
     points=POINTS,
     questions: list[int] | None = None,
     cache_dir=None,
@@ -67,6 +80,7 @@ def run_tradeoff(
     :meth:`~mars.simulate.QuestionContext.with_settings`, which is exactly what a fresh simulation
     would rebuild.
     """
+    sweeps = default_sweeps() if sweeps is None else sweeps
     jobs: dict[Settings, list] = {}
     for sw in sweeps:
         for v in sw.values:
@@ -180,11 +194,7 @@ def fig_tradeoff(
                     linewidth=0.5,
                     zorder=3,
                 )
-            marks = {
-                "sc": ("X", "#222222"),
-                "sc-mars-cal": ("*", "#1f77b4"),
-                "oracle-first": ("D", "#7f7f7f"),
-            }
+            marks = {method: (mk, col) for _, method, mk, col in POINT_MARKS}
             for _, r in df[df.param.isna()].iterrows():
                 mk, col = marks.get(r.method, ("s", "#444444"))
                 ax.scatter(
@@ -247,7 +257,7 @@ def tradeoff_all(
     max_questions: int | None = None,
     cache_dir=None,
     formats=FORMATS,
-    sweeps=DEFAULT_SWEEPS,
+    sweeps=None,
 ) -> FigureOut:
     frames, sources = {}, {}
     for spec in specs:
