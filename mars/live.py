@@ -266,10 +266,14 @@ class _Controller:
         self.decide_s = 0.0
         self.checkpoints = 0
         t0 = time.perf_counter()
-        warm_q = _question(problem, [warm_table])
-        confs = checkpoint_confidences(warm_q, grid, settings.window, conf_window="before")
-        answers = checkpoint_answers(warm_q, grid).tolist()
-        warmup = Warmup(answers, warm_q.final_answers, warm_q.lengths, confs)
+        if n_warm:
+            warm_q = _question(problem, [warm_table])
+            confs = checkpoint_confidences(warm_q, grid, settings.window, conf_window="before")
+            answers = checkpoint_answers(warm_q, grid).tolist()
+            warmup = Warmup(answers, warm_q.final_answers, warm_q.lengths, confs)
+        else:  # --warmup 0: no warmup traces (q = 1, gamma = 1, no guard)
+            confs = None
+            warmup = Warmup([], [], np.zeros(0, dtype=np.int64))
         self.stopper = Stopper(method, n, grid, warmup, settings=settings)
         self.confs = _Confidences(n, settings.window) if confs is not None or not n_warm else None
         self.decide_s += time.perf_counter() - t0
