@@ -24,7 +24,7 @@ from . import __version__
 from .atomic import disk_full_message
 from .backends.factory import BACKENDS, bundled_presets
 from .errors import MarsError
-from .methods import live_methods
+from .methods import DEFAULT_METHOD, live_methods
 from .problems import bundled_problem_sets, parse_question_spec
 from .settings import LIVE_KEYS, SETTINGS, SPECS, SettingSpec
 
@@ -435,7 +435,7 @@ def solve(
     traces: int = typer.Option(64, help="traces run in parallel per question (N)"),
     warmup: int = typer.Option(16, help="warmup traces run to completion first (q-model, γ)"),
     method: str = typer.Option(
-        "sc-mars-cal",
+        DEFAULT_METHOD,
         "--method",
         "-m",
         help=f"a method that can run live: {', '.join(live_methods())}",
