@@ -640,11 +640,11 @@ def test_llama_server_live_solve_stops_early_and_replays(llama, smol_tokenizer, 
     mars_cli(
         "solve", "--backend", "server", "--base-url", llama.url, "--problems",
         easy_problems(tmp_path), "--questions", 0, "--traces", 8, "--warmup", 2, "--spacing", 16,
-        "--max-tokens", 256, "--method", "sc-consensus", "--consensus", 0.5, "--compare-full",
+        "--max-tokens", 128, "--method", "sc-consensus", "--consensus", 0.5, "--compare-full",
         "--out", out, "-q",
     )  # fmt: skip
     rec = json.loads((out / "live" / "q000000.json").read_text())
-    assert rec["stopped_by"] != "budget" and rec["stop_position"] < 256
+    assert rec["stopped_by"] != "budget" and rec["stop_position"] < 128
     assert rec["tokens"] < rec["full"]["tokens"] and rec["replay_ok"]
     assert rec["probe_tokens"] is not None  # the server reported every probe's cached tokens
     res = mars_cli("replay", out)
