@@ -261,7 +261,9 @@ class LlamaCppProtocol(Protocol):
         # special tokens written in the text (``</think>``) are parsed, as transformers does
         return "/tokenize", {"content": text, "add_special": False, "parse_special": True}
 
-    def body(self, ids, max_new, s, seed, logprobs):
+    def body(
+        self, ids: list[int], max_new: int, s: Sampling, seed: int | None, logprobs: bool
+    ) -> dict:
         body: dict[str, Any] = {
             "prompt": list(ids),
             "n_predict": int(max_new),
@@ -281,7 +283,7 @@ class LlamaCppProtocol(Protocol):
             body["post_sampling_probs"] = False
         return body
 
-    def parse(self, out, max_new, logprobs):
+    def parse(self, out: Any, max_new: int, logprobs: bool) -> Completion:
         where = "llama.cpp /completion"
         if not isinstance(out, dict) or not isinstance(out.get("tokens"), list):
             raise ServerError(f"{where}: no token ids in the answer (a llama-server too old?)")
@@ -297,8 +299,8 @@ class LlamaCppProtocol(Protocol):
             if not isinstance(probs, list):
                 raise ServerError(f"{where}: no completion_probabilities in the answer")
             confs = _align_llama_confs(ids, probs, where)
-        timings = out.get("timings") if isinstance(out.get("timings"), dict) else {}
-        cached = timings.get("cache_n")
+        timings = out.get("timings")
+        cached = timings.get("cache_n") if isinstance(timings, dict) else None
         prompt = out.get("tokens_evaluated")
         c = Completion(
             ids=ids,
@@ -368,7 +370,9 @@ class VLLMProtocol(Protocol):
     def info_paths(self) -> tuple[str, ...]:
         return ("/version",)
 
-    def body(self, ids, max_new, s, seed, logprobs):
+    def body(
+        self, ids: list[int], max_new: int, s: Sampling, seed: int | None, logprobs: bool
+    ) -> dict:
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": list(ids),
@@ -392,7 +396,7 @@ class VLLMProtocol(Protocol):
             body["return_tokens_as_token_ids"] = True
         return body
 
-    def parse(self, out, max_new, logprobs):
+    def parse(self, out: Any, max_new: int, logprobs: bool) -> Completion:
         where = "vLLM /v1/completions"
         choices = out.get("choices") if isinstance(out, dict) else None
         if not isinstance(choices, list) or len(choices) != 1:
@@ -463,7 +467,9 @@ class SGLangProtocol(Protocol):
     def info_paths(self) -> tuple[str, ...]:
         return ("/get_server_info", "/get_model_info")
 
-    def body(self, ids, max_new, s, seed, logprobs):
+    def body(
+        self, ids: list[int], max_new: int, s: Sampling, seed: int | None, logprobs: bool
+    ) -> dict:
         sp: dict[str, Any] = {
             "max_new_tokens": int(max_new),
             "temperature": s.temperature,
@@ -482,7 +488,7 @@ class SGLangProtocol(Protocol):
             body.update(return_logprob=True, top_logprobs_num=CONF_TOP_K, logprob_start_len=-1)
         return body
 
-    def parse(self, out, max_new, logprobs):
+    def parse(self, out: Any, max_new: int, logprobs: bool) -> Completion:
         from .sglang import EngineOutputError, parse_generation
 
         where = "SGLang /generate"
