@@ -42,14 +42,14 @@ from .stopping import Rule, Snapshot
 from .voting import tally
 
 #: risk levels and priors, fixed (research/beyond/tune.py on the development pools, docs/beyond.md)
-ALPHA_SC = 0.2
+ALPHA_SC = 0.1
 ALPHA_DCO = 0.02
 PRIOR = 1.0  # pseudo-count added to every answer the warmup gave
 OTHER = 1.0  # pseudo-count of "an answer the warmup never gave"
 N_DRAWS = 32  # posterior draws of θ (Monte Carlo form only; the rule uses the analytic form)
 TILT = 2.0  # DeepConf guard: warmup weight exp(TILT · lowest group confidence)
 KAPPA = 4.0  # prior strength (traces) of an answer's leaving rate at a checkpoint, mean 1/2
-TAU = 2.0  # prior strength (traces) of the whole warmup's finals in where switchers land
+TAU = 4.0  # prior strength (traces) of the whole warmup's finals in where switchers land
 SEED = 0
 
 

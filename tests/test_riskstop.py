@@ -157,8 +157,13 @@ def test_live_decision_under_a_second_at_1024_traces():
     A, B = 300, 1024
     ids = rng.integers(-1, A, size=(1, B))
     s = _snapshot(ids, rng.random((1, B)) < 0.7, rng.random((1, B)), A)
-    rule = RiskStop.for_question(rng.integers(0, A, 16), A)
+    m = 40
+    warm_ids = rng.integers(-1, A, size=(16, m))
+    warm_running = np.arange(m)[None, :] < rng.integers(1, m, size=(16, 1))
     t0 = time.perf_counter()
+    rule = RiskStop.for_question(
+        rng.integers(0, A, 16), A, warm_ids=warm_ids, warm_running=warm_running
+    )
     rule.check(s)
     assert time.perf_counter() - t0 < 1.0
 

@@ -163,7 +163,40 @@ def table(out: dict) -> tuple[list[dict], str]:
                     f"mean share {100 * np.mean([r[sh] for r in rs]):.1f} % "
                     f"(min {100 * min(r[sh] for r in rs):.1f} %)"
                 )
+    lines.append(coin_flips(out))
     return recs, "\n".join(lines)
+
+
+def coin_flips(out: dict, lo: float = 25.0, hi: float = 75.0) -> str:
+    """Questions whose full-budget vote is about a coin flip (its accuracy in [lo, hi] %): how the
+    rules do there, question by question (the failure mode of issue 23)."""
+    lines = [
+        f"\nQuestions whose full-budget accuracy is within {lo:g}–{hi:g} % (coin flips):\n",
+        "| pool | q | pipeline | full budget | MARS2 | first version | MARS-cal |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    worst = {}
+    for name, rows in out.items():
+        for q, per in rows.items():
+            for p, d in per.items():
+                base = d[p]["acc"]
+                if not lo <= base <= hi:
+                    continue
+                cal = "sc-mars-cal" if p == "sc" else "dco-mars-cal"
+                new, v1 = d[NEW[p].name]["acc"], d[V1]["acc"]
+                worst.setdefault(p, []).append((new - base, v1 - base))
+                lines.append(
+                    f"| {name} | {q} | {p} | {base:.0f} | {new:.0f} | {v1:.0f} | "
+                    f"{d[cal]['acc']:.0f} |"
+                )
+    for p, v in worst.items():
+        a = np.array(v)
+        lines.append(
+            f"\n{p}: {len(a)} coin-flip questions; MARS2 mean Δ {a[:, 0].mean():+.1f} pp (worst "
+            f"{a[:, 0].min():+.1f}), first version mean Δ {a[:, 1].mean():+.1f} pp (worst "
+            f"{a[:, 1].min():+.1f})"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
