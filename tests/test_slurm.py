@@ -424,9 +424,10 @@ def test_every_cluster_job_ran_as_one_slurm_job(runs):
     assert run.rc == 0, run.out[-5000:]
     stats = job_stats(run.out)
     local = set(re.findall(r"^\s*localrule (\w+):$", run.out, re.M))
-    assert local == {"all", "questions"}
+    assert local == {"all", "questions", "run_config"}
     assert stats == {
         "questions": 1,
+        "run_config": 1,
         "generate": 2,
         "probe": 2,
         "consolidate": 1,
