@@ -329,8 +329,9 @@ def test_live_mars_stops_a_real_model_early(smol):
         == full.tokens - live.tokens
         > 0
     )
-    # engine time (the main phase less the decisions, whose first call also warms up imports)
-    assert live.wall_s["main"] - live.wall_s["decide"] < full.wall_s["main"]
+    # and ran fewer forward passes (counted, not timed: wall time on a shared CI machine is noise;
+    # benchmarks/bench_live.py measures the time saved)
+    assert live_be.stats["forward_calls"] < full_be.stats["forward_calls"]
 
 
 def test_a_question_that_cannot_fit_the_model_is_refused_before_any_forward_pass():
