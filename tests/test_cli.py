@@ -266,7 +266,7 @@ def test_question_lists(tmp_path, spec, message):
         ["simulate", str(pool), "-m", "sc", "--questions", spec, "--out", str(tmp_path / "o")],
     )
     assert res.exit_code == 2 and message in res.output and res.output.count("\n") == 1
-    assert time.perf_counter() - t0 < 5
+    assert time.perf_counter() - t0 < 15  # was 35 s for 0-100000000; instant now
 
 
 def test_repeated_question_is_simulated_once(tmp_path):
