@@ -58,6 +58,12 @@ class QuestionArrays:
     answer_fallbacks: int = 0
     window: int = 2048
     content_hash: str = ""
+    #: int64 [n]: a trace runs at checkpoint k while k < run_steps (None: while grid[k] <
+    #: run_lengths); and int64 [n, m] what it has cost when stopped at checkpoint k (None: its
+    #: tokens up to grid[k]). Parallel-Probe's protocol reads traces step by step
+    #: (:func:`mars.protocol.question_arrays`).
+    run_steps: np.ndarray | None = None
+    step_cost: np.ndarray | None = None
     #: results derived from these arrays that do not depend on the answer-id order (e.g. learned q)
     derived: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -82,6 +88,14 @@ class QuestionArrays:
         """A trace runs at checkpoint p while p < run_lengths: its length, and one more for a trace
         stopped early (live), which was probed and still running at the checkpoint it stopped at."""
         return self.lengths if self.stopped is None else self.lengths + self.stopped
+
+    @property
+    def run_checkpoints(self) -> np.ndarray:
+        """int64 [n]: the checkpoints at which each trace is still generating (it runs at k while
+        k < run_checkpoints)."""
+        if self.run_steps is not None:
+            return self.run_steps
+        return np.searchsorted(self.grid, self.run_lengths, side="left").astype(np.int64)
 
     def pool_ids(self) -> np.ndarray:
         """Traces eligible for bootstrap sampling: those with a final answer, in trace order."""
@@ -171,6 +185,10 @@ class QuestionArrays:
             shaped(self.probe_tokens, (n, m), "i", "probe_tokens")
         if self.stopped is not None:
             shaped(self.stopped, (n,), "b", "stopped")
+        if self.run_steps is not None:
+            shaped(self.run_steps, (n,), "i", "run_steps")
+        if self.step_cost is not None:
+            shaped(self.step_cost, (n, m), "i", "step_cost")
 
     # -- caching -------------------------------------------------------------------------------
     def save(self, path: str | Path, key: str = "") -> None:

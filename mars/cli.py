@@ -258,12 +258,18 @@ def import_(
         "loaded; by default only plain data and numpy arrays are accepted, which is all the "
         "authors' files hold. Use only for a file you trust.",
     ),
+    spacing: str | None = typer.Option(
+        None,
+        help="parallel-probe: the checkpoint grid in tokens (default 2048, the MARS grid: the "
+        "answer at each checkpoint is the last probe before it), or `native`: the source's own "
+        "probe spacing, keeping each trace's probe count for `--protocol parallel-probe`",
+    ),
 ):
     """Convert published MARS data or Parallel-Probe matrices into a pool directory."""
     from .convert import import_pool
 
     with user_errors():
-        import_pool(fmt, src, out, trust_pickle=trust_pickle)
+        import_pool(fmt, src, out, trust_pickle=trust_pickle, spacing=spacing)
     err.print(f"pool written to {out}")
 
 

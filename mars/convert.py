@@ -162,9 +162,13 @@ def import_mars_pickle(src, out, trust_pickle: bool = False, **manifest) -> Path
 
 
 def parallel_probe_question(
-    qid: int, item: dict, spacing: int = schema.CHECKPOINT_SPACING, src: str = ""
+    qid: int, item: dict, spacing: int | None = schema.CHECKPOINT_SPACING, src: str = ""
 ) -> tuple[dict, pa.Table]:
-    """One Parallel-Probe question → (meta, trace table) on the ``spacing`` grid."""
+    """One Parallel-Probe question → (meta, trace table) on the ``spacing`` grid.
+
+    ``spacing=None`` keeps the source's own probe spacing (``probe_freq``) and records each
+    trace's probe count (``probe_steps``), which Parallel-Probe's evaluation protocol reads.
+    """
     where = f"{src}: question {qid}"
     if not isinstance(item, dict):
         raise PoolError(f"{where}: not a JSON object")
@@ -176,7 +180,12 @@ def parallel_probe_question(
         raise PoolError(f"{where}: probe_freq {freq!r} is not a positive whole number of tokens")
     if not isinstance(branches, list):
         raise PoolError(f"{where}: each_branch is not a list")
+    native = spacing is None
+    if spacing is None:
+        spacing = freq
     cols: dict[str, list] = {n: [] for n in schema.TRACE_SCHEMA.names}
+    if native:
+        cols[schema.PROBE_STEPS_FIELD.name] = []
     for t, br in enumerate(branches):
         if not (isinstance(br, list) and len(br) == 3 and isinstance(br[0], list)):
             raise PoolError(f"{where}, trace {t}: branch is not [probe_list, tokens, final]")
@@ -216,31 +225,63 @@ def parallel_probe_question(
         cols["probes"].append(_probe_rows(positions, answers))
         cols["text"].append(None)
         cols["token_ids"].append(None)
+        if native:
+            cols[schema.PROBE_STEPS_FIELD.name].append(len(probe_list))
     meta = {"qid": qid, "ground_truth": gold, "question": item.get("question")}
-    return meta, pa.Table.from_pydict(cols, schema=schema.TRACE_SCHEMA)
+    fields = [*schema.TRACE_SCHEMA, *([schema.PROBE_STEPS_FIELD] if native else [])]
+    return meta, pa.Table.from_pydict(cols, schema=pa.schema(fields))
 
 
-def import_parallel_probe(src, out, spacing: int = schema.CHECKPOINT_SPACING, **manifest) -> Path:
+def import_parallel_probe(
+    src, out, spacing: int | None = schema.CHECKPOINT_SPACING, **manifest
+) -> Path:
+    """Parallel-Probe's matrices as a pool: mapped to the ``spacing`` grid, or (``None``) at the
+    source's own probe spacing with each trace's probe count kept (``--spacing native``)."""
     data = read_json(src, PoolError)
     if not isinstance(data, list) or not data:
         raise PoolError(f"{src}: expected a non-empty list of questions")
+    if spacing is None:
+        freqs = {item.get("probe_freq") for item in data if isinstance(item, dict)}
+        if len(freqs) != 1:
+            raise PoolError(
+                f"{src}: questions have different probe_freq values {sorted(map(str, freqs))}; "
+                "a native import needs one spacing"
+            )
     gen = (parallel_probe_question(qid, item, spacing, str(src)) for qid, item in enumerate(data))
+    first = data[0] if isinstance(data[0], dict) else {}
     return _write(
         out,
         {
             "imported_from": "parallel-probe",
             "source": str(src),
             "confidences": False,
-            "spacing": spacing,
             **manifest,
+            "spacing": first.get("probe_freq") if spacing is None else spacing,
         },
         gen,
     )
 
 
-def import_pool(fmt: str, src, out, trust_pickle: bool = False) -> Path:
+def import_pool(
+    fmt: str, src, out, trust_pickle: bool = False, spacing: str | int | None = None
+) -> Path:
+    """Import ``src`` in format ``fmt``; ``spacing`` (parallel-probe only): the checkpoint grid,
+    a number of tokens or ``native`` (default 2,048)."""
     if fmt not in FORMATS:
         raise PoolError(f"unknown import format {fmt!r} (known: {', '.join(FORMATS)})")
+    grid: int | None = schema.CHECKPOINT_SPACING
+    if spacing is not None:
+        if fmt != "parallel-probe":
+            raise PoolError(f"--spacing: only for parallel-probe matrices ({fmt} keeps its grid)")
+        if spacing == "native":
+            grid = None
+        else:
+            try:
+                grid = int(spacing)
+            except ValueError:
+                grid = 0
+            if grid < 1:
+                raise PoolError(f"--spacing {spacing}: a positive number of tokens, or native")
     check_apart(out, [("SRC", src)], "output")
     refuse_existing(out)
     if fmt == "mars-parquet":
@@ -248,7 +289,7 @@ def import_pool(fmt: str, src, out, trust_pickle: bool = False) -> Path:
     if fmt == "mars-pickle":
         return import_mars_pickle(src, out, trust_pickle=trust_pickle)
     if fmt == "parallel-probe":
-        return import_parallel_probe(src, out)
+        return import_parallel_probe(src, out, grid)
     raise PoolError(f"unknown import format {fmt!r} (known: {', '.join(FORMATS)})")
 
 

@@ -63,7 +63,9 @@ class Stopping:
     ``gamma`` is the γ the simulator hands the rule (and records): ``setting`` (``--gamma``),
     ``calibrated`` (on the warmup with oracle q, reference-protocol §7) or ``one``.
     ``reads_future``: the rule looks at the traces' full-budget outcome (oracle bounds), so the
-    method cannot run live.
+    method cannot run live. ``samples_more``: the rule decides how many traces to draw, one round
+    after another, instead of stopping running traces (:attr:`mars.stopping.Rule.draws`); a live
+    run, which starts its traces together, cannot run it.
     """
 
     kind: str
@@ -71,6 +73,7 @@ class Stopping:
     options: tuple[tuple[str, Any], ...] = ()
     gamma: str = "setting"
     reads_future: bool = False
+    samples_more: bool = False
 
     def rule(self, ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
         return self.build(ctx, method, gamma, **dict(self.options))
@@ -126,6 +129,37 @@ def _consensus(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
     return Consensus(share=ctx.s.consensus)
 
 
+def _controller(ctx: QuestionContext, method: Method, gamma: Any, keep_votes: bool = False) -> Rule:
+    from .stopping import ProbeController
+
+    s = ctx.s
+    return ProbeController(
+        stable=s.ppm_stable,
+        warmup=s.ppm_warmup,
+        patience=s.ppm_patience,
+        keep_votes=keep_votes,
+        max_steps=s.ppm_max_steps,
+    )
+
+
+def _convergence_exit(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .stopping import ConvergenceExit
+
+    return ConvergenceExit(n=ctx.s.sac_n)
+
+
+def _adaptive_consistency(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .stopping import AdaptiveConsistency
+
+    return AdaptiveConsistency(threshold=ctx.s.asc_threshold)
+
+
+def _early_stopping(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .stopping import EarlyStopping
+
+    return EarlyStopping(window=ctx.s.esc_window)
+
+
 def _oracle(ctx: QuestionContext, method: Method, gamma: Any, last: bool = False) -> Rule:
     from .stopping import OracleStop
 
@@ -140,6 +174,11 @@ RISK = Stopping("risk", _risk)
 PARALLEL_PROBE = Stopping("pp", _parallel_probe)
 PARALLEL_PROBE_PRUNING = Stopping("pp", _parallel_probe, (("faithful", True),))
 CONSENSUS = Stopping("consensus", _consensus)
+PROBE_CONTROLLER = Stopping("pp-main", _controller)
+PROBE_CONTROLLER_KEEP = Stopping("pp-main", _controller, (("keep_votes", True),))
+CONVERGENCE_EXIT = Stopping("sac", _convergence_exit)
+ADAPTIVE_CONSISTENCY = Stopping("asc", _adaptive_consistency, samples_more=True)
+EARLY_STOPPING = Stopping("esc", _early_stopping, samples_more=True)
 ORACLE_FIRST = Stopping("oracle", _oracle, reads_future=True)
 ORACLE_LAST = Stopping("oracle", _oracle, (("last", True),), reads_future=True)
 
@@ -175,6 +214,7 @@ class Method:
     q: str | None = None  # learned | oracle | None
     reference: bool = False  # one of the 14 methods of the authors' simulator
     sweep: Sweep | None = None
+    width: int | None = None  # traces of each sample it runs (None: the budget)
 
     @property
     def needs_confs(self) -> bool:
@@ -198,8 +238,13 @@ class Method:
     @property
     def live(self) -> bool:
         """It can decide on a live run: nothing from the future, no DeepConf filter (which
-        truncates traces token by token inside the engine)."""
-        return not self.reads_future and not self.deepconf
+        truncates traces token by token inside the engine), all traces started together."""
+        return (
+            not self.reads_future
+            and not self.deepconf
+            and not self.rule.samples_more
+            and self.width is None
+        )
 
 
 _METHODS = [
@@ -303,6 +348,41 @@ _METHODS = [
         CONSENSUS,
         group="other",
         sweep=Sweep("Consensus, share", "consensus", (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)),
+    ),
+    # the field's other stopping families (docs/baselines.md), Parallel-Probe's parameters
+    Method(
+        "pp-main",
+        "Parallel-Probe, main table ({ppm_stable})",
+        PROBE_CONTROLLER,
+        group="other",
+    ),
+    Method(
+        "pp-main-keep",
+        "Parallel-Probe, pruned keep voting ({ppm_stable})",
+        PROBE_CONTROLLER_KEEP,
+        group="other",
+    ),
+    Method("sc-sac", "SC + convergence exit ({sac_n})", CONVERGENCE_EXIT, group="other"),
+    Method(
+        "single-sac",
+        "One trace, convergence exit ({sac_n})",
+        CONVERGENCE_EXIT,
+        group="other",
+        width=1,
+    ),
+    Method(
+        "asc",
+        "Adaptive-Consistency ({asc_threshold})",
+        ADAPTIVE_CONSISTENCY,
+        group="other",
+        sweep=Sweep("Adaptive-Consistency, threshold", "asc_threshold", (0.8, 0.9, 0.95, 0.99)),
+    ),
+    Method(
+        "esc",
+        "ESC ({esc_window})",
+        EARLY_STOPPING,
+        group="other",
+        sweep=Sweep("ESC, window", "esc_window", (2, 4, 8, 16)),
     ),
     # beyond the paper (docs/beyond.md): predictive risk instead of the adversarial bound
     Method("sc-mars2", "MARS2 (predictive risk)", RISK, q="learned"),
@@ -417,6 +497,11 @@ def live_method(method: str | Method) -> Method:
     if m.reads_future:
         raise SimulationError(
             f"method {m.name} reads the traces' future (oracle); it cannot run live"
+        )
+    if not m.live:
+        raise SimulationError(
+            f"method {m.name} draws its traces one round after another; live mode starts the "
+            f"traces together and runs {', '.join(live_methods())}"
         )
     return m
 

@@ -72,6 +72,8 @@ class QuestionData:
     question: str | None = None
     source: str = "<memory>"
     meta: dict = field(default_factory=dict)
+    #: int64 [n]: probes the source recorded per trace (-1: unknown; schema.PROBE_STEPS_FIELD)
+    probe_steps: np.ndarray | None = None
 
     @property
     def n_traces(self) -> int:
@@ -105,6 +107,9 @@ class QuestionData:
         if self.conf_values is not None:
             h.update(np.ascontiguousarray(self.conf_offsets).data.cast("B"))
             h.update(np.ascontiguousarray(self.conf_values).view(np.uint16).data.cast("B"))
+        if self.probe_steps is not None:
+            h.update(b"probe_steps")
+            h.update(np.ascontiguousarray(self.probe_steps, dtype=np.int64).data.cast("B"))
         return h.hexdigest()
 
     def where(self, j: int | None = None) -> str:
@@ -292,6 +297,8 @@ def _sort_by_trace(q: QuestionData) -> QuestionData:
     q.trace_idx = q.trace_idx[order]
     q.lengths = q.lengths[order]
     q.final_answers = [q.final_answers[j] for j in order]
+    if q.probe_steps is not None:
+        q.probe_steps = q.probe_steps[order]
     return q
 
 
@@ -505,6 +512,18 @@ def question_from_table(
                     f"{where}, trace {int(trace_idx[j])}: {int(np.diff(conf_offsets)[j])} "
                     f"confidences for length {int(lengths[j])}"
                 )
+    probe_steps = None
+    if schema.PROBE_STEPS_FIELD.name in t.column_names:
+        col = t.column(schema.PROBE_STEPS_FIELD.name)
+        if col.null_count < t.num_rows:
+            steps = pc.fill_null(col, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+            if (steps < -1).any() or (steps > MAX_TRACE_LENGTH).any():
+                j = int(np.flatnonzero((steps < -1) | (steps > MAX_TRACE_LENGTH))[0])
+                raise PoolError(
+                    f"{where}, trace {int(trace_idx[j])}: probe_steps {int(steps[j])} is not a "
+                    f"probe count"
+                )
+            probe_steps = steps
     q = QuestionData(
         qid=int(qid),
         ground_truth=str(ground_truth),
@@ -520,6 +539,7 @@ def question_from_table(
         probe_cost=cost,
         question=question,
         source=source,
+        probe_steps=probe_steps,
     )
     _check_traces(q)
     return _sort_by_trace(q)

@@ -53,9 +53,19 @@ def write_trace_table(
 
 
 def _as_trace_table(traces: pa.Table | dict) -> pa.Table:
+    """A trace table in TRACE_SCHEMA, followed by the optional columns it holds
+    (:data:`mars.schema.TRACE_OPTIONAL_FIELDS`)."""
+    names = traces if isinstance(traces, dict) else traces.column_names
+    extra = [f for f in schema.TRACE_OPTIONAL_FIELDS if f.name in names]
     if isinstance(traces, dict):
-        return pa.Table.from_pydict(traces, schema=schema.TRACE_SCHEMA)
-    return traces if traces.schema.equals(schema.TRACE_SCHEMA) else traces.cast(schema.TRACE_SCHEMA)
+        full = pa.schema([*schema.TRACE_SCHEMA, *extra])
+        return pa.Table.from_pydict(traces, schema=full)
+    base = traces.select(schema.TRACE_SCHEMA.names)
+    if not base.schema.equals(schema.TRACE_SCHEMA):
+        base = base.cast(schema.TRACE_SCHEMA)
+    for f in extra:
+        base = base.append_column(f, traces.column(f.name).cast(f.type))
+    return base
 
 
 class PoolDirWriter:

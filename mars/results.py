@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .atomic import folder_lock, make_dirs, make_temp_dir, naming_output, replace_dir
+from .protocol import table_row
 from .schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
 
 PACKAGES = ("mars", "numpy", "scipy", "scikit-learn", "pandas", "pyarrow", "math-verify")
@@ -51,6 +52,8 @@ def per_iteration_frame(results, method: str) -> pd.DataFrame:
                     "stop_position": r.position,
                     "stopped_by": r.stopped_by.astype(str),
                     "probe_tokens": r.probe_tokens,
+                    "seq_tokens": r.seq_tokens,
+                    "longest_tokens": r.longest_tokens,
                 }
             )
         )
@@ -87,6 +90,8 @@ def per_question_frame(results, method: str) -> pd.DataFrame:
                 "stopped_by_budget": int(np.sum(labels == "budget")),
                 "ground_truth": qr.ground_truth,
                 "answer_fallbacks": qr.answer_fallbacks,
+                "seq_tokens_mean": float(np.mean(r.seq_tokens)),
+                "longest_tokens_mean": float(np.mean(r.longest_tokens)),
             }
         )
     df = pd.DataFrame(rows)
@@ -109,6 +114,7 @@ def overall(
     source: str,
     fit: str | None = None,
     notes: list[str] | None = None,
+    extra_fields: dict | None = None,
 ) -> dict:
     inputs = {"source": source, "checksum": checksum}
     if fit is not None:
@@ -124,9 +130,12 @@ def overall(
         "tokens_mean": float(per_question.tokens_mean.mean()),
         "baseline_tokens_mean": float(per_question.baseline_tokens_mean.mean()),
         "stop_position_mean": float(per_question.stop_position_mean.mean()),
+        "seq_tokens_mean": float(per_question.seq_tokens_mean.mean()),
+        "longest_tokens_mean": float(per_question.longest_tokens_mean.mean()),
         "settings": settings,
         "input": inputs,
         "versions": package_versions(),
+        **(extra_fields or {}),
     }
 
 
@@ -163,9 +172,15 @@ def write_methods(
                 tmp = make_temp_dir(out_dir, f".{method}.tmp-")
                 staged.append((tmp, final))
                 pq_ = per_question_frame(results, method)
-                per_iteration_frame(results, method).to_csv(tmp / "per_iteration.csv", index=False)
+                pi = per_iteration_frame(results, method)
+                pi.to_csv(tmp / "per_iteration.csv", index=False)
                 pq_.to_csv(tmp / "per_question.csv", index=False)
-                ov = overall(pq_, method, settings, checksum, source, fit, notes)
+                rounds = results[0].methods[method].rounds if results else 0
+                more: dict = {"rounds": rounds}
+                if settings.get("protocol") == "parallel-probe":
+                    # averaged and rounded as Parallel-Probe's evaluator prints its table
+                    more["parallel_probe"] = table_row(pi, len(pq_), rounds)
+                ov = overall(pq_, method, settings, checksum, source, fit, notes, more)
                 (tmp / "overall.json").write_text(json.dumps(ov, indent=2, sort_keys=True) + "\n")
             overalls.append(ov)
         with folder_lock(out_dir):
@@ -203,6 +218,7 @@ def summary_table(overalls: list[dict]):
         "savings %",
         "w/ probes %",
         "tokens/question",
+        "sequential tokens",
         "stop position",
     ):
         t.add_column(col, justify="right" if col != "method" else "left", no_wrap=True)
@@ -214,6 +230,7 @@ def summary_table(overalls: list[dict]):
             f"{ov['savings_pct']:.1f}",
             "–" if wp is None else f"{wp:.1f}",
             f"{ov['tokens_mean']:,.0f}",
+            f"{ov['seq_tokens_mean']:,.0f}",
             f"{ov['stop_position_mean']:,.0f}",
         )
     return t

@@ -62,6 +62,15 @@ TRACE_SCHEMA = pa.schema(
         pa.field("token_ids", pa.list_(pa.int32())),
     ]
 )
+#: An optional trace column: how many probes the source recorded, one every ``spacing`` tokens
+#: (Parallel-Probe's ``len(probe_list)``, written by ``mars import parallel-probe --spacing
+#: native``). Parallel-Probe's evaluation times and charges a trace by it: probe j after j·spacing
+#: tokens for j ≤ probe_steps (the last may lie past the length: its answer is the final one),
+#: then one step that reads the rest. Null or absent: the probes stored below the length.
+PROBE_STEPS_FIELD = pa.field("probe_steps", pa.int32())
+#: Columns a trace file may hold beyond TRACE_SCHEMA.
+TRACE_OPTIONAL_FIELDS = (PROBE_STEPS_FIELD,)
+
 #: Trace columns the simulator never reads (read only by the probe stage and exporters).
 TRACE_PAYLOAD_COLUMNS = ("confs", "text", "token_ids")
 
@@ -159,6 +168,8 @@ PER_ITERATION_COLUMNS = [
     "stop_position",
     "stopped_by",
     "probe_tokens",
+    "seq_tokens",  # the latency axis: what a user waits for (docs/baselines.md)
+    "longest_tokens",  # the longest trace started
 ]
 
 #: The first columns of per_question.csv, exactly (more may follow).

@@ -34,6 +34,8 @@ MAX_BUDGET = 1 << 16
 MAX_ITERATIONS = 1_000_000
 MAX_DRAWS = 1 << 26  # iterations × budget
 MAX_SEED = 2**32 - 1
+#: the evaluation protocols (:mod:`mars.protocol`)
+PROTOCOLS = ("bootstrap", "parallel-probe")
 
 
 def _setting(
@@ -49,8 +51,10 @@ def _setting(
     live: bool = False,
     section: str = "simulation",
     symbol: str | None = None,
+    choices: tuple[str, ...] | None = None,
 ) -> Any:
     meta = {
+        "choices": choices,
         "help": help,
         "low": low,
         "high": high,
@@ -161,6 +165,73 @@ class Settings:
         live=True,
         symbol="share",
     )
+    protocol: str = _setting(
+        "bootstrap",
+        "evaluation protocol: bootstrap (the MARS paper's) or parallel-probe (Parallel-Probe's "
+        "evaluator: shuffles, exact answers, step costs; mars/protocol.py)",
+        sampling=True,
+        choices=PROTOCOLS,
+    )
+    sac_n: int = _setting(
+        14,
+        "per-trace convergence exit (sc-sac, single-sac): a running trace stops after this many "
+        "equal probe answers in a row and votes with that answer",
+        low=1,
+        high=1 << 20,
+        live=True,
+        symbol="n",
+    )
+    asc_threshold: float = _setting(
+        0.95,
+        "Adaptive-Consistency (asc): stop drawing once P(leader beats the runner-up) under "
+        "Beta(v1+1, v2+1) exceeds this",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+        symbol="C",
+    )
+    esc_window: int = _setting(
+        8,
+        "Early-Stopping Self-Consistency (esc): traces per window; stop at the first unanimous "
+        "window",
+        low=1,
+        high=MAX_BUDGET,
+        symbol="w",
+    )
+    ppm_stable: int = _setting(
+        40,
+        "Parallel-Probe's main-table controller (pp-main, pp-main-keep): the majority must stay "
+        "the same this many probe steps in a row to stop (their T)",
+        low=1,
+        high=1 << 20,
+        live=True,
+        symbol="T",
+    )
+    ppm_warmup: int = _setting(
+        15,
+        "Parallel-Probe's main-table controller: probe steps before pruning starts",
+        low=0,
+        high=1 << 20,
+        live=True,
+    )
+    ppm_patience: int = _setting(
+        7,
+        "Parallel-Probe's main-table controller: steps off the majority in a row that prune a "
+        "trace",
+        low=1,
+        high=1 << 20,
+        live=True,
+        symbol="k",
+    )
+    ppm_max_steps: int = _setting(
+        100,
+        "Parallel-Probe's main-table controller: probe steps after the first at most, then the "
+        "majority answers",
+        low=1,
+        high=1 << 24,
+        live=True,
+    )
 
     def validate(self) -> Settings:
         """Check every setting against its declaration; raise a one-line :class:`UsageError`."""
@@ -201,6 +272,7 @@ class SettingSpec:
     live: bool
     section: str
     symbol: str | None
+    choices: tuple[str, ...] | None = None
 
     @property
     def flag(self) -> str:
@@ -212,6 +284,8 @@ class SettingSpec:
         return self.default is None
 
     def range_text(self) -> str:
+        if self.choices is not None:
+            return "one of " + ", ".join(self.choices)
         lo = hi = ""
         if self.low is not None:
             lo = f"{'>' if self.low_open else '≥'} {_num(self.low)}"
@@ -223,6 +297,10 @@ class SettingSpec:
         if value is None and self.optional:
             return
         what = f"{self.flag} {_shown(value)}"
+        if self.choices is not None:
+            if value not in self.choices:
+                raise SimulationError(f"{what}: must be {self.range_text()}")
+            return
         if self.type is int:
             if isinstance(value, bool) or not _is_int(value):
                 raise SimulationError(f"{what}: must be a whole number {self.range_text()}")
@@ -272,7 +350,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _specs() -> tuple[SettingSpec, ...]:
-    hints = {"int": int, "float": float, "int | None": int, "float | None": float}
+    hints = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float}
     out = []
     for f in fields(Settings):
         m = f.metadata
@@ -291,6 +369,7 @@ def _specs() -> tuple[SettingSpec, ...]:
                 live=m["live"],
                 section=m["section"],
                 symbol=m["symbol"],
+                choices=m["choices"],
             )
         )
     return tuple(out)

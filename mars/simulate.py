@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import deepconf
+from . import deepconf, protocol
 from .arrays import QuestionArrays, digest_arrays, load_arrays
 from .calibration import calibrate_gamma
 from .errors import SimulationError
@@ -62,8 +62,14 @@ class MethodResult:
     probe_tokens: np.ndarray  # float (NaN: unknown)
     gamma: float = float("nan")
     pruned_at: np.ndarray | None = (
-        None  # [I, B] Parallel-Probe (faithful): where a trace was pruned
+        None  # [I, B] where the rule stopped charging a trace (pruned, exited)
     )
+    #: the latency axis: tokens a user waits for (the longest trace at the stop; for sample-more
+    #: methods the longest trace of each round, summed over rounds) and the longest started trace
+    seq_tokens: np.ndarray | None = None
+    longest_tokens: np.ndarray | None = None
+    #: traces drawn per round by a sample-more method (0: every trace starts at once)
+    rounds: int = 0
 
 
 @dataclass
@@ -77,7 +83,10 @@ class QuestionResult:
 
 
 def bootstrap_samples(arr: QuestionArrays, s: Settings) -> np.ndarray:
-    """Sampled trace indices [iterations, budget] (reference-protocol §4.2)."""
+    """Sampled trace indices [iterations, budget] (reference-protocol §4.2), or the protocol's
+    (:mod:`mars.protocol`)."""
+    if s.protocol == protocol.PARALLEL_PROBE:
+        return protocol.shuffles(arr.n_traces, s.budget, s.iterations, s.seed)
     pool = arr.pool_ids()
     out = np.empty((s.iterations, s.budget), dtype=np.int64)
     for i in range(s.iterations):
@@ -225,9 +234,14 @@ class MethodRun:
                 f"method {method.name} needs per-token confidences; question {arr.qid} has none"
             )
         self.ctx, self.method, self.arr = ctx, method, arr
-        S = self.samples = ctx.samples
+        S = self.samples = ctx.samples if method.width is None else ctx.samples[:, : method.width]
+        if method.width is not None and method.deepconf:
+            raise SimulationError(f"method {method.name}: DeepConf runs every trace of a sample")
         self.lens = arr.lengths[S]
         self.run_lens = arr.run_lengths[S]
+        self.run_k = arr.run_checkpoints[S]
+        #: the protocol's tie rule (mars.protocol): the answer seen first, or the lowest id
+        self.first_seen = ctx.s.protocol == "parallel-probe"
         self.taus: np.ndarray | None
         self.runmin: np.ndarray | None
         if method.deepconf:
@@ -264,7 +278,7 @@ class MethodRun:
         else:
             w = np.ones(ids.shape)
         votes = tally(ids, w, e, arr.n_answers)
-        lead, has = leader(votes)
+        lead, has = leader(votes, ids, e) if self.first_seen else leader(votes)
         return Snapshot(
             k=k,
             position=int(grid[k]),
@@ -279,17 +293,19 @@ class MethodRun:
             n_answers=arr.n_answers,
             q=None if self.q_matrix is None else self.q_matrix[Sk, k],
             pending=kept & running & (ids < 0),
+            first_seen=self.first_seen,
         )
 
     def _running(self, k: int, rows: np.ndarray) -> np.ndarray:
         """Which sampled traces are still generating at checkpoint ``k`` [len(rows), B]."""
-        return self.run_lens[rows] > self.arr.grid[k]
+        return self.run_k[rows] > k
 
     def full_budget_vote(self, rows: np.ndarray, exclude: np.ndarray | None = None) -> np.ndarray:
         """The answer of iterations ``rows`` that run to the end: a vote over final answers."""
         arr, method, grid = self.arr, self.method, self.arr.grid
         S = self.samples[rows]
-        e = arr.final_ids[S] >= 0
+        ids = self.rule.votes_with(rows, arr.final_ids[S])
+        e = ids >= 0
         if method.deepconf:
             assert self.runmin is not None and self.taus is not None
             e &= self.runmin[S, len(grid) - 1] >= self.taus[rows, None]
@@ -301,7 +317,8 @@ class MethodRun:
             w = arr.conf_at_pos[S, len(grid) - 1]
         else:
             w = np.ones(S.shape)
-        return leader(tally(arr.final_ids[S], w, e, arr.n_answers))[0]
+        votes = tally(ids, w, e, arr.n_answers)
+        return (leader(votes, ids, e) if self.first_seen else leader(votes))[0]
 
     def start(self) -> None:
         """Before the first :meth:`step`: no iteration has stopped."""
@@ -323,12 +340,16 @@ class MethodRun:
         if len(hit):
             self.answer[hit] = self.rule.answer(snap)[stop]
             self.stop_k[hit] = k
-            self.label[hit] = self.rule.label
+            why = self.rule.stop_label(rows)
+            self.label[hit] = why[stop] if isinstance(why, np.ndarray) else why
             self.active[hit] = False
         return hit
 
     def run(self) -> MethodResult:
-        """Every checkpoint in turn (:meth:`step`) until every iteration has stopped."""
+        """Every checkpoint in turn (:meth:`step`) until every iteration has stopped; a
+        sample-more rule (:attr:`mars.stopping.Rule.draws`) decides over whole traces instead."""
+        if self.rule.draws:
+            return self._draw()
         self.start()
         for k in range(len(self.arr.grid)):
             if not self.active.any():
@@ -348,9 +369,17 @@ class MethodRun:
 
         # tokens: every sampled trace is charged up to the stop position (and truncation/pruning)
         until = rule.charged_until()
-        charged = self.cap if until is None else np.minimum(self.cap, until)
-        stop_pos = np.where(stop_k < m, grid[np.minimum(stop_k, m - 1)], np.iinfo(np.int64).max)
-        tokens = np.minimum(charged, stop_pos[:, None]).sum(axis=1)
+        if arr.step_cost is not None and rule.probes:  # read step by step (mars.protocol)
+            through = np.broadcast_to(np.minimum(stop_k, m - 1)[:, None], self.samples.shape)
+            if until is not None:
+                through = np.minimum(through, np.searchsorted(grid, until, side="left"))
+            spent = arr.step_cost[self.samples, np.minimum(through, m - 1)]
+        else:
+            charged = self.cap if until is None else np.minimum(self.cap, until)
+            stop_pos = np.where(stop_k < m, grid[np.minimum(stop_k, m - 1)], np.iinfo(np.int64).max)
+            spent = np.minimum(charged, stop_pos[:, None])
+        tokens = spent.sum(axis=1)
+        longest = spent.max(axis=1) if spent.shape[1] else np.zeros(len(spent), np.int64)
         position = grid[np.minimum(stop_k, m - 1)]
         correct = np.where(
             answer >= 0, arr.correct[np.maximum(answer, 0)] if arr.n_answers else False, False
@@ -365,6 +394,40 @@ class MethodRun:
             probe_tokens=self._probe_tokens(stop_k, until),
             gamma=float(self.gamma),
             pruned_at=until,
+            seq_tokens=longest.astype(np.int64),
+            longest_tokens=longest.astype(np.int64),
+        )
+
+    def _draw(self) -> MethodResult:
+        """A sample-more rule: traces are drawn ``rule.draws`` at a time in sample order and run
+        in full; the rule says how many are drawn and the answer. Sequential tokens are the
+        longest trace of each round, summed over rounds."""
+        arr, rule = self.arr, self.rule
+        S = self.samples
+        I, B = S.shape
+        used, answer, early = rule.decide_draws(arr.final_ids[S], self.first_seen)
+        drawn = np.arange(B)[None, :] < used[:, None]
+        spent = np.where(drawn, self.cap, 0)
+        w = int(rule.draws)
+        rounds = -(-B // w)
+        padded = np.zeros((I, rounds * w), dtype=np.int64)
+        padded[:, :B] = spent
+        seq = padded.reshape(I, rounds, w).max(axis=2).sum(axis=1)
+        correct = np.where(
+            answer >= 0, arr.correct[np.maximum(answer, 0)] if arr.n_answers else False, False
+        )
+        return MethodResult(
+            answer=answer.astype(np.int64),
+            correct=correct.astype(bool),
+            tokens=spent.sum(axis=1).astype(np.int64),
+            baseline=self.cap.sum(axis=1).astype(np.int64),
+            position=np.full(I, arr.grid[-1], dtype=np.int64),  # drawn traces run to the end
+            stopped_by=np.where(early, rule.label, "budget").astype(object),
+            probe_tokens=np.zeros(I, dtype=np.float64),
+            gamma=float(self.gamma),
+            seq_tokens=seq.astype(np.int64),
+            longest_tokens=spent.max(axis=1).astype(np.int64),
+            rounds=w,
         )
 
     def _probe_tokens(self, stop_k: np.ndarray, until: np.ndarray | None) -> np.ndarray:
@@ -487,7 +550,9 @@ def _worker(args) -> QuestionResult:
     pool = _worker_pool(pool_path)
     q = pool.read_question(qid)
     fitted = None
-    if fit_dir is not None:
+    if settings.protocol == protocol.PARALLEL_PROBE:
+        arr = protocol.question_arrays(q, settings.spacing)
+    elif fit_dir is not None:
         fit = _worker_fit(fit_dir)
         arr = fit.arrays(q, settings)
         fitted = fit.question(q, arr, settings.warmup)
@@ -514,6 +579,11 @@ def simulate_pool(
     only.
     """
     settings.validate()
+    if settings.protocol != protocol.BOOTSTRAP and (fit_dir is not None or cache_dir is not None):
+        raise SimulationError(
+            f"--protocol {settings.protocol} reads the traces its own way (exact answers, step "
+            "costs): it takes neither --fit nor --cache, whose arrays are the bootstrap protocol's"
+        )
     pool = _worker_pool(str(pool_path))
     settings = pool_settings(pool, settings)
     qids = pool.qids if questions is None else questions

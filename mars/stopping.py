@@ -10,6 +10,14 @@ iteration, whether to stop now. Rules with memory (Parallel-Probe) keep it per i
 * :class:`ParallelProbe` — consensus + deviation pruning, as the MARS reference runs it (pruning
   changes neither tokens nor answer) or as Parallel-Probe's authors define it (pruned traces stop
   voting and stop costing tokens).
+* :class:`ProbeController` — Parallel-Probe's main-table controller as its authors' evaluation
+  runs it (majority stable for T steps, deviation pruning; pruned traces stop voting, or keep
+  voting with their last answer).
+* :class:`ConvergenceExit` — a per-trace exit: a running trace stops once its last n probes agree
+  and votes with that answer (Parallel-Probe's "SAC"; Dynasor-like).
+* :class:`AdaptiveConsistency`, :class:`EarlyStopping` — the sample-more family: traces are drawn
+  one round after another (1 for Adaptive-Consistency, a window for ESC) and run in full; the
+  rule decides when to stop drawing (:attr:`Rule.draws`).
 * :class:`Consensus` — stop once the leader holds a given share of the votes.
 * :class:`Never` — the full-budget baselines.
 * :class:`OracleStop` — the oracle bounds (they read the full-budget answer).
@@ -22,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .voting import tally
+from .voting import leader, tally
 
 
 @dataclass
@@ -44,6 +52,16 @@ class Snapshot:
     pending: np.ndarray | None = (
         None  # running, otherwise eligible, but no answer yet (abstained probe)
     )
+    #: ties go to the answer seen first in sample order (else the lowest id): the protocol's
+    first_seen: bool = False
+
+    def vote(self, ids: np.ndarray, voting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The leader of ``ids`` [R, B] among the ``voting`` traces (this snapshot's weights and
+        tie rule) and whether a row has votes."""
+        votes = tally(ids, self.weights, voting & (ids >= 0), self.n_answers)
+        if self.first_seen:
+            return leader(votes, ids, voting & (ids >= 0))
+        return leader(votes)
 
 
 def _challengers(votes: np.ndarray, lead: np.ndarray) -> np.ndarray:
@@ -171,7 +189,12 @@ class Rule:
     ``reads_future``: :meth:`foresee` is called before the walk with the walk itself, whose
     full-budget vote and snapshots at any checkpoint the rule may read. ``counts_answers``: the
     decision may depend on how many answer ids exist, not only on the answers traces hold (a
-    live decision then rebuilds the rule whenever a new answer arrives).
+    live decision then rebuilds the rule whenever a new answer arrives). ``votes_with`` are the
+    answers the traces of rows that ran to the end vote with (None: their final answers).
+
+    ``draws`` > 0 makes it a *sample-more* rule: no checkpoint walk; traces are drawn ``draws`` at
+    a time in sample order and run in full, and :meth:`decide_draws` says after how many the rule
+    stops drawing.
     """
 
     label = "none"
@@ -179,6 +202,7 @@ class Rule:
     probes = True
     reads_future = False
     counts_answers = True
+    draws = 0
 
     def reset(self, n_iterations: int, budget: int) -> None:
         pass
@@ -192,11 +216,25 @@ class Rule:
     def answer(self, snap: Snapshot) -> np.ndarray:
         return snap.lead
 
+    def stop_label(self, rows: np.ndarray) -> Any:
+        """Why the rows stopped (one label, or one per row)."""
+        return self.label
+
     def excluded(self, rows: np.ndarray) -> np.ndarray | None:
         return None
 
     def charged_until(self) -> np.ndarray | None:
         return None
+
+    def votes_with(self, rows: np.ndarray, final_ids: np.ndarray) -> np.ndarray:
+        return final_ids
+
+    def decide_draws(
+        self, final_ids: np.ndarray, first_seen: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample-more rules: traces drawn [I], the answer [I] and whether the rule stopped the
+        drawing before the budget [I], from the drawn traces' final answers [I, B] in order."""
+        raise NotImplementedError
 
 
 class Never(Rule):
@@ -374,3 +412,245 @@ class Consensus(Rule):
         total = snap.votes.sum(axis=1)
         lead_votes = snap.votes[np.arange(len(snap.rows)), np.maximum(snap.lead, 0)]
         return snap.has_votes & (lead_votes >= self.share * total) & (snap.k >= self.min_checkpoint)
+
+
+def _majority(ids: np.ndarray, n_answers: int, first_seen: bool) -> np.ndarray:
+    """Plain majority of ``ids`` [R, B] (-1 does not vote), with the protocol's tie rule."""
+    voting = ids >= 0
+    votes = tally(ids, np.ones(1), voting, n_answers)
+    return leader(votes, ids, voting)[0] if first_seen else leader(votes)[0]
+
+
+@dataclass
+class ProbeController(Rule):
+    """Parallel-Probe's main-table controller, step for step as its authors' evaluation runs it.
+
+    Checkpoint 0 is every trace's first probe; from checkpoint 1 on each step is one probe more:
+    the majority of the voting traces' current answers is the winner; from step ``warmup`` on
+    (steps counted from checkpoint 1) a running trace off the winner ``patience`` steps in a row is
+    pruned: it stops costing tokens and either stops voting (``keep_votes=False``, the winner is
+    then taken again without it) or keeps voting with its answer at the prune (``keep_votes``).
+    Stop once the winner has been the same ``stable`` steps after the first (their ``T``: T + 1
+    equal winners), when every trace has been pruned (the answer is then the previous winner), or
+    after ``max_steps`` steps; the answer is the winner. Once every trace has finished or been
+    pruned the walk runs on to the vote of what is left, which is the controller's winner then.
+    A pruning step needs more than one voter (``keep_votes=False``) or more than one running trace
+    (``keep_votes``), as in the authors' two classes.
+    """
+
+    stable: int = 40
+    warmup: int = 15
+    patience: int = 7
+    keep_votes: bool = False
+    max_steps: int = 100
+    label: str = "pp_consensus"
+    counts_answers = False
+    pruned: np.ndarray | None = field(default=None, repr=False)
+    pruned_at: np.ndarray | None = field(default=None, repr=False)
+
+    def reset(self, n_iterations: int, budget: int) -> None:
+        I, B = n_iterations, budget
+        self.count = np.zeros(I, dtype=np.int64)
+        self.prev = np.full(I, -2, dtype=np.int64)  # -2: no winner yet (theirs: None)
+        self.winner = np.full(I, -1, dtype=np.int64)
+        self.off = np.zeros((I, B), dtype=np.int64)
+        self.pruned = np.zeros((I, B), dtype=bool)
+        self.pruned_at = np.full((I, B), np.iinfo(np.int64).max, dtype=np.int64)
+        self.held = np.full((I, B), -1, dtype=np.int64)  # answer at the prune (keep_votes)
+        self.why = np.full(I, "", dtype=object)
+        self.ended = np.zeros(I, dtype=bool)
+
+    def check(self, snap: Snapshot) -> np.ndarray:
+        assert self.pruned is not None and self.pruned_at is not None  # set by reset()
+        r, k = snap.rows, snap.k
+        stop = np.zeros(len(r), dtype=bool)
+        if k == 0:
+            return stop
+        # rows whose traces have all ended: the walk runs on to the vote of their final answers
+        # (what the controller returns then), nothing changes any more
+        live = ~self.ended[r]
+        step = k - 1
+        pruned = self.pruned[r]
+        ids = np.where(pruned, self.held[r], snap.ids) if self.keep_votes else snap.ids
+        voting = np.ones_like(pruned) if self.keep_votes else ~pruned
+        win, _ = snap.vote(ids, voting)
+        prev_win = self.prev[r]
+        empty = np.zeros(len(r), dtype=bool)
+        if step >= self.warmup:
+            running = snap.running & ~pruned
+            enough = (running if self.keep_votes else voting).sum(axis=1) > 1
+            judged = running & (enough & live)[:, None]
+            off = np.where(snap.ids != win[:, None], self.off[r] + 1, 0)
+            self.off[r] = np.where(judged, off, self.off[r])
+            newly = judged & (self.off[r] >= self.patience)
+            if newly.any():
+                self.pruned[r] |= newly
+                self.pruned_at[r] = np.where(newly, snap.position, self.pruned_at[r])
+                self.held[r] = np.where(newly, snap.ids, self.held[r])
+                if not self.keep_votes:
+                    voting = ~self.pruned[r]
+                    empty = ~voting.any(axis=1) & live
+                    win = np.where(newly.any(axis=1), snap.vote(snap.ids, voting)[0], win)
+        self.count[r] = np.where(live, np.where(win == prev_win, self.count[r] + 1, 0), 0)
+        self.prev[r] = np.where(live, win, prev_win)
+        self.winner[r] = np.where(empty | ~live, prev_win, win)
+        settled = live & (self.count[r] >= self.stable)
+        halt = settled | empty | (live & (step + 1 >= self.max_steps))
+        self.why[r] = np.where(settled, self.label, np.where(empty, "pruned", "max_steps"))
+        self.ended[r] |= live & ~halt & ~(snap.running & ~self.pruned[r]).any(axis=1)
+        return halt
+
+    def answer(self, snap: Snapshot) -> np.ndarray:
+        return self.winner[snap.rows]
+
+    def stop_label(self, rows: np.ndarray) -> np.ndarray:
+        return self.why[rows]
+
+    def excluded(self, rows: np.ndarray) -> np.ndarray | None:
+        assert self.pruned is not None  # set by reset()
+        return None if self.keep_votes else self.pruned[rows]
+
+    def votes_with(self, rows: np.ndarray, final_ids: np.ndarray) -> np.ndarray:
+        assert self.pruned is not None  # set by reset()
+        if not self.keep_votes:
+            return final_ids
+        return np.where(self.pruned[rows], self.held[rows], final_ids)
+
+    def charged_until(self) -> np.ndarray | None:
+        return self.pruned_at
+
+
+@dataclass
+class ConvergenceExit(Rule):
+    """A per-trace exit: a running trace whose last ``n`` probe answers are equal (an abstention
+    never ends a trace) stops there and votes with that answer; the others run to their end. The
+    method itself never stops early: the vote is taken when every trace has ended."""
+
+    n: int = 14
+    label: str = "budget"
+    counts_answers = False
+    exited_at: np.ndarray | None = field(default=None, repr=False)
+
+    def reset(self, n_iterations: int, budget: int) -> None:
+        I, B = n_iterations, budget
+        self.last = np.full((I, B), -3, dtype=np.int64)
+        self.streak = np.zeros((I, B), dtype=np.int64)
+        self.exited = np.zeros((I, B), dtype=bool)
+        self.exited_at = np.full((I, B), np.iinfo(np.int64).max, dtype=np.int64)
+        self.held = np.full((I, B), -1, dtype=np.int64)
+
+    def check(self, snap: Snapshot) -> np.ndarray:
+        assert self.exited_at is not None  # set by reset()
+        r = snap.rows
+        live = snap.running & ~self.exited[r]
+        streak = np.where(snap.ids == self.last[r], self.streak[r] + 1, 1)
+        self.streak[r] = np.where(live, streak, self.streak[r])
+        self.last[r] = np.where(live, snap.ids, self.last[r])
+        newly = live & (self.streak[r] >= self.n) & (snap.ids >= 0)
+        if newly.any():
+            self.exited[r] |= newly
+            self.exited_at[r] = np.where(newly, snap.position, self.exited_at[r])
+            self.held[r] = np.where(newly, snap.ids, self.held[r])
+        return np.zeros(len(r), dtype=bool)
+
+    def votes_with(self, rows: np.ndarray, final_ids: np.ndarray) -> np.ndarray:
+        return np.where(self.exited[rows], self.held[rows], final_ids)
+
+    def charged_until(self) -> np.ndarray | None:
+        return self.exited_at
+
+
+def _beta_stop_table(budget: int, threshold: float) -> np.ndarray:
+    """Adaptive-Consistency's Beta criterion for every pair of top-two counts (v1, v2):
+    1 − BetaCDF(0.5; v1 + 1, v2 + 1) > threshold, with scipy's Beta distribution."""
+    from scipy.stats import beta
+
+    v = np.arange(budget + 1)
+    v1, v2 = np.meshgrid(v, v, indexing="ij")
+    return (1 - beta.cdf(0.5, v1 + 1, v2 + 1)) > threshold
+
+
+@dataclass
+class AdaptiveConsistency(Rule):
+    """Adaptive-Consistency: draw one trace at a time; from two answers on, stop once
+    P(p1 > p2) = 1 − BetaCDF(0.5; v1 + 1, v2 + 1) exceeds ``threshold`` (v1 ≥ v2 the two top
+    counts); the answer is the majority of the drawn traces."""
+
+    threshold: float = 0.95
+    label: str = "asc"
+    probes = False
+    counts_answers = False
+    draws = 1
+
+    def decide_draws(
+        self, final_ids: np.ndarray, first_seen: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        I, B = final_ids.shape
+        A = int(final_ids.max()) + 1 if final_ids.size else 1
+        table = _beta_stop_table(B, self.threshold)
+        counts = np.zeros((I, max(A, 1)), dtype=np.int64)
+        used = np.full(I, B, dtype=np.int64)
+        early = np.zeros(I, dtype=bool)
+        seen = np.zeros(I, dtype=np.int64)  # answers drawn (a trace without one does not count)
+        rows = np.arange(I)
+        for j in range(B):
+            a = final_ids[:, j]
+            has = (a >= 0) & ~early
+            counts[rows[has], a[has]] += 1
+            seen += has
+            if A < 2:
+                top2 = np.zeros((I, 2), dtype=np.int64)
+                top2[:, 0] = counts[:, 0]
+            else:
+                top2 = -np.partition(-counts, 1, axis=1)[:, :2]
+            stop = ~early & (seen >= 2) & table[top2[:, 0], top2[:, 1]]
+            used = np.where(stop, j + 1, used)
+            early |= stop
+            if early.all():
+                break
+        drawn = np.arange(B)[None, :] < used[:, None]
+        answer = _majority(np.where(drawn, final_ids, -1), A, first_seen)
+        return used, answer, early
+
+
+@dataclass
+class EarlyStopping(Rule):
+    """Early-Stopping Self-Consistency: draw windows of ``window`` traces (as many whole windows
+    as the budget holds); stop at the first window whose answers are all the same; otherwise the
+    majority of every drawn trace."""
+
+    window: int = 8
+    label: str = "esc"
+    probes = False
+    counts_answers = False
+
+    @property
+    def draws(self) -> int:  # type: ignore[override]
+        return self.window
+
+    def decide_draws(
+        self, final_ids: np.ndarray, first_seen: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        I, B = final_ids.shape
+        w = self.window
+        n_win = B // w
+        A = int(final_ids.max()) + 1 if final_ids.size else 1
+        used = np.full(I, n_win * w, dtype=np.int64)
+        early = np.zeros(I, dtype=bool)
+        answer = np.full(I, -1, dtype=np.int64)
+        if n_win:
+            win = final_ids[:, : n_win * w].reshape(I, n_win, w)
+            has = win >= 0
+            first = np.where(
+                has.any(axis=2),
+                win[np.arange(I)[:, None], np.arange(n_win), np.argmax(has, axis=2)],
+                -1,
+            )
+            unanimous = has.any(axis=2) & ((win == first[:, :, None]) | ~has).all(axis=2)
+            early = unanimous.any(axis=1)
+            at = np.argmax(unanimous, axis=1)
+            used = np.where(early, (at + 1) * w, used)
+            answer = np.where(early, first[np.arange(I), at], -1)
+        drawn = np.arange(B)[None, :] < used[:, None]
+        rest = _majority(np.where(drawn, final_ids, -1), A, first_seen)
+        return used, np.where(early, answer, rest), early

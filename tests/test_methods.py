@@ -125,8 +125,11 @@ def test_registering_a_known_name_is_refused():
 def test_live_admits_methods_by_their_properties():
     for m in METHODS.values():
         admitted = m.name in live_methods()
-        assert admitted == (not m.deepconf and not m.reads_future)
+        together = not m.rule.samples_more and m.width is None  # all N traces start at once
+        assert admitted == (not m.deepconf and not m.reads_future and together)
     assert {"sc-mars-oracle", "oracle-first", "oracle-last", "dco-mars"}.isdisjoint(live_methods())
+    assert {"asc", "esc", "single-sac"}.isdisjoint(live_methods())
+    assert {"sc-sac", "pp-main", "pp-main-keep"} <= set(live_methods())
 
 
 def _simulate(pool, out, methods):

@@ -25,7 +25,7 @@ runner = CliRunner()
 
 
 def _schema_type(spec) -> str:
-    return "integer" if spec.type is int else "number"
+    return {int: "integer", float: "number", str: "string"}[spec.type]
 
 
 @pytest.mark.parametrize("spec", [s for s in SETTINGS if s.section == "simulation"], ids=str)
@@ -33,6 +33,8 @@ def test_config_schema_agrees_with_the_declarations(spec):
     """Every simulation setting is in the config schema with the same type, range and default."""
     prop = SCHEMA["$defs"]["simulation_params"]["properties"][spec.name]
     assert prop["type"] == _schema_type(spec)
+    if spec.choices is not None:
+        assert tuple(prop["enum"]) == spec.choices
     if spec.low is not None:
         key = "exclusiveMinimum" if spec.low_open else "minimum"
         assert prop[key] == spec.low
@@ -126,7 +128,15 @@ def test_cli_rejects_nan_gamma_in_one_line(tmp_path):
 
 
 def test_sampling_keys_and_from_dict():
-    assert set(SAMPLING_KEYS) == {"budget", "iterations", "warmup", "seed", "window", "spacing"}
+    assert set(SAMPLING_KEYS) == {
+        "budget",
+        "iterations",
+        "warmup",
+        "seed",
+        "window",
+        "spacing",
+        "protocol",
+    }
     s = from_dict({"budget": 8, "gamma": 0.5, "unknown": 1}, strict=False)
     assert s.budget == 8 and s.gamma == 0.5
     with pytest.raises(MarsError, match="unknown settings"):

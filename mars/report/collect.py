@@ -192,7 +192,12 @@ def check_overall(path: Path, ov: dict) -> None:
         if key not in settings:
             raise ReportError(f"{path}: settings has no {key}")
     for key, value in settings.items():
-        if key in SPECS and value is not None and not _is_number(value):
+        if key not in SPECS or value is None:
+            continue
+        if SPECS[key].choices is not None:
+            if value not in SPECS[key].choices:
+                raise ReportError(f"{path}: setting {key} is {value!r}, not one of the choices")
+        elif not _is_number(value):
             raise ReportError(f"{path}: setting {key} is {value!r}, not a number")
     try:
         from_dict(settings, strict=False).validate()
