@@ -4,18 +4,24 @@ An L2-regularised logistic regression on standardised features (λ = 0.01 on the
 i.e. scikit-learn's C = 50), followed by in-sample Platt scaling. The optimiser is pinned exactly as
 the reference runs it (scipy L-BFGS-B from zeros, 200 iterations for the fit, 100 for Platt), so
 learned q values, and therefore stopping decisions, reproduce the authors' simulator; the class
-follows scikit-learn's estimator conventions (fit / predict_proba, fitted attributes with ``_``).
+follows scikit-learn's estimator conventions (fit / predict_proba, fitted attributes with ``_``)
+without importing it.
+
+A fit of ~500 rows × 6 parameters takes 1-2 ms: BLAS runs on one thread while fitting and
+predicting (:func:`one_blas_thread`). A threaded BLAS gains nothing on products this small, and on
+a machine whose cores are all busy (the simulator's worker processes) its threads spin waiting for
+each other, up to 100 times the fit's own work. scipy is imported on the first fit or prediction,
+so commands that never fit (``simulate --fit``, reports) do not pay for it.
 """
 
 from __future__ import annotations
 
+import sys
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
-from scipy.special import expit
-from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_is_fitted, check_X_y, validate_data
 
 from .arrays import QuestionArrays, digest_arrays
 from .features import question_features, switch_labels
@@ -27,10 +33,39 @@ PLATT_CLIP = 1e-7
 MAX_PARAM = 1e100
 
 
+_BLAS: tuple[bool, Any] | None = None
+
+
+def one_blas_thread() -> AbstractContextManager:
+    """A context in which BLAS (numpy's OpenBLAS, and scipy's once scipy.optimize is loaded) runs
+    on one thread.
+
+    The fitted parameters and predictions are the same bits either way (checked on every question
+    of the conformance pools, at warmup 4, 8 and 16).
+    """
+    global _BLAS
+    with_scipy = "scipy.optimize" in sys.modules  # brings scipy's own OpenBLAS
+    if _BLAS is None or _BLAS[0] != with_scipy:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = (with_scipy, ThreadpoolController())  # ~1 ms: finds the loaded BLAS libraries
+    return _BLAS[1].limit(limits=1, user_api="blas")
+
+
+def expit(x: np.ndarray) -> np.ndarray:
+    """The logistic function, scipy's (1 / (1 + exp(−x)) with the C library's exp: numpy's own
+    exp differs from it in the last bit for about 1 value in 50)."""
+    from scipy.special import expit as _expit
+
+    return _expit(x)
+
+
 def _logistic_fit(
     X: np.ndarray, y: np.ndarray, l2: float, x0: np.ndarray, maxiter: int, penalize_from: int
 ) -> np.ndarray:
     """Minimise Σ log(1+e^z) − y z + l2·‖θ[penalize_from:]‖², z = θ0 + X θ[1:]."""
+    from scipy.optimize import minimize
+    from scipy.special import expit
 
     def fun(theta):
         z = theta[0] + X @ theta[1:]
@@ -48,7 +83,16 @@ def _logistic_fit(
     return res.x
 
 
-class SwitchModel(ClassifierMixin, BaseEstimator):
+def _check_X(X) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"expected a 2-d feature array, got {X.ndim} dimension(s)")
+    if not np.isfinite(X).all():
+        raise ValueError("features hold NaN or infinity")
+    return X
+
+
+class SwitchModel:
     """P(a trace's answer now differs from its final answer | features)."""
 
     def __init__(
@@ -59,30 +103,59 @@ class SwitchModel(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.platt_max_iter = platt_max_iter
 
+    def get_params(self, deep: bool = True) -> dict:
+        return {
+            "C": self.C,
+            "platt": self.platt,
+            "max_iter": self.max_iter,
+            "platt_max_iter": self.platt_max_iter,
+        }
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self.get_params().items() if v != type(self)().get_params()[k]}
+        return f"SwitchModel({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+
+    def _check_is_fitted(self) -> None:
+        if not hasattr(self, "coef_"):
+            raise ValueError("this SwitchModel is not fitted yet; call fit first")
+
     def fit(self, X, y):
-        X, y = check_X_y(X, y, dtype=np.float64)
-        validate_data(self, X, reset=True, skip_check_array=True)
+        X = _check_X(X)
+        y = np.asarray(y)
+        if y.ndim != 1 or len(y) != len(X):
+            raise ValueError(f"y must be 1-d with one label per row of X ({len(X)}), got {y.shape}")
+        if len(X) == 0:
+            raise ValueError("no training rows")
+        self.n_features_in_ = X.shape[1]
         self.classes_ = np.array([0, 1])
         self.mean_ = X.mean(axis=0)
         self.scale_ = np.maximum(X.std(axis=0), STD_FLOOR)
         Xs = (X - self.mean_) / self.scale_
         y = y.astype(np.float64)
-        theta = _logistic_fit(
-            Xs,
-            y,
-            l2=1.0 / (2.0 * self.C),
-            x0=np.zeros(X.shape[1] + 1),
-            maxiter=self.max_iter,
-            penalize_from=1,
-        )
-        self.intercept_, self.coef_ = theta[0], theta[1:]
-        self.platt_ = (1.0, 0.0)
-        if self.platt:
-            s = self._raw_logit(Xs)[:, None]
-            ab = _logistic_fit(
-                s, y, l2=0.0, x0=np.array([0.0, 1.0]), maxiter=self.platt_max_iter, penalize_from=2
+        import scipy.optimize  # noqa: F401 - before one_blas_thread(), which then limits its BLAS
+
+        with one_blas_thread():
+            theta = _logistic_fit(
+                Xs,
+                y,
+                l2=1.0 / (2.0 * self.C),
+                x0=np.zeros(X.shape[1] + 1),
+                maxiter=self.max_iter,
+                penalize_from=1,
             )
-            self.platt_ = (float(ab[1]), float(ab[0]))  # (a, b)
+            self.intercept_, self.coef_ = theta[0], theta[1:]
+            self.platt_ = (1.0, 0.0)
+            if self.platt:
+                s = self._raw_logit(Xs)[:, None]
+                ab = _logistic_fit(
+                    s,
+                    y,
+                    l2=0.0,
+                    x0=np.array([0.0, 1.0]),
+                    maxiter=self.platt_max_iter,
+                    penalize_from=2,
+                )
+                self.platt_ = (float(ab[1]), float(ab[0]))  # (a, b)
         return self
 
     def _raw_logit(self, Xs: np.ndarray) -> np.ndarray:
@@ -91,14 +164,15 @@ class SwitchModel(ClassifierMixin, BaseEstimator):
         return np.log(q_raw / (1.0 - q_raw))
 
     def predict_proba(self, X) -> np.ndarray:
-        check_is_fitted(self)
+        self._check_is_fitted()
         X = np.asarray(X, dtype=np.float64)
         Xs = (X - self.mean_) / self.scale_
-        if self.platt:
-            a, b = self.platt_
-            q = expit(a * self._raw_logit(Xs) + b)
-        else:
-            q = expit(self.intercept_ + Xs @ self.coef_)
+        with one_blas_thread():
+            if self.platt:
+                a, b = self.platt_
+                q = expit(a * self._raw_logit(Xs) + b)
+            else:
+                q = expit(self.intercept_ + Xs @ self.coef_)
         return np.column_stack([1.0 - q, q])
 
     def predict(self, X) -> np.ndarray:
@@ -107,7 +181,7 @@ class SwitchModel(ClassifierMixin, BaseEstimator):
     def fitted_params(self) -> dict:
         """The fitted state as plain float64 numbers (one row of the fit stage's models.parquet);
         :meth:`from_params` restores a model that predicts bit for bit the same."""
-        check_is_fitted(self)
+        self._check_is_fitted()
         a, b = self.platt_
         return {
             "mean": [float(v) for v in self.mean_],
