@@ -441,6 +441,7 @@ def test_figures_without_pool(tree):
         "fig2-pp-failure",
         "fig4-ablations",
         "fig-frontier",
+        "fig-latency",
     ]
     for f in rep.figures:
         for ext in ("png", "pdf"):
@@ -543,6 +544,7 @@ def test_every_figure_is_produced(simulated):
         "fig2-pp-failure",
         "fig4-ablations",
         "fig-frontier",
+        "fig-latency",
         "fig-tradeoff",
     ]
     for f in rep.figures:
@@ -553,6 +555,14 @@ def test_every_figure_is_produced(simulated):
     assert set(d4.panel) == {"a", "b", "c", "d"}
     for stem in ("table1-main", "table2-parallel-probe", "table-risk-audit", "table-oracle-share"):
         assert (out / "tables" / f"{stem}.md").exists()
+    # both axes: every method of every run, sequential tokens never above total tokens
+    lat = read_table_csv(out / "tables" / "table-latency.csv")
+    assert len(lat) == sum(
+        len(r.methods) for p in rep.results.pairs for r in rep.results.runs_of(*p)
+    )
+    assert (lat.seq_tokens_mean <= lat.tokens_mean + 1e-9).all() and lat.pp_Acc.isna().all()
+    points = pd.read_csv(out / "figures" / "fig-latency.csv")
+    assert set(points.method) == set(lat.method) and set(points.family) >= {"full budget"}
     frontier = pd.read_csv(out / "figures" / "fig-frontier.csv")
     assert {"sc-mars-cal", "sc-mars2", "sc-pp", "dco-mars2"} <= set(frontier.method)
     assert frontier.oracle_savings_pct.notna().all()

@@ -43,7 +43,7 @@ from ..methods import (
 from ..settings import same_sampling
 from . import trace
 from .collect import ReportError, Results, Run, resolve_pool
-from .names import method_label
+from .names import method_label, method_order
 from .provenance import describe, footer
 
 DPI = 150
@@ -1228,6 +1228,182 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     return _finish(fo, fig, out_dir, formats)
 
 
+def latency_points(results: Results) -> pd.DataFrame:
+    """(accuracy, total tokens, sequential tokens) of every method of every run: the two-axis
+    figure's data."""
+    rows = []
+    for pair in results.pairs:
+        for run in results.runs_of(*pair):
+            for method in run.methods:
+                ov = run.overall[method]
+                if ov.get("seq_tokens_mean") is None:  # simulated before the latency axis
+                    continue
+                m = METHODS.get(method)
+                rows.append(
+                    {
+                        "model": pair[0],
+                        "dataset": pair[1],
+                        "setting": run.setting,
+                        "protocol": run.settings(method).get("protocol") or "bootstrap",
+                        "method": method,
+                        "label": method_label(method, run.settings(method))[0],
+                        "family": _latency_family(m),
+                        "accuracy_pct": ov.get("accuracy_pct"),
+                        "tokens_mean": ov.get("tokens_mean"),
+                        "seq_tokens_mean": ov.get("seq_tokens_mean"),
+                    }
+                )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "model",
+            "dataset",
+            "setting",
+            "protocol",
+            "method",
+            "label",
+            "family",
+            "accuracy_pct",
+            "tokens_mean",
+            "seq_tokens_mean",
+        ],
+    )
+
+
+#: the two-axis figure's families: marker and colour
+LATENCY_FAMILIES = {
+    "full budget": ("s", "#555555"),
+    "stop running traces": ("o", MARS_COLOR),
+    "per-trace exit": ("D", "#2ca02c"),
+    "sample more": ("^", PP_COLOR),
+    "oracle": ("*", "#9467bd"),
+}
+
+
+def _latency_family(m) -> str:
+    if m is None:
+        return "stop running traces"
+    if m.is_baseline:
+        return "full budget"
+    if m.reads_future:
+        return "oracle"
+    if m.rule.samples_more:
+        return "sample more"
+    if m.rule.kind == "sac":
+        return "per-trace exit"
+    return "stop running traces"
+
+
+def _stacked_labels(ax, x: np.ndarray, y: np.ndarray, names: list[str]) -> None:
+    """Name each point; names of points close together (a log-x axis) are stacked upwards so
+    they do not overlap."""
+    placed: list[tuple[float, float, int]] = []
+    for i in np.lexsort((y, x)):
+        if not (np.isfinite(x[i]) and np.isfinite(y[i]) and x[i] > 0):
+            continue
+        lx = float(np.log10(x[i]))
+        level = sum(1 for px, py, _ in placed if abs(px - lx) < 0.12 and abs(py - y[i]) < 1.5)
+        placed.append((lx, float(y[i]), level))
+        ax.annotate(
+            names[i],
+            (x[i], y[i]),
+            fontsize=5.5,
+            xytext=(3, 2 + 6 * level),
+            textcoords="offset points",
+            color="#333333",
+            arrowprops={"arrowstyle": "-", "color": "#bbbbbb", "lw": 0.4} if level else None,
+        )
+
+
+def fig_latency(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
+    """Accuracy against total tokens and against sequential tokens, one marker per method."""
+    df = latency_points(results)
+    fo = FigureOut(
+        "fig-latency",
+        "Accuracy against total and sequential tokens",
+        "Per pool and setting (one row each): mean accuracy against mean total tokens per "
+        "question (left) and against mean sequential tokens, what a user waits for (right), one "
+        "numbered marker per method (the key beside each row): full-budget votes, methods that "
+        "stop running traces (MARS, Parallel-Probe, consensus), per-trace exits, methods that "
+        "sample more traces one round after another (Adaptive-Consistency, ESC) and oracle "
+        "stops. The accuracy axis spans the methods within 10 points of the full-budget vote; "
+        "the key lists the others' accuracy. Sampling more saves total tokens and costs latency.",
+        data=df,
+    )
+    runs = list(dict.fromkeys(zip(df.model, df.dataset, df.setting))) if len(df) else []
+    shown = runs[:6]
+    with style():
+        nrows = max(len(shown), 1)
+        fig, axes = plt.subplots(
+            nrows,
+            3,
+            figsize=(11.0, 0.9 + 3.2 * nrows),
+            squeeze=False,
+            layout="constrained",
+            gridspec_kw={"width_ratios": [1, 1, 0.62]},
+        )
+        if not shown:
+            for ax in axes[0][:2]:
+                _placeholder(ax, "no results with sequential tokens")
+            axes[0][2].set_axis_off()
+            fo.notes.append("no results with sequential tokens")
+        for row, (model, dataset, setting) in zip(axes, shown):
+            sub = df[(df.model == model) & (df.dataset == dataset) & (df.setting == setting)]
+            sub = sub.set_index("method").loc[method_order(list(sub.method))].reset_index()
+            number = {m: i + 1 for i, m in enumerate(sub.method)}
+            full = sub[sub.family == "full budget"].accuracy_pct
+            top = float(full.max()) if len(full) else float(sub.accuracy_pct.max())
+            near = sub[sub.accuracy_pct >= top - 10]
+            for ax, col, xlabel in (
+                (row[0], "tokens_mean", "total tokens per question"),
+                (row[1], "seq_tokens_mean", "sequential tokens per question"),
+            ):
+                for fam, (marker, color) in LATENCY_FAMILIES.items():
+                    pts = near[near.family == fam]
+                    ax.scatter(
+                        pts[col],
+                        pts.accuracy_pct,
+                        marker=marker,
+                        s=60 if marker == "*" else 30,
+                        color=color,
+                        edgecolor="white",
+                        linewidth=0.5,
+                        zorder=3,
+                    )
+                _stacked_labels(
+                    ax,
+                    near[col].to_numpy(float),
+                    near.accuracy_pct.to_numpy(float),
+                    [str(number[m]) for m in near.method],
+                )
+                ax.set_xscale("log")
+                ax.set_xlabel(xlabel)
+                ax.set_ylabel("accuracy (%)")
+            key = row[2]
+            key.set_axis_off()
+            lines = []
+            for _, p in sub.iterrows():
+                far = "" if p.accuracy_pct >= top - 10 else f"  ({p.accuracy_pct:.1f} %, off axis)"
+                lines.append(f"{number[p.method]:>2}  {p.method}{far}")
+            key.text(0, 1, "\n".join(lines), va="top", ha="left", fontsize=6.2, family="monospace")
+            title = f"{results.model_title(model)} · {dataset} · {setting}"
+            protocol = sub.protocol.iloc[0]
+            if protocol != "bootstrap":
+                title += f" ({protocol} protocol)"
+            row[0].set_title(title, fontsize=9, loc="left")
+        fig.legend(
+            handles=[_marker_entry(mk, fam) for fam, (mk, _) in LATENCY_FAMILIES.items()],
+            loc="outside lower center",
+            ncol=5,
+            frameon=False,
+            fontsize=7,
+        )
+    if len(shown) < len(runs):
+        fo.notes.append("the first 6 pools and settings are drawn; the CSV holds them all")
+    fo.label_data(_sources(results, list(dict.fromkeys((m, d) for m, d, _ in shown))))
+    return _finish(fo, fig, out_dir, formats)
+
+
 def all_figures(
     results: Results,
     out_dir: Path,
@@ -1243,4 +1419,5 @@ def all_figures(
         fig_pp_failure(results, out_dir, pools, cache_dir, formats),
         fig_ablations(results, out_dir, pools, q_questions, cache_dir, formats),
         fig_frontier(results, out_dir, formats),
+        fig_latency(results, out_dir, formats),
     ]

@@ -782,11 +782,110 @@ def table_switch_models(results: Results, command: str | None = None) -> Table:
     )
 
 
+# -- new: both axes, total and sequential tokens ------------------------------------------------
+#: Parallel-Probe's printed columns, for runs under its evaluation protocol
+PP_PRINTED = ("Acc", "Cost", "Seq_Cost")
+
+
+def table_latency(results: Results, command: str | None = None) -> Table:
+    """Every method of every run on both cost axes: total tokens and sequential tokens (what a
+    user waits for); runs under Parallel-Probe's protocol also as that protocol prints them."""
+    used = _Used()
+    rows: list[list[Cell]] = []
+    data, breaks = [], []
+    printed = False
+    for pair in results.pairs:
+        for run in results.runs_of(*pair):
+            protocol = run.settings(run.methods[0]).get("protocol") if run.methods else None
+            block = f"{pair[0]} · {pair[1]}"
+            if len(results.runs_of(*pair)) > 1:
+                block += f" · {run.setting}"
+            if protocol and protocol != "bootstrap":
+                block += f" ({protocol} protocol)"
+            breaks.append(len(rows))
+            first = True
+            for method in method_order(run.methods):
+                ov = used(run, method)
+                md, tex = method_label(method, run.settings(method))
+                pp = (ov or {}).get("parallel_probe") or {}
+                printed |= bool(pp)
+                rows.append(
+                    [
+                        text(block if first else ""),
+                        text(f"{md} · `{method}`", tex=tex),
+                        pct(_get(ov, "accuracy_pct")),
+                        integer(_get(ov, "tokens_mean")),
+                        integer(_get(ov, "seq_tokens_mean")),
+                        *(
+                            [
+                                num(pp.get("Acc"), 2),
+                                integer(pp.get("Cost")),
+                                integer(pp.get("Seq_Cost")),
+                            ]
+                            if pp
+                            else [text("–"), text("–"), text("–")]
+                        ),
+                    ]
+                )
+                data.append(
+                    {
+                        "model": pair[0],
+                        "dataset": pair[1],
+                        "setting": run.setting,
+                        "protocol": protocol,
+                        "method": method,
+                        "label": md,
+                        "accuracy_pct": _get(ov, "accuracy_pct"),
+                        "tokens_mean": _get(ov, "tokens_mean"),
+                        "seq_tokens_mean": _get(ov, "seq_tokens_mean"),
+                        **{f"pp_{k}": pp.get(k) for k in PP_PRINTED},
+                    }
+                )
+                first = False
+    headers = ["Pool", "Method", "Accuracy", "Total tokens", "Sequential tokens"]
+    headers += ["Acc (PP)", "Cost (PP)", "Seq_Cost (PP)"]
+    return Table(
+        key="table-latency",
+        title="Both axes: total and sequential tokens of every method",
+        caption="Accuracy, mean total tokens per question (every trace run, as charged by the "
+        "method) and mean sequential tokens: what a user waits for — the longest trace at the "
+        "stop for methods that stop running traces, the longest trace of each round summed over "
+        "rounds for methods that sample more (Adaptive-Consistency one trace per round: fully "
+        "sequential; ESC one window per round). Runs under Parallel-Probe's evaluation protocol "
+        "also show its printed row (PP): accuracy rounded to two decimals, costs truncated, and "
+        "its CSV's Seq_Cost, which is the longest started trace except for ESC (so for "
+        "Adaptive-Consistency it differs from the sequential tokens)."
+        + ("" if printed else " No run here used that protocol."),
+        headers=headers,
+        rows=rows,
+        data=pd.DataFrame(
+            data,
+            columns=[
+                "model",
+                "dataset",
+                "setting",
+                "protocol",
+                "method",
+                "label",
+                "accuracy_pct",
+                "tokens_mean",
+                "seq_tokens_mean",
+                *(f"pp_{k}" for k in PP_PRINTED),
+            ],
+        ),
+        breaks=breaks,
+        align="llrrrrrr",
+        commands=used.commands(command),
+        source=used.source(results),
+    )
+
+
 def all_tables(results: Results, command: str | None = None) -> list[Table]:
     return [
         table_main(results, command),
         table_pp(results, command),
         *tables_full(results, command),
+        table_latency(results, command),
         table_oracle(results, command),
         table_probe_cost(results, command),
         table_risk(results, command),
