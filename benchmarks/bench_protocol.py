@@ -58,11 +58,9 @@ def main() -> int:
         imp = timed(
             [*mars, "import", "parallel-probe", str(args.data), str(pool), "--spacing", "native"]
         )
-        sim = timed(
-            [*mars, "simulate", str(pool), "-m", ",".join(methods), "--out", str(out), "-q"]
-            + ["--protocol", "parallel-probe", "--budget", "64", "--iterations", "100"]
-            + ["--seed", "0", "--workers", "2"]
-        )
+        protocol = ["--protocol", "parallel-probe", "--budget", "64", "--iterations", "100"]
+        where = [str(pool), "-m", ",".join(methods), "--out", str(out), "-q"]
+        sim = timed([*mars, "simulate", *where, *protocol, "--seed", "0", "--workers", "2"])
         print(f"import --spacing native: {imp[0]:.2f} s wall, {imp[1]:.2f} s CPU, {imp[2]:.0f} MB")
         print(
             f"simulate, {len(methods)} methods × 100 shuffles × 30 questions: "

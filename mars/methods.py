@@ -215,6 +215,10 @@ class Method:
     reference: bool = False  # one of the 14 methods of the authors' simulator
     sweep: Sweep | None = None
     width: int | None = None  # traces of each sample it runs (None: the budget)
+    #: launch the sample's traces in waves of ``wave_size`` (settings), one after another, the
+    #: rule deciding at every checkpoint of a wave whether to stop, and at its end whether to
+    #: launch the next; traces not yet launched count as pending (mars.simulate.MethodRun._waves)
+    waves: bool = False
 
     @property
     def needs_confs(self) -> bool:
@@ -244,6 +248,7 @@ class Method:
             and not self.deepconf
             and not self.rule.samples_more
             and self.width is None
+            and not self.waves
         )
 
 
@@ -386,6 +391,14 @@ _METHODS = [
     ),
     # beyond the paper (docs/beyond.md): predictive risk instead of the adversarial bound
     Method("sc-mars2", "MARS2 (predictive risk)", RISK, q="learned"),
+    Method(
+        "sc-mars2-waves",
+        "MARS2 in waves ({wave_size})",
+        RISK,
+        q="learned",
+        waves=True,
+        sweep=Sweep("MARS2 in waves, wave size", "wave_size", (8, 16, 32)),
+    ),
     Method(
         "dco-mars2",
         "DCO + MARS2 (predictive risk)",

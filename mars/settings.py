@@ -224,6 +224,14 @@ class Settings:
         live=True,
         symbol="k",
     )
+    wave_size: int = _setting(
+        16,
+        "traces per wave of the width-adaptive method (sc-mars2-waves): a wave is launched when "
+        "the previous one has ended without a stop",
+        low=1,
+        high=MAX_BUDGET,
+        symbol="wave",
+    )
     ppm_max_steps: int = _setting(
         100,
         "Parallel-Probe's main-table controller: probe steps after the first at most, then the "

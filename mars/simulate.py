@@ -350,6 +350,8 @@ class MethodRun:
         sample-more rule (:attr:`mars.stopping.Rule.draws`) decides over whole traces instead."""
         if self.rule.draws:
             return self._draw()
+        if self.method.waves:
+            return self._waves()
         self.start()
         for k in range(len(self.arr.grid)):
             if not self.active.any():
@@ -397,6 +399,78 @@ class MethodRun:
             seq_tokens=longest.astype(np.int64),
             longest_tokens=longest.astype(np.int64),
         )
+
+    def _waves(self) -> MethodResult:
+        """Width-adaptive: the sample's traces run in waves of ``wave_size``, one wave after
+        another. At every checkpoint of a wave the rule sees the earlier waves' final answers,
+        the wave's current ones, and every trace not yet launched as pending (an answer still to
+        be drawn); it stops everything when it fires, and a wave that ends without a stop
+        launches the next. Sequential tokens are each wave's longest trace, summed."""
+        arr, rule, method = self.arr, self.rule, self.method
+        if method.deepconf or method.conf_weights or rule.needs_q:
+            raise SimulationError(f"method {method.name}: waves need a rule that reads no q")
+        grid, m = arr.grid, len(arr.grid)
+        S = self.samples
+        I, B = S.shape
+        w = max(1, min(int(self.ctx.s.wave_size), B))
+        self.start()
+        spent = np.zeros((I, B), dtype=np.int64)
+        seq = np.zeros(I, dtype=np.int64)
+        final = arr.final_ids[S]
+        for lo in range(0, B, w):
+            hi = min(B, lo + w)
+            ends = self.run_k[:, lo:hi].max(axis=1)  # the checkpoint where the wave has ended
+            for k in range(m):
+                rows = np.flatnonzero(self.active & (k <= ends))
+                if len(rows) == 0:
+                    break
+                ids = np.full((len(rows), B), -1, dtype=np.int64)
+                ids[:, :lo] = final[rows, :lo]
+                ids[:, lo:hi] = arr.ids[S[rows, lo:hi], k]
+                running = np.zeros((len(rows), B), dtype=bool)
+                running[:, lo:hi] = self.run_k[rows, lo:hi] > k
+                pending = np.zeros((len(rows), B), dtype=bool)
+                pending[:, hi:] = True
+                eligible = (ids >= 0) & ~pending
+                pending[:, lo:hi] = running[:, lo:hi] & (ids[:, lo:hi] < 0)
+                running |= pending
+                weights = np.ones((len(rows), B))
+                votes = tally(ids, weights, eligible, arr.n_answers)
+                lead, has = leader(votes, ids, eligible) if self.first_seen else leader(votes)
+                snap = Snapshot(
+                    k=k,
+                    position=int(grid[k]),
+                    rows=rows,
+                    ids=ids,
+                    eligible=eligible,
+                    weights=weights,
+                    votes=votes,
+                    lead=lead,
+                    has_votes=has,
+                    running=running,
+                    n_answers=arr.n_answers,
+                    pending=pending,
+                    first_seen=self.first_seen,
+                )
+                stop = rule.check(snap)
+                hit = rows[stop]
+                if len(hit):
+                    self.answer[hit] = rule.answer(snap)[stop]
+                    self.stop_k[hit] = k
+                    self.label[hit] = rule.label
+                    self.active[hit] = False
+                    part = np.minimum(self.cap[hit, lo:hi], grid[k])
+                    spent[hit, lo:hi] = part
+                    seq[hit] += part.max(axis=1)
+            rest = np.flatnonzero(self.active)
+            spent[rest, lo:hi] = self.cap[rest, lo:hi]
+            seq[rest] += self.cap[rest, lo:hi].max(axis=1)
+        result = self.finish()  # the rows still active take the full-budget vote of all traces
+        result.tokens = spent.sum(axis=1).astype(np.int64)
+        result.seq_tokens = seq
+        result.longest_tokens = spent.max(axis=1).astype(np.int64)
+        result.rounds = w
+        return result
 
     def _draw(self) -> MethodResult:
         """A sample-more rule: traces are drawn ``rule.draws`` at a time in sample order and run

@@ -125,10 +125,11 @@ def test_registering_a_known_name_is_refused():
 def test_live_admits_methods_by_their_properties():
     for m in METHODS.values():
         admitted = m.name in live_methods()
-        together = not m.rule.samples_more and m.width is None  # all N traces start at once
+        # all N traces start at once
+        together = not m.rule.samples_more and m.width is None and not m.waves
         assert admitted == (not m.deepconf and not m.reads_future and together)
     assert {"sc-mars-oracle", "oracle-first", "oracle-last", "dco-mars"}.isdisjoint(live_methods())
-    assert {"asc", "esc", "single-sac"}.isdisjoint(live_methods())
+    assert {"asc", "esc", "single-sac", "sc-mars2-waves"}.isdisjoint(live_methods())
     assert {"sc-sac", "pp-main", "pp-main-keep"} <= set(live_methods())
 
 
@@ -175,12 +176,15 @@ def test_a_declared_sweep_is_a_tradeoff_curve(toy):
         sweeps = {sw.method: sw for sw in default_sweeps()}
         assert sweeps["sc-toy-swept"].family == "Toy, share"
         assert sweeps["sc-toy-swept"].values == (0.5, 0.9)
-        assert [sw.param for sw in default_sweeps()][:4] == [
+        params = [sw.param for sw in default_sweeps()]  # the report's method order
+        old = ("gamma", "delta", "pp_conv", "consensus")
+        assert list(dict.fromkeys(p for p in params if p in old)) == [
             "gamma",
             "delta",
             "pp_conv",
             "consensus",
         ]
+        assert params.count("consensus") == 2  # sc-consensus's and the toy's
     finally:
         unregister("sc-toy-swept")
 

@@ -264,3 +264,49 @@ def test_a_budget_beyond_the_traces_is_explained_in_the_output_and_overall_json(
     res = _simulate_cli(pool, tmp_path / "p", "-m", "sc", "--budget", 64, "--iterations", 2, "-q")
     assert res.exit_code == 0 and res.output == ""
     assert "notes" not in json.loads((tmp_path / "p" / "sc" / "overall.json").read_text())
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 10_000))
+def test_one_wave_of_the_whole_budget_is_mars2(tmp_path, seed):
+    """Width-adaptive MARS2 with a wave as wide as the budget launches everything at once: the
+    same answers and tokens as sc-mars2 (it only stops checking once every trace has ended)."""
+    arr = _arrays(tmp_path, seed, abstain=0.1)
+    s = FAST.replace(wave_size=FAST.budget)
+    res = simulate_question(arr, parse_methods("sc-mars2,sc-mars2-waves"), s)
+    one, waves = res.methods["sc-mars2"], res.methods["sc-mars2-waves"]
+    assert np.array_equal(one.answer, waves.answer) and np.array_equal(one.tokens, waves.tokens)
+    assert np.array_equal(one.seq_tokens, waves.seq_tokens)
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 10_000), wave=st.integers(1, 24))
+def test_waves_launch_whole_waves_and_wait_for_each(tmp_path, seed, wave):
+    """Traces are charged wave by wave: a wave after the one that stopped costs nothing, the ones
+    before cost their full length, and the sequential tokens are each wave's longest, summed; a
+    run that never stops is the full-budget vote."""
+    from mars.simulate import bootstrap_samples
+
+    arr = _arrays(tmp_path, seed, abstain=0.1)
+    s = FAST.replace(wave_size=wave)
+    r = simulate_question(arr, parse_methods("sc-mars2-waves"), s).methods["sc-mars2-waves"]
+    S = bootstrap_samples(arr, s)
+    cap = arr.lengths[S]
+    full = _full_budget_vote(arr, S)
+    waves = [slice(lo, lo + wave) for lo in range(0, s.budget, wave)]
+    for i in range(s.iterations):
+        if r.stopped_by[i] == "budget":
+            assert r.answer[i] == full[i] and r.tokens[i] == cap[i].sum()
+            assert r.seq_tokens[i] == sum(cap[i, w].max() for w in waves)
+            continue
+        # the wave it stopped in: the earlier ones in full, this one up to the stop
+        matches = []
+        for j, w in enumerate(waves):
+            spent = [cap[i, v] for v in waves[:j]] + [np.minimum(cap[i, w], r.position[i])]
+            if sum(p.sum() for p in spent) == r.tokens[i]:
+                matches.append(sum(p.max() for p in spent))
+        assert r.seq_tokens[i] in matches

@@ -194,8 +194,9 @@ def check_overall(path: Path, ov: dict) -> None:
     for key, value in settings.items():
         if key not in SPECS or value is None:
             continue
-        if SPECS[key].choices is not None:
-            if value not in SPECS[key].choices:
+        choices = SPECS[key].choices
+        if choices is not None:
+            if value not in choices:
                 raise ReportError(f"{path}: setting {key} is {value!r}, not one of the choices")
         elif not _is_number(value):
             raise ReportError(f"{path}: setting {key} is {value!r}, not a number")
