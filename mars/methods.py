@@ -36,7 +36,10 @@ New methods (not in the reference):
 * ``sc-consensus`` — stop once the leader holds ``--consensus`` of the votes.
 * ``sc-mars2`` / ``dco-mars2`` — MARS2 (:mod:`mars.riskstop`): stop once the predicted
   probability that the full-budget vote differs from the leader is at most ``--risk-alpha``
-  (docs/beyond.md).
+  (docs/beyond.md); ``sc-mars2-waves`` launches the traces in waves (width-adaptive).
+* The field's other families (docs/baselines.md): ``pp-main`` / ``pp-main-keep`` (Parallel-Probe's
+  main-table controller), ``sc-sac`` / ``single-sac`` (per-trace convergence exit), ``asc`` /
+  ``esc`` (sample more: Adaptive-Consistency, Early-Stopping Self-Consistency).
 """
 
 from __future__ import annotations

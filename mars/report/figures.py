@@ -1376,7 +1376,14 @@ def fig_latency(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                     near.accuracy_pct.to_numpy(float),
                     [str(number[m]) for m in near.method],
                 )
-                ax.set_xscale("log")
+                xs = near[col].to_numpy(float)
+                xs = xs[np.isfinite(xs) & (xs > 0)]
+                if len(xs) and xs.max() > 10 * xs.min():  # a decade or more: log scale
+                    ax.set_xscale("log")
+                    ax.xaxis.set_minor_formatter(mpl.ticker.NullFormatter())
+                else:
+                    ax.xaxis.set_major_formatter(mpl.ticker.StrMethodFormatter("{x:,.0f}"))
+                    ax.xaxis.set_major_locator(mpl.ticker.MaxNLocator(4))
                 ax.set_xlabel(xlabel)
                 ax.set_ylabel("accuracy (%)")
             key = row[2]
