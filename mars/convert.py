@@ -38,18 +38,19 @@ FORMATS = ("mars-parquet", "mars-pickle", "parallel-probe")
 MAX_MISSING_PROBES = 32
 
 
-def _probe_rows(positions, answers) -> list[dict]:
+def _probe_rows(positions, answers, raws=None) -> list[dict]:
+    raws = raws if raws is not None else [None] * len(positions)
     return [
         {
             "position": int(p),
             "answer": a if a else None,
-            "raw_text": None,
+            "raw_text": r,
             "conf": None,
             "prompt_tokens": None,
             "cached_tokens": None,
             "generated_tokens": None,
         }
-        for p, a in zip(positions, answers)
+        for p, a, r in zip(positions, answers, raws)
     ]
 
 
@@ -204,7 +205,7 @@ def parallel_probe_question(
             final is None or isinstance(final, str)
         ):
             raise PoolError(f"{where}, trace {t}: answers must be strings (or null)")
-        positions, answers = [], []
+        positions, answers, raws = [], [], []
         k = 1
         while spacing * k < n_tok:
             if not probe_list:
@@ -212,17 +213,21 @@ def parallel_probe_question(
             a = probe_list[min(spacing * k // freq - 1, len(probe_list) - 1)]
             positions.append(spacing * k)
             answers.append(None if a in ("ERR", "", None) else str(a))
+            raws.append(a)
             k += 1
         # the terminal probe at the trace's end carries its final answer, as in the authors' pools
         positions.append(n_tok)
         answers.append(None if final in ("ERR", "", None) else str(final))
+        raws.append(final)
         cols["qid"].append(qid)
         cols["trace_idx"].append(t)
         cols["final_answer"].append(None if final in ("ERR", "", None) else str(final))
         cols["length"].append(n_tok)
         cols["finished"].append(None)
         cols["confs"].append(None)
-        cols["probes"].append(_probe_rows(positions, answers))
+        # a native import keeps what the source wrote where it gave no answer ("ERR", ""):
+        # Parallel-Probe's evaluation votes with it (mars.protocol)
+        cols["probes"].append(_probe_rows(positions, answers, raws if native else None))
         cols["text"].append(None)
         cols["token_ids"].append(None)
         if native:

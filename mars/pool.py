@@ -74,6 +74,9 @@ class QuestionData:
     meta: dict = field(default_factory=dict)
     #: int64 [n]: probes the source recorded per trace (-1: unknown; schema.PROBE_STEPS_FIELD)
     probe_steps: np.ndarray | None = None
+    #: [total probes]: a probe's raw text where it gave no answer (read for pools that record
+    #: probe_steps: Parallel-Probe's evaluation votes with "ERR" or "" as written)
+    probe_raw: list | None = None
 
     @property
     def n_traces(self) -> int:
@@ -299,6 +302,8 @@ def _sort_by_trace(q: QuestionData) -> QuestionData:
     q.final_answers = [q.final_answers[j] for j in order]
     if q.probe_steps is not None:
         q.probe_steps = q.probe_steps[order]
+    if q.probe_raw is not None:
+        q.probe_raw = [q.probe_raw[i] for i in take_p.tolist()]
     return q
 
 
@@ -524,6 +529,13 @@ def question_from_table(
                     f"probe count"
                 )
             probe_steps = steps
+    probe_raw = None
+    if probe_steps is not None and "raw_text" in {
+        p_flat.type.field(i).name for i in range(p_flat.type.num_fields)
+    }:
+        raw = p_flat.field("raw_text")
+        if not published and raw.null_count < len(raw):
+            probe_raw = raw.to_pylist()
     q = QuestionData(
         qid=int(qid),
         ground_truth=str(ground_truth),
@@ -540,6 +552,7 @@ def question_from_table(
         question=question,
         source=source,
         probe_steps=probe_steps,
+        probe_raw=probe_raw,
     )
     _check_traces(q)
     return _sort_by_trace(q)

@@ -83,20 +83,32 @@ def question_arrays(q: QuestionData, spacing: int) -> QuestionArrays:
     steps = _steps(q, spacing)
     T = int(steps.max()) + 1
     grid = spacing * np.arange(1, T + 1, dtype=np.int64)
-    finals = [NO_ANSWER if a is None or a == "" else a for a in q.final_answers]
+    pos, off = q.probe_positions, q.probe_offsets
+    raw = q.probe_raw
+
+    def unanswered(i: int) -> str:
+        """What probe i stands for where it gave no answer: the source's text ("ERR", "") where
+        a native import kept it, else ERR."""
+        r = raw[i] if raw is not None else None
+        return NO_ANSWER if r is None else r
+
+    finals = []
+    for j, a in enumerate(q.final_answers):
+        if a is None or a == "":
+            end = [i for i in range(int(off[j]), int(off[j + 1])) if pos[i] == q.lengths[j]]
+            a = unanswered(end[-1]) if end and q.probe_codes[end[-1]] < 0 else NO_ANSWER
+        finals.append(a)
     # step answers as strings: probes at multiples of the spacing below the length, then finals
     text = np.empty((n, T), dtype=object)
     for j in range(n):
         text[j, :] = finals[j]
-    pos, off = q.probe_positions, q.probe_offsets
-    strings = [NO_ANSWER if s is None or s == "" else s for s in q.probe_strings]
     for j in range(n):
         lo, hi = int(off[j]), int(off[j + 1])
         p = pos[lo:hi]
-        codes = q.probe_codes[lo:hi]
         keep = (p < q.lengths[j]) & (p % spacing == 0) & (p // spacing <= steps[j])
-        for pp, c in zip(p[keep].tolist(), codes[keep].tolist()):
-            text[j, pp // spacing - 1] = strings[c] if c >= 0 else NO_ANSWER
+        for i in (lo + np.flatnonzero(keep)).tolist():
+            c = int(q.probe_codes[i])
+            text[j, pos[i] // spacing - 1] = q.probe_strings[c] if c >= 0 else unanswered(i)
     flat, reps = _exact_groups([*finals, *text.ravel().tolist()])
     final_ids = flat[:n]
     ids = flat[n:].reshape(n, T)

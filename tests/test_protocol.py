@@ -222,11 +222,13 @@ def random_question(rng: np.random.Generator, n: int) -> dict:
         for j in range(1, steps):
             if rng.random() < 0.6:
                 answers[j] = answers[j - 1]
+        # unparsed probes: ERR, and now and then an empty answer, a different answer to them
         answers = [NO_ANSWER if rng.random() < 0.1 else a for a in answers]
+        answers = ["" if rng.random() < 0.03 else a for a in answers]
         past_end = SPACING * steps >= tokens
         final = answers[-1] if past_end else str(rng.integers(1, 4))
         if not past_end and rng.random() < 0.05:
-            final = NO_ANSWER
+            final = NO_ANSWER if rng.random() < 0.5 else ""
         branches.append([answers, tokens, final])
     return {
         "question": "q",
