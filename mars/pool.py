@@ -237,7 +237,11 @@ def _check_traces(q: QuestionData) -> None:
     _check_probes(q)
     if q.conf_values is not None and q.conf_values.size:
         assert q.conf_offsets is not None
-        finite = np.isfinite(q.conf_values)
+        v = q.conf_values
+        if v.dtype == np.float16:  # inf or NaN: every exponent bit set (4× faster than isfinite)
+            finite = (v.view(np.uint16) & 0x7C00) != 0x7C00
+        else:
+            finite = np.isfinite(v)
         if not finite.all():
             pos = int(np.flatnonzero(~finite)[0])
             j = int(np.searchsorted(q.conf_offsets, pos, side="right") - 1)
@@ -328,6 +332,11 @@ class Pool:
         then says what is wrong)."""
         return {}
 
+    def has_confs(self, qid: int) -> bool:
+        """Whether question ``qid`` has per-token confidences (what a group of methods keeps of
+        DeepConf), read from as little of the question as the format allows."""
+        return self.read_question(qid).has_confs
+
     def fingerprint(self) -> str:
         """Cheap identity of the input (size + mtime of every file);
         content hashes are per question."""
@@ -385,6 +394,9 @@ class PublishedPool(Pool):
 
     def _files(self) -> list[Path]:
         return [self.path]
+
+    def has_confs(self, qid: int) -> bool:
+        return self._has_confs  # a question without them is an error when read
 
     def trace_counts(self, qids: Sequence[int]) -> dict[int, int]:
         counts = pc.value_counts(self._pf.read(columns=["qid"]).column("qid"))
@@ -617,6 +629,19 @@ class LayoutPool(Pool):
             except Exception:  # unreadable: read_question reports it
                 continue
         return counts
+
+    def has_confs(self, qid: int) -> bool:
+        """The first trace's ``confs`` tells (a pool holds them for every trace or none; reading
+        the question checks that); anything unusual reads the question, which says what is wrong."""
+        f = self.path / schema.trace_file_name(qid)
+        try:
+            pf = pq.ParquetFile(f, **schema.TRACE_READ_OPTIONS)
+            if "confs" not in pf.schema_arrow.names:
+                return False
+            first = next(pf.iter_batches(batch_size=1, columns=["confs"], use_threads=False))
+            return first.num_rows == 1 and first.column(0).null_count == 0
+        except Exception:  # missing, damaged, empty: the reader's own message
+            return super().has_confs(qid)
 
     def question_meta(self, qid: int) -> dict:
         return dict(self._questions[qid])

@@ -586,8 +586,7 @@ def supported_methods(spec: str, pool: Pool, qids: list[int] | None):
 
     if not any(m.needs_confs for m in parse_methods(spec)):
         return select_methods(spec, has_confs=True)
-    first = pool.read_question((qids or pool.qids)[0])
-    return select_methods(spec, has_confs=first.has_confs)
+    return select_methods(spec, has_confs=pool.has_confs((qids or pool.qids)[0]))
 
 
 _POOLS: dict[str, Pool] = {}
