@@ -127,7 +127,9 @@ def margin(
     base = gamma * weights
     is_lead = ids == lead[:, None]
     cost_unseen = np.where(is_lead, base * 2, base) * eligible
-    thr_unseen = np.sum(q * cost_unseen, axis=-1)
+    # every term q·cost of a trace that is not a challenger's own voter, against any challenger
+    terms = q * cost_unseen
+    thr_unseen = np.sum(terms, axis=-1)
     v_lead = votes[np.arange(R), np.maximum(lead, 0)]
     eps: Any = 0.0 if epsilon is None else epsilon  # a scalar or one value per row
     cmp = np.greater if strict else np.greater_equal
@@ -141,20 +143,12 @@ def margin(
     chal = _challengers(votes, lead)
     if chal.shape[1]:
         own = ids[:, None, :] == chal[:, :, None]
-        neg = -weights
-        cost = (
-            np.where(
-                is_lead[:, None, :],
-                (base * 2)[:, None, :] if np.ndim(base) else base * 2,
-                np.where(
-                    own,
-                    neg[:, None, :] if np.ndim(neg) else neg,
-                    base[:, None, :] if np.ndim(base) else base,
-                ),
-            )
-            * eligible[:, None, :]
-        )
-        thr = np.sum(q[:, None, :] * cost, axis=-1)
+        # a challenger's own voters cost −w (cast as the other costs are, then the same two
+        # products); the [R, K, B] terms are then those of the formula, one selection instead of
+        # two selections and two products per challenger
+        neg = np.broadcast_to(np.asarray(-weights, dtype=cost_unseen.dtype), ids.shape)
+        own_terms = q * (neg * eligible)
+        thr = np.sum(np.where(own, own_terms[:, None, :], terms[:, None, :]), axis=-1)
         v_chal = np.take_along_axis(votes, np.maximum(chal, 0), axis=1)
         eps_k = eps if np.ndim(eps) == 0 else eps[:, None]
         lhs, rhs = v_lead[:, None] - v_chal, thr + eps_k
