@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,26 @@ class QuestionResult:
     answer_fallbacks: int = 0  # answers grouped by string identity (symbolic budget spent)
 
 
+@dataclass
+class Vote:
+    """The vote of every iteration at one checkpoint, as one way of voting sees it (weights,
+    DeepConf filter, traces per sample, tie rule): arrays [I, B] and ``votes`` [I, n_answers].
+    Computed once per checkpoint for every method that votes this way
+    (:meth:`QuestionContext.vote`); read-only, since methods share it."""
+
+    ids: np.ndarray
+    kept: np.ndarray  # passes DeepConf's filter (everything without it)
+    eligible: np.ndarray
+    weights: np.ndarray
+    votes: np.ndarray
+    lead: np.ndarray
+    has_votes: np.ndarray
+
+    def take(self, rows: np.ndarray) -> Vote:
+        """The vote of iterations ``rows`` (each row's tally and leader are its own)."""
+        return Vote(*(getattr(self, f.name)[rows] for f in fields(self)))
+
+
 def bootstrap_samples(arr: QuestionArrays, s: Settings) -> np.ndarray:
     """Sampled trace indices [iterations, budget] (reference-protocol §4.2), or the protocol's
     (:mod:`mars.protocol`)."""
@@ -132,7 +152,7 @@ class QuestionContext:
                 f"{self.warm.tolist()[:4]}… (refit with the same --warmup)"
             )
         self.fitted = fitted
-        self._shared: dict[str, Any] = {}  # computed state that depends on samples/warmup only
+        self._shared: dict[Any, Any] = {}  # computed state that depends on samples/warmup only
         if len(self.warm):
             self.warm_ref = int(np.argmax(np.bincount(arr.final_ids[self.warm])))
         else:
@@ -186,6 +206,37 @@ class QuestionContext:
             return np.array(taus, dtype=np.float32), trunc, deepconf.running_min_conf(self.arr)
 
         return self._cached("dco", compute)
+
+    def vote(self, k: int, method: Method, first_seen: bool = False) -> Vote:
+        """Checkpoint ``k`` of every iteration as ``method`` votes there, computed once for all
+        the methods that vote alike (same weights, DeepConf filter, width and tie rule): a row's
+        tally and leader do not depend on the other rows, so each method takes its active rows
+        of the same arrays and gets what it would have computed alone."""
+        key = ("vote", k, method.deepconf, method.conf_weights, method.width, first_seen)
+        if key in self._shared:
+            return self._shared[key]
+        arr = self.arr
+        S = self.samples if method.width is None else self.samples[:, : method.width]
+        ids = arr.ids[S, k]
+        kept = np.ones(ids.shape, dtype=bool)
+        if method.deepconf:
+            taus, trunc, runmin = self.dco
+            lens = arr.lengths[S]
+            kept &= runmin[S, k] >= taus[:, None]
+            kept &= ~((trunc < lens) & (arr.grid[k] >= trunc))
+        e = kept & (ids >= 0)
+        if method.conf_weights:
+            assert arr.conf_at_pos is not None
+            w = arr.conf_at_pos[S, k]
+        else:
+            w = np.ones(ids.shape)
+        votes = tally(ids, w, e, arr.n_answers)
+        lead, has = leader(votes, ids, e) if first_seen else leader(votes)
+        vote = Vote(ids, kept, e, w, votes, lead, has)
+        for f in fields(vote):
+            getattr(vote, f.name).flags.writeable = False
+        self._shared[key] = vote
+        return vote
 
     def gamma_for(self, method: Method) -> Any:
         """The γ ``method``'s rule gets (:attr:`mars.methods.Stopping.gamma`)."""
@@ -261,38 +312,25 @@ class MethodRun:
 
     def snapshot(self, k: int, rows: np.ndarray) -> Snapshot:
         """The vote at checkpoint ``k`` of iterations ``rows``."""
-        arr, method = self.arr, self.method
-        grid = arr.grid
-        Sk = self.samples[rows]
-        ids = arr.ids[Sk, k]
-        kept = np.ones(ids.shape, dtype=bool)
-        if method.deepconf:
-            assert self.runmin is not None and self.taus is not None
-            kept &= self.runmin[Sk, k] >= self.taus[rows, None]
-            kept &= ~(self.truncated[rows] & (grid[k] >= self.trunc[rows]))
-        e = kept & (ids >= 0)
+        arr = self.arr
+        v = self.ctx.vote(k, self.method, self.first_seen)  # shared by the methods voting alike
+        if not np.array_equal(rows, np.arange(len(v.lead))):
+            v = v.take(rows)
         running = self._running(k, rows)
-        if method.conf_weights:
-            assert arr.conf_at_pos is not None
-            w = arr.conf_at_pos[Sk, k]
-        else:
-            w = np.ones(ids.shape)
-        votes = tally(ids, w, e, arr.n_answers)
-        lead, has = leader(votes, ids, e) if self.first_seen else leader(votes)
         return Snapshot(
             k=k,
-            position=int(grid[k]),
+            position=int(arr.grid[k]),
             rows=rows,
-            ids=ids,
-            eligible=e,
-            weights=w,
-            votes=votes,
-            lead=lead,
-            has_votes=has,
+            ids=v.ids,
+            eligible=v.eligible,
+            weights=v.weights,
+            votes=v.votes,
+            lead=v.lead,
+            has_votes=v.has_votes,
             running=running,
             n_answers=arr.n_answers,
-            q=None if self.q_matrix is None else self.q_matrix[Sk, k],
-            pending=kept & running & (ids < 0),
+            q=None if self.q_matrix is None else self.q_matrix[self.samples[rows], k],
+            pending=v.kept & running & (v.ids < 0),
             first_seen=self.first_seen,
         )
 
