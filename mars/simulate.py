@@ -238,6 +238,21 @@ class QuestionContext:
         self._shared[key] = vote
         return vote
 
+    def probe_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per trace and checkpoint k [n, m]: the probe tokens spent on it at checkpoints 0..k
+        while it runs, and whether one of them is unknown (what a method's probe cost sums over
+        its sampled traces up to its stop)."""
+
+        def compute():
+            arr = self.arr
+            assert arr.probe_tokens is not None
+            probed = arr.grid[None, :] < arr.run_lengths[:, None]
+            spent = np.cumsum(np.where(probed, np.maximum(arr.probe_tokens, 0), 0), axis=1)
+            unknown = np.logical_or.accumulate(probed & (arr.probe_tokens < 0), axis=1)
+            return spent, unknown
+
+        return self._cached("probe_sums", compute)
+
     def gamma_for(self, method: Method) -> Any:
         """The γ ``method``'s rule gets (:attr:`mars.methods.Stopping.gamma`)."""
         s = self.s
@@ -552,6 +567,12 @@ class MethodRun:
             return out
         if arr.probe_tokens is None:
             out[:] = np.nan
+            return out
+        if until is None:  # up to the stop: per-trace running sums, shared by the methods
+            spent, unknown_at = self.ctx.probe_sums()
+            at = np.minimum(stop_k, m - 1)[:, None]
+            out = spent[self.samples, at].sum(axis=1).astype(np.float64)
+            out[unknown_at[self.samples, at].any(axis=1)] = np.nan
             return out
         run_lens = self.run_lens
         probed_until = run_lens
