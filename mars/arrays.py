@@ -258,6 +258,37 @@ def _collect_strings(q: QuestionData) -> list:
     return out
 
 
+#: Every float16 value is a multiple of 2^-24; while a trace's confidences sum (in absolute value)
+#: to at most 2^29, every partial sum of them, in any order, is such a multiple below 2^53 · 2^-24:
+#: a float64 holds it exactly. The reference's sequential float64 cumulative sum is then exact,
+#: and so is any other way of summing the same tokens.
+_EXACT_SUM_BOUND = 2.0**29
+
+
+def _sums_are_exact(q: QuestionData) -> bool:
+    """Whether every trace's confidence sums are exact in float64 whatever their order."""
+    v = q.conf_values
+    if v is None or q.conf_offsets is None or v.dtype != np.float16 or v.size == 0:
+        return False
+    magnitude = np.array([(v.view(np.uint16) & 0x7FFF).max()], dtype=np.uint16)  # |v|'s bits
+    largest = float(magnitude.view(np.float16)[0])
+    longest = int(np.diff(q.conf_offsets).max())
+    return bool(np.isfinite(largest)) and largest * longest <= _EXACT_SUM_BOUND
+
+
+def _window_sums(c32: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, float]:
+    """Σ c32[starts[k]:ends[k]] for every k, and Σ c32, summed segment by segment between the
+    windows' boundaries (one pass over the tokens; exact when :func:`_sums_are_exact`)."""
+    L = len(c32)
+    bounds = np.unique(np.concatenate([[0], starts, ends]))
+    bounds = bounds[bounds < L]
+    prefix = np.zeros(len(bounds) + 1, dtype=np.float64)  # Σ c32[:bounds[i]], then Σ c32
+    if L:
+        np.cumsum(np.add.reduceat(c32, bounds, dtype=np.float64), out=prefix[1:])
+    at = np.append(bounds, L)
+    return prefix[np.searchsorted(at, ends)] - prefix[np.searchsorted(at, starts)], prefix[-1]
+
+
 def _confidence_stats(
     q: QuestionData,
     grid: np.ndarray,
@@ -271,37 +302,51 @@ def _confidence_stats(
     ``conf_window="at"`` (the reference): the window ends at token p inclusive; ``"before"``
     (live runs): the W tokens before the probe, all a live engine holds when it probes at p.
     ``group_stats=False`` skips DeepConf's group confidences (min_group and records are None).
+
+    Checkpoint confidences are the reference's float64 window sums; where those are exact
+    (:func:`_sums_are_exact`: any realistic pool) they are summed window by window instead of
+    through a cumulative sum over every token, the same numbers for half the work. Group
+    confidences keep the reference's float32 running sum, whose rounding they inherit.
     """
     n, m = q.n_traces, len(grid)
     conf_at_pos = np.empty((n, m), dtype=np.float32)
     min_group = np.empty(n, dtype=np.float32)
     rec_idx, rec_val, rec_cnt = [], [], np.zeros(n, dtype=np.int64)
     W = window
+    exact = _sums_are_exact(q)
     for j in range(n):
         c32 = q.confs(j).astype(np.float32)
         L = len(c32)
-        # checkpoint confidence: float64 cumulative sum, window of W tokens ending at index p
-        cs = np.zeros(L + 1, dtype=np.float64)
-        np.cumsum(c32, dtype=np.float64, out=cs[1:])
+        # checkpoint confidence: float64 sum of the window of W tokens ending at index p
         ends = (
             np.minimum(grid, L - 1) + 1 if conf_window == "at" else np.minimum(grid, L)
         )  # exclusive end
         starts = np.maximum(ends - W, 0)
-        vals = (cs[ends] - cs[starts]) / np.maximum(ends - starts, 1) if L else np.zeros(m)
-        whole = cs[L] / L if L else 0.0
+        if exact:
+            sums, total = _window_sums(c32, starts, ends)
+        else:  # the reference's float64 cumulative sum
+            cs = np.zeros(L + 1, dtype=np.float64)
+            np.cumsum(c32, dtype=np.float64, out=cs[1:])
+            sums, total = cs[ends] - cs[starts], cs[L]
+        vals = sums / np.maximum(ends - starts, 1) if L else np.zeros(m)
+        whole = total / L if L else 0.0
         vals = np.where(finished_at[j], whole, vals)
         conf_at_pos[j] = vals.astype(np.float32)
         if not group_stats:
             continue
         # group confidences: float32 running sum, sliding windows of W tokens
         if L < W:
-            gc = np.array([c32.mean(dtype=np.float32) if L else 0.0], dtype=np.float32)
+            run = np.array([c32.mean(dtype=np.float32) if L else 0.0], dtype=np.float32)
         else:
-            cs32 = np.zeros(L + 1, dtype=np.float32)
+            cs32 = np.empty(L + 1, dtype=np.float32)
+            cs32[0] = 0
             np.cumsum(c32, dtype=np.float32, out=cs32[1:])
-            gc = (cs32[W:] - cs32[:-W]) / np.float32(W)
-        run = np.minimum.accumulate(gc)
-        starts_rec = np.flatnonzero(np.concatenate(([True], run[1:] < run[:-1])))
+            run = np.subtract(cs32[W:], cs32[:-W])
+            np.divide(run, np.float32(W), out=run)
+            np.minimum.accumulate(run, out=run)
+        starts_rec = np.flatnonzero(run[1:] < run[:-1])
+        starts_rec += 1
+        starts_rec = np.concatenate(([0], starts_rec))
         rec_idx.append(starts_rec)
         rec_val.append(run[starts_rec])
         rec_cnt[j] = len(starts_rec)
