@@ -9,6 +9,7 @@ standalone page (``tables/<table>.html``) and each figure its caption as an HTML
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from html import escape
 
@@ -25,28 +26,60 @@ th.group { border-bottom: 1px solid #999; }
 tbody tr.break td { border-top: 1px solid #bbb; }
 tbody tr:last-child td { border-bottom: 1px solid #444; }
 .l { text-align: left; } .r { text-align: right; } .c { text-align: center; }
+td.r, code, .nw { white-space: nowrap; }
+code { font-size: 92%; }
+.tick { display: none; }
 pre { white-space: pre-wrap; font-size: 85%; color: #555; }
+pre div { padding-left: 2em; text-indent: -2em; }
 """.strip()
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def inline_html(text: object) -> str:
+    """Text as the Markdown shows it, escaped; its `code` spans as <code>. The backticks stay in
+    the page's text (hidden), so a cell reads as the same text in the HTML and the Markdown."""
+    return _CODE.sub(
+        r'<code><span class="tick">`</span>\1<span class="tick">`</span></code>', escape(str(text))
+    )
+
+
+def _unbroken(html: str, sep: str) -> str:
+    """``html`` that a line wraps only at ``sep``."""
+    parts = html.split(sep)
+    return html if len(parts) == 1 else sep.join(f'<span class="nw">{p}</span>' for p in parts)
 
 
 def cell_html(cell: Cell) -> str:
     """A cell as the Markdown shows it (same number formats), escaped; bold as <b>."""
     if cell.kind == "text" and not is_missing(cell.value):
-        s = escape(str(cell.value))
+        s = inline_html(cell.value)
     else:
         s = escape(replace(cell, bold=False).md())
     return f"<b>{s}</b>" if cell.bold and s else s
 
 
-def _notes(notes: list[str]) -> list[str]:
+def _notes(notes: list[str], html=escape) -> list[str]:
     if not notes:
         return []
-    return ["<ul>", *(f"<li>{escape(n)}</li>" for n in notes), "</ul>"]
+    return ["<ul>", *(f"<li>{html(n)}</li>" for n in notes), "</ul>"]
+
+
+def _align(table: Table) -> str:
+    """Each column's alignment: the table's ("c" as "r"), but a column of words on the left."""
+    align = list((table.align or "ll" + "r" * (len(table.headers) - 2)).replace("c", "r"))
+    for j in range(min(len(align), len(table.headers))):
+        cells = [row[j] for row in table.rows if j < len(row) and not is_missing(row[j].value)]
+        if cells and all(
+            c.kind == "text" and any(ch.isalpha() for ch in str(c.value)) for c in cells
+        ):
+            align[j] = "l"
+    return "".join(align)
 
 
 def table_html(table: Table) -> str:
     """A table as a standalone HTML page: title, caption, the table, its notes and commands."""
-    align = (table.align or "ll" + "r" * (len(table.headers) - 2)).replace("c", "r")
+    align = _align(table)
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -54,7 +87,7 @@ def table_html(table: Table) -> str:
         f"<h3>{escape(table.title)}</h3>",
     ]
     if table.caption:
-        out.append(f'<p class="caption">{escape(table.caption)}</p>')
+        out.append(f'<p class="caption">{inline_html(table.caption)}</p>')
     if table.source:
         out.append(f'<p class="caption"><b>{escape(table.source)}</b></p>')
     out += ["<table>", "<thead>"]
@@ -72,9 +105,11 @@ def table_html(table: Table) -> str:
         out.append(tr + "".join(tds) + "</tr>")
     if not table.rows:
         out.append(f'<tr><td colspan="{len(table.headers)}">(no data)</td></tr>')
-    out += ["</tbody>", "</table>", *_notes(table.notes)]
+    out += ["</tbody>", "</table>", *_notes(table.notes, inline_html)]
     if table.commands:
-        out += ["<p>Made by:</p>", f"<pre>{escape(chr(10).join(table.commands))}</pre>"]
+        # one line per command, wrapped between its words only (not at the hyphens of options)
+        lines = [f"<div>{_unbroken(escape(c), ' ')}</div>" for c in table.commands]
+        out += ["<p>Made by:</p>", "<pre>" + "".join(lines) + "</pre>"]
     out += ["</body></html>", ""]
     return "\n".join(out)
 
