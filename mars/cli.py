@@ -147,11 +147,18 @@ def simulate(
     from .progress import progress_bar
     from .results import summary_table, write_methods
     from .settings import Settings
-    from .simulate import pool_settings, simulate_pool, size_notes, supported_methods
+    from .simulate import (
+        check_protocol_inputs,
+        pool_settings,
+        simulate_pool,
+        size_notes,
+        supported_methods,
+    )
 
     with user_errors():
         parse_methods(method)
         settings = Settings(**(settings_given or {})).validate()
+        check_protocol_inputs(settings, fit_dir, cache)
         src = open_pool(pool)
         settings = pool_settings(src, settings)
         qids = parse_question_spec(questions)

@@ -457,7 +457,14 @@ def check_sizes(
             f"({b})"
         )
     notes = []
-    if traces:
+    if traces and settings.protocol == "parallel-probe":
+        q = min(traces, key=lambda k: (traces[k], k))
+        if b > traces[q]:
+            raise SimulationError(
+                f"--budget {b}: the parallel-probe protocol draws without replacement, and "
+                f"question {q} of {source} has only {traces[q]} traces"
+            )
+    elif traces:
         q = min(traces, key=lambda k: (traces[k], k))
         if b > traces[q]:
             which = (

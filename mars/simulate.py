@@ -694,6 +694,16 @@ def _worker(args) -> QuestionResult:
     return simulate_question(arr, methods, settings, fitted)
 
 
+def check_protocol_inputs(settings: Settings, fit_dir=None, cache_dir=None) -> None:
+    """Arrays and switch models of the fit stage or the cache are the bootstrap protocol's; another
+    protocol builds its own (:mod:`mars.protocol`)."""
+    if settings.protocol != protocol.BOOTSTRAP and (fit_dir is not None or cache_dir is not None):
+        raise SimulationError(
+            f"--protocol {settings.protocol} reads the traces its own way (exact answers, step "
+            "costs): it takes neither --fit nor --cache, whose arrays are the bootstrap protocol's"
+        )
+
+
 def simulate_pool(
     pool_path,
     methods: list[Method],
@@ -711,11 +721,7 @@ def simulate_pool(
     only.
     """
     settings.validate()
-    if settings.protocol != protocol.BOOTSTRAP and (fit_dir is not None or cache_dir is not None):
-        raise SimulationError(
-            f"--protocol {settings.protocol} reads the traces its own way (exact answers, step "
-            "costs): it takes neither --fit nor --cache, whose arrays are the bootstrap protocol's"
-        )
+    check_protocol_inputs(settings, fit_dir, cache_dir)
     pool = _worker_pool(str(pool_path))
     settings = pool_settings(pool, settings)
     qids = pool.qids if questions is None else questions

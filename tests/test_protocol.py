@@ -320,3 +320,24 @@ def test_a_tie_goes_to_the_answer_seen_first_or_to_the_lowest_id():
     eligible[0, 0] = False  # a trace that does not vote does not count as seen
     votes = tally(ids, np.ones(1), eligible, 4)
     assert leader(votes, ids, eligible)[0].tolist() == [1, 0]
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--budget", "11"], "draws without replacement, and question 0 of"),
+        (["--cache", "CACHE"], "takes neither --fit nor --cache"),
+        (["--fit", "FIT"], "takes neither --fit nor --cache"),
+    ],
+)
+def test_what_the_protocol_cannot_do_is_one_line_before_any_work(tmp_path, extra, message):
+    rng = np.random.default_rng(0)
+    src = tmp_path / "pp.json"
+    src.write_text(json.dumps([random_question(rng, 10)]))
+    import_parallel_probe(src, tmp_path / "pool", spacing=None)
+    extra = [str(tmp_path / e) if e.isupper() else e for e in extra]
+    args = ["simulate", str(tmp_path / "pool"), "-m", "sc", "--out", str(tmp_path / "out")]
+    res = runner.invoke(app, [*args, "--protocol", "parallel-probe", "--warmup", "4", *extra])
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert res.output.count("\n") == 1 and "note:" not in res.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "CACHE").exists()
