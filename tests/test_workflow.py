@@ -1028,3 +1028,66 @@ def test_snakefmt():
     files = [str(SNAKEFILE), str(REPO / "workflow")]
     r = subprocess.run([snakefmt, "--check", *files], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# the HTML report in a real browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _chromium_screenshot(page: Path, png: Path, size=(1400, 1000), script: str = "") -> None:
+    """Headless Chromium's screenshot of ``page`` after ``script`` ran (on load, in the page)."""
+    if script:  # before the last </body> (the report's scripts hold that string too)
+        html = page.read_text()
+        i = html.rfind("</body>")
+        hook = f"<script>addEventListener('load', () => setTimeout(() => {{{script}}}, 300));"
+        page = png.with_suffix(".html")
+        page.write_text(html[:i] + hook + "</script>" + html[i:])
+    profile = png.parent / f"{png.stem}-profile"  # a fresh profile: nothing of another run
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"]
+    cmd += ["--no-first-run", "--disable-background-networking", "--disable-component-update"]
+    cmd += ["--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}"]
+    cmd += ["--virtual-time-budget=5000", f"--window-size={size[0]},{size[1]}"]
+    cmd += [f"--screenshot={png}", page.as_uri()]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0 and png.is_file(), r.stdout + r.stderr
+
+
+@slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium on PATH (apt-get install chromium)")
+def test_html_report_in_chromium(tiny_run, tmp_path):
+    """The HTML report as a reader sees it: headless Chromium draws its landing page (the
+    workflow, its description, the Configuration / Figures / Tables menu) and a figure beside
+    its caption, as a click on the figure shows them (Snakemake's report is a JavaScript app:
+    nothing but a browser shows what it draws)."""
+    from PIL import Image
+
+    r = _run_as_printed(_printed_html_command(tiny_run["out"]), tiny_run["work"].parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = tiny_run["work"] / "results" / "report-config.html"
+    figure = "results/report-config/figures/fig1-left-savings.png"
+    show = (
+        f"const p = {json.dumps(figure)}; app.setView({{navbarMode: 'resultinfo', "
+        "resultPath: p, content: 'img', contentPath: results[p].data_uri});"
+    )
+    shots = {}
+    for name, script in (("landing", ""), ("figure", show)):
+        png = tmp_path / f"{name}.png"
+        _chromium_screenshot(page, png, script=script)
+        with Image.open(png) as img:
+            assert img.size == (1400, 1000), name
+            shots[name] = img.convert("RGB")
+        colours = shots[name].getcolors(maxcolors=1 << 21)
+        white = sum(n for n, c in colours if min(c) >= 245)
+        assert len(colours) > 100, f"{name}: {len(colours)} colours, a blank page"
+        assert 0.1 < 1 - white / (1400 * 1000) < 0.9, f"{name}: {white} white pixels"
+    # the figure drawn: the figure's view holds the coloured pixels of its PNG, the landing none
+    with Image.open(tiny_run["work"] / figure) as img:
+        drawn = {c: n for n, c in img.convert("RGB").getcolors(maxcolors=1 << 21)}
+    colourful = [c for c in drawn if max(c) - min(c) > 60]
+    total = sum(drawn[c] for c in colourful)
+    for name, least, most in (("figure", 0.5, 2.0), ("landing", 0.0, 0.1)):
+        seen = {c: n for n, c in shots[name].getcolors(maxcolors=1 << 21)}
+        share = sum(seen.get(c, 0) for c in colourful) / total
+        assert least <= share <= most, f"{name}: {share:.0%} of the figure's coloured pixels"
