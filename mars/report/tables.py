@@ -698,6 +698,7 @@ def table_oracle_share(results: Results, command: str | None = None) -> Table:
         rows=rows,
         data=pd.DataFrame(data),
         breaks=breaks,
+        align="lll" + "r" * 6,
         commands=used.commands(command),
         source=used.source(results),
     )
