@@ -9,6 +9,7 @@ context from the pool named in ``overall.json`` (or ``--pool``) and say so when 
 from __future__ import annotations
 
 import contextlib
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -408,7 +409,9 @@ def _draw_model_panels(
             ncol=len(handles),
             frameon=False,
         )
-    fig.suptitle(title, fontsize=10)
+    # a title no wider than its figure (one model: a narrow figure)
+    inches = fig.get_figwidth() if hasattr(fig, "get_figwidth") else fig.figure.get_figwidth()
+    fig.suptitle(textwrap.fill(title, max(30, int(inches * 11))), fontsize=10)
     # head-room for the value labels
     ymin, ymax = axes[0][0].get_ylim()
     axes[0][0].set_ylim(min(ymin, 0), ymax + 0.08 * (ymax - min(ymin, 0)))
@@ -931,11 +934,18 @@ def fig_ablations(
     )
     data = [gam, orc]
     with style():
-        width = max(_panels_width(results, gam), _panels_width(results, orc), 9.0)
+        wa, wb = _panels_width(results, gam), _panels_width(results, orc)
         ha, hb = (0.3 if gam.empty else 1.0), (0.3 if orc.empty else 1.0)
-        fig = plt.figure(figsize=(width, 3.2 * (ha + hb) + 4.0), layout="constrained")
-        # three rows: an array of subfigures (the stub's return type also allows a single one)
-        top, mid, bottom = cast(np.ndarray, fig.subfigures(3, 1, height_ratios=[ha, hb, 1.25]))
+        if wa + wb <= 16:  # (a) beside (b): a figure a screen can show whole
+            width = max(wa + wb, 10.0)
+            fig = plt.figure(figsize=(width, 3.2 * max(ha, hb) + 3.6), layout="constrained")
+            upper, bottom = cast(np.ndarray, fig.subfigures(2, 1, height_ratios=[max(ha, hb), 1.1]))
+            top, mid = cast(np.ndarray, upper.subfigures(1, 2, width_ratios=[wa, wb]))
+        else:  # many pools: (a) above (b)
+            width = max(wa, wb, 9.0)
+            fig = plt.figure(figsize=(width, 2.8 * (ha + hb) + 3.6), layout="constrained")
+            # three rows: an array of subfigures (the stub's return type also allows a single one)
+            top, mid, bottom = cast(np.ndarray, fig.subfigures(3, 1, height_ratios=[ha, hb, 1.25]))
         for sf, df, title, pairs in (
             (top, gam, "(a) savings gained by γ calibration over γ = 1", GAMMA_PAIRS),
             (mid, orc, "(b) savings gap at γ = 1: oracle q − learned q", ORACLE_PAIRS),
