@@ -147,6 +147,109 @@ def methods_spec(methods) -> str:
     return methods if isinstance(methods, str) else ",".join(methods)
 
 
+# ---------------------------------------------------------------------------------------------
+# models served by an inference server (backend: server)
+
+#: the keys of a server (schema ``$defs.server``), options of ``mars generate`` and ``mars probe``
+#: (the server backend's other options, e.g. the server's kind or the tokenizer, come from
+#: ``MARS_BACKEND_OPTIONS`` in the environment the jobs run in)
+SERVER_KEYS = ("base_url", "concurrency", "timeout")
+
+#: what a job asks for unless the config says (models.<m>.resources, probe.resources): a job that
+#: talks to a server runs the tokenizer and HTTP requests only, no model of its own
+DEFAULT_RESOURCES = {
+    "synthetic": {"gpu": 0, "mem_mb": 4000, "runtime": 60},
+    "server": {"gpu": 0, "mem_mb": 8000, "runtime": 720},
+    "transformers": {"gpu": 1, "mem_mb": 64000, "runtime": 720},
+    "sglang": {"gpu": 1, "mem_mb": 64000, "runtime": 720},
+}
+
+
+def probe_engine(config: dict, model: str) -> str:
+    """The engine that probes a model's traces: ``probe.backend``, else the generator's."""
+    return config["probe"].get("backend") or config["models"][model]["backend"]
+
+
+def server_of(config: dict, model: str, stage: str) -> dict | None:
+    """The server a ``generate`` or ``probe`` job of ``model`` talks to (its :data:`SERVER_KEYS`
+    that are set), or None when the job runs its engine itself. Probing goes to the model's own
+    server unless the probe section names another (``probe.base_url`` and the rest)."""
+    spec = config["models"][model]
+    own = {k: spec[k] for k in SERVER_KEYS if spec.get(k) is not None}
+    if stage == "generate":
+        return own if spec["backend"] == "server" else None
+    if probe_engine(config, model) != "server":
+        return None
+    probe = {k: config["probe"][k] for k in SERVER_KEYS if config["probe"].get(k) is not None}
+    return {**(own if spec["backend"] == "server" else {}), **probe}
+
+
+def server_flags(server: dict | None) -> str:
+    """The command-line options of a server (nothing without one)."""
+    if not server:
+        return ""
+    return " ".join(
+        f"--{k.replace('_', '-')} {shlex.quote(str(server[k]))}" for k in SERVER_KEYS if k in server
+    )
+
+
+def job_resource(config: dict, model: str, stage: str, key: str):
+    """A ``generate`` or ``probe`` job's resource (``gpu``, ``gpu_model``, ``mem_mb``,
+    ``runtime``): the config's, else what the job's engine needs (:data:`DEFAULT_RESOURCES`).
+    A probe job takes ``probe.resources``, else the generating model's resources when the same
+    engine probes, else the probe engine's defaults."""
+    spec = config["models"][model]
+    engine = spec["backend"]
+    own = spec.get("resources") or {}
+    if stage == "probe":
+        res = config["probe"].get("resources") or {}
+        if key in res:
+            return res[key]
+        if probe_engine(config, model) != engine:
+            engine, own = probe_engine(config, model), {}
+    if key in own:
+        return own[key]
+    return "" if key == "gpu_model" else DEFAULT_RESOURCES[engine][key]
+
+
+def _check_servers(config: dict) -> None:
+    """Server keys only where a server is used, and a URL for every job that talks to one."""
+    from urllib.parse import urlsplit
+
+    models, probe = config["models"], config["probe"]
+
+    def check_url(key: str, url: str) -> None:
+        try:
+            urlsplit(url).port  # noqa: B018 (raises on a port out of range or not a number)
+        except ValueError as exc:
+            raise ConfigError(f"{key}: {url!r} is not an http(s)://HOST:PORT URL ({exc})") from None
+
+    for m, spec in models.items():
+        for k in SERVER_KEYS:
+            if spec.get(k) is not None and spec["backend"] != "server":
+                raise ConfigError(
+                    f"models.{m}.{k}: only for a model served by a server (backend: server), "
+                    f"not {spec['backend']}"
+                )
+        if spec.get("base_url") is not None:
+            check_url(f"models.{m}.base_url", spec["base_url"])
+    if probe.get("base_url") is not None:
+        check_url("probe.base_url", probe["base_url"])
+    probed = [m for m in models if server_of(config, m, "probe") is not None]
+    set_here = [k for k in SERVER_KEYS if probe.get(k) is not None]
+    if set_here and not probed:
+        raise ConfigError(
+            f"probe.{set_here[0]}: only for probing through a server (probe.backend: server, "
+            "or a model of backend server)"
+        )
+    for m in probed:
+        if "base_url" not in (server_of(config, m, "probe") or {}):
+            raise ConfigError(
+                f"probe.base_url: probe.backend server needs the server's URL to probe the "
+                f"traces of models.{m} ({models[m]['backend']})"
+            )
+
+
 def _questions(key: str, spec) -> list[int] | None:
     """A question list of the config (None: every question), refused in one line naming it."""
     from .problems import parse_question_spec
@@ -220,7 +323,8 @@ def check_values(
 ) -> None:
     """Refuse what the schema cannot see, in one line naming the key: missing input files, an
     unknown preset or method, a bad question list, a dataset used but not defined, more shards
-    than traces, an import that is also generated, nothing to do."""
+    than traces, an import that is also generated, nothing to do, server keys of a model that
+    is not served, a server job without a URL."""
     from .methods import parse_methods
 
     datasets, models, gen = config["datasets"], config["models"], config["generation"]
@@ -255,6 +359,7 @@ def check_values(
             parse_methods(methods_spec(setting_params(config, s)["methods"]))
         except MarsError as exc:
             raise ConfigError(f"simulation.settings.{s}.methods: {exc}") from None
+    _check_servers(config)
     _check_inputs(config, problem_sets, presets)
     _check_selections(config)
 

@@ -298,6 +298,33 @@ def test_bad_config_fails_at_parse_time(tmp_path, change, message):
             "imports[0].path: no/such does not exist (relative to the working directory ",
         ),
         ({"report": {"out": ""}}, "report.out: '' should be non-empty"),
+        (
+            {"models": {"m": {"backend": "server", "base_url": "localhost:8080"}}},
+            "models.m.base_url: 'localhost:8080' is not an http(s)://HOST:PORT URL of the server",
+        ),
+        (
+            {"models": {"m": {"backend": "server", "base_url": "http://gpu-node:80800"}}},
+            "models.m.base_url: 'http://gpu-node:80800' is not an http(s)://HOST:PORT URL (Port",
+        ),
+        ({"models": {"m": {"backend": "server"}}}, "models.m: 'base_url' is a required property"),
+        (
+            {"models": {"m": {"backend": "server", "base_url": "http://h:1", "timeuot": 9}}},
+            "models.m.timeuot: unknown key (did you mean 'timeout'?",
+        ),
+        (
+            {"models": {"m": {"backend": "server", "base_url": "http://h:1", "concurrency": 0}}},
+            "models.m.concurrency: 0 is less than the minimum of 1",
+        ),
+        (
+            {"models": {"m": {"backend": "sglang", "model": "x", "base_url": "http://h:1"}}},
+            "models.m.base_url: only for a model served by a server (backend: server), not sglang",
+        ),
+        (
+            {"probe": {"backend": "server"}},
+            "probe.base_url: probe.backend server needs the server's URL to probe the traces of "
+            "models.tiny (synthetic)",
+        ),
+        ({"probe": {"timeout": 60}}, "probe.timeout: only for probing through a server"),
     ],
 )
 def test_config_rejects_in_one_line(change, message):
@@ -447,6 +474,88 @@ def test_schema_defaults_fill_a_minimal_config(tmp_path):
     assert "--traces 128 --n-shards 1 --seed 0 --probe none" in out
     assert "mars probe results/traces/m/mine/shard0 --out results/probes/m/mine/shard0" in out
     assert "--spacing 2048 --replace" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# a model served by an inference server (backend: server)
+
+SERVED = {
+    "backend": "server",
+    "base_url": "http://gpu-node:8000/v1",
+    "model": "Qwen/Qwen3-8B",
+    "concurrency": 64,
+    "timeout": 900,
+    "max_tokens": 4096,
+}
+
+
+def test_served_model_jobs_talk_to_the_server_and_ask_no_gpu(tmp_path):
+    """A served model's generate and probe jobs: no GPU of their own, `--backend server` with
+    the server's URL and options; a model of another engine beside it keeps its GPU."""
+    cfg = tiny_config(
+        tmp_path,
+        models={
+            "served": SERVED,
+            "local": {"backend": "transformers", "model": "HuggingFaceTB/SmolLM2-135M"},
+        },
+    )
+    out = smk(tmp_path, "-n", configfile=cfg).stdout
+    server_flags = "--base-url http://gpu-node:8000/v1 --concurrency 64 --timeout 900"
+    for rule in ("generate", "probe"):
+        served = [b for b in job_blocks(out, rule) if "model=served," in b]
+        local = [b for b in job_blocks(out, rule) if "model=local," in b]
+        assert len(served) == len(local) == 2, rule
+        for b in served:
+            assert "gpu=0," in b and "mem_mb=8000," in b and "runtime=720," in b, b
+            assert f" {server_flags} " in b, b
+        for b in local:
+            assert "gpu=1," in b and "--base-url" not in b
+    gen = next(b for b in job_blocks(out, "generate") if "model=served," in b)
+    assert "--backend server --model Qwen/Qwen3-8B --traces 16 --n-shards 2 --seed 0" in gen
+    assert "--max-tokens 4096" in gen
+    probe = next(b for b in job_blocks(out, "probe") if "model=served," in b)
+    assert f"--spacing 2048 {server_flags} --replace -q" in probe  # the generator's server
+
+
+def test_probing_through_a_server_of_its_own(tmp_path):
+    """probe.backend server probes any model's traces at probe.base_url (no GPU: the server
+    has it); a served model without a name leaves --model out (the server's only model)."""
+    served = {"backend": "server", "base_url": "http://127.0.0.1:8080"}
+    probe = {"backend": "server", "model": "judge", "base_url": "https://judge:443"}
+    cfg = tiny_config(tmp_path, models={"served": served}, probe=probe)
+    out = smk(tmp_path, "-n", configfile=cfg).stdout
+    gen = job_blocks(out, "generate")[0]
+    assert "--backend server --traces 16" in gen and "--base-url http://127.0.0.1:8080 >" in gen
+    for b in job_blocks(out, "probe"):
+        assert "gpu=0," in b
+        assert "--backend server --probe-model judge --base-url https://judge:443 --replace" in b
+
+
+@slow
+def test_a_served_model_moving_to_another_server_reruns_nothing(tmp_path):
+    """Where the server runs (URL, concurrency, timeout) does not shape the traces: a
+    generated shard stays done when the server comes back on another node and port, while a
+    change of what shapes them (the token cap) is a change Snakemake sees."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "mars"  # writes the shard's pool.json, as a finished `mars generate` does
+    fake.write_text(
+        '#!/bin/sh\nwhile [ "$1" != "--out" ]; do shift; done\n'
+        'mkdir -p "$2" && echo {} > "$2/pool.json"\n'
+    )
+    fake.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = {**yaml.safe_load(TEST_CONFIG.read_text()), "models": {"served": SERVED}}
+    target = "results/traces/served/aime_2025/shard0/pool.json"
+    smk(work, target, configfile=write_config(tmp_path / "a.yaml", cfg), path=bindir)
+    moved = {**SERVED, "base_url": "http://node7:9000", "concurrency": 8, "timeout": 60}
+    cfg["models"] = {"served": moved}
+    r = smk(work, "-n", target, configfile=write_config(tmp_path / "b.yaml", cfg), path=bindir)
+    assert "Nothing to be done" in r.stdout, r.stdout[-3000:]
+    cfg["models"] = {"served": {**moved, "max_tokens": 2048}}
+    r = smk(work, "-n", target, configfile=write_config(tmp_path / "c.yaml", cfg), path=bindir)
+    assert "Params have changed since last execution" in r.stdout, r.stdout[-3000:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -853,12 +962,13 @@ def _one_error_line(r: subprocess.CompletedProcess) -> str:
 
 @pytest.mark.parametrize(
     "case",
-    ["pools-without-data", "typo", "questions", "config-braces"],
+    ["pools-without-data", "typo", "questions", "config-braces", "server-url"],
 )
 @slow
 def test_bad_config_is_one_line_before_any_job(tmp_path, case):
     """config/pools.yaml in a fresh directory (its data not there yet), a typo, a bad question
-    list, --config with a nested value: one line naming the key, exit code 2, nothing written."""
+    list, --config with a nested value, a server's URL without its scheme: one line naming the
+    key, exit code 2, nothing written."""
     work = tmp_path / "work"
     work.mkdir()
     args, config = ["-n"], TEST_CONFIG
@@ -875,6 +985,10 @@ def test_bad_config_is_one_line_before_any_job(tmp_path, case):
         cfg["simulation"]["settings"]["pp-u4"]["questions"] = "5-3"
         config = write_config(tmp_path / "questions.yaml", cfg)
         expected = "simulation.settings.pp-u4.questions '5-3': range 5-3 runs backwards"
+    elif case == "server-url":
+        served = {"backend": "server", "base_url": "gpu-node:8000"}
+        config = tiny_config(tmp_path, models={"served": served})
+        expected = "models.served.base_url: 'gpu-node:8000' is not an http(s)://HOST:PORT URL"
     else:
         args = ["--config", "simulation={budget: 32}"]
         expected = "simulation.budget: '32' is not of type 'integer' (a value inside braces"

@@ -158,7 +158,7 @@ def generate_args(wildcards):
         args.append(f"--preset {shlex.quote(spec['preset'])}")
         if spec.get("skill") is not None:
             args.append(f"--skill {spec['skill']}")
-    else:
+    elif spec.get("model") is not None:  # a server's only model may go unnamed
         args.append(f"--model {shlex.quote(spec['model'])}")
     args += [
         f"--traces {gen_value(m, 'traces')}",
@@ -185,6 +185,34 @@ def probe_args(wildcards):
             flag = "--probe-model" if key == "model" else f"--{key.replace('_', '-')}"
             args.append(f"{flag} {shlex.quote(str(PROBE[key]))}")
     return " ".join(args + _flags(PROBE.get("sampling", {})))
+
+
+class Unrecorded:
+    """A param that reaches the command but not Snakemake's rerun check (which records only
+    params of built-in types)."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        return f"Unrecorded({self.text!r})"
+
+
+def with_server(stage, args):
+    """A rule's options and, after them, those of the server its job talks to (`--base-url`,
+    `--concurrency`, `--timeout`), unrecorded: where a server runs and how hard to push it do not
+    change the traces, so a server started again on another node and port reruns nothing. The
+    options without them are the rule's `provenance` param, which Snakemake records."""
+
+    def command(wildcards):
+        server = mars_workflow.server_of(config, wildcards.model, stage)
+        flags = mars_workflow.server_flags(server)
+        return Unrecorded(" ".join(a for a in (args(wildcards), flags) if a))
+
+    return command
 
 
 def simulate_methods(wildcards):
@@ -226,53 +254,15 @@ def simulate_args(wildcards):
 
 
 # ---------------------------------------------------------------------------------------------
-# resources of a generate job (a property of the model: real engines want a GPU)
+# resources of generate and probe jobs (what their engine needs: real engines a GPU, a job that
+# talks to a server none; mars.workflow.job_resource)
 
 
-def _is_real(model):
-    return MODELS[model]["backend"] != "synthetic"
+def job_resource(stage, key):
+    def resource(wildcards):
+        return mars_workflow.job_resource(config, wildcards.model, stage, key)
 
-
-def _probe_resource(wildcards, key, default):
-    """A probe job's resource: the probe section's, else the generating model's (real engines
-    probe on the GPUs they generate on)."""
-    res = PROBE.get("resources", {})
-    return res[key] if key in res else default(wildcards)
-
-
-def probe_gpu(wildcards):
-    return _probe_resource(wildcards, "gpu", gen_gpu)
-
-
-def probe_gpu_model(wildcards):
-    return _probe_resource(wildcards, "gpu_model", gen_gpu_model)
-
-
-def probe_mem_mb(wildcards):
-    return _probe_resource(wildcards, "mem_mb", gen_mem_mb)
-
-
-def probe_runtime(wildcards):
-    return _probe_resource(wildcards, "runtime", gen_runtime)
-
-
-def gen_gpu(wildcards):
-    res = MODELS[wildcards.model]["resources"]
-    return res.get("gpu", 1 if _is_real(wildcards.model) else 0)
-
-
-def gen_gpu_model(wildcards):
-    return MODELS[wildcards.model]["resources"].get("gpu_model", "")
-
-
-def gen_mem_mb(wildcards):
-    res = MODELS[wildcards.model]["resources"]
-    return res.get("mem_mb", 64000 if _is_real(wildcards.model) else 4000)
-
-
-def gen_runtime(wildcards):
-    res = MODELS[wildcards.model]["resources"]
-    return res.get("runtime", 720 if _is_real(wildcards.model) else 60)
+    return resource
 
 
 # ---------------------------------------------------------------------------------------------

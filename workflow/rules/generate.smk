@@ -34,13 +34,14 @@ rule generate:
         "results/benchmarks/generate/{model}/{dataset}/shard{shard}.tsv"
     retries: 1
     resources:
-        gpu=gen_gpu,
-        gpu_model=gen_gpu_model,
-        mem_mb=gen_mem_mb,
-        runtime=gen_runtime,
+        gpu=job_resource("generate", "gpu"),
+        gpu_model=job_resource("generate", "gpu_model"),
+        mem_mb=job_resource("generate", "mem_mb"),
+        runtime=job_resource("generate", "runtime"),
     params:
         out=subpath(output[0], parent=True),
-        args=generate_args,
+        args=with_server("generate", generate_args),
+        provenance=generate_args,
     shell:
         "mars generate --problems {input.problems} --out {params.out}"
         " --shard {wildcards.shard} {params.args} > {log} 2>&1"
@@ -63,14 +64,15 @@ rule probe:
         "results/benchmarks/probe/{model}/{dataset}/shard{shard}.tsv"
     retries: 1
     resources:
-        gpu=probe_gpu,
-        gpu_model=probe_gpu_model,
-        mem_mb=probe_mem_mb,
-        runtime=probe_runtime,
+        gpu=job_resource("probe", "gpu"),
+        gpu_model=job_resource("probe", "gpu_model"),
+        mem_mb=job_resource("probe", "mem_mb"),
+        runtime=job_resource("probe", "runtime"),
     params:
         traces=subpath(input.traces, parent=True),
         out=subpath(output[0], parent=True),
-        args=probe_args,
+        args=with_server("probe", probe_args),
+        provenance=probe_args,
     shell:
         "mars probe {params.traces} --out {params.out} {params.args} --replace -q > {log} 2>&1"
 
