@@ -237,18 +237,33 @@ def _check_traces(q: QuestionData) -> None:
     _check_probes(q)
     if q.conf_values is not None and q.conf_values.size:
         assert q.conf_offsets is not None
-        v = q.conf_values
-        if v.dtype == np.float16:  # inf or NaN: every exponent bit set (4× faster than isfinite)
-            finite = (v.view(np.uint16) & 0x7C00) != 0x7C00
-        else:
-            finite = np.isfinite(v)
-        if not finite.all():
-            pos = int(np.flatnonzero(~finite)[0])
+        pos = _first_nonfinite(q.conf_values)
+        if pos >= 0:
             j = int(np.searchsorted(q.conf_offsets, pos, side="right") - 1)
             raise PoolError(
                 f"{q.where(j)}: non-finite confidence (NaN or inf) at token "
                 f"{pos - q.conf_offsets[j]}"
             )
+
+
+def _first_nonfinite(v: np.ndarray, chunk: int = 1 << 16) -> int:
+    """Index of the first NaN or infinite value of ``v`` (-1: none). float16 values are judged on
+    their bits (every exponent bit set), a cache-sized chunk at a time: no temporary the size of
+    a question's confidences (tens of MB), 4× faster than ``isfinite``."""
+    if v.dtype != np.float16:
+        bad = np.flatnonzero(~np.isfinite(v))
+        return int(bad[0]) if bad.size else -1
+    bits = v.view(np.uint16)
+    buf = np.empty(min(chunk, len(bits)), dtype=np.uint16)
+    hit = np.empty(len(buf), dtype=bool)
+    for start in range(0, len(bits), chunk):
+        part = bits[start : start + chunk]
+        n = len(part)
+        np.bitwise_and(part, 0x7C00, out=buf[:n])
+        np.equal(buf[:n], 0x7C00, out=hit[:n])
+        if hit[:n].any():
+            return start + int(np.argmax(hit[:n]))
+    return -1
 
 
 def _check_probes(q: QuestionData) -> None:
