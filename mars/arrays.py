@@ -265,28 +265,52 @@ def _collect_strings(q: QuestionData) -> list:
 _EXACT_SUM_BOUND = 2.0**29
 
 
-def _sums_are_exact(q: QuestionData) -> bool:
-    """Whether every trace's confidence sums are exact in float64 whatever their order."""
-    v = q.conf_values
-    if v is None or q.conf_offsets is None or v.dtype != np.float16 or v.size == 0:
-        return False
-    magnitude = np.array([(v.view(np.uint16) & 0x7FFF).max()], dtype=np.uint16)  # |v|'s bits
-    largest = float(magnitude.view(np.float16)[0])
-    longest = int(np.diff(q.conf_offsets).max())
-    return bool(np.isfinite(largest)) and largest * longest <= _EXACT_SUM_BOUND
+def _largest(c: np.ndarray) -> float:
+    """max |c| of float16 values, from their bits less the sign (monotone in the magnitude)."""
+    bits = np.array([(c.view(np.uint16) & 0x7FFF).max()], dtype=np.uint16)
+    return float(bits.view(np.float16)[0])
 
 
-def _window_sums(c32: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, float]:
-    """Σ c32[starts[k]:ends[k]] for every k, and Σ c32, summed segment by segment between the
-    windows' boundaries (one pass over the tokens; exact when :func:`_sums_are_exact`)."""
-    L = len(c32)
+def _window_sums(c: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, float]:
+    """Σ c[starts[k]:ends[k]] for every k, and Σ c, in float64, summed segment by segment between
+    the windows' boundaries (one pass over the tokens; exact within :data:`_EXACT_SUM_BOUND`)."""
+    L = len(c)
     bounds = np.unique(np.concatenate([[0], starts, ends]))
     bounds = bounds[bounds < L]
-    prefix = np.zeros(len(bounds) + 1, dtype=np.float64)  # Σ c32[:bounds[i]], then Σ c32
+    prefix = np.zeros(len(bounds) + 1, dtype=np.float64)  # Σ c[:bounds[i]], then Σ c
     if L:
-        np.cumsum(np.add.reduceat(c32, bounds, dtype=np.float64), out=prefix[1:])
+        np.cumsum(np.add.reduceat(c, bounds, dtype=np.float64), out=prefix[1:])
     at = np.append(bounds, L)
     return prefix[np.searchsorted(at, ends)] - prefix[np.searchsorted(at, starts)], prefix[-1]
+
+
+def _records(gc: np.ndarray, block: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """Where the running minimum of ``gc`` falls (strictly; the first value always) and its value
+    there: index ``i`` is a record when ``gc[i] < min(gc[:i])``.
+
+    Block by block: a block holds a record only if its minimum is below every earlier block's,
+    and only those blocks (a few of them: records come early) are scanned in order. Comparisons
+    only, so the same records as a running minimum over every value.
+    """
+    n = len(gc)
+    firsts = np.arange(0, n, block)
+    lows = np.minimum.reduceat(gc, firsts)
+    if not np.isfinite(lows).all():  # NaN (never from a checked pool): the plain running minimum
+        run = np.minimum.accumulate(gc)
+        at = np.flatnonzero(np.concatenate(([True], run[1:] < run[:-1])))
+        return at, run[at]
+    before = np.empty(len(lows), dtype=gc.dtype)  # the minimum of the blocks before each
+    before[0] = np.inf
+    np.minimum.accumulate(lows[:-1], out=before[1:])
+    blocks = np.flatnonzero(lows < before)
+    at = firsts[blocks, None] + np.arange(block)
+    padded = np.where(at < n, gc[np.minimum(at, n - 1)], np.inf).astype(gc.dtype)
+    # the minimum before each value: its block's predecessors', then the block's own so far
+    previous = np.minimum.accumulate(
+        np.concatenate([before[blocks, None], padded[:, :-1]], axis=1), axis=1
+    )
+    rows, cols = np.nonzero(padded < previous)
+    return firsts[blocks][rows] + cols, padded[rows, cols]
 
 
 def _confidence_stats(
@@ -304,7 +328,7 @@ def _confidence_stats(
     ``group_stats=False`` skips DeepConf's group confidences (min_group and records are None).
 
     Checkpoint confidences are the reference's float64 window sums; where those are exact
-    (:func:`_sums_are_exact`: any realistic pool) they are summed window by window instead of
+    (:data:`_EXACT_SUM_BOUND`: any realistic trace) they are summed window by window instead of
     through a cumulative sum over every token, the same numbers for half the work. Group
     confidences keep the reference's float32 running sum, whose rounding they inherit.
     """
@@ -313,44 +337,50 @@ def _confidence_stats(
     min_group = np.empty(n, dtype=np.float32)
     rec_idx, rec_val, rec_cnt = [], [], np.zeros(n, dtype=np.int64)
     W = window
-    exact = _sums_are_exact(q)
+    half = q.conf_values is not None and q.conf_values.dtype == np.float16
+    lengths = np.diff(q.conf_offsets) if q.conf_offsets is not None else np.zeros(n, np.int64)
+    # checkpoint confidence: the float64 sum of the window of W tokens ending at index p
+    ends = (
+        np.minimum(grid[None, :], lengths[:, None] - 1) + 1
+        if conf_window == "at"
+        else np.minimum(grid[None, :], lengths[:, None])
+    )  # exclusive end
+    starts = np.maximum(ends - W, 0)
+    sums = np.zeros((n, m), dtype=np.float64)
+    totals = np.zeros(n, dtype=np.float64)
     for j in range(n):
-        c32 = q.confs(j).astype(np.float32)
-        L = len(c32)
-        # checkpoint confidence: float64 sum of the window of W tokens ending at index p
-        ends = (
-            np.minimum(grid, L - 1) + 1 if conf_window == "at" else np.minimum(grid, L)
-        )  # exclusive end
-        starts = np.maximum(ends - W, 0)
-        if exact:
-            sums, total = _window_sums(c32, starts, ends)
+        # float16 tokens are widened inside each sum (as exactly as a float32 copy would be)
+        c = q.confs(j) if half else q.confs(j).astype(np.float32)
+        L = len(c)
+        if not L:
+            sums[j] = 0.0
+        elif half and _largest(c) * L <= _EXACT_SUM_BOUND:  # every partial sum exact
+            sums[j], totals[j] = _window_sums(c, starts[j], ends[j])
         else:  # the reference's float64 cumulative sum
             cs = np.zeros(L + 1, dtype=np.float64)
-            np.cumsum(c32, dtype=np.float64, out=cs[1:])
-            sums, total = cs[ends] - cs[starts], cs[L]
-        vals = sums / np.maximum(ends - starts, 1) if L else np.zeros(m)
-        whole = total / L if L else 0.0
-        vals = np.where(finished_at[j], whole, vals)
-        conf_at_pos[j] = vals.astype(np.float32)
+            np.cumsum(c, dtype=np.float64, out=cs[1:])
+            sums[j], totals[j] = cs[ends[j]] - cs[starts[j]], cs[L]
         if not group_stats:
             continue
         # group confidences: float32 running sum, sliding windows of W tokens
         if L < W:
-            run = np.array([c32.mean(dtype=np.float32) if L else 0.0], dtype=np.float32)
+            run = np.array(
+                [c.astype(np.float32).mean(dtype=np.float32) if L else 0.0], dtype=np.float32
+            )
         else:
             cs32 = np.empty(L + 1, dtype=np.float32)
             cs32[0] = 0
-            np.cumsum(c32, dtype=np.float32, out=cs32[1:])
+            np.cumsum(c, dtype=np.float32, out=cs32[1:])
             run = np.subtract(cs32[W:], cs32[:-W])
             np.divide(run, np.float32(W), out=run)
-            np.minimum.accumulate(run, out=run)
-        starts_rec = np.flatnonzero(run[1:] < run[:-1])
-        starts_rec += 1
-        starts_rec = np.concatenate(([0], starts_rec))
-        rec_idx.append(starts_rec)
-        rec_val.append(run[starts_rec])
-        rec_cnt[j] = len(starts_rec)
-        min_group[j] = run[-1]
+        at, values = _records(run)
+        rec_idx.append(at)
+        rec_val.append(values)
+        rec_cnt[j] = len(at)
+        min_group[j] = values[-1]
+    vals = sums / np.maximum(ends - starts, 1)
+    whole = np.divide(totals, lengths, out=np.zeros(n), where=lengths > 0)
+    conf_at_pos[:] = np.where(finished_at, whole[:, None], vals)
     if not group_stats:
         return conf_at_pos, None, None, None, None
     rec_offsets = np.zeros(n + 1, dtype=np.int64)
