@@ -1,0 +1,189 @@
+"""The simulator's shortcuts compute exactly what the straightforward computation computes.
+
+Each fast path (window sums instead of a float64 running sum, records block by block, every
+iteration's DeepConf truncation at once, the margin test's terms selected once, a checkpoint's
+vote shared by the methods voting alike, probe costs from per-trace sums) is checked here against
+the plain computation it replaces, bit for bit, on random inputs that include its edge cases.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from util import write_layout_pool
+
+from mars import deepconf
+from mars.arrays import _EXACT_SUM_BOUND, _records, build_arrays
+from mars.methods import parse_methods
+from mars.pool import QuestionData, open_pool
+from mars.simulate import MethodRun, QuestionContext, Settings, simulate_question
+from mars.stopping import Margin, _challengers, margin
+from mars.voting import leader, tally
+
+
+def plain_confidence_stats(q: QuestionData, grid: np.ndarray, window: int, finished_at):
+    """reference-protocol §3.2-§3.4 as written: float64 running sum for the checkpoint
+    confidence, float32 running sum and running minimum for the group confidences."""
+    n, m = q.n_traces, len(grid)
+    conf = np.empty((n, m), np.float32)
+    lows, rec_idx, rec_val = [], [], []
+    for j in range(n):
+        c32 = q.confs(j).astype(np.float32)
+        L = len(c32)
+        cs = np.zeros(L + 1)
+        np.cumsum(c32, dtype=np.float64, out=cs[1:])
+        ends = np.minimum(grid, L - 1) + 1
+        starts = np.maximum(ends - window, 0)
+        vals = (cs[ends] - cs[starts]) / np.maximum(ends - starts, 1) if L else np.zeros(m)
+        conf[j] = np.where(finished_at[j], cs[L] / L if L else 0.0, vals).astype(np.float32)
+        if L < window:
+            gc = np.array([c32.mean(dtype=np.float32) if L else 0.0], np.float32)
+        else:
+            cs32 = np.zeros(L + 1, np.float32)
+            np.cumsum(c32, dtype=np.float32, out=cs32[1:])
+            gc = (cs32[window:] - cs32[:-window]) / np.float32(window)
+        run = np.minimum.accumulate(gc)
+        at = np.flatnonzero(np.concatenate(([True], run[1:] < run[:-1])))
+        lows.append(run[-1])
+        rec_idx.append(at)
+        rec_val.append(run[at])
+    return conf, np.array(lows, np.float32), rec_idx, rec_val
+
+
+@pytest.mark.parametrize("scale", [1.0, 3000.0])  # 3000: sums beyond 2^29, the running sum
+def test_confidence_statistics_equal_the_plain_computation(tmp_path, scale):
+    pool = write_layout_pool(tmp_path / "pool", seed=3, n_questions=2, n=30, max_len=40_000)
+    for qid in (0, 1):
+        q = open_pool(pool).read_question(qid)
+        rng = np.random.default_rng(qid)
+        assert q.conf_values is not None and q.conf_offsets is not None
+        q.conf_values = (rng.random(q.conf_values.size) * 20 * scale).astype(np.float16)
+        q.conf_values[rng.random(q.conf_values.size) < 0.3] = 12.0  # ties in the windows
+        if scale > 1:
+            assert float(q.conf_values.max()) * int(q.lengths.max()) > _EXACT_SUM_BOUND
+        for window in (2048, 1000, 5000):
+            arr = build_arrays(q, 2048, window)
+            finished = arr.grid[None, :] >= arr.lengths[:, None]
+            conf, lows, rec_idx, rec_val = plain_confidence_stats(q, arr.grid, window, finished)
+            assert np.array_equal(arr.conf_at_pos, conf)
+            assert np.array_equal(arr.min_group, lows)
+            assert arr.rec_offsets is not None and arr.rec_index is not None
+            assert np.array_equal(np.diff(arr.rec_offsets), [len(r) for r in rec_idx])
+            assert np.array_equal(arr.rec_index, np.concatenate(rec_idx))
+            assert np.array_equal(arr.rec_value, np.concatenate(rec_val))
+
+
+def test_records_equal_a_running_minimum():
+    rng = np.random.default_rng(0)
+    for t in range(400):
+        n = int(rng.integers(1, 1500))
+        gc = [
+            rng.normal(size=n),
+            rng.integers(0, 4, size=n),  # ties
+            np.cumsum(rng.normal(size=n)),
+            np.full(n, 3.0),
+            np.where(rng.random(n) < 0.01, np.nan, rng.normal(size=n)),
+        ][t % 5].astype(np.float32)
+        run = np.minimum.accumulate(gc)
+        at = np.flatnonzero(np.concatenate(([True], run[1:] < run[:-1])))
+        for block in (256, 7, 1):
+            idx, val = _records(gc, block)
+            assert np.array_equal(idx, at) and np.array_equal(val, run[at], equal_nan=True)
+            assert val.dtype == np.float32
+
+
+def test_truncations_of_every_iteration_equal_one_threshold_at_a_time(tmp_path):
+    pool = write_layout_pool(tmp_path / "pool", seed=4, n_questions=1, n=50, max_len=30_000)
+    arr = build_arrays(open_pool(pool).read_question(0))
+    rng = np.random.default_rng(1)
+    samples = rng.integers(0, arr.n_traces, size=(40, 64))
+    assert arr.min_group is not None
+    lo, hi = float(arr.min_group.min()), float(arr.min_group.max())
+    taus = [np.float32(t) for t in rng.uniform(lo - 0.01, hi + 0.01, 40)]
+    taus[:4] = [np.float32(-1), np.float32(1e9), arr.min_group[3], taus[4]]  # edges and a tie
+    one_by_one = np.stack([arr.truncation(t)[s] for t, s in zip(taus, samples)])
+    assert np.array_equal(deepconf.truncations(arr, taus, samples), one_by_one)
+    as_floats = [float(t) for t in taus]  # another type: compared as truncation() compares it
+    one_by_one = np.stack([arr.truncation(t)[s] for t, s in zip(as_floats, samples)])
+    assert np.array_equal(deepconf.truncations(arr, as_floats, samples), one_by_one)
+
+
+def plain_margin(votes, lead, has_votes, ids, weights, eligible, q, gamma, epsilon, strict):
+    """The margin test term by term, every challenger's costs built in full."""
+    R = len(lead)
+    base = gamma * weights
+    is_lead = ids == lead[:, None]
+    thr_unseen = np.sum(q * (np.where(is_lead, base * 2, base) * eligible), axis=-1)
+    v_lead = votes[np.arange(R), np.maximum(lead, 0)]
+    eps = 0.0 if epsilon is None else epsilon
+    cmp = np.greater if strict else np.greater_equal
+    ok = has_votes & cmp(v_lead, thr_unseen + eps)
+    chal = _challengers(votes, lead)
+    if chal.shape[1]:
+        own = ids[:, None, :] == chal[:, :, None]
+        cost = (
+            np.where(
+                is_lead[:, None, :],
+                (base * 2)[:, None, :],
+                np.where(own, (-weights)[:, None, :], base[:, None, :]),
+            )
+            * eligible[:, None, :]
+        )
+        thr = np.sum(q[:, None, :] * cost, axis=-1)
+        v_chal = np.take_along_axis(votes, np.maximum(chal, 0), axis=1)
+        eps_k = eps if np.ndim(eps) == 0 else eps[:, None]
+        ok &= (cmp(v_lead[:, None] - v_chal, thr + eps_k) | (chal < 0)).all(axis=1)
+    return ok
+
+
+def test_margin_equals_the_term_by_term_formula():
+    rng = np.random.default_rng(2)
+    for t in range(1500):
+        R, B, A = int(rng.integers(1, 9)), int(rng.integers(1, 40)), int(rng.integers(1, 7))
+        ids = rng.integers(-1, A, size=(R, B)).astype(np.int32)
+        eligible = (rng.random((R, B)) < 0.8) & (ids >= 0)
+        weights = [
+            np.ones((R, B)),
+            (rng.random((R, B)) * 10).astype(np.float32),
+            rng.random((R, B)) * 10,
+        ][t % 3]
+        q = rng.random((R, B)).astype(np.float32)
+        gamma = [1.0, 0.7, np.float64(0.63), 1, np.float32(0.8)][t % 5]
+        votes = tally(ids, weights, eligible, A)
+        lead, has = leader(votes)
+        eps = None if t % 4 else rng.random(R) * 2
+        strict = bool(t % 2)
+        got = margin(votes, lead, has, ids, weights, eligible, q, gamma, eps, strict)
+        assert isinstance(got, Margin)
+        want = plain_margin(votes, lead, has, ids, weights, eligible, q, gamma, eps, strict)
+        assert np.array_equal(got.passed, want)
+
+
+def test_methods_sharing_a_question_decide_as_they_do_alone(tmp_path):
+    """Votes shared across methods, probe costs from shared sums: each method's result equals
+    its result in a context of its own."""
+    pool = write_layout_pool(tmp_path / "pool", seed=5, n_questions=2, n=60, abstain=0.1)
+    settings = Settings(budget=24, iterations=6, warmup=8)
+    methods = parse_methods("all")
+    for qid in (0, 1):
+        arr = build_arrays(open_pool(pool).read_question(qid))
+        together = simulate_question(arr, methods, settings).methods
+        for m in methods:
+            alone = MethodRun(QuestionContext(arr, settings), m).run()
+            for field in ("answer", "tokens", "position", "stopped_by", "probe_tokens"):
+                a, b = getattr(together[m.name], field), getattr(alone, field)
+                assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), (m.name, field)
+
+
+def test_probe_cost_from_shared_sums_equals_the_direct_count(tmp_path):
+    pool = write_layout_pool(tmp_path / "pool", seed=6, n_questions=1, n=40)
+    arr = build_arrays(open_pool(pool).read_question(0))
+    assert arr.probe_tokens is not None
+    arr.probe_tokens[3, 1] = -1  # one unknown cost
+    ctx = QuestionContext(arr, Settings(budget=16, iterations=8, warmup=4))
+    run = MethodRun(ctx, parse_methods("sc-mars")[0])
+    stop_k = np.arange(8) % (len(arr.grid) + 1)
+    never = np.full(run.samples.shape, np.iinfo(np.int64).max)  # charged to the end: the same
+    assert np.array_equal(
+        run._probe_tokens(stop_k, None), run._probe_tokens(stop_k, never), equal_nan=True
+    )
