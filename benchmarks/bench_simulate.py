@@ -1,26 +1,41 @@
-"""Simulator benchmark: all 14 reference methods from a cold start, time and peak memory.
+"""Simulator benchmark: the reference methods from a cold start, time and peak memory.
 
-    python benchmarks/bench_simulate.py            # 10 questions × 1,024 traces (≈15k tokens)
+    python benchmarks/bench_simulate.py            # 10 questions × 1,024 traces (≈18k tokens)
     python benchmarks/bench_simulate.py --scaling  # + per-question cost at 1,024 / 2,048 /
                                                    #   4,096 traces
+    python benchmarks/bench_simulate.py --paper    # 30 questions × 4,096 traces, every method
+    python benchmarks/bench_simulate.py --cold-only --runs 3 --against /tmp/old
+                                                   # side by side with another checkout
 
 Besides the cold run it times the fit stage (`mars fit`, fresh process) and `mars simulate --fit`
 on its output (arrays and switch models read, nothing refitted), checks that both give the
 same per-iteration results, and times the 14 methods plus the two beyond-the-paper rules
 (`sc-mars2`, `dco-mars2`, docs/beyond.md) on the same fit to give their share of the time.
+`--cold-only` times the cold run alone; `--paper` is the paper-scale case (`--questions 30
+--traces 4096 --method all --workers 2 --cold-only`).
+
+`--against DIR` runs the `mars` of another checkout of this repository (e.g. a `git worktree` of an
+older commit) on the same pool, alternating with this one run by run (`--runs`), so both sides
+see the same machine load. Each cold measurement runs `mars simulate` in a fresh process (no
+cache) and reports wall and CPU seconds (user + system of every process of the command), the
+peak RSS of its largest process and the peak of all its processes together (sampled every 50
+ms).
 
 The pool is generated once with our synthetic backend (DeepSeek-R1-8B preset on AIME 2025, traces of
-about 15k tokens with per-token confidences) into benchmarks/out/. Each measurement runs
-`mars simulate` in a fresh process (cold: no cache) and reads its peak RSS from the OS.
+about 18k tokens with per-token confidences) into benchmarks/out/ (`--out`); 10 × 1,024 traces take
+360 MB, 30 × 4,096 4.2 GB and about 3 minutes to generate.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -53,7 +68,9 @@ def disk_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
 
 
-def run_simulate(pool: Path, out: Path, workers: int, extra=(), methods="reference") -> dict:
+def run_simulate(
+    pool: Path, out: Path, workers: int, extra=(), methods="reference", code: Path | None = None
+) -> dict:
     return run_mars(
         [
             "simulate",
@@ -66,7 +83,8 @@ def run_simulate(pool: Path, out: Path, workers: int, extra=(), methods="referen
             str(workers),
             "-q",
             *extra,
-        ]
+        ],
+        code,
     )
 
 
@@ -78,77 +96,188 @@ _PEAK = (
 )
 
 
-def run_mars(args: list[str]) -> dict:
-    """One `mars` command in a fresh process: wall and CPU seconds, peak RSS of its processes."""
+def _tree_rss(pid: int) -> int:
+    """Bytes resident in process ``pid`` and all its descendants now (0 once it is gone)."""
+    try:
+        import psutil
+    except ImportError:  # no sampling without psutil (snakemake brings it)
+        return 0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_mars(args: list[str], code: Path | None = None) -> dict:
+    """One `mars` command in a fresh process (of the checkout ``code``, default this one): wall
+    and CPU seconds, peak RSS of its largest process and of all its processes together."""
     cmd = [sys.executable, "-c", _PEAK, sys.executable, "-m", "mars.cli", *args]
+    code = HERE.parent if code is None else code  # its own mars first on the path
+    env = {**os.environ, "PYTHONPATH": str(code)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, check=True, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, cwd=code)
+    peak_total = [0]
+
+    def sample() -> None:
+        while proc.poll() is None:
+            peak_total[0] = max(peak_total[0], _tree_rss(proc.pid))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, stderr = proc.communicate()
     wall = time.perf_counter() - t0
+    sampler.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    *messages, peak_kib = done.stderr.rstrip("\n").split("\n")
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(args[:2])} failed ({proc.returncode}):\n{stderr}")
+    *messages, peak_kib = stderr.rstrip("\n").split("\n")
     if messages:
         print("\n".join(messages), file=sys.stderr)
     return {
         "wall_s": round(wall, 2),
-        "peak_rss_mb": round(int(peak_kib) / 1024, 1),
         "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 2),
+        "peak_rss_mb": round(int(peak_kib) / 1024, 1),
+        "peak_total_rss_mb": round(peak_total[0] / 2**20, 1),
     }
+
+
+def same_results(a: Path, b: Path) -> bool:
+    """Every method's per-iteration results byte-identical in two output directories."""
+    return all(
+        (a / m.name / "per_iteration.csv").read_bytes() == (m / "per_iteration.csv").read_bytes()
+        for m in b.iterdir()
+        if m.is_dir()
+    )
+
+
+def same_shared_results(a: Path, b: Path) -> dict:
+    """Methods both output directories hold, and whether each one's per-iteration rows are equal
+    on the columns both versions write (an older checkout may write fewer)."""
+    import csv
+
+    out = {}
+    for m in sorted(p.name for p in b.iterdir() if p.is_dir() and (a / p.name).is_dir()):
+        with open(a / m / "per_iteration.csv") as fa, open(b / m / "per_iteration.csv") as fb:
+            ra, rb = list(csv.DictReader(fa)), list(csv.DictReader(fb))
+        cols = [c for c in (ra[0] if ra else {}) if c in (rb[0] if rb else {})]
+        out[m] = len(ra) == len(rb) and all(
+            [x[c] for c in cols] == [y[c] for c in cols] for x, y in zip(ra, rb)
+        )
+    return out
+
+
+def cold_runs(
+    pool: Path, a: argparse.Namespace, methods: str, against: Path | None
+) -> tuple[dict, dict | None]:
+    """``a.runs`` cold runs (alternating with ``against``'s when given): every run and the
+    median of each figure, for this checkout and the other."""
+    mine: list[dict] = []
+    theirs: list[dict] = []
+    for i in range(a.runs):
+        if against is not None:
+            r = run_simulate(pool, a.out / "sim-against", a.workers, (), methods, against)
+            theirs.append(r)
+            print(f"against run {i + 1}", json.dumps(r), file=sys.stderr)
+        r = run_simulate(pool, a.out / "sim-main", a.workers, (), methods)
+        mine.append(r)
+        print(f"this checkout run {i + 1}", json.dumps(r), file=sys.stderr)
+
+    def summary(runs: list[dict]) -> dict:
+        keys = ("wall_s", "cpu_s", "peak_rss_mb", "peak_total_rss_mb")
+        return {
+            "median": {k: round(statistics.median(r[k] for r in runs), 2) for k in keys},
+            "runs": runs,
+        }
+
+    return summary(mine), (summary(theirs) if theirs else None)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--questions", type=int, default=10)
     ap.add_argument("--traces", type=int, default=1024)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--method", default="reference", help="methods of the cold run")
     ap.add_argument("--scaling", action="store_true")
+    ap.add_argument("--paper", action="store_true", help="30 × 4,096 traces, every method, cold")
+    ap.add_argument("--cold-only", action="store_true", help="the cold run alone")
+    ap.add_argument("--runs", type=int, default=1, help="cold runs (the median is reported)")
+    ap.add_argument("--against", type=Path, help="another checkout run side by side")
+    ap.add_argument("--out", type=Path, default=OUT, help="pools and outputs")
     a = ap.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
-    report = {}
-    pool = build_pool(OUT / f"pool-{a.questions}x{a.traces}", a.questions, a.traces)
+    if a.paper:
+        a.questions, a.traces, a.method, a.workers, a.cold_only = 30, 4096, "all", 2, True
+    a.out.mkdir(parents=True, exist_ok=True)
+    against = a.against.resolve() if a.against else None
+    report: dict = {"host_cpus": os.cpu_count(), "load_before": os.getloadavg()}
+    pool = build_pool(a.out / f"pool-{a.questions}x{a.traces}", a.questions, a.traces)
+    main, other = cold_runs(pool, a, a.method, against)
     report["main"] = {
         "pool": pool.name,
         "disk_mb": round(disk_mb(pool), 1),
-        **run_simulate(pool, OUT / "sim-main", a.workers),
+        "method": a.method,
+        "workers": a.workers,
+        **main,
     }
-    print(json.dumps(report["main"]), file=sys.stderr)
-    fit = OUT / "fit-main"
-    if fit.exists():
-        import shutil
+    if other is not None:
+        report["against"] = {"checkout": str(against), **other}
+        same = same_shared_results(a.out / "sim-against", a.out / "sim-main")
+        report["against"]["methods_compared"] = len(same)
+        report["against"]["identical"] = all(same.values())
+        report["against"]["differing"] = [m for m, ok in same.items() if not ok]
+    print("cold", json.dumps(report["main"]["median"]), file=sys.stderr)
+    if not a.cold_only:
+        fit = a.out / "fit-main"
+        if fit.exists():
+            import shutil
 
-        shutil.rmtree(fit)
-    report["fit"] = run_mars(
-        ["fit", str(pool), "--out", str(fit), "--workers", str(a.workers), "-q"]
-    )
-    report["with_fit"] = run_simulate(pool, OUT / "sim-fit", a.workers, ["--fit", str(fit)])
-    report["with_fit"]["identical"] = all(
-        (OUT / "sim-main" / m.name / "per_iteration.csv").read_bytes()
-        == (m / "per_iteration.csv").read_bytes()
-        for m in (OUT / "sim-fit").iterdir()
-        if m.is_dir()
-    )
-    print(
-        "fit",
-        json.dumps(report["fit"]),
-        "simulate --fit",
-        json.dumps(report["with_fit"]),
-        file=sys.stderr,
-    )
-    report["with_mars2"] = run_simulate(
-        pool, OUT / "sim-mars2", a.workers, ["--fit", str(fit)], "reference,sc-mars2,dco-mars2"
-    )
-    report["with_mars2"]["added_share"] = round(
-        report["with_mars2"]["wall_s"] / report["with_fit"]["wall_s"] - 1, 3
-    )
-    print("14 methods + sc-mars2, dco-mars2", json.dumps(report["with_mars2"]), file=sys.stderr)
+            shutil.rmtree(fit)
+        report["fit"] = run_mars(
+            ["fit", str(pool), "--out", str(fit), "--workers", str(a.workers), "-q"]
+        )
+        report["with_fit"] = run_simulate(
+            pool, a.out / "sim-fit", a.workers, ["--fit", str(fit)], a.method
+        )
+        report["with_fit"]["identical"] = same_results(a.out / "sim-main", a.out / "sim-fit")
+        print(
+            "fit",
+            json.dumps(report["fit"]),
+            "simulate --fit",
+            json.dumps(report["with_fit"]),
+            file=sys.stderr,
+        )
+        report["with_mars2"] = run_simulate(
+            pool,
+            a.out / "sim-mars2",
+            a.workers,
+            ["--fit", str(fit)],
+            f"{a.method},sc-mars2,dco-mars2",
+        )
+        report["with_mars2"]["added_share"] = round(
+            report["with_mars2"]["wall_s"] / report["with_fit"]["wall_s"] - 1, 3
+        )
+        print("+ sc-mars2, dco-mars2", json.dumps(report["with_mars2"]), file=sys.stderr)
     if a.scaling:
         for n in (1024, 2048, 4096):
-            p = build_pool(OUT / f"pool-2x{n}", 2, n)
-            r = run_simulate(p, OUT / f"sim-2x{n}", 1)
+            p = build_pool(a.out / f"pool-2x{n}", 2, n)
+            r = run_simulate(p, a.out / f"sim-2x{n}", 1)
             r["per_question_s"] = round(r["wall_s"] / 2, 2)
             report[f"2x{n}"] = {"disk_mb": round(disk_mb(p), 1), **r}
             print(n, json.dumps(report[f"2x{n}"]), file=sys.stderr)
-    (OUT / "bench_simulate.json").write_text(json.dumps(report, indent=2) + "\n")
+    report["load_after"] = os.getloadavg()
+    (a.out / f"bench_simulate-{a.questions}x{a.traces}.json").write_text(
+        json.dumps(report, indent=2) + "\n"
+    )
     print(json.dumps(report, indent=2))
 
 
