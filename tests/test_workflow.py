@@ -7,6 +7,7 @@ rules call ``mars``: the interpreter's bin directory is put first on PATH.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -1205,3 +1206,76 @@ def test_html_report_in_chromium(tiny_run, tmp_path):
         seen = {c: n for n, c in shots[name].getcolors(maxcolors=1 << 21)}
         share = sum(seen.get(c, 0) for c in colourful) / total
         assert least <= share <= most, f"{name}: {share:.0%} of the figure's coloured pixels"
+
+
+@pytest.mark.reference
+@pytest.mark.skipif(not PP_DATA.is_file(), reason="needs ../shared/data (Parallel-Probe traces)")
+@slow
+def test_parallel_probe_config_reproduces_their_table_and_reruns_in_part(tmp_path):
+    """config/parallel-probe.yaml as shipped: their matrices imported at their own spacing, their
+    protocol (no fit job: it reads none), their seven printed rows in the report's latency table;
+    a changed wave size reruns that setting's simulation and the report, nothing else."""
+    clone = _fresh_checkout(tmp_path / "clone")
+    config = clone / "config" / "parallel-probe.yaml"
+    data = clone / yaml.safe_load(config.read_text())["imports"][0]["path"]
+    data.parent.mkdir(parents=True)
+    shutil.copy2(PP_DATA, data)
+    header = re.search(r"^#\s+(snakemake .+)$", config.read_text(), re.M).group(1)
+    assert header == "snakemake --cores 4 --configfile config/parallel-probe.yaml"
+
+    def run(*extra):
+        r = subprocess.run(
+            [*shlex.split(header), *extra],
+            cwd=clone,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=900,
+        )
+        assert r.returncode == 0, r.stdout[-4000:]
+        return job_stats(r.stdout)
+
+    assert run() == {
+        "import_pool": 1,
+        "simulate": 3,
+        "tables_figures": 1,
+        "run_config": 1,
+        "all": 1,
+    }
+    report = clone / "results" / "report-parallel-probe"
+    lat = read_table_csv(report / "tables" / "table-latency.csv")
+    main = lat[lat.setting == "default"].set_index("method")
+    with open(PP_DATA.parent / "aime24_raw.csv") as f:
+        printed = {(r["Solver"], r["Strategy"]): r for r in csv.DictReader(f)}
+    rows = {
+        "single-sac": ("GreedySolver", "ConvergenceProbeStrategy"),
+        "sc": ("MajorityVoteSolver", "FullReadStrategy"),
+        "esc": ("ESCSolver", "FullReadStrategy"),
+        "asc": ("ASCSolver", "FullReadStrategy"),
+        "sc-sac": ("MajorityVoteSolver", "ConvergenceProbeStrategy"),
+        "pp-main-keep": ("GreedySolver", "ParallelESTPruning"),
+        "pp-main": ("GreedySolver", "ParallelESTPruningBurstMajorityOnActiveBranches"),
+    }
+    for method, key in rows.items():
+        got = main.loc[method]
+        want = printed[key]
+        assert (got.pp_Acc, got.pp_Cost, got.pp_Seq_Cost) == (
+            float(want["Acc"]),
+            int(want["Cost"]),
+            int(want["Seq_Cost"]),
+        ), method
+    assert {"sc-mars-cal", "sc-mars2-waves"} <= set(main.index)
+    overlay = tmp_path / "waves.yaml"
+    overlay.write_text(
+        "simulation:\n  settings:\n"
+        "    default: {protocol: parallel-probe}\n"
+        "    waves-8: {protocol: parallel-probe, wave_size: 4, methods: [sc, sc-mars2-waves]}\n"
+        "    waves-32: {protocol: parallel-probe, wave_size: 32, methods: [sc, sc-mars2-waves]}\n"
+    )
+    assert run("--configfile", str(config), str(overlay)) == {
+        "simulate": 1,
+        "tables_figures": 1,
+        "run_config": 1,
+        "all": 1,
+    }

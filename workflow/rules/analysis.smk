@@ -23,7 +23,7 @@ rule simulate:
     """Bootstrap-simulate every method of a setting on a pool (one directory per method)."""
     input:
         pool=pool_path,
-        fit="results/fit/{model}/{dataset}",
+        fit=simulate_fit,
     output:
         directory("results/simulate/{model}/{dataset}/{setting}"),
     log:
@@ -34,6 +34,7 @@ rule simulate:
     params:
         methods=simulate_methods,
         args=simulate_args,
+        fit=lambda wc, input: f"--fit {input.fit}" if input.fit else "",
     shell:
         "mars simulate {input.pool} --method {params.methods} --out {output} {params.args}"
-        " --fit {input.fit} --workers {threads} > {log} 2>&1"
+        " {params.fit} --workers {threads} > {log} 2>&1"

@@ -134,6 +134,17 @@ def import_format(wildcards):
     return IMPORTED[(wildcards.model, wildcards.dataset)]["format"]
 
 
+def import_args(wildcards):
+    return mars_workflow.import_args(IMPORTED[(wildcards.model, wildcards.dataset)])
+
+
+def simulate_fit(wildcards):
+    """The fit a setting's simulation reads: none under a protocol that builds its own arrays."""
+    if mars_workflow.uses_fit(config, wildcards.setting):
+        return f"results/fit/{wildcards.model}/{wildcards.dataset}"
+    return []
+
+
 # ---------------------------------------------------------------------------------------------
 # command-line options (only what changes a stage's result goes into `params`)
 
@@ -298,6 +309,9 @@ def all_pools():
 
 
 def all_fits():
+    """The fits the settings read (none when every setting runs a protocol of its own)."""
+    if not any(mars_workflow.uses_fit(config, s) for s in SETTINGS):
+        return []
     return [f"results/fit/{m}/{d}" for m, d in POOLS]
 
 

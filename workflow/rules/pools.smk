@@ -13,5 +13,6 @@ rule import_pool:
         "results/benchmarks/import_pool/{model}/{dataset}.tsv"
     params:
         fmt=import_format,
+        args=import_args,
     shell:
-        "mars import {params.fmt} {input} {output} > {log} 2>&1"
+        "mars import {params.fmt} {input} {output} {params.args} > {log} 2>&1"
