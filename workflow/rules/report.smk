@@ -37,6 +37,5 @@ rule run_config:
         f"results/logs/run_config/{report_slug()}.log",
     params:
         text=run_config_text(),
-    run:
-        Path(output[0]).write_text(params.text)
-        Path(log[0]).write_text(f"wrote {output[0]}\n")
+    script:
+        "../scripts/run_config.py"
