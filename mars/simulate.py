@@ -691,6 +691,7 @@ def _worker(args) -> QuestionResult:
     else:
         arr = load_arrays(q, cache_dir, spacing=settings.spacing, window=settings.window)
     _check_confs(methods, arr, pool.source)
+    del q  # the per-token confidences: not needed by the methods
     return simulate_question(arr, methods, settings, fitted)
 
 
