@@ -158,11 +158,17 @@ def fit_pool(
             if progress:
                 progress()
     else:
+        # the largest questions first (no worker left with a large one at the end); rows in
+        # question order, whatever the order of the work
+        work = open_pool(pool_path).work_estimate(qids)
+        order = sorted(range(len(jobs)), key=lambda i: -work.get(jobs[i][1], 0))
+        done: dict[int, list[dict]] = {}
         with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
-            for r in ex.map(_fit_one, jobs):
-                rows += r
+            for i, r in zip(order, ex.map(_fit_one, [jobs[i] for i in order])):
+                done[i] = r
                 if progress:
                     progress()
+        rows = [row for i in range(len(jobs)) for row in done[i]]
     table = pa.Table.from_pylist(rows, schema=schema.MODEL_SCHEMA)
     key = json.dumps(fit_key(fs.spacing, fs.window))
     stored = table.replace_schema_metadata({FIT_SETTINGS_KEY: key})

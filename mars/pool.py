@@ -352,6 +352,11 @@ class Pool:
         DeepConf), read from as little of the question as the format allows."""
         return self.read_question(qid).has_confs
 
+    def work_estimate(self, qids: Sequence[int]) -> dict[int, int]:
+        """A number that grows with the work of reading and simulating each question (its trace
+        file's bytes; here its traces), from metadata: the largest go to workers first."""
+        return self.trace_counts(qids)
+
     def fingerprint(self) -> str:
         """Cheap identity of the input (size + mtime of every file);
         content hashes are per question."""
@@ -644,6 +649,15 @@ class LayoutPool(Pool):
             except Exception:  # unreadable: read_question reports it
                 continue
         return counts
+
+    def work_estimate(self, qids: Sequence[int]) -> dict[int, int]:
+        sizes = {}
+        for q in qids:
+            try:
+                sizes[q] = (self.path / schema.trace_file_name(q)).stat().st_size
+            except OSError:  # reading it says what is wrong
+                sizes[q] = 0
+        return sizes
 
     def has_confs(self, qid: int) -> bool:
         """The first trace's ``confs`` tells (a pool holds them for every trace or none; reading

@@ -753,6 +753,9 @@ def simulate_pool(
             if progress:
                 progress()
     else:
+        # the largest questions first, so that no worker is left with a large one at the end
+        work = pool.work_estimate(qids)
+        jobs.sort(key=lambda job: -work.get(job[1], 0))
         with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
             for r in ex.map(_worker, jobs):
                 results.append(r)
