@@ -25,6 +25,7 @@ iteration, whether to stop now. Rules with memory (Parallel-Probe) keep it per i
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -554,14 +555,18 @@ class ConvergenceExit(Rule):
         return self.exited_at
 
 
+@functools.cache
 def _beta_stop_table(budget: int, threshold: float) -> np.ndarray:
     """Adaptive-Consistency's Beta criterion for every pair of top-two counts (v1, v2):
-    1 − BetaCDF(0.5; v1 + 1, v2 + 1) > threshold, with scipy's Beta distribution."""
+    1 − BetaCDF(0.5; v1 + 1, v2 + 1) > threshold, with scipy's Beta distribution (computed once
+    per budget and threshold: (budget + 1)² CDFs, ~0.1 s at 512; read-only, shared)."""
     from scipy.stats import beta
 
     v = np.arange(budget + 1)
     v1, v2 = np.meshgrid(v, v, indexing="ij")
-    return (1 - beta.cdf(0.5, v1 + 1, v2 + 1)) > threshold
+    table = (1 - beta.cdf(0.5, v1 + 1, v2 + 1)) > threshold
+    table.flags.writeable = False
+    return table
 
 
 @dataclass
