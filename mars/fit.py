@@ -39,6 +39,7 @@ from .errors import MarsError
 from .features import FEATURE_NAMES
 from .pool import Pool, QuestionData, open_pool, read_manifest
 from .qmodel import QuestionFit, SwitchModel, fit_question
+from .qmodel import preload as preload_fit
 from .settings import Settings, check_warmup, resolve_spacing
 from .workers import process_pool
 
@@ -163,6 +164,7 @@ def fit_pool(
         work = open_pool(pool_path).work_estimate(qids)
         order = sorted(range(len(jobs)), key=lambda i: -work.get(jobs[i][1], 0))
         done: dict[int, list[dict]] = {}
+        preload_fit()  # the workers fork with it
         with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
             for i, r in zip(order, ex.map(_fit_one, [jobs[i] for i in order])):
                 done[i] = r

@@ -52,6 +52,12 @@ def one_blas_thread() -> AbstractContextManager:
     return _BLAS[1].limit(limits=1, user_api="blas")
 
 
+def preload() -> None:
+    """Import what a fit needs (scipy.optimize, ~0.3 s): once in a parent process, rather than in
+    each of the worker processes it forks."""
+    import scipy.optimize  # noqa: F401
+
+
 def expit(x: np.ndarray) -> np.ndarray:
     """The logistic function, scipy's (1 / (1 + exp(−x)) with the C library's exp: numpy's own
     exp differs from it in the last bit for about 1 value in 50)."""

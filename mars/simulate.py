@@ -28,6 +28,7 @@ from .features import switch_labels
 from .methods import Method
 from .pool import Pool, PoolError, open_pool
 from .qmodel import QuestionFit, fit_question, predict_question
+from .qmodel import preload as preload_fit
 from .settings import Settings, check_sizes, resolve_spacing
 from .stopping import Rule, Snapshot
 from .voting import leader, tally
@@ -756,6 +757,8 @@ def simulate_pool(
         # the largest questions first, so that no worker is left with a large one at the end
         work = pool.work_estimate(qids)
         jobs.sort(key=lambda job: -work.get(job[1], 0))
+        if fit_dir is None and any(m.q == "learned" for m in methods):
+            preload_fit()  # the workers fork with it
         with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
             for r in ex.map(_worker, jobs):
                 results.append(r)
