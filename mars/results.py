@@ -23,7 +23,7 @@ from .atomic import folder_lock, make_dirs, make_temp_dir, naming_output, replac
 from .protocol import table_row
 from .schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
 
-PACKAGES = ("mars", "numpy", "scipy", "scikit-learn", "pandas", "pyarrow", "math-verify")
+PACKAGES = ("mars", "numpy", "scipy", "pandas", "pyarrow", "math-verify")
 
 
 @functools.cache
