@@ -142,14 +142,23 @@ def margin(
         slack = np.where(has_votes, v_lead - rhs_unseen, np.nan).astype(np.float64)
         binding = np.full(R, UNSEEN, dtype=np.int64)
     chal = _challengers(votes, lead)
-    if chal.shape[1]:
-        own = ids[:, None, :] == chal[:, :, None]
+    K = chal.shape[1]
+    if K:
         # a challenger's own voters cost −w (cast as the other costs are, then the same two
-        # products); the [R, K, B] terms are then those of the formula, one selection instead of
-        # two selections and two products per challenger
+        # products): every challenger's [B] terms are the unseen's, but at its own voters. Each
+        # trace votes for one answer, so they are copied once and each own voter's term written
+        # over its challenger's copy (what selecting per challenger computes, in one pass)
         neg = np.broadcast_to(np.asarray(-weights, dtype=cost_unseen.dtype), ids.shape)
         own_terms = q * (neg * eligible)
-        thr = np.sum(np.where(own, own_terms[:, None, :], terms[:, None, :]), axis=-1)
+        A = votes.shape[1]
+        slot = np.full((R, A + 1), -1, dtype=np.int64)  # challenger slot of each answer id
+        r_of, k_of = np.nonzero(chal >= 0)
+        slot[r_of, chal[r_of, k_of]] = k_of
+        k_own = slot[np.arange(R)[:, None], np.where(ids >= 0, ids, A)]  # [R, B]
+        per = np.repeat(terms[:, None, :], K, axis=1)
+        r_b, b_b = np.nonzero(k_own >= 0)
+        per[r_b, k_own[r_b, b_b], b_b] = own_terms[r_b, b_b]
+        thr = np.sum(per, axis=-1)  # padding slots (chal −1) hold the unseen's: never read
         v_chal = np.take_along_axis(votes, np.maximum(chal, 0), axis=1)
         eps_k = eps if np.ndim(eps) == 0 else eps[:, None]
         lhs, rhs = v_lead[:, None] - v_chal, thr + eps_k
