@@ -41,7 +41,7 @@ from .pool import Pool, QuestionData, open_pool, read_manifest
 from .qmodel import QuestionFit, SwitchModel, fit_question
 from .qmodel import preload as preload_fit
 from .settings import Settings, check_warmup, resolve_spacing
-from .workers import process_pool
+from .workers import map_largest_first, process_pool
 
 MODEL_NAME = "switch"
 #: 2: models.parquet records the spacing and window it was fitted with (FIT_SETTINGS_KEY);
@@ -159,18 +159,13 @@ def fit_pool(
             if progress:
                 progress()
     else:
-        # the largest questions first (no worker left with a large one at the end); rows in
-        # question order, whatever the order of the work
         work = open_pool(pool_path).work_estimate(qids)
-        order = sorted(range(len(jobs)), key=lambda i: -work.get(jobs[i][1], 0))
-        done: dict[int, list[dict]] = {}
         preload_fit()  # the workers fork with it
         with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
-            for i, r in zip(order, ex.map(_fit_one, [jobs[i] for i in order])):
-                done[i] = r
-                if progress:
-                    progress()
-        rows = [row for i in range(len(jobs)) for row in done[i]]
+            sizes = [work.get(q, 0) for q in qids]
+            rows = [
+                row for r in map_largest_first(ex, _fit_one, jobs, sizes, progress) for row in r
+            ]
     table = pa.Table.from_pylist(rows, schema=schema.MODEL_SCHEMA)
     key = json.dumps(fit_key(fs.spacing, fs.window))
     stored = table.replace_schema_metadata({FIT_SETTINGS_KEY: key})

@@ -32,7 +32,7 @@ from .qmodel import preload as preload_fit
 from .settings import Settings, check_sizes, resolve_spacing
 from .stopping import Rule, Snapshot
 from .voting import leader, tally
-from .workers import process_pool
+from .workers import map_largest_first, process_pool
 
 __all__ = [
     "MethodResult",
@@ -754,14 +754,10 @@ def simulate_pool(
             if progress:
                 progress()
     else:
-        # the largest questions first, so that no worker is left with a large one at the end
         work = pool.work_estimate(qids)
-        jobs.sort(key=lambda job: -work.get(job[1], 0))
         if fit_dir is None and any(m.q == "learned" for m in methods):
             preload_fit()  # the workers fork with it
         with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
-            for r in ex.map(_worker, jobs):
-                results.append(r)
-                if progress:
-                    progress()
+            sizes = [work.get(q, 0) for q in qids]
+            results = map_largest_first(ex, _worker, jobs, sizes, progress)
     return sorted(results, key=lambda r: r.qid)

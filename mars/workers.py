@@ -20,8 +20,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -65,6 +65,37 @@ class _Pool(ProcessPoolExecutor):
         end = None if timeout is None else time.monotonic() + timeout
         futures = [self.submit(fn, *args) for args in zip(*iterables, strict=False)]
         return (f.result(None if end is None else end - time.monotonic()) for f in futures)
+
+
+def map_largest_first(
+    ex: ProcessPoolExecutor,
+    fn: Callable[[Any], T],
+    jobs: Sequence[Any],
+    sizes: Sequence[float],
+    done: Callable[[], None] | None = None,
+) -> list[T]:
+    """``[fn(job) for job in jobs]`` on the pool ``ex``, the jobs of largest ``sizes`` started
+    first (so that no worker is left with a large one at the end); the results in job order, and
+    a failure as running them in order gives it: the error of the earliest failing job, raised
+    as soon as every job before it has finished. ``done`` is called as each job succeeds."""
+    first = sorted(range(len(jobs)), key=lambda i: -sizes[i])  # stable: ties in job order
+    futures = {ex.submit(fn, jobs[i]): i for i in first}
+    of = {i: f for f, i in futures.items()}
+    results: list[Any] = [None] * len(jobs)
+    finished = [False] * len(jobs)
+    failed: list[int] = []
+    for f in as_completed(futures):
+        i = futures[f]
+        finished[i] = True
+        if f.exception() is None:
+            results[i] = f.result()
+            if done:
+                done()
+        else:
+            failed.append(i)
+        if failed and all(finished[: min(failed)]):
+            of[min(failed)].result()  # raises it, as Executor.map would have
+    return results
 
 
 @contextlib.contextmanager

@@ -64,3 +64,36 @@ def test_map_raises_the_workers_error_and_leaves_no_pool_traceback(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == "MarsError question 0: bad\n"
     assert r.stderr == ""
+
+
+def _sleep_then(job: tuple[str, float]) -> float:
+    kind, delay = job
+    time.sleep(delay)
+    if kind == "fail":
+        raise MarsError(f"job of {delay} s failed")
+    return delay
+
+
+def test_largest_first_returns_in_job_order_and_raises_the_first_jobs_error():
+    """The largest jobs start first, but the results come in job order, and a failure is the
+    one running the jobs in order would raise: job 0's, although job 2 (larger) failed first."""
+    from mars.workers import map_largest_first, process_pool
+
+    done = []
+    with process_pool(2) as ex:
+        jobs = [("ok", 0.01), ("ok", 0.2), ("ok", 0.05)]
+        assert map_largest_first(ex, _sleep_then, jobs, [1, 3, 2], lambda: done.append(1)) == [
+            0.01,
+            0.2,
+            0.05,
+        ]
+    assert len(done) == 3
+    try:
+        with process_pool(2) as ex:
+            map_largest_first(
+                ex, _sleep_then, [("fail", 0.3), ("ok", 0.0), ("fail", 0.0)], [1, 1, 5]
+            )
+    except MarsError as exc:
+        assert str(exc) == "job of 0.3 s failed"
+    else:
+        raise AssertionError("no error")
