@@ -71,6 +71,10 @@ def disk_mb(path: Path) -> float:
 def run_simulate(
     pool: Path, out: Path, workers: int, extra=(), methods="reference", code: Path | None = None
 ) -> dict:
+    if out.exists():  # no method folder of an earlier run left to compare
+        import shutil
+
+        shutil.rmtree(out)
     return run_mars(
         [
             "simulate",
