@@ -639,6 +639,15 @@ def report(
     import shlex
 
     from .atomic import check_apart, output_dir
+    from .errors import need_extra
+
+    with user_errors():
+        if figures or tradeoff:
+            need_extra(
+                ("matplotlib", "seaborn"),
+                "report",
+                "drawing the figures (--no-figures: tables only)",
+            )
     from .report import render_report
     from .report.collect import parse_pool_overrides
 

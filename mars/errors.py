@@ -19,3 +19,17 @@ class UsageError(MarsError):
 
 class SimulationError(MarsError):
     """Bad simulation settings, or a method that does not apply to the pool."""
+
+
+def need_extra(modules: tuple[str, ...], extra: str, what: str) -> None:
+    """Refuse in one line, before any work, a command whose optional dependencies (the package
+    extra ``extra``) are not installed: the core (pools, fit, simulate, the stopping rules) needs
+    none of them."""
+    from importlib.util import find_spec
+
+    missing = [m for m in modules if find_spec(m) is None]
+    if missing:
+        raise UsageError(
+            f"{what} needs {' and '.join(missing)}, which are not installed: "
+            f"pip install 'mars[{extra}]'"
+        )

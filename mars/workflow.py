@@ -383,6 +383,9 @@ def check_values(
 def check_config(config: dict, schema_path: str | Path) -> None:
     """Check a workflow config and fill in the schema's defaults (in place): the schema first,
     then what it cannot see. One line naming the key (:class:`ConfigError`) for any problem."""
+    from .errors import need_extra
+
+    need_extra(("snakemake", "yaml", "jsonschema"), "workflow", "the workflow")
     import yaml
     from snakemake.utils import validate
 

@@ -18,7 +18,7 @@ try:
 except ImportError as exc:
     raise WorkflowError(
         f"the workflow needs the mars package in snakemake's environment ({exc}); "
-        "run `pip install -e .` in the checkout"
+        "run `pip install -e '.[workflow]'` in the checkout"
     )
 
 SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
