@@ -68,7 +68,6 @@ def main(argv=None) -> int:
             a.seed,
             out,
             questions=parse_qids(a.questions),
-            progress=False,
             workers=a.workers,
         )
         wall = time.perf_counter() - t0

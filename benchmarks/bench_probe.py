@@ -228,9 +228,7 @@ def main(argv=None) -> int:
         out["generate_probe_none"] = {"wall_s": round(t_bare, 2)}
         for name, reuse in (("probe_stage", True), ("probe_stage_reprefill", False)):
             be = backend(probe_kv_reuse=reuse)
-            probed, t = timed(
-                device, probe_pool, bare, root / name, be, spacing=a.spacing, progress=False
-            )
+            probed, t = timed(device, probe_pool, bare, root / name, be, spacing=a.spacing)
             rows = probe_records(probed, qids)
             stats = per_probe(rows)
             out[name] = {

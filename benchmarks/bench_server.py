@@ -222,7 +222,6 @@ def live(be, n: int, out: Path) -> dict:
         spacing=16,
         max_tokens=128,
         compare_full=True,
-        progress=False,
         consensus=0.5,
     )
     full = rec["full"]

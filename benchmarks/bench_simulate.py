@@ -58,7 +58,6 @@ def build_pool(path: Path, n_questions: int, n_traces: int) -> Path:
         seed=1,
         out=path,
         questions=range(n_questions),
-        progress=True,
     )
     print(f"generated {path.name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return path

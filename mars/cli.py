@@ -144,7 +144,7 @@ def simulate(
     from .atomic import check_apart, output_dir
     from .methods import parse_methods
     from .pool import open_pool
-    from .progress import progress_bar
+    from .progress import bar
     from .results import summary_table, write_methods
     from .settings import Settings
     from .simulate import (
@@ -179,8 +179,7 @@ def simulate(
         for note in notes:  # after every refusal: a note only when the run goes ahead
             err.print(f"note: {note}", highlight=False, soft_wrap=True)
         t0 = time.perf_counter()
-        with output_dir(out), progress_bar(disable=quiet) as progress:
-            task = progress.add_task("simulating questions", total=len(qids) if qids else None)
+        with output_dir(out), bar("simulating questions", disable=quiet) as progress:
             results = simulate_pool(
                 pool,
                 methods,
@@ -189,7 +188,7 @@ def simulate(
                 workers=workers,
                 cache_dir=cache,
                 fit_dir=fit_dir,
-                progress=lambda: progress.advance(task),
+                progress=progress,
             )
             fit = None if fit_dir is None else str(fit_dir)
             names = [m.name for m in methods]
@@ -222,7 +221,7 @@ def fit(
     """Fit the per-question stage: arrays and switch models (q) that `simulate --fit` reads."""
     from .atomic import check_apart, output_dir
     from .fit import check_fit, fit_pool, summary_table
-    from .progress import progress_bar
+    from .progress import bar
 
     with user_errors():
         try:
@@ -233,9 +232,8 @@ def fit(
             ) from None
         qids = parse_question_spec(questions)
         check_apart(out, [("POOL", pool)])
-        _, fitted = check_fit(pool, warmups, window, spacing, qids)
-        with output_dir(out), progress_bar(disable=quiet) as progress:
-            task = progress.add_task("fitting questions", total=len(fitted))
+        check_fit(pool, warmups, window, spacing, qids)  # refusals before --out is made
+        with output_dir(out), bar("fitting questions", disable=quiet) as progress:
             table = fit_pool(
                 pool,
                 out,
@@ -244,7 +242,7 @@ def fit(
                 spacing=spacing,
                 questions=qids,
                 workers=workers,
-                progress=lambda: progress.advance(task),
+                progress=progress,
             )
     if not quiet:
         err.print(summary_table(table, "switch models (in-sample fit)"))
@@ -334,6 +332,7 @@ def generate(
     from .atomic import check_apart
     from .backends.factory import make_backend
     from .generate import generate_pool
+    from .progress import bar
 
     with user_errors():
         qids = parse_question_spec(questions)
@@ -354,22 +353,23 @@ def generate(
             concurrency=concurrency,
             timeout=timeout,
         )
-        generate_pool(
-            be,
-            problems,
-            traces,
-            seed,
-            out,
-            questions=qids,
-            shard=shard,
-            n_shards=n_shards,
-            progress=not quiet,
-            spacing=spacing,
-            max_tokens=max_tokens,
-            with_confs=not no_confs,
-            probe=probe_mode,
-            token_ids=token_ids,
-        )
+        with bar(f"generate ({backend})", disable=quiet) as progress:
+            generate_pool(
+                be,
+                problems,
+                traces,
+                seed,
+                out,
+                questions=qids,
+                shard=shard,
+                n_shards=n_shards,
+                progress=progress,
+                spacing=spacing,
+                max_tokens=max_tokens,
+                with_confs=not no_confs,
+                probe=probe_mode,
+                token_ids=token_ids,
+            )
 
 
 @app.command()
@@ -411,6 +411,7 @@ def probe(
     from .atomic import check_apart
     from .pool import LayoutPool, open_pool
     from .probe import probe_backend, probe_pool
+    from .progress import bar
 
     with user_errors():
         qids = parse_question_spec(questions)
@@ -433,9 +434,10 @@ def probe(
             concurrency=concurrency,
             timeout=timeout,
         )
-        probe_pool(
-            traces, out, be, spacing=spacing, questions=qids, progress=not quiet, replace=replace
-        )
+        with bar(f"probe every {spacing} tokens", disable=quiet) as progress:
+            probe_pool(
+                traces, out, be, spacing=spacing, questions=qids, progress=progress, replace=replace
+            )
 
 
 @app.command()
@@ -479,6 +481,7 @@ def solve(
     from .atomic import check_apart
     from .backends.factory import make_backend
     from .live import solve_pool
+    from .progress import bar
 
     with user_errors():
         qids = parse_question_spec(questions)
@@ -496,21 +499,22 @@ def solve(
             concurrency=concurrency,
             timeout=timeout,
         )
-        rows = solve_pool(
-            be,
-            problems,
-            out,
-            method,
-            n_traces=traces,
-            warmup=warmup,
-            seed=seed,
-            spacing=spacing,
-            max_tokens=max_tokens,
-            questions=qids,
-            compare_full=compare_full,
-            progress=not quiet,
-            **(settings_given or {}),
-        )
+        with bar(f"solve ({method})", disable=quiet) as progress:
+            rows = solve_pool(
+                be,
+                problems,
+                out,
+                method,
+                n_traces=traces,
+                warmup=warmup,
+                seed=seed,
+                spacing=spacing,
+                max_tokens=max_tokens,
+                questions=qids,
+                compare_full=compare_full,
+                progress=progress,
+                **(settings_given or {}),
+            )
     if not quiet:
         _print_live(rows)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from .atomic import write_atomic, write_json_atomic
 from .errors import MarsError
 from .features import FEATURE_NAMES
 from .pool import Pool, QuestionData, open_pool, read_manifest
+from .progress import Progress, counter
 from .qmodel import QuestionFit, SwitchModel, fit_question
 from .qmodel import preload as preload_fit
 from .settings import Settings, check_warmup, resolve_spacing
@@ -140,32 +141,30 @@ def fit_pool(
     spacing: int | None = None,
     questions: Iterable[int] | None = None,
     workers: int = 1,
-    progress: Callable[[], None] | None = None,
+    progress: Progress | None = None,
 ) -> pa.Table:
     """Fit every requested question of a pool into ``out``; returns the models table.
 
     Arrays already cached in ``out`` (same question content and settings) are reused, so an
     interrupted fit resumes; ``models.parquet`` and ``fit.json`` are replaced atomically, the
-    manifest last.
+    manifest last. ``progress(done, total)``: questions fitted (:mod:`mars.progress`).
     """
     fs, qids = check_fit(pool_path, warmups, window, spacing, questions)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(str(pool_path), q, str(out), fs) for q in qids]
     rows: list[dict] = []
+    tick = counter(len(jobs), progress)
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
             rows += _fit_one(job)
-            if progress:
-                progress()
+            tick()
     else:
         work = open_pool(pool_path).work_estimate(qids)
         preload_fit()  # the workers fork with it
         with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
             sizes = [work.get(q, 0) for q in qids]
-            rows = [
-                row for r in map_largest_first(ex, _fit_one, jobs, sizes, progress) for row in r
-            ]
+            rows = [row for r in map_largest_first(ex, _fit_one, jobs, sizes, tick) for row in r]
     table = pa.Table.from_pylist(rows, schema=schema.MODEL_SCHEMA)
     key = json.dumps(fit_key(fs.spacing, fs.window))
     stored = table.replace_schema_metadata({FIT_SETTINGS_KEY: key})

@@ -28,7 +28,7 @@ from .errors import MarsError, UsageError
 from .pool import probes_array, token_ids_array
 from .pooldir import PoolDirWriter, write_trace_table
 from .problems import Problem, problems_digest, select_problems
-from .progress import track
+from .progress import Progress, counted
 from .shards import GENERATION_RECORD, shard_range
 from .workers import process_pool
 
@@ -261,7 +261,7 @@ def generate_pool(
     questions: Iterable[int] | None = None,
     shard: int | None = None,
     n_shards: int = 1,
-    progress: bool = True,
+    progress: Progress | None = None,
     spacing: int = schema.CHECKPOINT_SPACING,
     max_tokens: int | None = None,
     on_question: Callable[[int, pa.Table | None], None] | None = None,
@@ -282,7 +282,7 @@ def generate_pool(
         questions: qids to generate (default: all problems).
         shard, n_shards: generate only traces ``shard_range(n_traces, shard, n_shards)``; with
             ``n_shards > 1`` the directory is a shard for :func:`mars.shards.consolidate`.
-        progress: show a progress bar (stderr).
+        progress: called as ``progress(done, total)`` per question (:mod:`mars.progress`).
         spacing: checkpoint spacing in tokens (probes every ``spacing`` tokens).
         max_tokens: token cap (default: the backend's ``max_tokens``).
         on_question: called as ``on_question(qid, table)`` after each question is written
@@ -343,11 +343,9 @@ def generate_pool(
     if not writer.start(qids):
         return out
     todo = writer.todo(qids)
-    name = params.get("preset") or params["backend"]
-    desc = f"generate {name}" + (f" shard {shard}/{n_shards}" if n_shards > 1 else "")
     args = (seed, spacing, max_tokens)
     if workers <= 1 or len(todo) <= 1:
-        for qid in track(todo, len(todo), desc, progress):
+        for qid in counted(todo, len(todo), progress):
             path = writer.trace_path(qid)
             table = _generate_question(
                 backend,
@@ -385,7 +383,7 @@ def generate_pool(
                 ): q
                 for q in todo
             }
-            for f in track(as_completed(futs), len(futs), desc, progress):
+            for f in counted(as_completed(futs), len(futs), progress):
                 f.result()
                 if on_question is not None:
                     on_question(futs[f], None)

@@ -68,7 +68,7 @@ from .methods import DEFAULT_METHOD, Method, get_method, live_method
 from .pool import PoolError, QuestionData, open_pool, question_from_table
 from .pooldir import PoolDirWriter
 from .problems import Problem, problems_digest, select_problems
-from .progress import track
+from .progress import Progress, counted
 from .settings import LIVE_KEYS, Settings
 from .simulate import MethodResult, QuestionContext, run_method
 from .stepper import Stopper, Warmup
@@ -495,7 +495,7 @@ def solve_pool(
     max_tokens: int | None = None,
     questions: Iterable[int] | None = None,
     compare_full: bool = False,
-    progress: bool = True,
+    progress: Progress | None = None,
     on_question: Callable[[LiveRun], None] | None = None,
     **knobs,
 ) -> list[dict]:
@@ -543,7 +543,7 @@ def solve_pool(
         todo = writer.todo(qids)
         # a damaged record of a question done earlier is refused before any work
         read_records(out, [q for q in qids if q not in todo], warmup, n_traces, SUMMARY_FIELDS)
-        for qid in track(todo, len(todo), f"solve {m.name}", progress):
+        for qid in counted(todo, len(todo), progress):
             run = solve(
                 backend,
                 by_qid[qid],

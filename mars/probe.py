@@ -37,7 +37,7 @@ from .errors import MarsError, UsageError
 from .pool import LayoutPool, PoolError, open_pool, probes_array, read_manifest
 from .pooldir import PoolDirWriter
 from .problems import Problem
-from .progress import track
+from .progress import Progress, counted
 
 PROBE_RECORD = ".probe.json"
 #: Manifest keys of the input that describe its probes, replaced by the probe stage's.
@@ -167,7 +167,7 @@ def probe_pool(
     *,
     spacing: int = schema.CHECKPOINT_SPACING,
     questions: Iterable[int] | None = None,
-    progress: bool = True,
+    progress: Progress | None = None,
     replace: bool = False,
 ) -> Path:
     """Probe every trace of the pool (or shard) ``src`` again into ``out``; return ``out``.
@@ -205,7 +205,7 @@ def probe_pool(
             return Path(out)
         qrows = {r["qid"]: r for r in pq.read_table(pool.path / schema.POOL_QUESTIONS).to_pylist()}
         todo = writer.todo(qids)
-        for qid in track(todo, len(todo), f"probe every {spacing}", progress):
+        for qid in counted(todo, len(todo), progress):
             _probe_question(pool, qid, backend, spacing, qrows[qid], writer)
     manifest = {**params["source"], "qids": qids, "spacing": int(spacing), "probes": "stage"}
     writer.finish([qrows[q] for q in qids], {**manifest, "probe": params["probe"]})

@@ -27,6 +27,7 @@ from .errors import SimulationError
 from .features import switch_labels
 from .methods import Method
 from .pool import Pool, PoolError, open_pool
+from .progress import Progress, counter
 from .qmodel import QuestionFit, fit_question, predict_question
 from .qmodel import preload as preload_fit
 from .settings import Settings, check_sizes, resolve_spacing
@@ -713,14 +714,14 @@ def simulate_pool(
     questions: list[int] | None = None,
     workers: int = 1,
     cache_dir=None,
-    progress=None,
+    progress: Progress | None = None,
     fit_dir: str | Path | None = None,
 ) -> list[QuestionResult]:
     """Simulate every requested question of a pool; results sorted by qid, whatever ``workers``.
 
     ``fit_dir`` (from ``mars fit``) supplies the per-question arrays and the fitted switch models
     (nothing is refitted; the results are identical to fitting here); ``cache_dir`` caches arrays
-    only.
+    only. ``progress(done, total)``: questions simulated (:mod:`mars.progress`).
     """
     settings.validate()
     check_protocol_inputs(settings, fit_dir, cache_dir)
@@ -748,16 +749,16 @@ def simulate_pool(
         for q in qids
     ]
     results = []
+    tick = counter(len(jobs), progress)
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
             results.append(_worker(job))
-            if progress:
-                progress()
+            tick()
     else:
         work = pool.work_estimate(qids)
         if fit_dir is None and any(m.q == "learned" for m in methods):
             preload_fit()  # the workers fork with it
         with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
             sizes = [work.get(q, 0) for q in qids]
-            results = map_largest_first(ex, _worker, jobs, sizes, progress)
+            results = map_largest_first(ex, _worker, jobs, sizes, tick)
     return sorted(results, key=lambda r: r.qid)

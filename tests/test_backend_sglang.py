@@ -843,7 +843,6 @@ def _probe_stage_pool(tmp_path):
         SESSION["seed"],
         tmp_path / "gen",
         probe="none",
-        progress=False,
     )
 
 
@@ -856,7 +855,7 @@ def test_probe_stage_requests_go_tier_by_tier_with_exact_prefixes_and_read_cache
     stored = pq.read_table(pool / schema.trace_file_name(0)).to_pylist()
     assert all(r["probes"] == [] and len(r["token_ids"]) == r["length"] for r in stored)
     be = make_backend(ReplayEngine(PROBE["probing"]))
-    out = probe_pool(pool, tmp_path / "probed", be, spacing=PROBE["spacing"], progress=False)
+    out = probe_pool(pool, tmp_path / "probed", be, spacing=PROBE["spacing"])
     eng = be.engine
     prompt, suffix = be.prompt_ids(PROBLEM.question), be.suffix_ids
     ids = {r["trace_idx"]: r["token_ids"] for r in stored}
@@ -912,13 +911,13 @@ def test_probe_stage_waves_keep_tiers_within_a_wave(tmp_path):
     be = make_backend(small)
     assert be.wave_size(3, 140) == 1 and make_backend().wave_size(3, 140) == 3
     assert make_backend(probe_wave=2).wave_size(3, 140) == 2
-    probe_pool(pool, tmp_path / "probed", be, spacing=PROBE["spacing"], progress=False)
+    probe_pool(pool, tmp_path / "probed", be, spacing=PROBE["spacing"])
     sizes = [len(c) for c in small.calls]
     lengths = [len(c[0]["input_ids"]) for c in small.calls]
     assert sizes == [1] * 7 and lengths == [74, 81, 74, 82, 90, 74, 82]
     # requests per engine call are capped
     be = make_backend(ReplayEngine(PROBE["probing"]), probe_batch_size=2)
-    probe_pool(pool, tmp_path / "probed2", be, spacing=PROBE["spacing"], progress=False)
+    probe_pool(pool, tmp_path / "probed2", be, spacing=PROBE["spacing"])
     assert [len(c) for c in be.engine.calls] == [2, 1, 2, 1, 1]
 
 
@@ -967,7 +966,7 @@ def test_probe_stage_refuses_a_probe_model_too_short_before_any_request(tmp_path
     # trace 1 (24 tokens) probed at its end: prompt 40 + 24 + suffix 26 + 50 = 140 > 139 - 2
     eng = ReplayEngine(PROBE["probing"], context_len=139)
     text = _one_line_error(
-        lambda: probe_pool(pool, tmp_path / "probed", make_backend(eng), spacing=8, progress=False),
+        lambda: probe_pool(pool, tmp_path / "probed", make_backend(eng), spacing=8),
         "question 0, trace 1: the probe at position 24 needs prompt 40 + 24 trace tokens + probe "
         "suffix 26 + probe tokens 50 = 140 tokens",
         "context length 139",
@@ -976,5 +975,5 @@ def test_probe_stage_refuses_a_probe_model_too_short_before_any_request(tmp_path
     assert eng.calls == [] and not (tmp_path / "probed").exists()
     # exactly enough room: probes
     ok = ReplayEngine(PROBE["probing"], context_len=142)
-    probe_pool(pool, tmp_path / "probed", make_backend(ok), spacing=8, progress=False)
+    probe_pool(pool, tmp_path / "probed", make_backend(ok), spacing=8)
     assert len(ok.calls) == 3

@@ -107,7 +107,7 @@ def with_settings(be: TransformersBackend, **kw) -> TransformersBackend:
 def test_gguf_backend_writes_a_valid_pool(smol, tmp_path):
     be, _ = smol
     assert be.gguf_file == GGUF.name and be.describe()["gguf_file"] == GGUF.name
-    out = generate_pool(be, [Q], 3, 11, tmp_path / "pool", spacing=SPACING, progress=False)
+    out = generate_pool(be, [Q], 3, 11, tmp_path / "pool", spacing=SPACING)
     pool = open_pool(out)
     d = pool.read_question(0)
     assert d.n_traces == 3 and d.has_confs and d.probe_cost is not None
@@ -282,7 +282,6 @@ def test_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monkeypatch
             shard=s,
             n_shards=2,
             spacing=8,
-            progress=False,
         )
         for s in range(2)
     ]
@@ -504,12 +503,10 @@ def test_probe_stage_at_the_generation_spacing_equals_inline_probing_tiny(tiny, 
     from mars.probe import probe_pool
 
     be = tiny_backend(tiny["a"])
-    inline = generate_pool(be, [Q, Q2], 3, 5, tmp_path / "inline", spacing=SPACING, progress=False)
-    bare = generate_pool(
-        be, [Q, Q2], 3, 5, tmp_path / "bare", spacing=SPACING, probe="none", progress=False
-    )
+    inline = generate_pool(be, [Q, Q2], 3, 5, tmp_path / "inline", spacing=SPACING)
+    bare = generate_pool(be, [Q, Q2], 3, 5, tmp_path / "bare", spacing=SPACING, probe="none")
     pbe = tiny_backend(tiny["a"])
-    out = probe_pool(bare, tmp_path / "probed", pbe, spacing=SPACING, progress=False)
+    out = probe_pool(bare, tmp_path / "probed", pbe, spacing=SPACING)
     n = assert_probed_like_inline(inline, out, be, [Q, Q2])
     assert n > 0
     m = json.loads((out / schema.POOL_MANIFEST).read_text())
@@ -521,7 +518,7 @@ def test_probe_stage_at_the_generation_spacing_equals_inline_probing_tiny(tiny, 
     )
     # naive re-prefill: the same probes, nothing cached
     full_be = tiny_backend(tiny["a"], probe_kv_reuse=False)
-    full = probe_pool(bare, tmp_path / "full", full_be, spacing=SPACING, progress=False)
+    full = probe_pool(bare, tmp_path / "full", full_be, spacing=SPACING)
     for q in (0, 1):
         for a, b in zip(trace_rows(out, q), trace_rows(full, q)):
             for x, y in zip(a["probes"], b["probes"], strict=True):
@@ -552,7 +549,7 @@ def test_a_probe_model_of_another_vocabulary_sees_the_generators_text(tiny, tmp_
     from mars.probe import probe_pool
 
     gen = tiny_backend(tiny["a"])
-    pool = generate_pool(gen, [Q], 4, 5, tmp_path / "gen", probe="none", progress=False)
+    pool = generate_pool(gen, [Q], 4, 5, tmp_path / "gen", probe="none")
     m = json.loads((pool / schema.POOL_MANIFEST).read_text())
     assert m["model_path"] == str(tiny["a"]) and m["tokenizer_vocab"] == gen.vocab_digest()
     rows = trace_rows(pool)
@@ -561,7 +558,7 @@ def test_a_probe_model_of_another_vocabulary_sees_the_generators_text(tiny, tmp_
         full_be = tiny_backend(tiny[name], probe_kv_reuse=False)
         assert (full_be.vocab_digest() != gen.vocab_digest()) == reencoded
         seen = _record_prefills(full_be)
-        full = probe_pool(pool, tmp_path / f"{name}-full", full_be, spacing=SPACING, progress=False)
+        full = probe_pool(pool, tmp_path / f"{name}-full", full_be, spacing=SPACING)
         tok, prompt, suffix = full_be.tokenizer, full_be.prompt_ids(Q.question), full_be.suffix_ids
         assert tok.decode(prompt).startswith("<|im_start|>user\n" + Q.question)
         want_texts, want_ids = [], []
@@ -588,7 +585,7 @@ def test_a_probe_model_of_another_vocabulary_sees_the_generators_text(tiny, tmp_
         # the KV-cache path (a re-encoded prefix may depart from the previous one at its end:
         # the cache is cut back) gives the same probes
         kv_be = tiny_backend(tiny[name])
-        kv = probe_pool(pool, tmp_path / f"{name}-kv", kv_be, spacing=SPACING, progress=False)
+        kv = probe_pool(pool, tmp_path / f"{name}-kv", kv_be, spacing=SPACING)
         for a, b in zip(trace_rows(kv), trace_rows(full)):
             for x, y in zip(a["probes"], b["probes"], strict=True):
                 assert x["cached_tokens"] == x["prompt_tokens"] - len(suffix)
@@ -609,7 +606,7 @@ def test_a_probe_that_cannot_fit_the_probe_model_is_refused_before_any_work(tiny
     from mars.probe import probe_pool
 
     gen = tiny_backend(tiny["a"])
-    pool = generate_pool(gen, [Q], 3, 5, tmp_path / "gen", probe="none", progress=False)
+    pool = generate_pool(gen, [Q], 3, 5, tmp_path / "gen", probe="none")
     rows = trace_rows(pool)
     for name in ("a", "b"):
         tok = AutoTokenizer.from_pretrained(tiny[name])
@@ -634,11 +631,11 @@ def test_a_probe_that_cannot_fit_the_probe_model_is_refused_before_any_work(tiny
             )
             out = tmp_path / f"{name}{room}"
             if room == need:
-                probe_pool(pool, out, be, spacing=SPACING, progress=False)
+                probe_pool(pool, out, be, spacing=SPACING)
                 assert len(trace_rows(out)) == 3
                 continue
             with pytest.raises(MarsError) as err:
-                probe_pool(pool, out, be, spacing=SPACING, progress=False)
+                probe_pool(pool, out, be, spacing=SPACING)
             msg = str(err.value)
             assert "\n" not in msg and msg.startswith(
                 f"question 0, trace {worst['trace_idx']}: the probe at position "
@@ -655,7 +652,7 @@ def bare_pair(tiny, tmp_path_factory):
     """Two questions of two traces each, generated without probes (token ids kept)."""
     root = tmp_path_factory.mktemp("bare-pair")
     gen = tiny_backend(tiny["a"])
-    return generate_pool(gen, [Q, Q2], 2, 5, root / "gen", probe="none", progress=False)
+    return generate_pool(gen, [Q, Q2], 2, 5, root / "gen", probe="none")
 
 
 @pytest.mark.parametrize(
@@ -697,7 +694,7 @@ def test_token_ids_refused_while_probing_leave_nothing_behind(
     )
     out = tmp_path / "probed"
     with pytest.raises(MarsError) as err:
-        probe_pool(pool, out, tiny_backend(tiny["a"]), spacing=SPACING, progress=False)
+        probe_pool(pool, out, tiny_backend(tiny["a"]), spacing=SPACING)
     assert str(err.value) == "question 1, trace 0: " + message.format(
         short=length - 1, length=length
     )
@@ -711,10 +708,8 @@ def test_the_probe_stage_shows_the_probe_model_the_generators_prompt(tiny, tmp_p
 
     custom = {"prompt_template": "Solve it: {question}", "system_prompt": "Be brief."}
     gen = tiny_backend(tiny["a"], **custom)
-    inline = generate_pool(gen, [Q], 2, 5, tmp_path / "inline", spacing=SPACING, progress=False)
-    bare = generate_pool(
-        gen, [Q], 2, 5, tmp_path / "bare", spacing=SPACING, probe="none", progress=False
-    )
+    inline = generate_pool(gen, [Q], 2, 5, tmp_path / "inline", spacing=SPACING)
+    bare = generate_pool(gen, [Q], 2, 5, tmp_path / "bare", spacing=SPACING, probe="none")
     be = probe_backend(open_pool(bare).manifest, probe_max_new_tokens=6, device="cpu")
     assert isinstance(be, TransformersBackend)
     assert (be.prompt_template, be.system_prompt) == tuple(custom.values())
@@ -723,7 +718,7 @@ def test_the_probe_stage_shows_the_probe_model_the_generators_prompt(tiny, tmp_p
         == gen.prompt_ids(Q.question)
         != tiny_backend(tiny["a"]).prompt_ids(Q.question)
     )
-    out = probe_pool(bare, tmp_path / "probed", be, spacing=SPACING, progress=False)
+    out = probe_pool(bare, tmp_path / "probed", be, spacing=SPACING)
     assert assert_probed_like_inline(inline, out, gen, [Q]) > 0
 
 
@@ -735,9 +730,7 @@ def test_probe_cli_refuses_traces_without_token_ids(tiny, tmp_path):
     from mars.cli import app
 
     gen = tiny_backend(tiny["a"])
-    pool = generate_pool(
-        gen, [Q], 2, 5, tmp_path / "gen", spacing=SPACING, token_ids=False, progress=False
-    )
+    pool = generate_pool(gen, [Q], 2, 5, tmp_path / "gen", spacing=SPACING, token_ids=False)
     out = tmp_path / "probed"
     res = CliRunner().invoke(app, ["probe", str(pool), "--out", str(out), "--spacing", "8", "-q"])
     assert res.exit_code == 2, res.output
@@ -756,12 +749,10 @@ def test_probe_stage_at_the_generation_spacing_equals_inline_probing(smol, tmp_p
 
     be, _ = smol
     gen = with_settings(be, batch_size=4)
-    inline = generate_pool(gen, [Q, Q2], 4, 3, tmp_path / "inline", spacing=SPACING, progress=False)
-    bare = generate_pool(
-        gen, [Q, Q2], 4, 3, tmp_path / "bare", spacing=SPACING, probe="none", progress=False
-    )
+    inline = generate_pool(gen, [Q, Q2], 4, 3, tmp_path / "inline", spacing=SPACING)
+    bare = generate_pool(gen, [Q, Q2], 4, 3, tmp_path / "bare", spacing=SPACING, probe="none")
     prober = with_settings(be, batch_size=4)
-    out = probe_pool(bare, tmp_path / "probed", prober, spacing=SPACING, progress=False)
+    out = probe_pool(bare, tmp_path / "probed", prober, spacing=SPACING)
     assert assert_probed_like_inline(inline, out, gen, [Q, Q2]) >= 8
     assert prober.stats["reprobe_trace_tokens"] == sum(
         r["length"] for q in (0, 1) for r in trace_rows(bare, q)
@@ -779,7 +770,7 @@ def test_probe_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monke
     gen = TransformersBackend(
         model_dir, device="cpu", max_tokens=16, batch_size=1, probe_max_new_tokens=6
     )
-    pool = generate_pool(gen, [Q, Q2], 2, 3, tmp_path / "gen", probe="none", progress=False)
+    pool = generate_pool(gen, [Q, Q2], 2, 3, tmp_path / "gen", probe="none")
     out = tmp_path / "probed"
     env = {
         **os.environ,
@@ -815,7 +806,7 @@ def test_probe_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monke
     # uninterrupted, in this process, with the same settings
     monkeypatch.setenv("MARS_BACKEND_OPTIONS", env["MARS_BACKEND_OPTIONS"])
     ref_be = make_backend("transformers", model=str(model_dir), probe_max_new_tokens=6)
-    ref = probe_pool(pool, tmp_path / "ref", ref_be, spacing=4, progress=False)
+    ref = probe_pool(pool, tmp_path / "ref", ref_be, spacing=4)
     for q in (0, 1):
         a = pq.read_table(out / schema.trace_file_name(q))
         b = pq.read_table(ref / schema.trace_file_name(q))
@@ -849,9 +840,9 @@ def test_smollm2_and_a_model_of_another_vocabulary_probe_each_others_traces(smol
         ),
     ]
     for k, (gen, prober, source) in enumerate(cases):
-        pool = generate_pool(gen, [Q], 2, 7, tmp_path / f"gen{k}", probe="none", progress=False)
+        pool = generate_pool(gen, [Q], 2, 7, tmp_path / f"gen{k}", probe="none")
         seen = _record_prefills(prober)
-        out = probe_pool(pool, tmp_path / f"probed{k}", prober, spacing=SPACING, progress=False)
+        out = probe_pool(pool, tmp_path / f"probed{k}", prober, spacing=SPACING)
         probe = json.loads((out / schema.POOL_MANIFEST).read_text())["probe"]
         assert probe["probe_input"] == f"re-encoded from {source}"
         prompt = prober.prompt_ids(Q.question)

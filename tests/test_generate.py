@@ -41,7 +41,7 @@ def problems():
 
 def gen(problems, out, seed=0, n=8, **kw):
     kw.setdefault("spacing", SPACING)
-    return generate_pool(backend(), problems, n, seed, out, questions=QS, progress=False, **kw)
+    return generate_pool(backend(), problems, n, seed, out, questions=QS, **kw)
 
 
 def trace_bytes(pool_dir):
@@ -171,7 +171,7 @@ def test_refuses_other_parameters_or_foreign_dirs(tmp_path, problems):
     with pytest.raises(PoolError, match="refusing"):
         gen(problems, foreign)
     with pytest.raises(ValueError, match="not in problems"):
-        generate_pool(backend(), problems, 4, 0, tmp_path / "q", questions=[99], progress=False)
+        generate_pool(backend(), problems, 4, 0, tmp_path / "q", questions=[99])
 
 
 def test_run_batch_hook_and_records_table(problems):

@@ -57,7 +57,6 @@ def mars_run(tmp_path_factory, backend, problems):
         seed=3,
         questions=QIDS,
         compare_full=True,
-        progress=False,
     )
     return out, rows
 
@@ -84,7 +83,6 @@ def test_replay_of_live_records_is_exact(tmp_path, backend, problems, method):
         warmup=16,
         seed=1,
         questions=QIDS[:5],
-        progress=False,
     )
     again = replay(out)
     assert [r["qid"] for r in again] == QIDS[:5]
@@ -182,7 +180,6 @@ def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, pro
             seed=3,
             questions=QIDS,
             compare_full=True,
-            progress=False,
             on_question=boom,
         )
     assert (
@@ -198,7 +195,6 @@ def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, pro
             warmup=16,
             seed=3,
             questions=QIDS,
-            progress=False,
         )
     solve_pool(
         backend,
@@ -210,7 +206,6 @@ def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, pro
         seed=3,
         questions=QIDS,
         compare_full=True,
-        progress=False,
     )
     for q in QIDS:
         name = schema.trace_file_name(q)

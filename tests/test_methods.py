@@ -107,7 +107,6 @@ def test_a_registered_method_runs_live_if_admissible(toy, tmp_path):
         warmup=4,
         seed=1,
         questions=[0, 1],
-        progress=False,
     )
     spacing = schema.CHECKPOINT_SPACING
     for r in rows:

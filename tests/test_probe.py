@@ -64,7 +64,6 @@ def test_reprobing_at_the_generation_spacing_gives_the_inline_probes(pools, tmp_
         tmp_path / "probed",
         probe_backend(open_pool(bare).manifest),
         spacing=2048,
-        progress=False,
     )
     for qid in QS:
         rows = pq.read_table(out / schema.trace_file_name(qid)).to_pylist()
@@ -126,7 +125,7 @@ def test_reprobing_at_another_spacing_without_regenerating(pools, tmp_path):
 def test_interrupted_probing_resumes_to_the_same_bytes(pools, tmp_path, monkeypatch):
     _, _, bare = pools
     be = probe_backend(open_pool(bare).manifest)
-    clean = probe_pool(bare, tmp_path / "clean", be, spacing=1024, progress=False)
+    clean = probe_pool(bare, tmp_path / "clean", be, spacing=1024)
 
     class Boom(RuntimeError):
         pass
@@ -142,10 +141,10 @@ def test_interrupted_probing_resumes_to_the_same_bytes(pools, tmp_path, monkeypa
 
     monkeypatch.setattr(be, "reprobe", dies_on_the_second)
     with pytest.raises(Boom):
-        probe_pool(bare, tmp_path / "run", be, spacing=1024, progress=False)
+        probe_pool(bare, tmp_path / "run", be, spacing=1024)
     assert not (tmp_path / "run" / schema.POOL_MANIFEST).exists()
     monkeypatch.setattr(be, "reprobe", real)
-    probe_pool(bare, tmp_path / "run", be, spacing=1024, progress=False)
+    probe_pool(bare, tmp_path / "run", be, spacing=1024)
     for qid in QS:
         name = schema.trace_file_name(qid)
         assert (clean / name).read_bytes() == (tmp_path / "run" / name).read_bytes()
@@ -154,10 +153,10 @@ def test_interrupted_probing_resumes_to_the_same_bytes(pools, tmp_path, monkeypa
 def test_other_settings_into_the_same_folder(pools, tmp_path):
     _, _, bare = pools
     be = probe_backend(open_pool(bare).manifest)
-    out = probe_pool(bare, tmp_path / "p", be, spacing=2048, progress=False)
+    out = probe_pool(bare, tmp_path / "p", be, spacing=2048)
     with pytest.raises(PoolError, match="with other parameters"):
-        probe_pool(bare, out, be, spacing=1024, progress=False)
-    probe_pool(bare, out, be, spacing=1024, progress=False, replace=True)
+        probe_pool(bare, out, be, spacing=1024)
+    probe_pool(bare, out, be, spacing=1024, replace=True)
     assert open_pool(out).recorded_spacing == 1024
 
 
@@ -192,7 +191,7 @@ def test_synthetic_engine_probes_only_its_own_traces(pools):
     manifest = dict(open_pool(bare).manifest, preset="qwen3-32b")
     be = probe_backend(manifest)
     with pytest.raises(MarsError, match="probe with the generator's preset and seed"):
-        probe_pool(bare, bare.parent / "wrong", be, spacing=2048, progress=False)
+        probe_pool(bare, bare.parent / "wrong", be, spacing=2048)
 
 
 # -- issue 19: the same command again is a no-op; a refusal while probing leaves nothing ---------
@@ -264,7 +263,7 @@ def test_a_refusal_found_while_probing_leaves_nothing_behind(pools, tmp_path, mo
 
     monkeypatch.setattr(be, "reprobe", interrupted_at_question_1)
     with pytest.raises(KeyboardInterrupt):
-        probe_pool(src, out, be, progress=False)
+        probe_pool(src, out, be)
     before = {p: p.read_bytes() for p in out.rglob("*.*")}
     assert len(before) == 2  # the record and question 0
     _edit_trace(src, 1)

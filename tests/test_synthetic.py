@@ -257,7 +257,7 @@ def test_calibration_fast_path_matches_pool_path(tmp_path):
     probs = load_problems("aime_2025")[:4]
     b = SyntheticBackend(TOY, with_confs=False)
     fast = compute_stats(views_from_backend(b, probs, 24, 5, 1024), 1024)
-    pool = generate_pool(b, probs, 24, 5, tmp_path / "p", spacing=1024, progress=False)
+    pool = generate_pool(b, probs, 24, 5, tmp_path / "p", spacing=1024)
     slow = compute_stats(views_from_pool(pool), 1024)
     for key in (
         "running",
@@ -319,7 +319,6 @@ def test_mars_saves_tokens_and_keeps_sc_accuracy_on_generated_pools(tmp_path, ai
             96,
             seed,
             tmp_path / f"pool{seed}",
-            progress=False,
         )
         for r in simulate_pool(pool, methods, Settings(budget=64, iterations=32)):
             for m in methods:

@@ -135,7 +135,6 @@ def main(argv=None) -> int:
                     seed,
                     tmp / f"pool-{spacing}-{seed}",
                     spacing=spacing,
-                    progress=False,
                 )
                 views += views_from_pool(pool)
             syn[spacing] = compute_stats(views, spacing, with_sc=spacing == 2048)
@@ -154,7 +153,6 @@ def main(argv=None) -> int:
             128,
             seeds[0],
             tmp / "anatomy",
-            progress=False,
         )
         plot_anatomy(
             anat, out / "figures" / "synthetic-anatomy.png", "synthetic DeepSeek-8B on HMMT"

@@ -314,7 +314,6 @@ def mars_rows(real_path, tmp: Path, seeds=MARS_SEEDS, log=print) -> list[str]:
                     n,
                     seed,
                     tmp / f"mars-{name}-{ds}-{seed}",
-                    progress=False,
                 )
                 runs.append(pool_mars_stats(pool, budget=budget))
                 shutil.rmtree(pool, ignore_errors=True)

@@ -538,9 +538,9 @@ def record_probe_stage(problem, seed: int, n: int, spacing: int, max_tokens: int
 
     with tempfile.TemporaryDirectory() as tmp:
         gen_be, gen_engine = backend()
-        pool = generate_pool(gen_be, [problem], n, seed, f"{tmp}/gen", probe="none", progress=False)
+        pool = generate_pool(gen_be, [problem], n, seed, f"{tmp}/gen", probe="none")
         probe_be, probe_engine = backend()
-        probed = probe_pool(pool, f"{tmp}/probed", probe_be, spacing=spacing, progress=False)
+        probed = probe_pool(pool, f"{tmp}/probed", probe_be, spacing=spacing)
         rows = pq.read_table(probed / schema.trace_file_name(problem.qid)).to_pylist()
         traces = stored_traces(pq.read_table(pool / schema.trace_file_name(problem.qid)))
     other = ToyTokenizer(OTHER_VOCAB)
