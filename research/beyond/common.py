@@ -18,9 +18,7 @@ import numpy as np
 from mars.arrays import load_arrays
 from mars.methods import get_method
 from mars.pool import open_pool
-from mars.simulate import QuestionContext, Settings, run_method
-from mars.stopping import Snapshot
-from mars.voting import leader, tally
+from mars.simulate import MethodRun, QuestionContext, Settings, run_method
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / ".cache"
@@ -135,63 +133,22 @@ def contexts(spec: PoolSpec, settings: Settings = SETTINGS, disjoint: bool = Fal
     return out
 
 
+#: the simulator's method whose snapshots a pipeline's walk reads (its vote: weights and the
+#: DeepConf filter; q is set below), at the --gamma setting so that no γ is calibrated
+WALK_METHOD = {"sc": "sc-mars", "dco": "dco-mars-oracle"}
+
+
 def walk(ctx: QuestionContext, pipeline: str, q_matrix: np.ndarray | None = None):
-    """Snapshots of every iteration at every checkpoint (no stopping), exactly as run_method builds
-    them; plus the full-budget answer per iteration and the tokens of a stop at each checkpoint."""
-    arr, S = ctx.arr, ctx.samples
-    I, _B = S.shape
-    grid = arr.grid
-    m = len(grid)
-    dco = pipeline == "dco"
-    lens = arr.lengths[S]
-    run_lens = arr.run_lengths[S]
-    if dco:
-        taus, trunc, runmin = ctx.dco
-    else:
-        taus, trunc, runmin = None, lens, None
-    truncated = trunc < lens
-    cap = np.minimum(lens, trunc)
-    baseline = cap.sum(axis=1)
-    if q_matrix is None:
-        q_matrix = ctx.q_learned
-    rows = np.arange(I)
-    snaps = []
-    for k in range(m):
-        ids = arr.ids[S, k]
-        kept = np.ones(ids.shape, dtype=bool)
-        if dco:
-            kept &= runmin[S, k] >= taus[:, None]
-            kept &= ~(truncated & (grid[k] >= trunc))
-        e = kept & (ids >= 0)
-        running = run_lens > grid[k]
-        w = arr.conf_at_pos[S, k] if dco else np.ones(ids.shape)
-        votes = tally(ids, w, e, arr.n_answers)
-        lead, has = leader(votes)
-        snaps.append(
-            Snapshot(
-                k=k,
-                position=int(grid[k]),
-                rows=rows,
-                ids=ids,
-                eligible=e,
-                weights=w,
-                votes=votes,
-                lead=lead,
-                has_votes=has,
-                running=running,
-                n_answers=arr.n_answers,
-                q=q_matrix[S, k],
-                pending=kept & running & (ids < 0),
-            )
-        )
-    e_f = arr.final_ids[S] >= 0
-    if dco:
-        e_f &= runmin[S, m - 1] >= taus[:, None]
-        e_f &= ~(truncated & (trunc <= grid[-1]))
-    w_f = arr.conf_at_pos[S, m - 1] if dco else np.ones(S.shape)
-    final, _ = leader(tally(arr.final_ids[S], w_f, e_f, arr.n_answers))
-    tokens = np.stack([np.minimum(cap, g).sum(axis=1) for g in grid], axis=1)  # [I, m]
-    return snaps, final, tokens, baseline
+    """Snapshots of every iteration at every checkpoint (no stopping), the simulator's own
+    (``MethodRun.snapshot``); plus the full-budget answer per iteration and the tokens of a stop
+    at each checkpoint."""
+    run = MethodRun(ctx, get_method(WALK_METHOD[pipeline]))
+    run.q_matrix = ctx.q_learned if q_matrix is None else q_matrix
+    rows = np.arange(len(ctx.samples))
+    snaps = [run.snapshot(k, rows) for k in range(len(ctx.arr.grid))]
+    final = run.full_budget_vote(rows)
+    tokens = np.stack([np.minimum(run.cap, g).sum(axis=1) for g in ctx.arr.grid], axis=1)
+    return snaps, final, tokens, run.cap.sum(axis=1)
 
 
 BASELINES = {
