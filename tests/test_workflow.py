@@ -1163,7 +1163,7 @@ def _chromium_screenshot(page: Path, png: Path, size=(1400, 1000), script: str =
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"]
     cmd += ["--no-first-run", "--disable-background-networking", "--disable-component-update"]
     cmd += ["--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}"]
-    cmd += ["--virtual-time-budget=5000", f"--window-size={size[0]},{size[1]}"]
+    cmd += ["--virtual-time-budget=20000", f"--window-size={size[0]},{size[1]}"]
     cmd += [f"--screenshot={png}", page.as_uri()]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0 and png.is_file(), r.stdout + r.stderr
@@ -1188,13 +1188,17 @@ def test_html_report_in_chromium(tiny_run, tmp_path):
     )
     shots = {}
     for name, script in (("landing", ""), ("figure", show)):
-        png = tmp_path / f"{name}.png"
-        _chromium_screenshot(page, png, script=script)
-        with Image.open(png) as img:
-            assert img.size == (1400, 1000), name
-            shots[name] = img.convert("RGB")
-        colours = shots[name].getcolors(maxcolors=1 << 21)
-        white = sum(n for n, c in colours if min(c) >= 245)
+        # on a loaded machine the app can still be drawing when the shot is taken: up to 3 tries
+        for attempt in range(3):
+            png = tmp_path / f"{name}-{attempt}.png"
+            _chromium_screenshot(page, png, script=script)
+            with Image.open(png) as img:
+                assert img.size == (1400, 1000), name
+                shots[name] = img.convert("RGB")
+            colours = shots[name].getcolors(maxcolors=1 << 21)
+            white = sum(n for n, c in colours if min(c) >= 245)
+            if len(colours) > 100 and 0.1 < 1 - white / (1400 * 1000) < 0.9:
+                break
         assert len(colours) > 100, f"{name}: {len(colours)} colours, a blank page"
         assert 0.1 < 1 - white / (1400 * 1000) < 0.9, f"{name}: {white} white pixels"
     # the figure drawn: the figure's view holds the coloured pixels of its PNG, the landing none
