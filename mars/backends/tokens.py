@@ -61,6 +61,22 @@ def user_message(question: str, template: str = DEFAULT_PROMPT_TEMPLATE) -> str:
     return template.format(question=question)
 
 
+def build_prompt_text(
+    tokenizer,
+    question: str,
+    template: str = DEFAULT_PROMPT_TEMPLATE,
+    system_prompt: str | None = None,
+) -> str:
+    """The chat-templated prompt as text (user message, generation prompt added); a tokenizer
+    without a chat template gets the bare user message and a newline."""
+    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+        {"role": "user", "content": user_message(question, template)}
+    ]
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return messages[-1]["content"] + "\n"
+
+
 def build_prompt_ids(
     tokenizer,
     question: str,
@@ -69,16 +85,10 @@ def build_prompt_ids(
 ) -> list[int]:
     """Token ids of the chat-templated prompt (user message, generation prompt added).
 
-    The template is rendered to text and tokenised without adding special tokens again (the
-    template already holds them).  A tokenizer without a chat template gets the bare user message.
+    The template is rendered to text (:func:`build_prompt_text`) and tokenised without adding
+    special tokens again (the template already holds them).
     """
-    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-        {"role": "user", "content": user_message(question, template)}
-    ]
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    else:
-        text = messages[-1]["content"] + "\n"
+    text = build_prompt_text(tokenizer, question, template, system_prompt)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
