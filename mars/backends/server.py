@@ -3,7 +3,9 @@
 ``--backend server --base-url URL`` drives a server someone already runs: llama.cpp's
 ``llama-server``, vLLM or SGLang.  The traces are token ids on our side, as with the in-process
 engines (:class:`~mars.backends.tokens.TokenTraceBatch`): every request is a **token-id prompt**, so
-a continuation is exactly the trace so far and the server's prefix cache serves it.
+a continuation is exactly the trace so far and the server's prefix cache serves it.  A server
+whose OpenAI-compatible ``/v1/completions`` takes **text prompts only** (llama-cpp-python's) gets
+the prompt's text + the trace's text so far instead (:class:`TextTraceBatch`, below).
 
 * **Connect** (the constructor, before any generation): ``GET /v1/models`` names the served
   models and, through ``owned_by``, the kind of server (``server=`` overrides); the model asked
@@ -26,6 +28,20 @@ a continuation is exactly the trace so far and the server's prefix cache serves 
   checkpoint grid.  Whether the server repeats it bit for bit is the server's matter
   (``describe()["reproducible"]``).  The server ends a trace at EOS (its ``finish``), which counts
   as a token of the trace.
+* **Text prompts** (:class:`OpenAITextProtocol`, ``prompt_mode`` ``"text"`` in the provenance): a
+  server of no known kind (``owned_by``) is sent one token-id prompt at connect; one that refuses
+  it (llama-cpp-python: HTTP 500, a validation error, not retried) and takes a text prompt with
+  top-20 log-probabilities is driven in text (``server=openai`` skips the question; one that takes
+  token ids is refused: how ids are read back depends on which server it is).  Each request is the
+  chat template's text (as the token-id prompt is built; without the BOS the server adds itself)
+  + the trace's text so far (its ids decoded); the answer's text is tokenized here — token ids,
+  lengths and checkpoints are ours — and a trace keeps at most the tokens it asked for (cut where
+  the text is whole) and asks again for any missing, so it lands on the checkpoint grid.  The
+  server re-tokenizes prompt + text at every request, so a trace's token boundaries at a
+  checkpoint can differ from an uninterrupted generation's.  Confidences: see
+  :func:`_text_top_confidence` and :func:`_text_confs` (exact where the server's token has our
+  token's text and its top 20 can be told; otherwise taken from the server's token over the same
+  characters, or over fewer entries, and counted in ``stats["approx_confs"]``).  No cached tokens.
 * **probe(idx)**: ``prompt + trace[:p] + suffix``, ≤ ``probe_max_new_tokens`` tokens, seed
   (seed, qid, trace_idx, p), no log-probabilities; the server's prompt, cached and completion
   token counts go into the probe record.  ``stop`` sends nothing more: no request is in flight
@@ -34,10 +50,10 @@ a continuation is exactly the trace so far and the server's prefix cache serves 
   (each prefix extends the previous one, so the server's cache holds it), traces concurrently.
 * **Confidence** of a token = −mean of its 20 top log-probabilities (spec §3.1,
   :func:`~mars.backends.tokens.token_confidence`); a response with fewer than 20 for a token is
-  refused (the statistic is never silently changed).  Which distribution: llama.cpp and vLLM (its
-  default ``--logprobs-mode``) report ``log_softmax(logits)``, SGLang ``log_softmax(logits /
-  temperature)`` unless started with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``; ``describe()`` records
-  it, since confidence thresholds do not carry over between the two.
+  refused (the statistic is never silently changed; text prompts: above).  Which distribution:
+  llama.cpp and vLLM (its default ``--logprobs-mode``) report ``log_softmax(logits)``, SGLang
+  ``log_softmax(logits / temperature)`` unless started with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``;
+  ``describe()`` records it, since confidence thresholds do not carry over between the two.
 
 Per server (:class:`Protocol`; the shapes are pinned by ``tests/test_backend_server.py``):
 
@@ -56,6 +72,12 @@ Per server (:class:`Protocol`; the shapes are pinned by ``tests/test_backend_ser
   ``top_logprobs_num``), read by :func:`mars.backends.sglang.parse_generation`; cached tokens:
   ``meta_info.cached_tokens``.  Seeds hold only when the server runs with
   ``--enable-deterministic-inference``.
+* **openai** (text prompts; llama-cpp-python 0.3.36 read and run) — ``POST /v1/completions`` with
+  a text ``prompt``, ``max_tokens``, ``logprobs: 20``, ``seed``, ``temperature``, ``top_p``,
+  ``top_k``, ``min_p`` 0 and ``repeat_penalty`` 1 (llama-cpp-python's defaults are 0.05 and 1.1),
+  applied in the server's order (llama-cpp-python: top-k, top-p, min-p, then temperature);
+  ``/extras/tokenize`` for the tokenizer check.  One request in flight by default for
+  llama-cpp-python, which runs one at a time.
 
 The API key, if any, is read from the environment variable ``api_key_env`` (default
 ``MARS_API_KEY``) and sent as a bearer token; it is never recorded.
@@ -70,6 +92,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -86,11 +109,13 @@ from .tokens import (
     TokenProbing,
     TokenTraceBatch,
     build_prompt_ids,
+    build_prompt_text,
     check_context,
     derive_seed,
     encode_suffix,
     load_tokenizer,
     parse_probe,
+    prefix_text,
     token_confidence,
     window_conf,
 )
@@ -122,6 +147,10 @@ _PROBE_SALT = 0x9B0BE
 TOKENIZER_SAMPLE = "Let x = 3.25; then \\frac{x}{2} ≤ 1.7 — naïve 中文 é." + PROBE_SUFFIX
 #: What a served model's ``owned_by`` says about the server.
 OWNED_BY = {"llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang"}
+#: What llama-cpp-python's server says it is owned by (``/v1/models``).
+LLAMA_CPP_PYTHON_OWNER = "me"
+#: ``prompt_mode`` of a server that takes token-id prompts, and of one that takes text only.
+TOKEN_IDS, TEXT = "token ids", "text"
 
 
 class ServerError(MarsError):
@@ -150,6 +179,14 @@ class Completion:
     prompt_tokens: int | None
     cached_tokens: int | None
     completion_tokens: int
+    #: text prompts only: whether the text is whole after each token (False inside a character
+    #: whose bytes several tokens carry), None unless asked for
+    whole: list[bool] | None = None
+    #: text prompts only: whether each confidence is the token's own top 20 (False: taken from
+    #: another token of the server's, or over fewer entries), None unless asked for
+    exact: list[bool] | None = None
+    #: text prompts only: the server's own count of the tokens it generated (None: not reported)
+    server_tokens: int | None = None
 
 
 @dataclass
@@ -192,6 +229,8 @@ class Protocol:
 
     kind = ""
     path = ""
+    #: how prompts are sent: :data:`TOKEN_IDS` or :data:`TEXT`
+    prompt_mode = TOKEN_IDS
     #: which distribution the reported log-probabilities are of
     logprobs_mode = ""
     #: how a per-request seed is honoured
@@ -209,8 +248,10 @@ class Protocol:
         return "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
 
     def body(
-        self, ids: list[int], max_new: int, s: Sampling, seed: int | None, logprobs: bool
+        self, prompt: Any, max_new: int, s: Sampling, seed: int | None, logprobs: bool
     ) -> dict:
+        """The request of ``max_new`` tokens after ``prompt`` (token ids, or text for a
+        :data:`TEXT` server)."""
         raise NotImplementedError
 
     def parse(self, out: Any, max_new: int, logprobs: bool) -> Completion:
@@ -539,8 +580,251 @@ class SGLangProtocol(Protocol):
         )
 
 
+# ---------------------------------------------------------------------------------------------
+# Text prompts: a server whose /v1/completions takes only text (llama-cpp-python's server)
+
+
+def _token_ends(tokenizer, ids: Sequence[int]) -> tuple[list[int], list[bool]]:
+    """Where each token's text ends in ``decode(ids)`` (in characters), and whether the text is
+    whole there: a token that ends inside a character (its bytes carried by several tokens)
+    adds nothing until the token that completes it.  One short decode per token."""
+    ends: list[int] = []
+    whole: list[bool] = []
+    base = pos = 0
+    last = len(ids) - 1
+    for k in range(len(ids)):
+        piece = tokenizer.decode(list(ids[base : k + 1]), skip_special_tokens=True)
+        if k < last and piece.endswith("\ufffd"):  # inside a character: wait for the rest
+            ends.append(pos + len(piece.rstrip("\ufffd")))
+            whole.append(False)
+            continue
+        pos += len(piece)
+        base = k + 1
+        ends.append(pos)
+        whole.append(True)
+    return ends, whole
+
+
+def _text_top_confidence(top: Any, sampled: Any, top_k: int, where: str) -> tuple[float, bool]:
+    """(confidence, exact) from one token's ``top_logprobs`` entry of an OpenAI text-completion
+    answer.
+
+    The entry is a dict keyed by the decoded token string: tokens that decode alike (a space and
+    a space followed by the first byte of a character, which llama-cpp-python decodes dropping
+    the byte) share one key, which keeps the later, lower log-probability; and the server adds the
+    sampled token (k + 1 entries when it is not among the top k).  So more than 20 entries: no
+    key was shared, the 20 highest are the top 20.  Exactly 20: the top 20 when the sampled token
+    is among them, which is certain when sampling keeps only the top ``top_k`` ≤ 20 tokens or
+    when its log-probability is above the lowest entry.  Otherwise (fewer than 20: a shared key)
+    the top 20 cannot be told, and the confidence is −mean of the (at most 20) highest entries
+    sent, marked not exact.
+    """
+    if not isinstance(top, dict):
+        raise ServerError(f"{where}: a top_logprobs entry that is not a dict")
+    try:
+        values = sorted((float(v) for v in top.values()), reverse=True)
+    except (TypeError, ValueError):
+        raise ServerError(f"{where}: a top log-probability that is not a number") from None
+    n = len(values)
+    exact = n > CONF_TOP_K
+    if n == CONF_TOP_K:
+        exact = 0 < top_k <= CONF_TOP_K
+        if not exact and isinstance(sampled, (int, float)) and not isinstance(sampled, bool):
+            exact = float(sampled) > values[-1]
+    return token_confidence(values[:CONF_TOP_K]), exact
+
+
+def _server_spans(lp: dict, n: int, text: str, where: str) -> list[tuple[int, int]]:
+    """Each returned token's characters in ``text``, from ``text_offset`` (relative to the
+    first token's, whatever the server counts from), else from the lengths of ``tokens``."""
+    offsets = lp.get("text_offset")
+    if isinstance(offsets, list) and len(offsets) == n:
+        starts = [_int(x, "a text_offset") for x in offsets]
+        starts = [x - starts[0] for x in starts] if n else []
+    else:
+        tokens = lp.get("tokens")
+        if not isinstance(tokens, list) or len(tokens) != n:
+            raise ServerError(f"{where}: neither text_offset nor tokens for every log-probability")
+        starts = list(accumulate([0] + [len(str(t)) for t in tokens[:-1]])) if n else []
+    spans = list(zip(starts, [*starts[1:], len(text)]))
+    if any(a > b or a < 0 for a, b in spans):
+        raise ServerError(f"{where}: text offsets that do not fit the returned text")
+    return spans
+
+
+def _text_confs(
+    ends: list[int],
+    whole: list[bool],
+    spans: list[tuple[int, int]],
+    confs: list[tuple[float, bool]],
+) -> tuple[list[float], list[bool]]:
+    """Our tokens' (confidences, exact) from the server's tokens.  A token gets the confidence of
+    the server's token with exactly its characters (both whole tokens after whole tokens: the same
+    text, so the same token), exact when that one's is.  Where the two tokenizations part (the
+    server sampled a split our tokenizer does not make; several tokens carry one character), a
+    token takes the confidence of the server's token that holds its last character (a piece of a
+    character: that character), not exact; none without any server token (NaN)."""
+    theirs: dict[tuple[int, int], tuple[float, bool]] = {}
+    for i, (a, b) in enumerate(spans):
+        if b > a and (i == 0 or spans[i - 1][1] > spans[i - 1][0]):
+            theirs[(a, b)] = confs[i]
+    # the server's token holding each character: the last whose span starts at or before it
+    covering = [i for i, (a, b) in enumerate(spans) if b > a]
+    starts = [spans[i][0] for i in covering]
+    out, exact = [], []
+    start = 0
+    for k, end in enumerate(ends):
+        simple = whole[k] and (k == 0 or whole[k - 1]) and end > start
+        hit = theirs.get((start, end)) if simple else None
+        if hit is None:
+            char = end - 1 if end > start else start
+            i = int(np.searchsorted(starts, char, side="right")) - 1
+            hit = (confs[covering[i]][0] if i >= 0 else float("nan"), False)
+        out.append(hit[0])
+        exact.append(hit[1])
+        start = end
+    return out, exact
+
+
+class OpenAITextProtocol(Protocol):
+    """An OpenAI-compatible ``/v1/completions`` that takes text prompts only (llama-cpp-python's
+    server): a prompt is text, and the answer's text is tokenized here with the model's
+    tokenizer (token ids, lengths; confidences matched to the server's tokens by position).  The
+    backend sets :attr:`tokenizer` and :attr:`top_k` before the first request."""
+
+    kind = "openai"
+    path = "/v1/completions"
+    prompt_mode = TEXT
+    logprobs_mode = (
+        "as the server reports them (llama-cpp-python: log_softmax(logits), before sampling)"
+    )
+    seeds = "per request (the request's seed; llama-cpp-python seeds the request's sampler)"
+    #: the order the server applies the sampling settings in (it is not sent)
+    sampler_order = "the server's (llama-cpp-python: top-k, top-p, min-p, then temperature)"
+    tokenizer: Any = None
+    top_k = 0
+
+    def tokenize(self, text: str) -> tuple[str, dict]:
+        # llama-cpp-python: special tokens parsed; a BOS added when the model adds one
+        return "/extras/tokenize", {"model": self.model, "input": text}
+
+    def body(
+        self, prompt: Any, max_new: int, s: Sampling, seed: int | None, logprobs: bool
+    ) -> dict:
+        if not isinstance(prompt, str):
+            raise TypeError("a text-prompt server takes text")
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": int(max_new),
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "top_k": s.top_k,
+            "min_p": float(s.min_p or 0.0),
+            "repeat_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "n": 1,
+            "echo": False,
+            "stream": False,
+        }
+        if seed is not None:
+            body["seed"] = int(seed)
+        if logprobs:
+            body["logprobs"] = CONF_TOP_K
+        return body
+
+    def parse(self, out: Any, max_new: int, logprobs: bool) -> Completion:
+        where = "/v1/completions"
+        choices = out.get("choices") if isinstance(out, dict) else None
+        if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+            raise ServerError(f"{where}: expected one choice in the answer")
+        ch = choices[0]
+        text = ch.get("text")
+        if not isinstance(text, str):
+            raise ServerError(f"{where}: no text in the answer")
+        finish = ch.get("finish_reason")
+        if finish not in ("stop", "length"):
+            raise ServerError(f"{where}: unexpected finish_reason {finish!r}")
+        usage = out.get("usage") if isinstance(out.get("usage"), dict) else {}
+        server_n = usage.get("completion_tokens")
+        server_n = None if server_n is None else _int(server_n, "usage.completion_tokens")
+        if finish == "length" and server_n is not None and server_n < max_new:
+            raise ServerError(
+                f"{where}: {server_n} tokens for {max_new} asked without an end of text (is the "
+                "context full?)"
+            )
+        tok = self.tokenizer
+        ids = list(tok.encode(text, add_special_tokens=False)) if text else []
+        whole: list[bool] | None = None
+        exact: list[bool] | None = None
+        confs: list[float] | None = None
+        if logprobs:
+            lp = ch.get("logprobs")
+            top = lp.get("top_logprobs") if isinstance(lp, dict) else None
+            if not isinstance(top, list) or (text and not top):
+                raise ServerError(f"{where}: no top_logprobs in the answer")
+            assert isinstance(lp, dict)
+            sampled = lp.get("token_logprobs")
+            if not isinstance(sampled, list) or len(sampled) != len(top):
+                sampled = [None] * len(top)
+            theirs = [
+                _text_top_confidence(t, lp_, self.top_k, where) for t, lp_ in zip(top, sampled)
+            ]
+            ends, whole = _token_ends(tok, ids)
+            spans = _server_spans(lp, len(top), text, where)
+            confs, exact = _text_confs(ends, whole, spans, theirs)
+        finished = finish == "stop"
+        if finished:  # the end of text, a token of the trace the server sends nothing for
+            ids.append(int(tok.eos_token_id))
+            if confs is not None and whole is not None and exact is not None:
+                confs.append(confs[-1] if confs else float("nan"))  # the token before it
+                whole.append(True)
+                exact.append(False)
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        prompt = usage.get("prompt_tokens")
+        return Completion(
+            ids=ids,
+            confs=confs,
+            finished=finished,
+            text=text,
+            prompt_tokens=None if prompt is None else _int(prompt, "usage.prompt_tokens"),
+            cached_tokens=None if cached is None else _int(cached, "cached_tokens"),
+            completion_tokens=len(ids),
+            whole=whole,
+            exact=exact,
+            server_tokens=server_n,
+        )
+
+    def reproducible(self, report):
+        return (
+            "per-request seeds are sent; whether they are honoured is the server's matter "
+            "(llama-cpp-python honours them, runs one request at a time and repeats a run bit "
+            "for bit when its requests come in the same order: one in flight; its logits depend "
+            "on the prefix it reuses from the request before); prompts go as text, tokenized by "
+            "the server at every request"
+        )
+
+
+def _text_cut(c: Completion, want: int, room: int) -> int:
+    """How many of a text answer's tokens (ours) a trace takes: all when they are at most
+    ``want``; else the most that fit and end on a whole character, so the next request starts
+    from whole text; and when the first character alone takes more than ``want`` tokens, that
+    character if it fits the trace's ``room`` (tokens left before its cap), else none."""
+    n = len(c.ids)
+    if n <= want:
+        return n
+    whole = c.whole if c.whole is not None else [True] * n
+    k = next((k for k in range(want, 0, -1) if whole[k - 1]), 0)
+    if k:
+        return k
+    k = next(k for k in range(want + 1, n + 1) if whole[k - 1])  # the last token is whole
+    return k if k <= room else 0
+
+
 PROTOCOLS: dict[str, type[Protocol]] = {
-    p.kind: p for p in (LlamaCppProtocol, VLLMProtocol, SGLangProtocol)
+    p.kind: p for p in (LlamaCppProtocol, VLLMProtocol, SGLangProtocol, OpenAITextProtocol)
 }
 
 
@@ -636,11 +920,13 @@ class Http:
         *,
         retry_connect: bool = True,
         timeout: float | None = None,
+        retry_status: frozenset[int] = RETRY_STATUS,
     ) -> tuple[int, Any]:
         """(status, JSON) of ``method path``; 200 and 4xx answers come back, retryable failures
         are tried again, then one line.  ``retry_connect=False``: a refused connection is one
         line at once (at connect time, a server that is not there).  ``timeout``: this request's
-        deadline instead of :attr:`timeout`."""
+        deadline instead of :attr:`timeout`.  ``retry_status``: the HTTP statuses tried again
+        (the others come back)."""
         deadline = self.timeout if timeout is None else float(timeout)
         import httpx
 
@@ -667,7 +953,7 @@ class Http:
                 except httpx.HTTPError as exc:
                     raise ServerError(f"{url}: {_one_line(exc)}") from None
                 else:
-                    if r.status_code not in RETRY_STATUS:
+                    if r.status_code not in retry_status:
                         return r.status_code, _json(r, url)
                     why = f"HTTP {r.status_code} ({_error_message(r)})"
                     after = _retry_after(r.headers.get("retry-after"))
@@ -780,9 +1066,12 @@ class ServerBackend(TokenProbing, Backend):
     Args:
         model: the served model name (``GET /v1/models``); None when the server serves one.
         base_url: the server, ``http://HOST:PORT`` (a trailing ``/v1`` is dropped).
-        server: ``"auto"`` (from ``owned_by``), ``"llama.cpp"``, ``"vllm"`` or ``"sglang"``.
+        server: ``"auto"`` (from ``owned_by``; a server of another kind that refuses token-id
+            prompts: ``"openai"``), ``"llama.cpp"``, ``"vllm"``, ``"sglang"`` (token-id prompts)
+            or ``"openai"`` (an OpenAI-compatible ``/v1/completions`` given text prompts).
         api_key_env: environment variable holding the API key (sent as a bearer token).
-        concurrency: requests in flight at most (default: llama.cpp's slots, else 32).
+        concurrency: requests in flight at most (default: llama.cpp's slots, 1 for
+            llama-cpp-python's server, else 32).
         timeout: seconds one request may take (a generation of a checkpoint's tokens).
         connect_timeout: seconds to open a connection.
         retries: further tries of a request that timed out, lost its connection or got
@@ -885,7 +1174,17 @@ class ServerBackend(TokenProbing, Backend):
             "probe_cached_tokens": 0,
             "probe_completion_tokens": 0,
             "missing_confs": 0,
+            # text-prompt servers: their own count of the tokens they generated (the completion
+            # tokens above are ours, of the text they returned)
+            "generate_server_tokens": 0,
+            "probe_server_tokens": 0,
+            # text-prompt servers: confidences not of the token's own top 20 (``exact``)
+            "approx_confs": 0,
         }
+        #: text-prompt servers: the BOS token the server puts before every text prompt (None:
+        #: none, or not known), and why it refused a token-id prompt (None: not asked)
+        self.server_bos: int | None = None
+        self.token_ids_refused: str | None = None
         try:
             self._connect(model, server, concurrency, tokenizer)
         except BaseException:
@@ -929,14 +1228,11 @@ class ServerBackend(TokenProbing, Backend):
             )
         self.model = str(model)
         card = served[self.model]
+        detect = server == "auto" and str(card.get("owned_by", "")) not in OWNED_BY
         if server == "auto":
-            owner = str(card.get("owned_by", ""))
-            if owner not in OWNED_BY:
-                raise ServerError(
-                    f"cannot tell which server runs at {self.base_url} (owned_by {owner!r}): "
-                    f"pass server= one of {', '.join(PROTOCOLS)} in MARS_BACKEND_OPTIONS"
-                )
-            server = OWNED_BY[owner]
+            # llama.cpp, vLLM and SGLang say who they are; any other server is asked at the trial
+            # whether it takes token-id prompts (llama-cpp-python's, owned_by "me", does not)
+            server = OWNED_BY.get(str(card.get("owned_by", "")), OpenAITextProtocol.kind)
         self.protocol = PROTOCOLS[server](self.model)
         report: dict[str, Any] = {"model": card}
         for path in self.protocol.info_paths():
@@ -949,9 +1245,19 @@ class ServerBackend(TokenProbing, Backend):
             slots = (report.get("/props") or {}).get("total_slots")
             if slots:
                 self.http.limit(int(slots))
+        if concurrency is None and card.get("owned_by") == LLAMA_CPP_PYTHON_OWNER:
+            # llama-cpp-python runs one request at a time: more in flight only queue, and the
+            # order they come in sets its cache state, hence its logits (a run would not repeat)
+            self.http.limit(1)
+        if detect:  # before the tokenizer: a server to refuse is refused at once
+            self.token_ids_refused = self._token_ids_refused(str(card.get("owned_by", "")))
         self._load_tokenizer(tokenizer)
         self._check_tokenizer()
-        self._trial()
+        if self.protocol.prompt_mode == TEXT:
+            self._check_text_tokenizer()
+            self._trial_text()
+        else:
+            self._trial()
         if not self.reproducible_seeds():
             log.warning("server backend: %s", self.describe()["reproducible"])
 
@@ -989,6 +1295,13 @@ class ServerBackend(TokenProbing, Backend):
             return
         theirs = [int(t["id"]) if isinstance(t, dict) else int(t) for t in out["tokens"]]
         ours = list(self.tokenizer.encode(TOKENIZER_SAMPLE, add_special_tokens=False))
+        special = set(getattr(self.tokenizer, "all_special_ids", None) or ()) | {
+            getattr(self.tokenizer, "bos_token_id", None)
+        }
+        if self.protocol.prompt_mode == TEXT and theirs[1:] == ours and theirs[0] in special:
+            # llama-cpp-python tokenizes as it tokenizes a prompt: with the BOS the model adds
+            self.server_bos = theirs[0]
+            theirs = theirs[1:]
         if theirs != ours:
             k = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), None)
             k = min(len(theirs), len(ours)) if k is None else k
@@ -1023,6 +1336,106 @@ class ServerBackend(TokenProbing, Backend):
                 "--enable-prompt-tokens-details); probe records will not have them"
             )
 
+    def _check_text_tokenizer(self) -> None:
+        """Text prompts need a tokenizer that gives back the text it encodes, piece by piece: a
+        trace's text is decoded from its ids to make the next request, and the answers' text is
+        encoded and its tokens' characters found by decoding them."""
+        tok = self.tokenizer
+        assert isinstance(self.protocol, OpenAITextProtocol)
+        self.protocol.tokenizer = tok
+        self.protocol.top_k = self.sampling.top_k
+        if getattr(tok, "eos_token_id", None) is None:
+            raise ServerError(
+                "the tokenizer has no end-of-text token (eos_token_id): with a text-prompt "
+                "server the end of a trace is written as that token"
+            )
+        ids = list(tok.encode(TOKENIZER_SAMPLE, add_special_tokens=False))
+        _, whole = _token_ends(tok, ids)
+        for k in [0, *(k + 1 for k, w in enumerate(whole) if w)]:
+            head = tok.decode(ids[:k], skip_special_tokens=True)
+            tail = tok.decode(ids[k:], skip_special_tokens=True)
+            again = tok.decode(tok.encode(tail, add_special_tokens=False), skip_special_tokens=True)
+            if head + tail != TOKENIZER_SAMPLE or again != tail:
+                raise ServerError(
+                    f"the tokenizer {self.tokenizer_source or 'given'} does not give back the "
+                    f"text it encodes when cut at token {k} (a SentencePiece tokenizer's leading "
+                    "space?): the server takes only text prompts, and a trace's text would change "
+                    "at every request"
+                )
+
+    def _token_ids_refused(self, owner: str) -> str:
+        """A server of unknown kind: a one-token request from a token-id prompt (ids any
+        vocabulary has; a 500 not tried again: llama-cpp-python answers a prompt that is not
+        text with a 500).  One that takes it is refused (which server it is decides how token ids
+        are read back); the reason one refuses it is returned."""
+        body = {"model": self.model, "prompt": [1, 2, 3], "max_tokens": 1, "temperature": 0.0}
+        status, out = self.http.run(
+            lambda: self.http.request(
+                "POST", OpenAITextProtocol.path, body, retry_status=RETRY_STATUS - {500}
+            )
+        )
+        if status == 200:
+            raise ServerError(
+                f"the server at {self.base_url} (owned_by {owner!r}) takes token-id prompts but "
+                "does not say which server it is: pass server=vllm, sglang or llama.cpp in "
+                "MARS_BACKEND_OPTIONS if it is one of them, or server=openai to send text prompts"
+            )
+        return f"HTTP {status}: {_message(out)}"
+
+    def _trial_text(self) -> None:
+        """Two tokens with top-20 log-probabilities from a text prompt: the server takes text
+        and returns what the traces need (20 log-probabilities for a token, text offsets)."""
+        p = self.protocol
+        body = p.body(self.prompt_text("What is 1 + 1?"), 2, self.sampling, 0, logprobs=True)
+        status, out = self.http.run(lambda: self.http.request("POST", p.path, body))
+        refused = self.token_ids_refused
+        if status != 200:
+            raise ServerError(
+                f"the server at {self.base_url} refused "
+                + (f"a token-id prompt ({refused}) and " if refused else "")
+                + f"a text prompt with {CONF_TOP_K} top log-probabilities (HTTP {status}: "
+                f"{_message(out)})"
+            )
+        c = p.parse(out, 2, logprobs=True)
+        top = out["choices"][0]["logprobs"]["top_logprobs"]
+        most = max((len(t) for t in top if isinstance(t, dict)), default=0)
+        if most < CONF_TOP_K:
+            raise ServerError(
+                f"/v1/completions: {most} top log-probabilities for a token, not {CONF_TOP_K} "
+                "(the confidence is the mean of 20)"
+            )
+        self.reports_cached = c.cached_tokens is not None
+        if not self.tokenizer_checked:  # no tokenize endpoint: the prompt's count at least
+            ours = len(self.prompt_ids("What is 1 + 1?"))
+            if c.prompt_tokens is not None and c.prompt_tokens not in (ours, ours + 1):
+                raise ServerError(
+                    f"the tokenizer {self.tokenizer_source or 'given'} counts {ours} tokens in "
+                    f"a prompt the server counts {c.prompt_tokens}: pass tokenizer=PATH of the "
+                    "served model in MARS_BACKEND_OPTIONS"
+                )
+            log.warning(
+                "server backend: the server has no tokenize endpoint: the tokenizer %s is "
+                "checked against the server's prompt token count only",
+                self.tokenizer_source or "given",
+            )
+        log.info(
+            "server backend: the server at %s takes text prompts only (%s): each request's "
+            "prompt goes as text, and the answers' text is tokenized here",
+            self.base_url,
+            refused or "server=openai",
+        )
+
+    def prompt_text(self, question: str) -> str:
+        """The chat-templated prompt as text, as the token-id prompt is built; without its BOS
+        when the server adds one to every text prompt (so the model sees it once)."""
+        text = build_prompt_text(self.tokenizer, question, self.prompt_template, self.system_prompt)
+        bos = self.server_bos
+        if bos is not None and self.prompt_ids(question)[:1] == [bos]:
+            mark = self.tokenizer.decode([bos], skip_special_tokens=False)
+            if mark and text.startswith(mark):
+                text = text[len(mark) :]
+        return text
+
     def reproducible_seeds(self) -> bool:
         return not self.protocol.reproducible(self.report).startswith("no")
 
@@ -1032,7 +1445,8 @@ class ServerBackend(TokenProbing, Backend):
         self, problem: Problem, n_traces: int, seed: int, first_trace: int = 0
     ) -> ServerTraceBatch:
         self.check_start(n_traces, seed, first_trace)
-        return ServerTraceBatch(self, problem, n_traces, seed, first_trace)
+        cls = TextTraceBatch if self.protocol.prompt_mode == TEXT else ServerTraceBatch
+        return cls(self, problem, n_traces, seed, first_trace)
 
     def context_budget(self) -> tuple[int, str] | None:
         if not self.context_len:
@@ -1053,33 +1467,60 @@ class ServerBackend(TokenProbing, Backend):
         a run resumes against the same server restarted elsewhere)."""
         p = self.protocol
         s = self.sampling
+        text = p.prompt_mode == TEXT
+        server: dict[str, Any] = {
+            "kind": p.kind,
+            "version": p.version(self.report),
+            "request": f"POST {p.path}, {'text' if text else 'token-id'} prompts, one request "
+            "per trace or probe",
+            "generation_requests": "end at every checkpoint"
+            + ("" if self.segment is None else f" and every multiple of {self.segment} tokens"),
+            "cached_tokens": "reported" if self.reports_cached else "not reported",
+        }
+        sampling: dict[str, Any] = {
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "top_k": s.top_k,
+            "min_p": s.min_p,
+            "seed": (
+                f"{p.seeds}: (seed, qid, trace_idx, start) per generation request, "
+                "(seed, qid, trace_idx, position) per probe"
+            ),
+        }
+        if text:
+            server["tokenization"] = (
+                "each request is the prompt's text + the trace's text so far, tokenized by the "
+                "server; token ids, lengths and checkpoints are the returned text tokenized here, "
+                "confidences those of the server's tokens that match ours (else NaN)"
+            )
+            server["bos"] = (
+                "added by the server to every prompt"
+                if self.server_bos is not None
+                else "none added"
+                if self.tokenizer_checked
+                else "not known"
+            )
+            sampling["order"] = getattr(p, "sampler_order", "the server's")
         return {
             "backend": self.name,
             "model": self.model,
             "model_path": None,
             "tokenizer": self.tokenizer_source,
             "tokenizer_vocab": self.vocab_digest(),
-            "server": {
-                "kind": p.kind,
-                "version": p.version(self.report),
-                "request": f"POST {p.path}, token-id prompts, one request per trace or probe",
-                "generation_requests": "end at every checkpoint"
-                + ("" if self.segment is None else f" and every multiple of {self.segment} tokens"),
-                "cached_tokens": "reported" if self.reports_cached else "not reported",
-            },
-            "sampling": {
-                "temperature": s.temperature,
-                "top_p": s.top_p,
-                "top_k": s.top_k,
-                "min_p": s.min_p,
-                "seed": (
-                    f"{p.seeds}: (seed, qid, trace_idx, start) per generation request, "
-                    "(seed, qid, trace_idx, position) per probe"
-                ),
-            },
+            "prompt_mode": p.prompt_mode,
+            "server": server,
+            "sampling": sampling,
             "reproducible": p.reproducible(self.report),
             "logprobs": p.logprobs_mode,
-            "conf": f"-mean(top-{CONF_TOP_K} logprobs), 3 decimals, float16",
+            "conf": f"-mean(top-{CONF_TOP_K} logprobs), 3 decimals, float16"
+            + (
+                "; text prompts: of the server's token with the same text when its top 20 can be "
+                "told (no two keys shared), else that of the server's token over the token's last "
+                "character, or -mean of the fewer entries sent; the end of text takes the token's "
+                "before it (stats approx_confs counts them)"
+                if text
+                else ""
+            ),
             "probe_max_new_tokens": self.probe_max_new_tokens,
             "probe_suffix": self.probe_suffix,
             "prompt_template": self.prompt_template,
@@ -1096,20 +1537,28 @@ class ServerBackend(TokenProbing, Backend):
     # -- requests ------------------------------------------------------------------------------
 
     def complete(
-        self, requests: Sequence[tuple[list[int], int, int | None]], logprobs: bool
+        self, requests: Sequence[tuple[list[int] | str, int, int | None]], logprobs: bool
     ) -> list[Completion]:
-        """``[(ids, max_new, seed), …]`` → the completions, concurrently (bounded)."""
+        """``[(prompt, max_new, seed), …]`` → the completions, concurrently (bounded); a prompt
+        is token ids, or text for a text-prompt server."""
         p = self.protocol
         bodies = [p.body(ids, m, self.sampling, s, logprobs) for ids, m, s in requests]
         outs = self.http.post_all(p.path, bodies)
         return [p.parse(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
 
-    def count(self, kind: str, c: Completion) -> None:
+    def count(self, kind: str, c: Completion, taken: int | None = None) -> None:
+        """Add a request's counts to :attr:`stats` (``taken``: the tokens of the answer a trace
+        kept, when it kept fewer)."""
+        n = c.completion_tokens if taken is None else int(taken)
         self.stats[f"{kind}_prompt_tokens"] += c.prompt_tokens or 0
         self.stats[f"{kind}_cached_tokens"] += c.cached_tokens or 0
-        self.stats[f"{kind}_completion_tokens"] += c.completion_tokens
+        self.stats[f"{kind}_completion_tokens"] += n
+        if c.server_tokens is not None:
+            self.stats[f"{kind}_server_tokens"] += c.server_tokens
         if c.confs is not None:
-            self.stats["missing_confs"] += int(np.isnan(np.asarray(c.confs, float)).sum())
+            self.stats["missing_confs"] += int(np.isnan(np.asarray(c.confs[:n], float)).sum())
+        if c.exact is not None:
+            self.stats["approx_confs"] += n - sum(c.exact[:n])
 
     def probe_result(self, c: Completion, request_len: int, conf: float | None) -> ProbeResult:
         self.count("probe", c)
@@ -1132,17 +1581,30 @@ class ServerBackend(TokenProbing, Backend):
         """Probe stored traces: each trace's probes one after another in position order (its
         next prefix extends the one the server just cached), the traces concurrently; seeds
         (seed, qid, trace_idx, position) as inline probes."""
-        _gen, prompt, plan = self.probe_plan(problem, traces, positions, generator.manifest)
+        gen, prompt, plan = self.probe_plan(problem, traces, positions, generator.manifest)
         seed = int(generator.manifest.get("seed", 0))
         out: list[list[Any]] = [[None] * len(p) for p in positions]
         p = self.protocol
+        text = self.prompt_text(problem.question) if p.prompt_mode == TEXT else None
+
+        def request(t: StoredTrace, d: int, pre: np.ndarray) -> tuple[list[int] | str, int]:
+            """(the probe's prompt, its length in our tokens)."""
+            n = len(prompt) + len(pre) + len(self.suffix_ids)
+            if text is None:
+                return prompt + [int(x) for x in pre] + self.suffix_ids, n
+            if gen.same_ids:  # a character the cut at d splits is left out, as in its text
+                assert t.token_ids is not None
+                trace = prefix_text(self.tokenizer, t.token_ids, d)
+            else:
+                trace = self.tokenizer.decode([int(x) for x in pre], skip_special_tokens=True)
+            return text + trace + self.probe_suffix, n
 
         async def chain(i: int) -> None:
             t = traces[i]
             for k, d in enumerate(np.asarray(positions[i]).tolist()):
-                ids = prompt + [int(x) for x in plan[i][k]] + self.suffix_ids
+                req, n = request(t, d, plan[i][k])
                 body = p.body(
-                    ids,
+                    req,
                     self.probe_max_new_tokens,
                     self.sampling,
                     probe_seed(seed, problem.qid, t.trace_idx, d),
@@ -1150,7 +1612,7 @@ class ServerBackend(TokenProbing, Backend):
                 )
                 c = p.parse(await self.http.post(p.path, body), self.probe_max_new_tokens, False)
                 conf = None if t.confs is None else window_conf(t.confs, d)
-                out[i][k] = self.probe_result(c, len(ids), conf)
+                out[i][k] = self.probe_result(c, n, conf)
 
         async def go():
             async with asyncio.TaskGroup() as tg:
@@ -1235,4 +1697,84 @@ class ServerTraceBatch(TokenTraceBatch):
         return [
             be.probe_result(c, len(r[0]), window_conf(self._confs[j], p))
             for j, p, r, c in zip(js, pos, reqs, outs)
+        ]
+
+
+class TextTraceBatch(ServerTraceBatch):
+    """The traces of a text-prompt server: each request is the prompt's text + the trace's text
+    so far (the server tokenizes it), and each answer's text is tokenized here, so token ids,
+    lengths and the checkpoints are ours.  A request of ``m`` tokens may come back as more or
+    fewer of ours: a trace keeps at most ``m`` (cut where the text is whole, the rest dropped,
+    the end of text with it) and asks again for what is missing, so it still holds exactly the
+    checkpoint's tokens there, with a seed of its own per request as ever."""
+
+    def __init__(self, backend, problem: Problem, n: int, seed: int, first_trace: int):
+        super().__init__(backend, problem, n, seed, first_trace)
+        self.prompt_text = backend.prompt_text(problem.question)
+
+    def _advance_once(self, target: int) -> bool:
+        be = self.backend
+        lengths = self.lengths
+        run = np.flatnonzero(~self.ended & (lengths < target)).tolist()
+        if not run:
+            return False
+        reqs: list[tuple[list[int] | str, int, int | None]] = []
+        for j in run:
+            n = int(lengths[j])
+            end = target if be.segment is None else min(target, (n // be.segment + 1) * be.segment)
+            seed = generation_seed(self.seed, self.problem.qid, self._trace(j), n)
+            reqs.append((self.prompt_text + self._text(j), end - n, seed))
+        outs = be.complete(reqs, logprobs=True)
+        be.stats["generate_calls"] += 1
+        for j, (_, want, _), c in zip(run, reqs, outs):
+            n = len(self._ids[j])
+            k = _text_cut(c, int(want), be.max_tokens - n)
+            if k == 0 and not c.ids:
+                raise ServerError(
+                    f"the server returned no text for {want} tokens of question "
+                    f"{self.problem.qid}, trace {self._trace(j)} at {n} tokens"
+                )
+            if k == 0:  # its next character alone would pass the token cap: it ends here
+                log.warning(
+                    "server backend: question %d, trace %d ends at %d tokens, its next character "
+                    "being longer than the %d tokens left",
+                    self.problem.qid,
+                    self._trace(j),
+                    n,
+                    be.max_tokens - n,
+                )
+                self._stopped[j] = True
+                continue
+            assert c.confs is not None
+            if np.isnan(c.confs[0]):  # an answer of the end of text alone: the confidence of the
+                # trace's token before it, or 0 (the lowest) for a trace that ends at once
+                c.confs[0] = self._confs[j][-1] if self._confs[j] else 0.0
+            self._ids[j].extend(c.ids[:k])
+            self._confs[j].extend(c.confs[:k])
+            if c.finished and k == len(c.ids):
+                self._eos[j] = True
+            be.count("generate", c, k)
+        return True
+
+    def probe(self, idx) -> list[ProbeResult]:
+        be = self.backend
+        idx = self._probe_targets(idx)
+        if idx.size == 0:
+            return []
+        js = idx.tolist()
+        pos = [len(self._ids[j]) for j in js]
+        reqs: list[tuple[list[int] | str, int, int | None]] = [
+            (
+                self.prompt_text + self._text(j) + be.probe_suffix,
+                be.probe_max_new_tokens,
+                probe_seed(self.seed, self.problem.qid, self._trace(j), p),
+            )
+            for j, p in zip(js, pos)
+        ]
+        outs = be.complete(reqs, logprobs=False)
+        be.stats["probe_calls"] += 1
+        n = len(self.prompt) + len(be.suffix_ids)
+        return [
+            be.probe_result(c, n + p, window_conf(self._confs[j], p))
+            for j, p, c in zip(js, pos, outs)
         ]

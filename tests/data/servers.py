@@ -1,4 +1,5 @@
-"""Fake llama.cpp, vLLM and SGLang servers for the server backend's tests (httpx mock transports).
+"""Fake llama.cpp, vLLM, SGLang and llama-cpp-python servers for the server backend's tests
+(httpx mock transports).
 
 NOT recordings of live vLLM or SGLang servers: neither runs on this project's CPU machines.  The
 answers are built to the shapes the servers' sources give them (``shared/spec/serving.md``):
@@ -23,6 +24,23 @@ answers are built to the shapes the servers' sources give them (``shared/spec/se
   ``tokens`` (``return_tokens``), ``stop_type``, ``tokens_predicted``, ``tokens_evaluated``,
   ``timings.cache_n`` and ``completion_probabilities`` (no entry for a token after which the text
   ends inside a multi-byte character: :attr:`FakeServer.split_chars`).
+* **llama-cpp-python** (``llama_cpp/server``, 0.3.36, its source read and its answers checked
+  against the real server on SmolLM2-135M): ``/v1/models`` cards ``{id, object, owned_by: "me",
+  permissions: []}`` and no other report; ``/extras/tokenize`` ``{input}`` → ``{tokens}`` (special
+  tokens parsed, the model's BOS first when it adds one: :attr:`FakeServer.bos`); no
+  ``/tokenize``; ``/v1/completions`` takes text only — a ``prompt`` of token ids is a pydantic
+  validation error that its route handler answers with HTTP **500** ``{"error": {"message": "N
+  validation errors: …", "type": "internal_server_error", "param": null, "code": null}}`` —,
+  tokenizes the text with the BOS it adds, and answers one choice ``{text, index, logprobs,
+  finish_reason}`` (``stop`` at an end-of-generation token, which is neither in the text nor
+  counted; ``length``) and ``usage`` ``{prompt_tokens, completion_tokens, total_tokens}`` (no
+  cached tokens); ``logprobs`` = ``{tokens, text_offset, token_logprobs, top_logprobs}``, offsets
+  counted from the start of the prompt text, each ``top_logprobs`` a dict keyed by the token's
+  text holding the top ``logprobs`` and then the sampled token (tokens that decode alike share a
+  key, the later, lower log-probability kept: :attr:`FakeServer.shared_keys`).  It may return
+  more tokens than ``max_tokens`` (it finishes a multi-byte character first:
+  :attr:`FakeServer.overshoot`), and its model may sample a split of a word that tokenizing the
+  text again does not give (:attr:`FakeServer.split_words`).
 
 The model behind them is a toy: every request's tokens are drawn from its seed (the same seed,
 the same tokens), a trace ends with ``\\boxed{N}`` and EOS, a probe answers ``N}`` and EOS; each
@@ -59,6 +77,10 @@ class Tokenizer(toy.ToyTokenizer):
     def __len__(self) -> int:
         return len(self.vocab)
 
+    @property
+    def all_special_ids(self) -> list[int]:
+        return sorted(self.special)
+
 
 def tokenizer():
     return Tokenizer(VOCAB, EOS)
@@ -72,7 +94,12 @@ class FakeServer:
     names), ``max_logprobs`` (vLLM), ``cache_report`` (vLLM ``--enable-prompt-tokens-details``),
     ``split_chars`` (llama.cpp: positions whose log-probability entry is left out),
     ``extra_sampled`` (vLLM: add the sampled token outside the top 20), ``api_key``,
-    ``deterministic`` (SGLang).
+    ``deterministic`` (SGLang); llama-cpp-python: ``bos`` (the token id put before every text
+    prompt, None: none), ``shared_keys`` (positions of a request's answer whose 2nd and 3rd top
+    tokens share a key), ``split_words`` (positions sampled as one token per character),
+    ``overshoot`` (tokens returned past ``max_tokens``), ``tokenize_route`` (False: no
+    ``/extras/tokenize``, as other OpenAI-compatible servers); any kind: ``owned_by`` (what
+    ``/v1/models`` says).
     """
 
     def __init__(self, kind: str, **knobs):
@@ -88,6 +115,12 @@ class FakeServer:
         self.api_key = knobs.pop("api_key", None)
         self.deterministic = bool(knobs.pop("deterministic", True))
         self.top_n = int(knobs.pop("top_n", 20))
+        self.bos = knobs.pop("bos", None)
+        self.shared_keys = set(knobs.pop("shared_keys", ()))
+        self.split_words = set(knobs.pop("split_words", ()))
+        self.overshoot = int(knobs.pop("overshoot", 0))
+        self.owned_by = knobs.pop("owned_by", None)
+        self.tokenize_route = bool(knobs.pop("tokenize_route", True))
         assert not knobs, knobs
         self.requests: list[tuple[str, dict | None]] = []
         self.in_flight = self.most_in_flight = 0
@@ -159,7 +192,10 @@ class FakeServer:
             return httpx.Response(200, json=self.models_card())
         if path in self.info():
             return httpx.Response(200, json=self.info()[path])
-        if path == "/tokenize":
+        if path == "/extras/tokenize" and self.kind == "llama-cpp-python" and self.tokenize_route:
+            bos = [] if self.bos is None else [self.bos]
+            return httpx.Response(200, json={"tokens": bos + self.tok.encode(body["input"])})
+        if path == "/tokenize" and self.kind != "llama-cpp-python":
             text = body.get("content", body.get("prompt"))
             ids = self.tok.encode(text)
             out = {"tokens": ids}
@@ -185,12 +221,23 @@ class FakeServer:
         return httpx.Response(404, json={"detail": "Not Found"})
 
     def completion_path(self) -> str:
-        return {"llama.cpp": "/completion", "vllm": "/v1/completions", "sglang": "/generate"}[
-            self.kind
-        ]
+        return {
+            "llama.cpp": "/completion",
+            "vllm": "/v1/completions",
+            "sglang": "/generate",
+            "llama-cpp-python": "/v1/completions",
+        }[self.kind]
 
     def models_card(self) -> dict:
+        if self.kind == "llama-cpp-python":
+            owner = "me" if self.owned_by is None else self.owned_by
+            data = [
+                {"id": m, "object": "model", "owned_by": owner, "permissions": []}
+                for m in self.models
+            ]
+            return {"object": "list", "data": data}
         owner = {"llama.cpp": "llamacpp", "vllm": "vllm", "sglang": "sglang"}[self.kind]
+        owner = owner if self.owned_by is None else self.owned_by
         data = []
         for m in self.models:
             card = {"id": m, "object": "model", "created": 1764000000, "owned_by": owner}
@@ -213,6 +260,8 @@ class FakeServer:
             }
         if self.kind == "vllm":
             return {"/version": {"version": "0.33.0"}}
+        if self.kind == "llama-cpp-python":
+            return {}
         return {
             "/get_server_info": {
                 **toy.SERVER_INFO,
@@ -230,6 +279,8 @@ class FakeServer:
             return self._llama(body)
         if self.kind == "vllm":
             return self._vllm(body)
+        if self.kind == "llama-cpp-python":
+            return self._llama_cpp_python(body)
         return self._sglang(body)
 
     def _llama(self, b: dict) -> httpx.Response:
@@ -368,5 +419,99 @@ class FakeServer:
                 "text": self.tok.decode(toks, skip_special_tokens=True),
                 "output_ids": toks,
                 "meta_info": meta,
+            },
+        )
+
+    def _llama_cpp_python(self, b: dict) -> httpx.Response:
+        prompt = b.get("prompt", "")
+        if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt) and prompt:
+            prompt = prompt[0]
+        if not isinstance(prompt, str):  # pydantic's refusal, answered by the route handler
+            errors = [
+                f"  {{'type': 'string_type', 'loc': ('body', 'prompt', 'str'), 'msg': 'Input "
+                f"should be a valid string', 'input': {prompt!r}}}"
+            ]
+            message = f"{len(errors)} validation errors:\n" + "\n".join(errors)
+            message += '\n\n  File "llama_cpp/server/app.py", line 264, in create_completion'
+            message += "\n    POST /v1/completions"
+            return httpx.Response(
+                500,
+                json={
+                    "error": {
+                        "message": message,
+                        "type": "internal_server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
+        ids = ([] if self.bos is None else [self.bos]) + self.tok.encode(prompt)
+        k = b.get("logprobs")
+        max_new = int(b.get("max_tokens", 16))
+        # past max_tokens when asked to (llama-cpp-python finishes a multi-byte character first)
+        seed = int(b.get("seed") or 0)
+        toks, finished, tops, _ = self.run(ids, max_new + self.overshoot, seed, bool(k))
+        gen = toks[:-1] if finished else toks  # the end of generation is neither text nor counted
+        pieces: list[list[int]] = []
+        for pos, t in enumerate(gen):  # a word sampled as one token per character
+            word = VOCAB[t]
+            if pos in self.split_words and len(word) > 1:
+                pieces.append(self.tok.ids(list(word)))
+            else:
+                pieces.append([t])
+        flat = [(t, pos) for pos, piece in enumerate(pieces) for t in piece]
+        limit = max_new + self.overshoot
+        if len(flat) > limit or (finished and len(flat) == limit):  # its count is the limit
+            flat, finished = flat[:limit], False
+        text = "".join(VOCAB[t] for t, _ in flat)
+        logprobs = None
+        if k is not None:
+            offsets, tokens, sampled, top_dicts = [], [], [], []
+            at = len(prompt)
+            for i, (t, pos) in enumerate(flat):
+                top = tops[pos]
+                # a character of a word sampled whole is not among its word's top tokens
+                lp = next((lp for lp, j in top if j == t), None)
+                head = top[: min(k, self.top_n)]
+                keys = [VOCAB[j] for _, j in head]
+                if i in self.shared_keys:  # the 3rd token decodes as the 2nd does
+                    keys[2] = keys[1]
+                d = {}
+                for key, (v, _) in zip(keys, head):
+                    d[key] = v
+                if lp is not None:
+                    d[VOCAB[t]] = lp
+                offsets.append(at)
+                tokens.append(VOCAB[t])
+                sampled.append(top[0][0] if lp is None else lp)
+                top_dicts.append(d)
+                at += len(VOCAB[t])
+            logprobs = {
+                "tokens": tokens,
+                "text_offset": offsets,
+                "token_logprobs": sampled,
+                "top_logprobs": top_dicts,
+            }
+        n = len(flat)
+        return httpx.Response(
+            200,
+            json={
+                "id": "cmpl-0b4c1f0e-6d38-4c71-9a53-3f9c4e5d2a10",
+                "object": "text_completion",
+                "created": 1764000000,
+                "model": b.get("model") or self.models[0],
+                "choices": [
+                    {
+                        "text": text,
+                        "index": 0,
+                        "logprobs": logprobs,
+                        "finish_reason": "stop" if finished else "length",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": len(ids),
+                    "completion_tokens": n,
+                    "total_tokens": len(ids) + n,
+                },
             },
         )
