@@ -176,9 +176,10 @@ def test_vllm_without_cache_report_records_no_cached_tokens(tmp_path, caplog):
     assert open_pool(out).manifest["server"]["cached_tokens"] == "not reported"
 
 
-def test_llama_cpp_missing_log_probabilities_become_nan_at_their_own_tokens():
+def test_llama_cpp_missing_log_probabilities_take_the_confidence_before_them():
     """llama.cpp sends no log-probabilities for a token after which the text ends inside a
-    multi-byte character: those tokens get NaN, every other token its own entry."""
+    multi-byte character: those tokens take the confidence of the token before them (a pool holds
+    finite confidences only; counted), every other token its own entry."""
     server = fake.FakeServer("llama.cpp", split_chars={1, 2, 5})
     be = backend(server, max_tokens=8)
     batch = be.start(Q, 1, 0)
@@ -189,9 +190,10 @@ def test_llama_cpp_missing_log_probabilities_become_nan_at_their_own_tokens():
     n = len(tops)
     for j in range(n):
         if j in (1, 2, 5):
-            assert math.isnan(confs[j])
+            assert confs[j] == confs[j - 1]
         else:
             assert confs[j] == np.float16(token_confidence([lp for lp, _ in tops[j][:20]]))
+    assert np.isfinite(confs).all()
     assert be.stats["missing_confs"] == len({1, 2, 5} & set(range(n)))
 
 

@@ -336,6 +336,13 @@ def test_parse_generation_shapes_and_errors():
     empty["meta_info"]["output_top_logprobs"][3] = None
     confs = parse_generation(empty, 8)["confs"]
     assert np.isnan(confs[3]) and not np.isnan(np.delete(confs, 3)).any()
+    # and the trace stores the confidence of the token before it (a pool holds finite ones)
+    from mars.backends.tokens import finite_confs
+
+    stored = finite_confs(confs, [])
+    assert stored[3] == confs[2] and np.isfinite(stored).all()
+    assert finite_confs([float("nan"), 1.0], [2.5]) == [2.5, 1.0]
+    assert finite_confs([float("nan")], []) == [0.0]
     # log-probabilities clamped to the float32 minimum: a finite confidence
     clamped = copy.deepcopy(ex)
     clamped["meta_info"]["output_top_logprobs"][0] = [[toy.CLAMPED, 7, None]] * 20

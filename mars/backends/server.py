@@ -113,6 +113,7 @@ from .tokens import (
     check_context,
     derive_seed,
     encode_suffix,
+    finite_confs,
     load_tokenizer,
     parse_probe,
     prefix_text,
@@ -1670,7 +1671,7 @@ class ServerTraceBatch(TokenTraceBatch):
         for j, c in zip(run, outs):
             self._ids[j].extend(c.ids)
             assert c.confs is not None
-            self._confs[j].extend(c.confs)
+            self._confs[j].extend(finite_confs(c.confs, self._confs[j]))
             if c.finished:
                 self._eos[j] = True
             be.count("generate", c)
@@ -1750,7 +1751,7 @@ class TextTraceBatch(ServerTraceBatch):
                 # trace's token before it, or 0 (the lowest) for a trace that ends at once
                 c.confs[0] = self._confs[j][-1] if self._confs[j] else 0.0
             self._ids[j].extend(c.ids[:k])
-            self._confs[j].extend(c.confs[:k])
+            self._confs[j].extend(finite_confs(c.confs[:k], self._confs[j]))
             if c.finished and k == len(c.ids):
                 self._eos[j] = True
             be.count("generate", c, k)

@@ -85,6 +85,7 @@ from .tokens import (
     check_context,
     derive_seed,
     encode_suffix,
+    finite_confs,
     local_path,
     parse_probe,
     token_confidence,
@@ -723,7 +724,7 @@ class SGLangTraceBatch(TokenTraceBatch):
             if g["confs"] is None:
                 self._has_confs = False
             else:
-                self._confs[j].extend(g["confs"])
+                self._confs[j].extend(finite_confs(g["confs"], self._confs[j]))
             if g["text"] is not None:
                 self._texts[j].append(g["text"])
             if g["finish"] == "stop":

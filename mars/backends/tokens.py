@@ -130,6 +130,19 @@ def token_confidence(logprobs_top: Sequence[float] | None) -> float:
     return round(-float(np.mean(lp)), 3)
 
 
+def finite_confs(confs: Sequence[float], before: Sequence[float]) -> list[float]:
+    """A request's token confidences, finite: a token the server sent no log-probabilities for
+    (llama.cpp: the text ends inside a multi-byte character after it; an SGLang position
+    without top log-probabilities; NaN here) takes the
+    confidence of the token before it (``before``: the trace's so far), or 0, the lowest, at a
+    trace's start. A pool holds finite confidences only; stats["missing_confs"] counts these."""
+    out = list(confs)
+    for i, v in enumerate(out):
+        if math.isnan(v):
+            out[i] = out[i - 1] if i else (before[-1] if len(before) else 0.0)
+    return out
+
+
 def check_context(backend, problem: Problem, prompt_len: int | None = None) -> None:
     """Refuse, before any generation, a question whose longest request would not fit the model.
 
