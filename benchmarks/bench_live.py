@@ -33,10 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mars.backends.synthetic import SyntheticBackend
+from mars.engines.synthetic import SyntheticBackend
 from mars.live import solve
-from mars.problems import load_problems
-from mars.problems import parse_question_spec as parse_qids
+from mars.store.problems import load_problems
+from mars.store.problems import parse_question_spec as parse_qids
 
 
 def _backend(a):
@@ -44,7 +44,7 @@ def _backend(a):
         return SyntheticBackend(a.preset, max_tokens=a.max_tokens)
     import torch
 
-    from mars.backends.transformers import TransformersBackend
+    from mars.engines.transformers import TransformersBackend
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return TransformersBackend(

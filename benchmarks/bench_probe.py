@@ -51,7 +51,7 @@ def timed(dev: str, fn, *args, **kwargs):
 def probe_records(pool: Path, qids) -> list[dict]:
     import pyarrow.parquet as pq
 
-    from mars import schema
+    from mars.store import schema
 
     rows = []
     for q in qids:
@@ -76,8 +76,8 @@ def token_id_bytes(pool: Path, qids) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mars import schema
-    from mars.pooldir import write_trace_table
+    from mars.store import schema
+    from mars.store.write import write_trace_table
 
     with_ids = without = tokens = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,7 +111,7 @@ def prose_token_id_bytes(tokenizer, chunk: int = 2048) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mars import schema
+    from mars.store import schema
 
     root = Path(__file__).resolve().parent.parent
     files = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
@@ -145,10 +145,10 @@ def main(argv=None) -> int:
 
     import torch
 
-    from mars.backends.transformers import TransformersBackend
-    from mars.generate import generate_pool
-    from mars.probe import probe_pool
-    from mars.problems import load_problems
+    from mars.engines.generate import generate_pool
+    from mars.engines.probe import probe_pool
+    from mars.engines.transformers import TransformersBackend
+    from mars.store.problems import load_problems
 
     torch.set_num_threads(a.threads)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")

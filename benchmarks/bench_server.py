@@ -208,7 +208,7 @@ def one_request(be, problem, n: int, tokens: int, seed: int) -> dict:
 
 def live(be, n: int, out: Path) -> dict:
     from mars.live import solve_pool
-    from mars.problems import Problem
+    from mars.store.problems import Problem
 
     problem = Problem(qid=0, dataset="bench", **LIVE_QUESTION)
     (rec,) = solve_pool(
@@ -334,9 +334,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from mars.backends.server import ServerBackend
-    from mars.backends.transformers import TransformersBackend
-    from mars.problems import load_problems
+    from mars.engines.server import ServerBackend
+    from mars.engines.transformers import TransformersBackend
+    from mars.store.problems import load_problems
 
     torch.set_num_threads(a.threads)
     model = a.model or default_model()

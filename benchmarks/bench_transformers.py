@@ -137,8 +137,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from mars.backends.transformers import TransformersBackend
-    from mars.problems import load_problems
+    from mars.engines.transformers import TransformersBackend
+    from mars.store.problems import load_problems
 
     torch.set_num_threads(a.threads)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")

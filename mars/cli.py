@@ -2,7 +2,7 @@
 
 User errors (:class:`mars.errors.MarsError`) print one line and exit with code 2; anything else
 is a bug and shows its traceback. The options of ``simulate`` and ``solve`` that are simulation
-settings are generated from their declarations in :mod:`mars.settings`.
+settings are generated from their declarations in :mod:`mars.method.settings`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
-from .atomic import disk_full_message
-from .backends.factory import BACKENDS, bundled_presets
+from .engines.factory import BACKENDS, bundled_presets
 from .errors import MarsError
-from .methods import DEFAULT_METHOD, live_methods
-from .problems import bundled_problem_sets, parse_question_spec
-from .settings import LIVE_KEYS, SETTINGS, SPECS, SettingSpec
+from .method.registry import DEFAULT_METHOD, live_methods
+from .method.settings import LIVE_KEYS, SETTINGS, SPECS, SettingSpec
+from .store.atomic import disk_full_message
+from .store.problems import bundled_problem_sets, parse_question_spec
 
 app = typer.Typer(
     add_completion=False,
@@ -81,7 +81,7 @@ def setting_help(spec: SettingSpec, more: str = "") -> str:
 
 def with_settings(names: Sequence[str]) -> Callable:
     """Give a command one option per simulation setting in ``names`` (help, flag and default from
-    :mod:`mars.settings`); the command receives those the user set as ``settings_given``."""
+    :mod:`mars.method.settings`); the command receives those the user set as ``settings_given``."""
 
     def deco(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
@@ -141,12 +141,10 @@ def simulate(
     settings_given: dict | None = None,
 ):
     """Bootstrap-simulate stopping methods on a trace pool (the paper's evaluation)."""
-    from .atomic import check_apart, output_dir
-    from .methods import parse_methods
-    from .pool import open_pool
+    from .method.registry import parse_methods
+    from .method.settings import Settings
     from .progress import bar
     from .results import summary_table, write_methods
-    from .settings import Settings
     from .simulate import (
         check_protocol_inputs,
         pool_settings,
@@ -154,6 +152,8 @@ def simulate(
         size_notes,
         supported_methods,
     )
+    from .store.atomic import check_apart, output_dir
+    from .store.pool import open_pool
 
     with user_errors():
         parse_methods(method)
@@ -219,9 +219,9 @@ def fit(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
 ):
     """Fit the per-question stage: arrays and switch models (q) that `simulate --fit` reads."""
-    from .atomic import check_apart, output_dir
     from .fit import check_fit, fit_pool, summary_table
     from .progress import bar
+    from .store.atomic import check_apart, output_dir
 
     with user_errors():
         try:
@@ -271,7 +271,7 @@ def import_(
     ),
 ):
     """Convert published MARS data or Parallel-Probe matrices into a pool directory."""
-    from .convert import import_pool
+    from .store.published import import_pool
 
     with user_errors():
         import_pool(fmt, src, out, trust_pickle=trust_pickle, spacing=spacing)
@@ -284,10 +284,11 @@ def export(
     out: Path = typer.Argument(..., help="output .parquet (must not exist)"),
 ):
     """Write a pool in the authors' published parquet schema."""
-    from .convert import export_published
+    from .method.answers import is_correct
+    from .store.published import export_published
 
     with user_errors():
-        export_published(pool, out)
+        export_published(pool, out, grade=is_correct)
     err.print(f"published-schema parquet written to {out}")
 
 
@@ -329,10 +330,10 @@ def generate(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
     """Generate traces and probe them every `spacing` tokens (resumable; sharded)."""
-    from .atomic import check_apart
-    from .backends.factory import make_backend
-    from .generate import generate_pool
+    from .engines.factory import make_backend
+    from .engines.generate import generate_pool
     from .progress import bar
+    from .store.atomic import check_apart
 
     with user_errors():
         qids = parse_question_spec(questions)
@@ -408,10 +409,10 @@ def probe(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
     """Probe stored traces again, at any spacing and with any probe model (no regeneration)."""
-    from .atomic import check_apart
-    from .pool import LayoutPool, open_pool
-    from .probe import probe_backend, probe_pool
+    from .engines.probe import probe_backend, probe_pool
     from .progress import bar
+    from .store.atomic import check_apart
+    from .store.pool import LayoutPool, open_pool
 
     with user_errors():
         qids = parse_question_spec(questions)
@@ -478,10 +479,10 @@ def solve(
     settings_given: dict | None = None,
 ):
     """Answer questions live: stop the parallel traces the moment the method fires."""
-    from .atomic import check_apart
-    from .backends.factory import make_backend
+    from .engines.factory import make_backend
     from .live import solve_pool
     from .progress import bar
+    from .store.atomic import check_apart
 
     with user_errors():
         qids = parse_question_spec(questions)
@@ -581,7 +582,7 @@ def consolidate(
     overwrite: bool = typer.Option(False),
 ):
     """Merge generated shards into one pool directory."""
-    from .shards import consolidate as merge
+    from .store.consolidate import consolidate as merge
 
     with user_errors():
         merge(shards, out, overwrite=overwrite)
@@ -642,8 +643,8 @@ def report(
     """Render the paper's tables and figures (and the new ones) from simulate outputs."""
     import shlex
 
-    from .atomic import check_apart, output_dir
     from .errors import need_extra
+    from .store.atomic import check_apart, output_dir
 
     with user_errors():
         if figures or tradeoff:

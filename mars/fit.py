@@ -9,10 +9,11 @@ are identical to a simulation that fits on the fly.
 FIT/ layout::
 
     fit.json                 provenance: pool, spacing, window, warmup sizes, per-question hashes
-    models.parquet           one row per question × warmup size (mars.schema.MODEL_SCHEMA); its
+    models.parquet           one row per question × warmup size (mars.store.schema.MODEL_SCHEMA);
+    its
                              metadata records the spacing, window and arrays version of the fit
     q000007-<key>.npz        the question's arrays: the fit directory is an array cache, read
-                             through the one reader `simulate --cache` uses (mars.arrays)
+                             through the one reader `simulate --cache` uses (mars.method.arrays)
 
 Everything is checked against what it is loaded *for*: an array file only serves the question
 whose content and settings its key names (anything else is rebuilt), a model row only the question
@@ -32,16 +33,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import schema
-from .arrays import ARRAYS_VERSION, QuestionArrays, load_arrays
-from .atomic import write_atomic, write_json_atomic
 from .errors import MarsError
-from .features import FEATURE_NAMES
-from .pool import Pool, QuestionData, open_pool, read_manifest
+from .method.arrays import ARRAYS_VERSION, QuestionArrays, load_arrays
+from .method.features import FEATURE_NAMES
+from .method.qmodel import QuestionFit, SwitchModel, fit_question
+from .method.qmodel import preload as preload_fit
+from .method.settings import Settings, check_warmup, resolve_spacing
 from .progress import Progress, counter
-from .qmodel import QuestionFit, SwitchModel, fit_question
-from .qmodel import preload as preload_fit
-from .settings import Settings, check_warmup, resolve_spacing
+from .store import schema
+from .store.atomic import write_atomic, write_json_atomic
+from .store.pool import Pool, QuestionData, open_pool, read_manifest
 from .workers import map_largest_first, process_pool
 
 MODEL_NAME = "switch"

@@ -4,10 +4,11 @@
 
 1. *warmup*: ``warmup`` traces (trace ids 0..W-1) run to completion, probed at every checkpoint;
 2. *main*: ``n_traces`` traces (ids W..W+N-1) advance checkpoint by checkpoint
-   (:func:`mars.generate.run_batch`, ``spacing`` tokens apart); every running trace is probed;
+   (:func:`mars.engines.generate.run_batch`, ``spacing`` tokens apart); every running trace is
+   probed;
 3. at each checkpoint the method takes one step (:class:`mars.stepper.Stopper`) fed what the
    engine just produced (each trace's probed or final answer, whether it runs, its confidence);
-   when it fires, every running trace is stopped (:meth:`~mars.backends.base.TraceBatch.stop`) and
+   when it fires, every running trace is stopped (:meth:`~mars.engines.base.TraceBatch.stop`) and
    the leader is the answer. Parallel-Probe as its authors define it (``sc-pp-faithful``) also
    stops the traces it prunes, there and then.
 
@@ -22,7 +23,7 @@ simulator, each because a live run cannot see the future:
   from the traces;
 * answers are grouped online, in the order they arrive (warmup traces first, then checkpoint by
   checkpoint), so that an answer's group id never changes
-  (:func:`~mars.answers.group_answers_online`; ids break vote ties);
+  (:func:`~mars.method.answers.group_answers_online`; ids break vote ties);
 * a checkpoint's confidence is the mean of the W tokens *before* the probe; the reference's window
   ends at token p, which does not exist yet when the engine probes at p tokens.
 
@@ -50,13 +51,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from . import schema
-from .answers import group_answers_online, is_correct
-from .arrays import QuestionArrays, build_arrays, checkpoint_answers, checkpoint_confidences
-from .atomic import write_atomic, write_json_atomic
-from .backends.base import Backend, TraceBatch, TraceResult
-from .errors import MarsError, UsageError
-from .generate import (
+from .engines.base import Backend, TraceBatch, TraceResult
+from .engines.generate import (
     TraceRecord,
     backend_info,
     question_rows,
@@ -64,15 +60,20 @@ from .generate import (
     run_batch,
     token_cap,
 )
-from .methods import DEFAULT_METHOD, Method, get_method, live_method
-from .pool import PoolError, QuestionData, open_pool, question_from_table
-from .pooldir import PoolDirWriter
-from .problems import Problem, problems_digest, select_problems
+from .errors import MarsError, UsageError
+from .method.answers import group_answers_online, is_correct
+from .method.arrays import QuestionArrays, build_arrays, checkpoint_answers, checkpoint_confidences
+from .method.registry import DEFAULT_METHOD, Method, get_method, live_method
+from .method.settings import LIVE_KEYS, Settings
 from .progress import Progress, counted
-from .settings import LIVE_KEYS, Settings
 from .simulate import MethodResult, QuestionContext, run_method
 from .stepper import Stopper, Warmup
-from .userfiles import read_json_object
+from .store import schema
+from .store.atomic import write_atomic, write_json_atomic
+from .store.pool import PoolError, QuestionData, open_pool, question_from_table
+from .store.problems import Problem, problems_digest, select_problems
+from .store.userfiles import read_json_object
+from .store.write import PoolDirWriter
 
 LIVE_DIR = "live"
 LIVE_RECORD = ".solve.json"
@@ -101,7 +102,8 @@ def live_settings(
 ) -> Settings:
     """The simulator settings of a live run: N traces, one iteration, the rule's knobs.
 
-    ``knobs`` are the settings `mars solve` takes (:data:`mars.settings.LIVE_KEYS`); the others
+    ``knobs`` are the settings `mars solve` takes (:data:`mars.method.settings.LIVE_KEYS`); the
+    others
     are fixed by the run itself.
     """
     if n_traces < 1:
@@ -210,7 +212,8 @@ class LiveRun:
 
 class _Confidences:
     """The checkpoint confidence of each of the N traces as it generates, to the bit what its
-    stored record gives (:func:`mars.arrays.checkpoint_confidences`, ``conf_window="before"``):
+    stored record gives (:func:`mars.method.arrays.checkpoint_confidences`,
+    ``conf_window="before"``):
     float16-stored token confidences, float64 prefix sums, of which the last ``window`` + 1 are
     kept; a trace that no longer runs has the mean of all its tokens."""
 
@@ -454,7 +457,8 @@ def _run_full(
     grid,
 ) -> dict:
     """The same N traces, every one to its end: tokens, wall time and the answer of the
-    full-budget vote ``method`` is measured against (:attr:`~mars.methods.Method.baseline`)."""
+    full-budget vote ``method`` is measured against
+    (:attr:`~mars.method.registry.Method.baseline`)."""
     t0 = time.perf_counter()
     batch = backend.start(problem, n_traces, seed, first_trace=first_trace)
     try:

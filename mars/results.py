@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .atomic import folder_lock, make_dirs, make_temp_dir, naming_output, replace_dir
-from .protocol import table_row
-from .schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
+from .method.protocol import table_row
+from .store.atomic import folder_lock, make_dirs, make_temp_dir, naming_output, replace_dir
+from .store.schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
 
 PACKAGES = ("mars", "numpy", "scipy", "pandas", "pyarrow", "math-verify")
 
@@ -142,7 +142,9 @@ def overall(
     inputs = {"source": source, "checksum": checksum}
     if fit is not None:
         inputs["fit"] = fit  # the fit stage's artifact the switch models came from
-    extra = {"notes": notes} if notes else {}  # sizes that surprise (mars.settings.check_sizes)
+    extra = (
+        {"notes": notes} if notes else {}
+    )  # sizes that surprise (mars.method.settings.check_sizes)
     return {
         **extra,
         "method": method,

@@ -20,19 +20,19 @@ from typing import Any
 
 import numpy as np
 
-from . import deepconf, protocol
-from .arrays import QuestionArrays, digest_arrays, load_arrays
-from .calibration import calibrate_gamma
 from .errors import SimulationError
-from .features import switch_labels
-from .methods import Method
-from .pool import Pool, PoolError, open_pool
+from .method import deepconf, protocol
+from .method.arrays import QuestionArrays, digest_arrays, load_arrays
+from .method.calibration import calibrate_gamma
+from .method.features import switch_labels
+from .method.qmodel import QuestionFit, fit_question, predict_question
+from .method.qmodel import preload as preload_fit
+from .method.registry import Method
+from .method.settings import Settings, check_sizes, resolve_spacing
+from .method.stopping import Rule, Snapshot
+from .method.voting import leader, tally
 from .progress import Progress, counter
-from .qmodel import QuestionFit, fit_question, predict_question
-from .qmodel import preload as preload_fit
-from .settings import Settings, check_sizes, resolve_spacing
-from .stopping import Rule, Snapshot
-from .voting import leader, tally
+from .store.pool import Pool, PoolError, open_pool
 from .workers import map_largest_first, process_pool
 
 __all__ = [
@@ -106,7 +106,7 @@ class Vote:
 
 def bootstrap_samples(arr: QuestionArrays, s: Settings) -> np.ndarray:
     """Sampled trace indices [iterations, budget] (reference-protocol §4.2), or the protocol's
-    (:mod:`mars.protocol`)."""
+    (:mod:`mars.method.protocol`)."""
     if s.protocol == protocol.PARALLEL_PROBE:
         return protocol.shuffles(arr.n_traces, s.budget, s.iterations, s.seed)
     pool = arr.pool_ids()
@@ -256,7 +256,7 @@ class QuestionContext:
         return self._cached("probe_sums", compute)
 
     def gamma_for(self, method: Method) -> Any:
-        """The γ ``method``'s rule gets (:attr:`mars.methods.Stopping.gamma`)."""
+        """The γ ``method``'s rule gets (:attr:`mars.method.registry.Stopping.gamma`)."""
         s = self.s
         if method.rule.gamma == "one":
             return 1.0
@@ -308,7 +308,7 @@ class MethodRun:
         self.lens = arr.lengths[S]
         self.run_lens = arr.run_lengths[S]
         self.run_k = arr.run_checkpoints[S]
-        #: the protocol's tie rule (mars.protocol): the answer seen first, or the lowest id
+        #: the protocol's tie rule (mars.method.protocol): the answer seen first, or the lowest id
         self.first_seen = ctx.s.protocol == "parallel-probe"
         self.taus: np.ndarray | None
         self.runmin: np.ndarray | None
@@ -402,7 +402,8 @@ class MethodRun:
 
     def run(self) -> MethodResult:
         """Every checkpoint in turn (:meth:`step`) until every iteration has stopped; a
-        sample-more rule (:attr:`mars.stopping.Rule.draws`) decides over whole traces instead."""
+        sample-more rule (:attr:`mars.method.stopping.Rule.draws`) decides over whole traces
+        instead."""
         if self.rule.draws:
             return self._draw()
         if self.method.waves:
@@ -426,7 +427,7 @@ class MethodRun:
 
         # tokens: every sampled trace is charged up to the stop position (and truncation/pruning)
         until = rule.charged_until()
-        if arr.step_cost is not None and rule.probes:  # read step by step (mars.protocol)
+        if arr.step_cost is not None and rule.probes:  # read step by step (mars.method.protocol)
             through = np.broadcast_to(np.minimum(stop_k, m - 1)[:, None], self.samples.shape)
             if until is not None:
                 through = np.minimum(through, np.searchsorted(grid, until, side="left"))
@@ -619,7 +620,7 @@ def size_notes(
     pool: Pool, methods: list[Method], settings: Settings, qids: list[int] | None
 ) -> list[str]:
     """Refuse sizes that cannot mean anything on this pool's questions; notes on legal sizes
-    that surprise (:func:`mars.settings.check_sizes`). Reads file metadata only."""
+    that surprise (:func:`mars.method.settings.check_sizes`). Reads file metadata only."""
     counts = pool.trace_counts(pool.qids if qids is None else qids)
     return check_sizes(settings, counts, methods, pool.source)
 
@@ -643,7 +644,7 @@ def supported_methods(spec: str, pool: Pool, qids: list[int] | None):
     """The methods of ``spec`` this pool can run and those a group (``all``) left out: a pool
     without per-token confidences (its first question asked for tells) runs no DeepConf method.
     """
-    from .methods import parse_methods, select_methods
+    from .method.registry import parse_methods, select_methods
 
     if not any(m.needs_confs for m in parse_methods(spec)):
         return select_methods(spec, has_confs=True)
@@ -663,8 +664,8 @@ def _worker_pool(path: str) -> Pool:
 def _worker_fit(path: str):
     """The fit directory at ``path``, read once per process while its files stay the same (a
     directory fitted again is read again)."""
-    from . import schema
     from .fit import FitDir
+    from .store import schema
 
     stamp: list[tuple[int, int, int] | None] = []
     for name in (schema.FIT_MANIFEST, schema.FIT_MODELS):
@@ -699,7 +700,7 @@ def _worker(args) -> QuestionResult:
 
 def check_protocol_inputs(settings: Settings, fit_dir=None, cache_dir=None) -> None:
     """Arrays and switch models of the fit stage or the cache are the bootstrap protocol's; another
-    protocol builds its own (:mod:`mars.protocol`)."""
+    protocol builds its own (:mod:`mars.method.protocol`)."""
     if settings.protocol != protocol.BOOTSTRAP and (fit_dir is not None or cache_dir is not None):
         raise SimulationError(
             f"--protocol {settings.protocol} reads the traces its own way (exact answers, step "

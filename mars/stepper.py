@@ -16,7 +16,7 @@ the N traces, one column per checkpoint, answers grouped online in arrival order
 :meth:`Stopper.step` is one :meth:`mars.simulate.MethodRun.step` over the one iteration whose
 sample is the N traces; the walk is never re-run over past checkpoints, except when new answers
 outgrow the room left for them (rarely: the room doubles; but at every new answer for a rule whose
-decision depends on how many answers exist, :attr:`mars.stopping.Rule.counts_answers`).
+decision depends on how many answers exist, :attr:`mars.method.stopping.Rule.counts_answers`).
 Re-simulating the traces afterwards (:func:`mars.live.decide`, what `mars replay` does) gives the
 same decisions.
 """
@@ -28,13 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .answers import OnlineGroups
-from .arrays import QuestionArrays
 from .errors import UsageError
-from .features import question_features
-from .methods import Method, live_method
-from .qmodel import SwitchModel, fit_question
-from .settings import Settings
+from .method.answers import OnlineGroups
+from .method.arrays import QuestionArrays
+from .method.features import question_features
+from .method.qmodel import SwitchModel, fit_question
+from .method.registry import Method, live_method
+from .method.settings import Settings
 from .simulate import MethodRun, QuestionContext
 
 
@@ -80,7 +80,7 @@ class Stopper:
     """``method`` on one question of ``n_traces`` parallel traces over the checkpoint ``grid``
     (positions in tokens), after ``warmup`` (see the module docstring).
 
-    ``settings``: a :class:`mars.settings.Settings` or its stopping knobs as keywords (γ, δ,
+    ``settings``: a :class:`mars.method.settings.Settings` or its stopping knobs as keywords (γ, δ,
     ``pp_conv``, …); the budget is ``n_traces``, one iteration. Methods that read the future or
     use DeepConf's filter cannot decide online and are refused.
     """

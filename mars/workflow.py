@@ -150,7 +150,7 @@ def import_args(imp: dict) -> str:
 
 def uses_fit(config: dict, setting: str) -> bool:
     """Whether a setting's simulations read the fit stage's arrays and switch models (the
-    bootstrap protocol; another protocol builds its own, mars.protocol)."""
+    bootstrap protocol; another protocol builds its own, mars.method.protocol)."""
     return setting_params(config, setting).get("protocol") in (None, "bootstrap")
 
 
@@ -263,7 +263,7 @@ def _check_servers(config: dict) -> None:
 
 def _questions(key: str, spec) -> list[int] | None:
     """A question list of the config (None: every question), refused in one line naming it."""
-    from .problems import parse_question_spec
+    from .store.problems import parse_question_spec
 
     try:
         return parse_question_spec(spec, name=key)
@@ -274,7 +274,7 @@ def _questions(key: str, spec) -> list[int] | None:
 def _check_selections(config: dict) -> None:
     """Question lists: well formed; generation's within each generated dataset; a setting's
     within what was generated (imported pools are checked by their simulate job)."""
-    from .problems import select_problems
+    from .store.problems import select_problems
 
     gen_key = "generation.questions"
     generated = _questions(gen_key, config["generation"]["questions"])
@@ -336,7 +336,7 @@ def check_values(
     unknown preset or method, a bad question list, a dataset used but not defined, more shards
     than traces, an import that is also generated, nothing to do, server keys of a model that
     is not served, a server job without a URL."""
-    from .methods import parse_methods
+    from .method.registry import parse_methods
 
     datasets, models, gen = config["datasets"], config["models"], config["generation"]
     used = list(gen["datasets"] or []) + [
@@ -389,8 +389,8 @@ def check_config(config: dict, schema_path: str | Path) -> None:
     import yaml
     from snakemake.utils import validate
 
-    from .backends.factory import bundled_presets
-    from .problems import bundled_problem_sets
+    from .engines.factory import bundled_presets
+    from .store.problems import bundled_problem_sets
 
     check_schema(config, yaml.safe_load(Path(schema_path).read_text()))
     validate(config, str(schema_path))  # fills in the defaults (it passes: checked above)

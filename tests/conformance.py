@@ -80,8 +80,8 @@ def fixture_settings(pool: str, folder: str):
 
 @cache
 def arrays(pool: str) -> dict:
-    from mars.arrays import build_arrays
-    from mars.pool import open_pool
+    from mars.method.arrays import build_arrays
+    from mars.store.pool import open_pool
 
     p = open_pool(FIXTURES / pool / "pool.parquet")
     return {q.qid: build_arrays(q) for q in p.questions()}
@@ -97,7 +97,7 @@ def reference(pool: str, folder: str) -> pd.DataFrame:
 
 def run(arr, pool: str, folder: str) -> pd.DataFrame:
     """Our results for one fixture folder on one question; folders sharing settings run together."""
-    from mars.methods import get_method
+    from mars.method.registry import get_method
     from mars.simulate import simulate_question
 
     cache = arr.__dict__.setdefault("_runs", {})
@@ -128,7 +128,7 @@ def run(arr, pool: str, folder: str) -> pd.DataFrame:
 
 def mismatches(ours: pd.DataFrame, ref: pd.DataFrame, arr) -> pd.DataFrame:
     """Rows that differ; answers compare as groups (a representative may be any member)."""
-    from mars.answers import group_answers  # noqa: F401  (grouping is what defines sameness)
+    from mars.method.answers import group_answers  # noqa: F401  (grouping is what defines sameness)
 
     ref = ref.loc[ours.index]
     ref_group = np.array([_group_of(arr, s) for s in ref.voted_answer])
@@ -163,7 +163,7 @@ def _group_of(arr, s: str) -> int:
         idx = {}
         arr._index_cache = idx
     if s not in idx:
-        from mars.answers import answers_equivalent, numeric_key
+        from mars.method.answers import answers_equivalent, numeric_key
 
         key = numeric_key(s)
         idx[s] = next(
@@ -240,8 +240,8 @@ def explain(pool: str, qid: int, max_rounds: int = 12):
 def _tied_leaders(arr, pool: str, folder: str, iterations) -> set:
     """Answers tied for the lead (uniform snapshot vote)
     at any checkpoint of the given iterations."""
+    from mars.method.voting import tally
     from mars.simulate import bootstrap_samples
-    from mars.voting import tally
 
     if not iterations:
         return set()

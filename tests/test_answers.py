@@ -1,4 +1,4 @@
-"""Tests for mars.answers: extraction, normalisation, numeric keys, equivalence, grouping."""
+"""Tests for mars.method.answers: extraction, normalisation, numeric keys, equivalence, grouping."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mars import answers as A
-from mars.answers import (
+from mars.method import answers as A
+from mars.method.answers import (
     AnswerGroups,
     answers_equivalent,
     extract_boxed,
@@ -559,9 +559,9 @@ def test_symbolic_budget_falls_back_to_string_identity(monkeypatch):
 def test_question_arrays_record_fallbacks(tmp_path, monkeypatch):
     from util import write_published_pool
 
-    import mars.answers
-    import mars.arrays
-    from mars.pool import open_pool
+    import mars.method.answers
+    import mars.method.arrays
+    from mars.store.pool import open_pool
 
     def symbolic(rows):  # "101" -> "\\frac{202}{2}": equal values that need sympy to group
         def tex(a):
@@ -577,12 +577,14 @@ def test_question_arrays_record_fallbacks(tmp_path, monkeypatch):
     q = open_pool(path).read_question(0)
     for f in (A.numeric_key, A._mv_parse, A._equivalent_cached):
         f.cache_clear()  # nothing decided earlier in this process: budget-free cached answers
-    real_budget = mars.arrays.symbolic_budget
-    monkeypatch.setattr(mars.arrays, "symbolic_budget", lambda: mars.answers.symbolic_budget(0.0))
-    starved = mars.arrays.build_arrays(q)
+    real_budget = mars.method.arrays.symbolic_budget
+    monkeypatch.setattr(
+        mars.method.arrays, "symbolic_budget", lambda: mars.method.answers.symbolic_budget(0.0)
+    )
+    starved = mars.method.arrays.build_arrays(q)
     assert starved.answer_fallbacks > 0
-    monkeypatch.setattr(mars.arrays, "symbolic_budget", real_budget)
-    full = mars.arrays.build_arrays(q)  # budget decisions were not cached: the full grouping
+    monkeypatch.setattr(mars.method.arrays, "symbolic_budget", real_budget)
+    full = mars.method.arrays.build_arrays(q)  # budget decisions were not cached: the full grouping
     assert full.answer_fallbacks == 0 and full.correct.any()
     assert not starved.correct.any()  # "\\frac{202}{2}" is 101 only to sympy
 

@@ -10,7 +10,7 @@ import time
 
 from util import small_disk
 
-from mars.atomic import LOCK_NAME, disk_full_message, folder_lock, write_text_atomic
+from mars.store.atomic import LOCK_NAME, disk_full_message, folder_lock, write_text_atomic
 
 
 def _hold(folder, log, start):

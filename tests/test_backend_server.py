@@ -1,4 +1,4 @@
-"""The server backend (mars/backends/server.py): HTTP to llama.cpp, vLLM and SGLang servers.
+"""The server backend (mars/engines/server.py): HTTP to llama.cpp, vLLM and SGLang servers.
 
 Three layers:
 
@@ -42,19 +42,19 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
-from mars import schema  # noqa: E402
-from mars.backends import server as srv  # noqa: E402
-from mars.backends.server import (  # noqa: E402
+from mars.engines import server as srv  # noqa: E402
+from mars.engines.generate import generate_pool  # noqa: E402
+from mars.engines.server import (  # noqa: E402
     ServerBackend,
     ServerError,
     generation_seed,
     probe_seed,
 )
-from mars.backends.tokens import CONF_TOP_K, token_confidence  # noqa: E402
+from mars.engines.tokens import CONF_TOP_K, token_confidence  # noqa: E402
 from mars.errors import MarsError  # noqa: E402
-from mars.generate import generate_pool  # noqa: E402
-from mars.pool import open_pool  # noqa: E402
-from mars.problems import Problem  # noqa: E402
+from mars.store import schema  # noqa: E402
+from mars.store.pool import open_pool  # noqa: E402
+from mars.store.problems import Problem  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 _spec = importlib.util.spec_from_file_location("fake_servers", DATA / "servers.py")
@@ -162,7 +162,7 @@ def test_vllm_without_cache_report_records_no_cached_tokens(tmp_path, caplog):
     """vLLM reports cached tokens only with --enable-prompt-tokens-details: without it the probes
     record none (not zero), the connect says so once, and the manifest records it."""
     server = fake.FakeServer("vllm", cache_report=False)
-    with caplog.at_level(logging.WARNING, logger="mars.backends.server"):
+    with caplog.at_level(logging.WARNING, logger="mars.engines.server"):
         be = backend(server, max_tokens=16)
     assert "--enable-prompt-tokens-details" in caplog.text
     out = generate_pool(be, [Q], 2, 0, tmp_path / "pool", spacing=8, progress=False)
@@ -226,7 +226,7 @@ def test_vllm_max_logprobs_below_20_is_one_line_with_the_fix():
 
 def test_sglang_without_deterministic_inference_is_recorded_and_said(caplog):
     server = fake.FakeServer("sglang", deterministic=False)
-    with caplog.at_level(logging.WARNING, logger="mars.backends.server"):
+    with caplog.at_level(logging.WARNING, logger="mars.engines.server"):
         be = backend(server)
     assert be.describe()["reproducible"].startswith("no:")
     assert "ignores the seeds" in caplog.text
@@ -238,7 +238,7 @@ def test_the_probe_stage_gives_the_inline_probes(kind, tmp_path):
     """A ``--probe none`` pool probed again through the same server at the generation's spacing
     gets the probes inline generation writes (same requests, same seeds), plus the terminal
     probes; each trace's probes go in position order, so each prefix extends the cached one."""
-    from mars.probe import probe_pool
+    from mars.engines.probe import probe_pool
 
     inline = generate_pool(
         backend(fake.FakeServer(kind), max_tokens=24), [Q], 3, 1, tmp_path / "a", spacing=8,
@@ -310,7 +310,7 @@ def test_a_text_only_server_is_detected_at_connect(caplog):
     with top-20 log-probabilities follows, and the backend goes on in text (provenance says so).
     ``server=openai`` skips the token-id prompt."""
     server = fake.FakeServer(TEXT_KIND)
-    with caplog.at_level(logging.INFO, logger="mars.backends.server"):
+    with caplog.at_level(logging.INFO, logger="mars.engines.server"):
         be = backend(server)
     assert be.protocol.kind == "openai" and be.protocol.prompt_mode == "text"
     paths = [p for p, _ in server.requests]
@@ -1108,7 +1108,7 @@ def test_requests_run_concurrently_and_bounded(kind, concurrency, most):
 def test_the_factory_takes_server_options_from_the_environment(monkeypatch):
     """``tokenizer`` (a path) is an option of the server backend in MARS_BACKEND_OPTIONS; its
     test-only ``transport`` is not."""
-    from mars.backends.factory import make_backend
+    from mars.engines.factory import make_backend
 
     monkeypatch.setenv("MARS_BACKEND_OPTIONS", json.dumps({"tokenizer": "/no/such/tokenizer"}))
     with socket.socket() as s:
@@ -1188,7 +1188,7 @@ def test_llama_cpp_python_pool_and_live_solve_through_text_prompts(
     and probed through it (provenance says text; token ids our tokenizer's on the returned text,
     lengths on the grid, every confidence finite, so the pool loads), and a live ``mars solve``
     that stops early and replays exactly."""
-    from mars.backends.tokens import load_tokenizer
+    from mars.engines.tokens import load_tokenizer
 
     tokenizer = load_tokenizer(str(_gguf()))
     tokenizer.save_pretrained(tmp_path / "tokenizer")

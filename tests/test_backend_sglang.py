@@ -23,21 +23,21 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mars import schema
-from mars.answers import normalize_answer
-from mars.backends.base import Problem
-from mars.backends.sglang import (
+from mars.engines.base import Problem
+from mars.engines.generate import generate_pool, run_batch
+from mars.engines.sglang import (
     EngineOutputError,
     SGLangBackend,
     parse_generation,
     probe_seed,
     trace_seed,
 )
-from mars.backends.tokens import LOGPROB_FLOOR, PROBE_SUFFIX
+from mars.engines.tokens import LOGPROB_FLOOR, PROBE_SUFFIX
 from mars.errors import MarsError
-from mars.generate import generate_pool, run_batch
-from mars.pool import open_pool
-from mars.shards import consolidate
+from mars.method.answers import normalize_answer
+from mars.store import schema
+from mars.store.consolidate import consolidate
+from mars.store.pool import open_pool
 
 DATA = Path(__file__).resolve().parent / "data" / "sglang"
 SESSION = json.loads((DATA / "session_toy_q0.json").read_text())
@@ -337,7 +337,7 @@ def test_parse_generation_shapes_and_errors():
     confs = parse_generation(empty, 8)["confs"]
     assert np.isnan(confs[3]) and not np.isnan(np.delete(confs, 3)).any()
     # and the trace stores the confidence of the token before it (a pool holds finite ones)
-    from mars.backends.tokens import finite_confs
+    from mars.engines.tokens import finite_confs
 
     stored = finite_confs(confs, [])
     assert stored[3] == confs[2] and np.isfinite(stored).all()
@@ -499,8 +499,8 @@ def test_shutdown_only_stops_an_engine_it_started():
 def test_cli_without_sglang_is_a_clean_error(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from mars.backends.factory import make_backend as real_backend
     from mars.cli import app
+    from mars.engines.factory import make_backend as real_backend
 
     monkeypatch.delenv("MARS_BACKEND_OPTIONS", raising=False)
     with pytest.raises(ValueError, match="needs --model"):
@@ -856,7 +856,7 @@ def _probe_stage_pool(tmp_path):
 def test_probe_stage_requests_go_tier_by_tier_with_exact_prefixes_and_read_cached_tokens(
     tmp_path,
 ):
-    from mars.probe import probe_pool
+    from mars.engines.probe import probe_pool
 
     pool = _probe_stage_pool(tmp_path)
     stored = pq.read_table(pool / schema.trace_file_name(0)).to_pylist()
@@ -911,7 +911,7 @@ def test_probe_stage_requests_go_tier_by_tier_with_exact_prefixes_and_read_cache
 def test_probe_stage_waves_keep_tiers_within_a_wave(tmp_path):
     """A KV pool too small for every trace's prefix at once: traces go in waves (here one trace
     each), tier by tier within a wave."""
-    from mars.probe import probe_pool
+    from mars.engines.probe import probe_pool
 
     pool = _probe_stage_pool(tmp_path)
     small = ReplayEngine(PROBE["probing"], server_info={"max_total_num_tokens": 300})
@@ -932,8 +932,8 @@ def test_probe_stage_reencodes_traces_of_another_vocabulary():
     """Traces stored in another vocabulary: each prefix is decoded with the generator's tokenizer
     and encoded with the probe model's; the probe sees the same text (EOS, a special token, left
     out), and the provenance says so."""
-    from mars.backends.base import GeneratorInfo, StoredTrace
-    from mars.probe import probe_positions
+    from mars.engines.base import GeneratorInfo, StoredTrace
+    from mars.engines.probe import probe_positions
 
     gen_rows = PROBE["generation"]  # one request per trace, to the cap
     other = toy.ToyTokenizer(PROBE["other_vocab"], SESSION["eos_token_id"])
@@ -967,7 +967,7 @@ def test_probe_stage_reencodes_traces_of_another_vocabulary():
 
 
 def test_probe_stage_refuses_a_probe_model_too_short_before_any_request(tmp_path):
-    from mars.probe import probe_pool
+    from mars.engines.probe import probe_pool
 
     pool = _probe_stage_pool(tmp_path)
     # trace 1 (24 tokens) probed at its end: prompt 40 + 24 + suffix 26 + 50 = 140 > 139 - 2

@@ -35,18 +35,18 @@ pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 pytest.importorskip("accelerate")  # transformers needs it to load GGUF files
 
-from mars import schema  # noqa: E402
-from mars.answers import extract_boxed, normalize_answer  # noqa: E402
-from mars.backends.tokens import PROBE_SUFFIX  # noqa: E402
-from mars.backends.transformers import (  # noqa: E402
+from mars.engines.generate import generate_pool, run_batch  # noqa: E402
+from mars.engines.tokens import PROBE_SUFFIX  # noqa: E402
+from mars.engines.transformers import (  # noqa: E402
     TransformersBackend,
     load_model,
     sample_tokens,
 )
-from mars.generate import generate_pool, run_batch  # noqa: E402
-from mars.pool import open_pool  # noqa: E402
-from mars.problems import Problem  # noqa: E402
-from mars.shards import consolidate  # noqa: E402
+from mars.method.answers import extract_boxed, normalize_answer  # noqa: E402
+from mars.store import schema  # noqa: E402
+from mars.store.consolidate import consolidate  # noqa: E402
+from mars.store.pool import open_pool  # noqa: E402
+from mars.store.problems import Problem  # noqa: E402
 
 
 def _gguf_file() -> Path | None:
@@ -268,7 +268,7 @@ def test_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monkeypatch
     assert open_pool(out).qids == [0, 1] and not (out / ".generate.json").exists()
 
     # uninterrupted reference, in this process: two shards of one trace each, consolidated
-    from mars.backends.factory import make_backend
+    from mars.engines.factory import make_backend
 
     monkeypatch.setenv("MARS_BACKEND_OPTIONS", opts)
     ref_be = make_backend("transformers", model=str(model_dir), max_tokens=16)
@@ -500,7 +500,7 @@ def assert_probed_like_inline(inline, probed, be: TransformersBackend, problems)
 def test_probe_stage_at_the_generation_spacing_equals_inline_probing_tiny(tiny, tmp_path):
     """Cheap (not slow): `generate --probe none` + `mars probe` on a tiny model = inline probing,
     with the KV cache branched (default) or every probe prefilled from scratch."""
-    from mars.probe import probe_pool
+    from mars.engines.probe import probe_pool
 
     be = tiny_backend(tiny["a"])
     inline = generate_pool(be, [Q, Q2], 3, 5, tmp_path / "inline", spacing=SPACING)
@@ -545,8 +545,8 @@ def test_a_probe_model_of_another_vocabulary_sees_the_generators_text(tiny, tmp_
     """Cheap: traces of tiny model a probed by tiny model b (another vocabulary): each prefix is
     the generator's text re-encoded by b's tokenizer after b's own chat template; with a model of
     a's vocabulary (a2) the ids go in as they are.  KV reuse and re-prefill agree."""
-    from mars.backends.tokens import prefix_text
-    from mars.probe import probe_pool
+    from mars.engines.probe import probe_pool
+    from mars.engines.tokens import prefix_text
 
     gen = tiny_backend(tiny["a"])
     pool = generate_pool(gen, [Q], 4, 5, tmp_path / "gen", probe="none")
@@ -601,9 +601,9 @@ def test_a_probe_that_cannot_fit_the_probe_model_is_refused_before_any_work(tiny
     upfront, every trace before its question's first forward pass."""
     from transformers import AutoTokenizer
 
-    from mars.backends.tokens import prefix_text
+    from mars.engines.probe import probe_pool
+    from mars.engines.tokens import prefix_text
     from mars.errors import MarsError
-    from mars.probe import probe_pool
 
     gen = tiny_backend(tiny["a"])
     pool = generate_pool(gen, [Q], 3, 5, tmp_path / "gen", probe="none")
@@ -678,8 +678,8 @@ def test_token_ids_refused_while_probing_leave_nothing_behind(
 
     import pyarrow as pa
 
+    from mars.engines.probe import probe_pool
     from mars.errors import MarsError
-    from mars.probe import probe_pool
 
     assert open_pool(bare_pair).manifest["token_ids"] is True
     pool = shutil.copytree(bare_pair, tmp_path / "damaged")
@@ -704,7 +704,7 @@ def test_token_ids_refused_while_probing_leave_nothing_behind(
 def test_the_probe_stage_shows_the_probe_model_the_generators_prompt(tiny, tmp_path):
     """Cheap: traces generated under a custom prompt and system prompt are probed under that
     prompt (the probe backend built from the pool's manifest), so the probes equal inline ones."""
-    from mars.probe import probe_backend, probe_pool
+    from mars.engines.probe import probe_backend, probe_pool
 
     custom = {"prompt_template": "Solve it: {question}", "system_prompt": "Be brief."}
     gen = tiny_backend(tiny["a"], **custom)
@@ -745,7 +745,7 @@ def test_probe_stage_at_the_generation_spacing_equals_inline_probing(smol, tmp_p
     trace the probes inline probing gave it, byte for byte: the traces' forward passes here run
     as chunked prefills, not one token at a time, and on this CPU the sampled probe tokens come
     out the same."""
-    from mars.probe import probe_pool
+    from mars.engines.probe import probe_pool
 
     be, _ = smol
     gen = with_settings(be, batch_size=4)
@@ -763,8 +763,8 @@ def test_probe_stage_at_the_generation_spacing_equals_inline_probing(smol, tmp_p
 def test_probe_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monkeypatch):
     """`mars probe` killed (SIGKILL) after its first question and run again: the finished
     question is kept, the rest probed, the result identical to an uninterrupted run."""
-    from mars.backends.factory import make_backend
-    from mars.probe import probe_pool
+    from mars.engines.factory import make_backend
+    from mars.engines.probe import probe_pool
 
     _, model_dir = smol
     gen = TransformersBackend(
@@ -824,8 +824,8 @@ def test_smollm2_and_a_model_of_another_vocabulary_probe_each_others_traces(smol
     prefix the probe model sees decodes to the generator's prefix text (but for characters the
     probe model's tokenizer has no tokens for: SmolLM2's converted tokenizer drops a few control
     characters, which the tiny model's random traces hold)."""
-    from mars.backends.tokens import prefix_text
-    from mars.probe import probe_pool
+    from mars.engines.probe import probe_pool
+    from mars.engines.tokens import prefix_text
 
     be, model_dir = smol
     tiny_gen = tiny_backend(tiny["b"])

@@ -6,9 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 from mars import __version__, cli
-from mars.backends.factory import bundled_presets
-from mars.problems import bundled_problem_sets
-from mars.settings import LIVE_KEYS, SETTINGS, SPECS
+from mars.engines.factory import bundled_presets
+from mars.method.settings import LIVE_KEYS, SETTINGS, SPECS
+from mars.store.problems import bundled_problem_sets
 
 runner = CliRunner()
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from util import write_layout_pool
 
 from mars.cli import app
-from mars.pool import open_pool
+from mars.store.pool import open_pool
 
 runner = CliRunner()
 PP_JSON = C.SHARED / "data" / "parallel-probe-qwen3-8b" / "aime24.json"

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from util import write_layout_pool
 
-from mars import deepconf
-from mars.arrays import _EXACT_SUM_BOUND, _records, build_arrays
-from mars.methods import parse_methods
-from mars.pool import QuestionData, open_pool
+from mars.method import deepconf
+from mars.method.arrays import _EXACT_SUM_BOUND, _records, build_arrays
+from mars.method.registry import parse_methods
+from mars.method.stopping import Margin, _challengers, margin
+from mars.method.voting import leader, tally
 from mars.simulate import MethodRun, QuestionContext, Settings, simulate_question
-from mars.stopping import Margin, _challengers, margin
-from mars.voting import leader, tally
+from mars.store.pool import QuestionData, open_pool
 
 
 def plain_confidence_stats(q: QuestionData, grid: np.ndarray, window: int, finished_at):

@@ -14,16 +14,16 @@ import pytest
 from typer.testing import CliRunner
 from util import write_layout_pool
 
-from mars import schema
-from mars.arrays import build_arrays, load_arrays
 from mars.cli import app
-from mars.features import question_features, switch_labels
 from mars.fit import FitDir
-from mars.methods import parse_methods
-from mars.pool import open_pool
-from mars.qmodel import SwitchModel
-from mars.settings import Settings
+from mars.method.arrays import build_arrays, load_arrays
+from mars.method.features import question_features, switch_labels
+from mars.method.qmodel import SwitchModel
+from mars.method.registry import parse_methods
+from mars.method.settings import Settings
 from mars.simulate import simulate_pool
+from mars.store import schema
+from mars.store.pool import open_pool
 
 runner = CliRunner()
 METHODS = "sc,sc-mars,sc-mars-cal,sc-mars-oracle,dco,dco-mars-cal,sc-pp,sc-mars-cert"

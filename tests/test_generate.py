@@ -11,15 +11,15 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from mars import schema
-from mars.backends.synthetic import SyntheticBackend
 from mars.cli import app, main
+from mars.engines.generate import generate_pool, records_to_table, run_batch
+from mars.engines.synthetic import SyntheticBackend
 from mars.errors import MarsError
-from mars.generate import generate_pool, records_to_table, run_batch
-from mars.pool import PoolError, open_pool
-from mars.problems import load_problems
-from mars.problems import parse_question_spec as parse_qids
-from mars.shards import consolidate, shard_range
+from mars.store import schema
+from mars.store.consolidate import consolidate, shard_range
+from mars.store.pool import PoolError, open_pool
+from mars.store.problems import load_problems
+from mars.store.problems import parse_question_spec as parse_qids
 
 TOY = {
     "name": "toy",

@@ -19,16 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from mars import schema
-from mars.answers import group_answers_online
-from mars.backends.synthetic import SyntheticBackend
 from mars.cli import app
+from mars.engines.synthetic import SyntheticBackend
 from mars.errors import UsageError
 from mars.live import MAX_CHECKPOINTS, live_grid, live_method, replay, solve, solve_pool
-from mars.methods import live_methods
-from mars.pool import PoolError, open_pool
-from mars.problems import load_problems
+from mars.method.answers import group_answers_online
+from mars.method.registry import live_methods
 from mars.simulate import SimulationError
+from mars.store import schema
+from mars.store.pool import PoolError, open_pool
+from mars.store.problems import load_problems
 
 LIVE_METHODS = live_methods()  # every method that can run live, from the registry
 QIDS = [0, 1, 2, 4, 5, 8, 13, 27]

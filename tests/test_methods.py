@@ -1,4 +1,5 @@
-"""The method registry (mars.methods): a method is a composition, registered in one place."""
+"""The method registry (mars.method.registry): a method is a composition, registered in one
+place."""
 
 from __future__ import annotations
 
@@ -14,12 +15,11 @@ import pytest
 from typer.testing import CliRunner
 from util import write_layout_pool
 
-from mars import schema
-from mars.backends.synthetic import SyntheticBackend
 from mars.cli import app
+from mars.engines.synthetic import SyntheticBackend
 from mars.errors import UsageError
 from mars.live import live_method, replay, solve_pool
-from mars.methods import (
+from mars.method.registry import (
     ALIASES,
     METHODS,
     Method,
@@ -29,10 +29,11 @@ from mars.methods import (
     register,
     unregister,
 )
-from mars.problems import load_problems
+from mars.method.stopping import Rule, Snapshot
 from mars.report.tradeoff import default_sweeps
 from mars.simulate import SimulationError
-from mars.stopping import Rule, Snapshot
+from mars.store import schema
+from mars.store.problems import load_problems
 
 STOP_AT = 2  # the toy rule stops at this checkpoint index
 

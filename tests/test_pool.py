@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 from util import unblocking_fifo, write_layout_pool, write_published_pool
 
-from mars import schema
 from mars.cli import app
-from mars.pool import PoolError, open_pool
+from mars.store import schema
+from mars.store.pool import PoolError, open_pool
 
 runner = CliRunner()
 
@@ -416,7 +416,7 @@ def test_fuzz_damaged_pools_never_give_a_traceback(tmp_path):
 def test_trace_counts_come_from_file_metadata(tmp_path):
     """What sizes are checked against before any work: rows per question, without reading
     traces; a question whose file is missing or not a regular file is left to its reader."""
-    from mars.pool import open_pool
+    from mars.store.pool import open_pool
 
     layout = write_layout_pool(tmp_path / "l", n_questions=3, n=12)
     published = write_published_pool(tmp_path / "p.parquet", n_questions=3, n=12)

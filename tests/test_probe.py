@@ -11,15 +11,15 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from mars import schema
-from mars.backends.synthetic import SyntheticBackend
 from mars.cli import app
+from mars.engines.generate import generate_pool
+from mars.engines.probe import probe_backend, probe_pool, probe_positions
+from mars.engines.synthetic import SyntheticBackend
 from mars.errors import MarsError
-from mars.generate import generate_pool
-from mars.pool import PoolError, open_pool
-from mars.probe import probe_backend, probe_pool, probe_positions
-from mars.problems import load_problems
-from mars.problems import parse_question_spec as parse_qids
+from mars.store import schema
+from mars.store.pool import PoolError, open_pool
+from mars.store.problems import load_problems
+from mars.store.problems import parse_question_spec as parse_qids
 
 runner = CliRunner()
 QS = [0, 1, 2]

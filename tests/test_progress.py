@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from util import write_layout_pool
 
-from mars.backends.synthetic import SyntheticBackend
+from mars.engines.generate import generate_pool
+from mars.engines.probe import probe_pool
+from mars.engines.synthetic import SyntheticBackend
 from mars.fit import fit_pool
-from mars.generate import generate_pool
 from mars.live import solve_pool
-from mars.methods import parse_methods
-from mars.probe import probe_pool
-from mars.settings import Settings
+from mars.method.registry import parse_methods
+from mars.method.settings import Settings
 from mars.simulate import simulate_pool
 
 ROOT = Path(__file__).resolve().parents[1]

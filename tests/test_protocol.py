@@ -1,9 +1,10 @@
-"""Parallel-Probe's evaluation protocol (mars.protocol) and the field's other stopping families.
+"""Parallel-Probe's evaluation protocol (mars.method.protocol) and the field's other stopping
+families.
 
 Two checks: every cell of the Parallel-Probe authors' own AIME 2024 table (their CSV, next to their
 data in ../shared), and, without ../shared, random probe matrices run through the vectorised walk
 and through a plain loop that reads the traces one explore() call at a time, as their evaluator
-does (written here from its description in mars/protocol.py; no code of theirs).
+does (written here from its description in mars/method/protocol.py; no code of theirs).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import pytest
 from typer.testing import CliRunner
 
 from mars.cli import app
-from mars.convert import import_parallel_probe
-from mars.methods import parse_methods
-from mars.pool import open_pool
-from mars.protocol import NO_ANSWER, question_arrays, shuffles
-from mars.settings import Settings
+from mars.method.protocol import NO_ANSWER, question_arrays, shuffles
+from mars.method.registry import parse_methods
+from mars.method.settings import Settings
 from mars.simulate import simulate_question
+from mars.store.pool import open_pool
+from mars.store.published import import_parallel_probe
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PP_DATA = SHARED / "data" / "parallel-probe-qwen3-8b"
@@ -310,7 +311,7 @@ def test_sample_more_methods_report_rounds_as_their_sequential_tokens(tmp_path):
 
 
 def test_a_tie_goes_to_the_answer_seen_first_or_to_the_lowest_id():
-    from mars.voting import leader, tally
+    from mars.method.voting import leader, tally
 
     ids = np.array([[2, 1, 1, 2, 0], [0, 3, 3, 0, -1]])
     eligible = ids >= 0

@@ -497,7 +497,7 @@ def test_cli_report(tmp_path):
 def simulated(tmp_path_factory):
     if not SYNTH5Q.exists():
         pytest.skip("needs ../shared reference fixtures")
-    from mars.methods import parse_methods
+    from mars.method.registry import parse_methods
     from mars.report import trace
     from mars.results import write_method
     from mars.simulate import Settings, simulate_question
@@ -600,7 +600,7 @@ def test_example_trajectory_matches_the_simulator(simulated):
 @needs_shared
 def test_tradeoff_equals_simulate(simulated):
     """The shared-context sweep gives what a fresh simulate_pool run gives."""
-    from mars.methods import parse_methods
+    from mars.method.registry import parse_methods
     from mars.report import trace
     from mars.results import per_question_frame
     from mars.simulate import Settings, simulate_question

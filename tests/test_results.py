@@ -13,10 +13,10 @@ import time
 import pytest
 from util import small_disk, write_layout_pool
 
-from mars.atomic import disk_full_message
-from mars.methods import parse_methods
+from mars.method.registry import parse_methods
 from mars.results import write_method, write_methods
 from mars.simulate import Settings, simulate_pool
+from mars.store.atomic import disk_full_message
 
 FILES = ["overall.json", "per_iteration.csv", "per_question.csv"]
 

@@ -1,4 +1,5 @@
-"""Predictive-risk stopping (mars.riskstop): the risk, the rule, the Learn-then-Test choice of α."""
+"""Predictive-risk stopping (mars.method.riskstop): the risk, the rule, the Learn-then-Test choice
+of α."""
 
 from __future__ import annotations
 
@@ -13,10 +14,9 @@ from hypothesis import strategies as st
 from util import write_layout_pool
 
 import mars.simulate as sim
-from mars.arrays import build_arrays
-from mars.methods import get_method
-from mars.pool import open_pool
-from mars.riskstop import (
+from mars.method.arrays import build_arrays
+from mars.method.registry import get_method
+from mars.method.riskstop import (
     RiskStop,
     Transitions,
     confident_favourite,
@@ -26,8 +26,9 @@ from mars.riskstop import (
     predictive_risk,
     theta_draws,
 )
-from mars.stopping import Snapshot
-from mars.voting import leader, tally
+from mars.method.stopping import Snapshot
+from mars.method.voting import leader, tally
+from mars.store.pool import open_pool
 
 
 def _snapshot(ids, running, q, n_answers, weights=None, k=3):
@@ -412,8 +413,8 @@ def _contested_pool(path, n_questions=3, n=128, p_correct=0.52, seed=0):
     """Attractor questions: every trace first holds a popular wrong answer ("7"); the traces that
     end correct ("5", a share ``p_correct``) leave it late, between 50 and 90 % of their length;
     the others hold it to the end. Final shares are close: the full-budget vote is a coin flip."""
-    from mars import schema
-    from mars.pooldir import PoolDirWriter
+    from mars.store import schema
+    from mars.store.write import PoolDirWriter
 
     rng = np.random.default_rng(seed)
     with PoolDirWriter(path, atomic=True) as w:

@@ -1,4 +1,5 @@
-"""One source of truth for the simulation settings: mars/settings.py, and what derives from it."""
+"""One source of truth for the simulation settings: mars/method/settings.py, and what derives from
+it."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from util import write_layout_pool
 
 from mars.cli import app
 from mars.errors import MarsError, SimulationError
-from mars.methods import METHODS
-from mars.pool import open_pool
+from mars.method.registry import METHODS
+from mars.method.settings import LIVE_KEYS, SAMPLING_KEYS, SETTINGS, SPECS, Settings, from_dict
 from mars.report.names import method_label, simulate_command
-from mars.settings import LIVE_KEYS, SAMPLING_KEYS, SETTINGS, SPECS, Settings, from_dict
+from mars.store.pool import open_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
@@ -66,7 +67,7 @@ def test_config_readme_documents_every_setting():
 
 def test_workflow_key_list_derives_from_the_declarations():
     common = (ROOT / "workflow" / "rules" / "common.smk").read_text()
-    assert "from mars.settings import SETTINGS" in common
+    assert "from mars.method.settings import SETTINGS" in common
     assert '"budget"' not in common  # no hand-written copy of the key list
 
 
@@ -200,8 +201,8 @@ def test_sizes_without_meaning_are_refused_and_surprising_ones_explained():
     """check_sizes: a warmup beyond a question's traces, or outside 1..budget for the DeepConf
     methods, is refused; a budget beyond the traces (each drawn several times) and a warmup
     beyond the budget (run outside it) are legal and explained."""
-    from mars.methods import parse_methods
-    from mars.settings import check_sizes
+    from mars.method.registry import parse_methods
+    from mars.method.settings import check_sizes
 
     traces = {0: 64, 1: 128}
     sc, dco = parse_methods("sc,sc-mars-cal"), parse_methods("sc,dco")

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from util import write_layout_pool
 
-from mars.arrays import build_arrays
-from mars.methods import parse_methods
-from mars.pool import open_pool
+from mars.method.arrays import build_arrays
+from mars.method.registry import parse_methods
+from mars.method.voting import leader, tally
 from mars.results import write_method
 from mars.simulate import Settings, SimulationError, simulate_pool, simulate_question
-from mars.voting import leader, tally
+from mars.store.pool import open_pool
 
 FAST = Settings(budget=24, iterations=6, warmup=8)
 
@@ -116,7 +116,7 @@ def test_dco_needs_confidences(tmp_path):
 def test_method_groups_run_what_the_pool_supports(tmp_path):
     """'all' on a pool without confidences: every method but the DeepConf ones, and the names it
     left out; a DeepConf method named explicitly stays (and is refused when simulated)."""
-    from mars.methods import METHODS
+    from mars.method.registry import METHODS
     from mars.simulate import supported_methods
 
     pool = open_pool(write_layout_pool(tmp_path / "pool", seed=1, n_questions=1, confs=False))

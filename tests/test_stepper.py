@@ -12,8 +12,8 @@ from util import write_layout_pool
 import mars
 from mars.errors import UsageError
 from mars.live import decide, live_settings
-from mars.methods import live_methods
-from mars.pool import open_pool
+from mars.method.registry import live_methods
+from mars.store.pool import open_pool
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "library.md"
 
@@ -33,7 +33,9 @@ def _example_against_simulator(tmp_path, method, knobs, seed, n_answers=3) -> di
     W, N, grid, d = scope["W"], scope["N"], scope["grid"], scope["d"]
     q = open_pool(pool).read_question(0)
     settings = live_settings(N, W, 0, 2048, int(grid[-1]), knobs)
-    res, arr = decide(q, mars.methods.get_method(method), settings, grid, W, np.zeros(W + N, bool))
+    res, arr = decide(
+        q, mars.method.registry.get_method(method), settings, grid, W, np.zeros(W + N, bool)
+    )
     label = str(res.stopped_by[0])
     assert d.stop == (label != "budget")
     if d.stop:

@@ -9,8 +9,9 @@ import re
 import numpy as np
 import pytest
 
-from mars.backends.base import Backend, ProbeResult, Problem, TraceBatch
-from mars.backends.synthetic import (
+from mars.engines.base import Backend, ProbeResult, Problem, TraceBatch
+from mars.engines.generate import run_batch
+from mars.engines.synthetic import (
     PARAMS,
     SyntheticBackend,
     list_presets,
@@ -19,8 +20,7 @@ from mars.backends.synthetic import (
     wrong_answer,
 )
 from mars.errors import MarsError
-from mars.generate import run_batch
-from mars.problems import load_problems
+from mars.store.problems import load_problems
 
 #: Short traces so tests stay fast; everything else from the calibrated preset.
 TOY = {
@@ -250,9 +250,9 @@ def test_custom_problem_without_digits():
 
 def test_calibration_fast_path_matches_pool_path(tmp_path):
     """The statistics the fit uses (latent model read directly) equal those of a generated pool."""
-    from mars.generate import generate_pool
-    from mars.synthetic.stats import compute_stats
-    from mars.synthetic.views import views_from_backend, views_from_pool
+    from maint_tools.synthetic.stats import compute_stats
+    from maint_tools.synthetic.views import views_from_backend, views_from_pool
+    from mars.engines.generate import generate_pool
 
     probs = load_problems("aime_2025")[:4]
     b = SyntheticBackend(TOY, with_confs=False)
@@ -278,8 +278,8 @@ def test_real_sc64_reproduces_parallel_probe():
     (aime24_raw.csv)."""
     from pathlib import Path
 
-    from mars.synthetic.stats import compute_stats
-    from mars.synthetic.views import views_from_real
+    from maint_tools.synthetic.stats import compute_stats
+    from maint_tools.synthetic.views import views_from_real
 
     real = (
         Path(__file__).resolve().parents[1].parent
@@ -305,8 +305,8 @@ def test_mars_saves_tokens_and_keeps_sc_accuracy_on_generated_pools(tmp_path, ai
     flip, moves the mean by up to 1.1 points). Savings must be at least 25 %. MARS at gamma = 1
     must keep SC accuracy as well, and Parallel-Probe must save tokens too.
     """
-    from mars.generate import generate_pool
-    from mars.methods import parse_methods
+    from mars.engines.generate import generate_pool
+    from mars.method.registry import parse_methods
     from mars.simulate import Settings, simulate_pool
 
     methods = parse_methods("sc,sc-mars,sc-mars-cal,sc-pp")

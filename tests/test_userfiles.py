@@ -9,16 +9,16 @@ import re
 import pytest
 from util import unblocking_fifo, write_layout_pool
 
-from mars import schema
-from mars.backends.factory import _env_options
-from mars.backends.synthetic import load_preset
-from mars.convert import import_pool
+from mars.engines.factory import _env_options
+from mars.engines.synthetic import load_preset
 from mars.errors import MarsError
-from mars.pool import PoolError, open_pool
-from mars.pooldir import PoolDirWriter
-from mars.problems import load_problems
-from mars.shards import consolidate
-from mars.userfiles import MAX_DEPTH, parse_json, read_json, read_json_object, regular_file
+from mars.store import schema
+from mars.store.consolidate import consolidate
+from mars.store.pool import PoolError, open_pool
+from mars.store.problems import load_problems
+from mars.store.published import import_pool
+from mars.store.userfiles import MAX_DEPTH, parse_json, read_json, read_json_object, regular_file
+from mars.store.write import PoolDirWriter
 
 
 def test_reads_json_and_objects(tmp_path):

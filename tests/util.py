@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mars import schema
-from mars.pooldir import PoolDirWriter
+from mars.store import schema
+from mars.store.write import PoolDirWriter
 
 
 def random_traces(

@@ -32,9 +32,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import MarsError
-from ..schema import PER_QUESTION_LEADING_COLUMNS
-from ..settings import SAMPLING_KEYS, SPECS, Settings, from_dict
-from ..userfiles import read_json_object, regular_file
+from ..method.settings import SAMPLING_KEYS, SPECS, Settings, from_dict
+from ..store.schema import PER_QUESTION_LEADING_COLUMNS
+from ..store.userfiles import read_json_object, regular_file
 from .provenance import DataSource, pool_source
 
 DEFAULT_SETTING = "default"

@@ -24,7 +24,7 @@ import pandas as pd
 import seaborn as sns
 from scipy import stats
 
-from ..methods import (
+from ..method.registry import (
     CALIBRATED_MARS,
     CONSENSUS,
     FIXED_GAMMA_MARS,
@@ -41,7 +41,7 @@ from ..methods import (
     RISK,
     SELF_CONSISTENCY,
 )
-from ..settings import same_sampling
+from ..method.settings import same_sampling
 from . import trace
 from .collect import ReportError, Results, Run, resolve_pool
 from .names import method_label, method_order

@@ -1,7 +1,9 @@
 """Display names of methods (Markdown and LaTeX) and the simulate commands behind a run.
 
-Labels come from the method registry (:mod:`mars.methods`), symbols, flags and defaults of the
-settings from their declarations (:mod:`mars.settings`): nothing here needs an edit when a method
+Labels come from the method registry (:mod:`mars.method.registry`), symbols, flags and defaults of
+the
+settings from their declarations (:mod:`mars.method.settings`): nothing here needs an edit when a
+method
 or a setting is added.
 """
 
@@ -11,8 +13,8 @@ import json
 import re
 import shlex
 
-from ..methods import METHODS, SELF_CONSISTENCY, method_order
-from ..settings import SPECS
+from ..method.registry import METHODS, SELF_CONSISTENCY, method_order
+from ..method.settings import SPECS
 from .fmt import tex_escape
 
 __all__ = ["family_baseline", "is_baseline", "method_label", "method_order", "run_commands"]

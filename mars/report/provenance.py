@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import schema
 from ..errors import MarsError
+from ..store import schema
 
 SYNTHETIC = "synthetic"
 REAL = "real"
@@ -41,7 +41,7 @@ def _imitated_model(imitates: str) -> str:
 def pool_source(pool: Path | None, given: str | None = None) -> DataSource:
     """The source of the traces in ``pool`` (None: not found; ``given``: the path the results
     name, for the message)."""
-    from ..pool import read_manifest
+    from ..store.pool import read_manifest
 
     if pool is None:
         return DataSource(UNKNOWN, f"unknown: its pool {given or '(none recorded)'} is not found")

@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic import check_output_dir, make_dirs, make_temp_dir, replace_dir
+from ..store.atomic import check_output_dir, make_dirs, make_temp_dir, replace_dir
 from .collect import DEFAULT_SETTING, ReportError, Results, collect, parse_pool_overrides
 from .fmt import Table, md_escape
 from .html import caption_html, table_html

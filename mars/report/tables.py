@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import beta
 
-from ..methods import (
+from ..method.registry import (
     CALIBRATED_MARS,
     DEEPCONF,
     MARS_CERTIFIED,
@@ -27,7 +27,7 @@ from ..methods import (
     PROBE_STOP,
     SELF_CONSISTENCY,
 )
-from ..settings import same_sampling
+from ..method.settings import same_sampling
 from .collect import Results, Run
 from .fmt import Cell, Table, integer, num, pct, tex_escape, text
 from .names import family_baseline, is_baseline, method_label, method_order, run_commands
@@ -706,7 +706,7 @@ def table_oracle_share(results: Results, command: str | None = None) -> Table:
 
 def table_switch_models(results: Results, command: str | None = None) -> Table:
     """What the fit stage learned: the per-question switch models, summarised per pool."""
-    from ..features import FEATURE_NAMES
+    from ..method.features import FEATURE_NAMES
 
     used = _Used()
     rows: list[list[Cell]] = []

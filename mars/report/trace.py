@@ -1,7 +1,8 @@
 """Trace-level quantities for the figures: vote shares, the MARS slack, learned vs oracle q.
 
 These need the trace pool (not only the simulate outputs). They rebuild exactly what the simulator
-saw: the same :class:`~mars.arrays.QuestionArrays`, the same :class:`~mars.simulate.QuestionContext`
+saw: the same :class:`~mars.method.arrays.QuestionArrays`, the same
+:class:`~mars.simulate.QuestionContext`
 (bootstrap samples, warmup, q-models, calibrated γ) from the run's settings.
 """
 
@@ -12,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..arrays import QuestionArrays, load_arrays
-from ..methods import CALIBRATED_MARS, METHODS, SELF_CONSISTENCY
-from ..pool import Pool, open_pool
+from ..method.arrays import QuestionArrays, load_arrays
+from ..method.registry import CALIBRATED_MARS, METHODS, SELF_CONSISTENCY
+from ..method.stopping import UNSEEN, Mars
 from ..simulate import MethodRun, QuestionContext, Settings, pool_settings
-from ..stopping import UNSEEN, Mars
+from ..store.pool import Pool, open_pool
 
 _POOLS: dict[str, Pool] = {}
 
@@ -99,7 +100,8 @@ def sc_trajectory(
     """Vote shares and the MARS slack at every checkpoint of one bootstrap sample.
 
     The snapshots and the decision are the simulator's own (:class:`~mars.simulate.MethodRun`,
-    :meth:`~mars.stopping.Mars.explain`), so the figure shows exactly the rule the tables report.
+    :meth:`~mars.method.stopping.Mars.explain`), so the figure shows exactly the rule the tables
+    report.
     """
     run = MethodRun(ctx, METHODS[method])
     rows = np.array([iteration])

@@ -2,7 +2,7 @@
 
 Each :class:`Sweep` varies one :class:`~mars.simulate.Settings` field for one method (γ for MARS
 with a fixed γ, u for Parallel-Probe, the share for consensus stopping, δ for the certified rule):
-by default one per method that declares what it sweeps (:attr:`mars.methods.Method.sweep`).
+by default one per method that declares what it sweeps (:attr:`mars.method.registry.Method.sweep`).
 Runs that share settings are simulated together (one bootstrap draw, one q-model per question),
 and the per-question arrays are cached across runs, so a grid costs little more than its
 simulations. Keep it cheap with few questions / iterations.
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ..methods import (
+from ..method.registry import (
     CALIBRATED_MARS,
     METHODS,
     ORACLE_FIRST_STOP,
@@ -31,8 +31,8 @@ from ..methods import (
     get_method,
     method_order,
 )
+from ..method.settings import SPECS
 from ..results import per_question_frame
-from ..settings import SPECS
 from ..simulate import QuestionContext, QuestionResult, Settings, run_method
 from . import trace
 from .figures import FORMATS, FigureOut, _finish, style

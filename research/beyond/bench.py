@@ -20,10 +20,10 @@ import methods2
 import numpy as np
 from common import walk
 
-from mars.arrays import load_arrays
-from mars.methods import REFERENCE_METHODS, get_method
-from mars.pool import open_pool
+from mars.method.arrays import load_arrays
+from mars.method.registry import REFERENCE_METHODS, get_method
 from mars.simulate import QuestionContext, Settings, run_method
+from mars.store.pool import open_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))

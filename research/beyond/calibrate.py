@@ -19,7 +19,7 @@ import numpy as np
 from evalkit import Data, outcome, summarize
 from methods2 import V1_ALPHA
 
-from mars.riskstop import learn_then_test
+from mars.method.riskstop import learn_then_test
 
 ALPHA_SC, ALPHA_DCO = V1_ALPHA["sc"], V1_ALPHA["dco"]
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mars.arrays import load_arrays
-from mars.methods import get_method
-from mars.pool import open_pool
+from mars.method.arrays import load_arrays
+from mars.method.registry import get_method
 from mars.simulate import MethodRun, QuestionContext, Settings, run_method
+from mars.store.pool import open_pool
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / ".cache"

@@ -25,7 +25,7 @@ import methods2
 import numpy as np
 from common import BASELINES, REAL_POOL, PoolSpec, contested_pools, contexts, method_summary, pools
 
-from mars.methods import get_method
+from mars.method.registry import get_method
 from mars.simulate import run_method
 
 OUT = Path(__file__).resolve().parent / "results"

@@ -14,9 +14,9 @@ import time
 import numpy as np
 from common import CACHE, contexts, pools, walk
 
-from mars import deepconf
-from mars.features import switch_labels
-from mars.voting import leader, tally
+from mars.method import deepconf
+from mars.method.features import switch_labels
+from mars.method.voting import leader, tally
 
 FEATURES = [
     "k",

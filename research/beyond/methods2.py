@@ -1,4 +1,4 @@
-"""sc-mars2 / dco-mars2 as the package runs them (mars.methods, built per question by
+"""sc-mars2 / dco-mars2 as the package runs them (mars.method.registry, built per question by
 ``QuestionContext.rule_for``), and the first version of the rule (issue 14) for comparison; the
 research drivers use these names and these builders."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mars.methods import get_method
-from mars.riskstop import RiskStop
+from mars.method.registry import get_method
+from mars.method.riskstop import RiskStop
 from mars.simulate import MethodResult, QuestionContext, run_method
 
 SC_MARS2 = get_method("sc-mars2")

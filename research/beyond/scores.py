@@ -295,7 +295,7 @@ SCORERS["final"] = final
 def analytic(ctx, pipeline, snaps, other=2.0, beta=2.0):
     """Analytic θ (posterior mean + variance) with the first destination model (a re-drawn trace may
     land on its own answer again: P(final = a) = 1 − q + qθ_a); guard β for DeepConf."""
-    from mars import riskstop as rs
+    from mars.method import riskstop as rs
 
     arr = ctx.arr
     conc = rs.dirichlet_counts(arr.final_ids[ctx.warm], arr.n_answers, other=other)
@@ -323,7 +323,7 @@ def tempered(ctx, pipeline, snaps, temper=0.5, other=1.0):
     """The shipped form with a tempered warmup posterior (counts × temper)."""
     import methods2
 
-    from mars import riskstop as rs
+    from mars.method import riskstop as rs
 
     rule = methods2.first_version(ctx, pipeline)
     rule.theta = rs.dirichlet_counts(

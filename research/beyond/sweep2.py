@@ -4,7 +4,7 @@ contested), at every α of tune.py's grid.
     python research/beyond/sweep2.py sc      # → results/sweep2.sc.md
 
 The variants change what a running trace's leaving probability and landing distribution are; all
-share mars.riskstop.predictive_risk (the ``shared`` argument carries a shared parameter's
+share mars.method.riskstop.predictive_risk (the ``shared`` argument carries a shared parameter's
 uncertainty) and the offline evaluation of tune.py.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 from common import contested_pools, contexts, pools, walk
 from tune import ALPHAS
 
-from mars.riskstop import Transitions, predictive_risk
+from mars.method.riskstop import Transitions, predictive_risk
 
 OUT = Path(__file__).resolve().parent / "results"
 

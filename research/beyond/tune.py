@@ -21,7 +21,7 @@ over the 12 regular pools among those that
 The margin and the certificate were added after a first look at the grid (results/tune.sc.md
 lists every row): without them the best α (0.3) sits next to a cliff (0.4 loses 3.3 pp on a
 development pool) — the position from which the first version's α failed out of sample — and the
-next best (0.2) is not certified. The constants in mars/riskstop.py must be the selection
+next best (0.2) is not certified. The constants in mars/method/riskstop.py must be the selection
 (asserted).
 """
 
@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 from common import CACHE, contested_pools, contexts, pools, walk
 
-from mars import riskstop
-from mars.riskstop import RiskStop, learn_then_test
+from mars.method import riskstop
+from mars.method.riskstop import RiskStop, learn_then_test
 
 OUT = Path(__file__).resolve().parent / "results"
 ALPHAS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4]
@@ -53,7 +53,8 @@ def settings_grid(pipeline: str) -> list[dict]:
 
 
 def rule(ctx, pipeline: str, kappa: float, tau: float) -> RiskStop:
-    """The package's rule for this question (mars.methods builds it the same way), with κ, τ set."""
+    """The package's rule for this question (mars.method.registry builds it the same way), with κ,
+    τ set."""
     arr, warm = ctx.arr, ctx.warm
     r = RiskStop.for_question(
         arr.final_ids[warm],
@@ -194,7 +195,7 @@ def main(pipeline: str) -> str:
             riskstop.KAPPA,
             riskstop.TAU,
             shipped,
-        ), "mars.riskstop's constants differ from this selection"
+        ), "mars.method.riskstop's constants differ from this selection"
     md = "\n".join(lines)
     OUT.mkdir(exist_ok=True)
     (OUT / f"tune.{pipeline}.md").write_text(md + "\n")

@@ -1,4 +1,5 @@
-"""Research-only generalisations of mars.riskstop used by the settings that were tried and dropped:
+"""Research-only generalisations of mars.method.riskstop used by the settings that were tried and
+dropped:
 a survival probability per trace (DeepConf's filter), a confidence-tilted warmup posterior, and the
 expected-accuracy-regret score. Kept so every row of docs/beyond.md's "settings tried" re-runs."""
 
@@ -7,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
-from mars.voting import tally
+from mars.method.voting import tally
 
 
 def theta_draws(warm_final, n_answers, prior=1.0, other=1.0, n_draws=32, seed=0, tilt=None):
-    """As mars.riskstop.theta_draws, plus ``tilt``: per-warmup-trace weights, counts rescaled to
+    """As mars.method.riskstop.theta_draws, plus ``tilt``: per-warmup-trace weights, counts
+    rescaled to
     the weights' effective sample size."""
     ok = warm_final >= 0
     wf = warm_final[ok]
@@ -29,7 +31,7 @@ def theta_draws(warm_final, n_answers, prior=1.0, other=1.0, n_draws=32, seed=0,
 def predictive_risk(
     ids, eligible, running, pending, q, weights, lead, theta, survive=None, regret=False
 ):
-    """mars.riskstop.predictive_risk over all answer columns, plus a survival probability per
+    """mars.method.riskstop.predictive_risk over all answer columns, plus a survival probability per
     running trace (it still votes at the end with probability ``survive``) and, with ``regret``,
     the expected accuracy loss Σ_c P(F = c)(θ_c − θ_L), correctness popularity-proportional."""
     R, _B = ids.shape

@@ -146,7 +146,7 @@ class FakeServer:
 
     def run(self, ids: list[int], max_new: int, seed: int, logprobs: bool):
         """(tokens, finished, top entries per token, cached) of one request."""
-        from mars.backends.tokens import PROBE_SUFFIX
+        from mars.engines.tokens import PROBE_SUFFIX
 
         suffix = self.tok.encode(PROBE_SUFFIX)
         rng = np.random.default_rng([seed, len(ids)])

@@ -13,8 +13,8 @@ from snakemake.exceptions import WorkflowError
 try:
     from mars import workflow as mars_workflow
     from mars.errors import MarsError
-    from mars.problems import bundled_problem_sets
-    from mars.settings import SETTINGS as MARS_SETTINGS
+    from mars.store.problems import bundled_problem_sets
+    from mars.method.settings import SETTINGS as MARS_SETTINGS
 except ImportError as exc:
     raise WorkflowError(
         f"the workflow needs the mars package in snakemake's environment ({exc}); "
@@ -46,7 +46,7 @@ GEN = config["generation"]
 PROBE = config["probe"]
 SIM = config["simulation"]
 SETTINGS = SIM["settings"]
-# the simulation settings a config's `simulation` section may set: declared once, in mars.settings
+# the simulation settings a config's `simulation` section may set: declared once, in mars.method.settings
 SIM_KEYS = tuple(s.name for s in MARS_SETTINGS if s.section == "simulation") + (
     "questions",
 )

@@ -4,7 +4,7 @@ as results/questions/{dataset}.jsonl."""
 import json
 import sys
 
-from mars.problems import load_problems
+from mars.store.problems import load_problems
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script directive
 

@@ -29,7 +29,7 @@ source builds them (``TokenizerManager._handle_batch_output`` and ``add_logprob_
   (a seedless one would get 42); :data:`SERVER_INFO` is what its ``get_server_info()`` reports.
 
 Regenerate with ``python tests/data/sglang/toy.py`` (it drives
-:class:`mars.backends.sglang.SGLangBackend` against :class:`ScriptedEngine` and records every
+:class:`mars.engines.sglang.SGLangBackend` against :class:`ScriptedEngine` and records every
 request/response pair); the tests only replay the JSON files.
 """
 
@@ -452,9 +452,9 @@ def dumps(obj, level: int = 0, width: int = 110) -> str:
 
 def main() -> int:
     sys.path.insert(0, str(HERE.parents[2]))
-    from mars.backends.base import Problem
-    from mars.backends.sglang import SGLangBackend, trace_seed
-    from mars.generate import run_batch
+    from mars.engines.base import Problem
+    from mars.engines.generate import run_batch
+    from mars.engines.sglang import SGLangBackend, trace_seed
 
     problem = Problem(qid=0, question="What is 2 + 3?", answer="5", dataset="toy")
     seed, n, spacing, max_tokens = 7, 3, 8, 24
@@ -517,11 +517,11 @@ def record_probe_stage(problem, seed: int, n: int, spacing: int, max_tokens: int
 
     import pyarrow.parquet as pq
 
-    from mars import schema
-    from mars.backends.base import GeneratorInfo
-    from mars.backends.sglang import SGLangBackend
-    from mars.generate import generate_pool
-    from mars.probe import probe_pool, probe_positions, stored_traces
+    from mars.engines.base import GeneratorInfo
+    from mars.engines.generate import generate_pool
+    from mars.engines.probe import probe_pool, probe_positions, stored_traces
+    from mars.engines.sglang import SGLangBackend
+    from mars.store import schema
 
     def backend(**kw) -> tuple[SGLangBackend, ScriptedEngine]:
         be = SGLangBackend(

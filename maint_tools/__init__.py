@@ -1,0 +1,1 @@
+"""Maintainers' tools, outside the runtime package (run from the repository root)."""

@@ -1,0 +1,67 @@
+"""DeepConf-online emulation (reference-protocol §8): threshold, voting filter, truncation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .arrays import QuestionArrays
+
+PERCENTILE = 90
+
+
+def threshold(arr: QuestionArrays, warm: np.ndarray):
+    """Confidence threshold: 90th percentile (linear)
+    of the warmup traces' lowest group confidence."""
+    assert arr.min_group is not None  # DeepConf needs confidences
+    return np.percentile(arr.min_group[warm], PERCENTILE)
+
+
+def running_min_conf(arr: QuestionArrays) -> np.ndarray:
+    """Running minimum over checkpoints of the checkpoint confidence (once below, out for good)."""
+    assert arr.conf_at_pos is not None  # DeepConf needs confidences
+    return np.minimum.accumulate(arr.conf_at_pos, axis=1)
+
+
+def iteration_state(arr: QuestionArrays, samples: np.ndarray, n_warmup: int):
+    """Per-iteration thresholds τ_i (from each sample's first ``n_warmup`` columns)
+    and truncation [I, B]."""
+    taus = [threshold(arr, s[:n_warmup]) for s in samples]
+    return taus, truncations(arr, taus, samples)
+
+
+def truncations(arr: QuestionArrays, taus, samples: np.ndarray) -> np.ndarray:
+    """``arr.truncation(taus[i])[samples[i]]`` for every iteration ``i``: [I, B].
+
+    All iterations at once. A trace's records (its group confidence's running minima) strictly
+    decrease, so its first record below τ is the one after those at or above τ: counted per trace
+    and τ from where each record falls among the sorted thresholds. The comparisons are the ones
+    :meth:`~mars.method.arrays.QuestionArrays.truncation` makes (float32 records against float32
+    thresholds, which is what :func:`threshold` returns); any other type takes that method.
+    """
+    assert arr.rec_value is not None and arr.rec_offsets is not None
+    assert arr.rec_index is not None
+    samples = np.asarray(samples, dtype=np.int64)
+    off, val = arr.rec_offsets, arr.rec_value
+    n_rec = np.diff(off)
+    later = np.ones(len(val), dtype=bool)
+    later[off[:-1][n_rec > 0]] = False  # each trace's first record
+    same_types = val.dtype == np.float32 and all(isinstance(t, np.float32) for t in taus)
+    if not same_types or not (np.diff(val, prepend=np.inf)[later] < 0).all():
+        return np.stack([arr.truncation(t)[s] for t, s in zip(taus, samples)])
+    tau = np.array(taus, dtype=np.float32)
+    order = np.argsort(tau, kind="stable")
+    rank = np.empty(len(tau), dtype=np.int64)
+    rank[order] = np.arange(len(tau))
+    # a record at or above the (sorted) thresholds 0 .. k-1, below the rest
+    k = np.searchsorted(tau[order], val, side="right")
+    n, T = arr.n_traces, len(tau)
+    trace = np.repeat(np.arange(n), n_rec)
+    per = np.bincount(trace * (T + 1) + k, minlength=n * (T + 1)).reshape(n, T + 1)
+    at_or_above = np.cumsum(per[:, ::-1], axis=1)[:, ::-1][:, 1:]  # [n, T]: records ≥ τ_(i)
+    first = off[:-1, None] + at_or_above  # index of the first record below τ_(i)
+    cut = np.where(
+        at_or_above < n_rec[:, None],
+        arr.rec_index[np.minimum(first, max(len(val) - 1, 0))] + arr.window,
+        arr.lengths[:, None],
+    )
+    return cut[samples, rank[:, None]]

@@ -1,0 +1,560 @@
+"""The simulator's methods: what votes, what filters, what stops, which q and which γ.
+
+A method is a composition (:class:`Method`): voting, an optional DeepConf filter, a rule factory
+(:class:`Stopping`), the q its rule reads and its role in the report; :func:`register` adds one
+(docs/methods.md).
+
+Names with the reference's meaning (reference-protocol §5.3; ``sc`` is its ``offline``):
+
+==================  =======  ========  =============================  =======  =====================
+method              weights  DeepConf  stopping                       q        γ
+==================  =======  ========  =============================  =======  =====================
+sc                  uniform  no        never (full-budget vote)       –        –
+dco                 conf     yes       never                          –        –
+sc-mars             uniform  no        MARS                           learned  ``--gamma``
+sc-mars-cal         uniform  no        MARS                           learned  calibrated (oracle q
+                                                                               on warmup)
+sc-mars-oracle      uniform  no        MARS                           oracle   ``--gamma``
+sc-mars-oracle-cal  uniform  no        MARS                           oracle   calibrated (oracle q)
+dco-mars            uniform  yes       MARS                           learned  ``--gamma``
+dco-mars-cal        conf     yes       MARS                           learned  calibrated (oracle q,
+                                                                               conf, filter)
+dco-mars-oracle     conf     yes       MARS                           oracle   ``--gamma``
+sc-pp               uniform  no        Parallel-Probe (reference)     –        –
+oracle-first        uniform  no        first checkpoint = final vote  –        –
+oracle-last         uniform  no        one after last disagreement    –        –
+oracle-dco-first    conf     yes       as oracle-first                –        –
+oracle-dco-last     conf     yes       as oracle-last                 –        –
+==================  =======  ========  =============================  =======  =====================
+
+New methods (not in the reference):
+
+* ``sc-mars-cert`` / ``sc-mars-oracle-cert`` / ``dco-mars-cert`` — the paper's certified rule
+  (Corollary 1): γ = 1, finished traces q = 0, Hoeffding term with ``--delta``, no probe-0 guard.
+* ``sc-pp-faithful`` — Parallel-Probe as its authors define it: pruned traces stop voting and
+  stop costing tokens; the answer is the unpruned vote.
+* ``sc-consensus`` — stop once the leader holds ``--consensus`` of the votes.
+* ``sc-mars2`` / ``dco-mars2`` — MARS2 (:mod:`mars.method.riskstop`): stop once the predicted
+  probability that the full-budget vote differs from the leader is at most ``--risk-alpha``
+  (docs/beyond.md); ``sc-mars2-waves`` launches the traces in waves (width-adaptive).
+* The field's other families (docs/baselines.md): ``pp-main`` / ``pp-main-keep`` (Parallel-Probe's
+  main-table controller), ``sc-sac`` / ``single-sac`` (per-trace convergence exit), ``asc`` /
+  ``esc`` (sample more: Adaptive-Consistency, Early-Stopping Self-Consistency).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SimulationError, UsageError
+
+if TYPE_CHECKING:
+    from .stopping import Rule
+
+#: what a rule factory reads of a question: its :class:`mars.simulate.QuestionContext` (arrays,
+#: warmup, settings; not imported here, so that the registry stays below the simulator)
+QuestionContext = Any
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """A rule factory: builds a method's stopping rule for one question (``build(ctx, method, γ,
+    **options)``), and says beforehand what the walk and live runs must know of the rule.
+
+    ``gamma`` is the γ the simulator hands the rule (and records): ``setting`` (``--gamma``),
+    ``calibrated`` (on the warmup with oracle q, reference-protocol §7) or ``one``.
+    ``reads_future``: the rule looks at the traces' full-budget outcome (oracle bounds), so the
+    method cannot run live. ``samples_more``: the rule decides how many traces to draw, one round
+    after another, instead of stopping running traces (:attr:`mars.method.stopping.Rule.draws`); a
+    live
+    run, which starts its traces together, cannot run it.
+    """
+
+    kind: str
+    build: Callable[..., Rule]
+    options: tuple[tuple[str, Any], ...] = ()
+    gamma: str = "setting"
+    reads_future: bool = False
+    samples_more: bool = False
+
+    def rule(self, ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+        return self.build(ctx, method, gamma, **dict(self.options))
+
+
+def _never(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .stopping import Never
+
+    return Never()
+
+
+def _mars(ctx: QuestionContext, method: Method, gamma: Any, certified: bool = False) -> Rule:
+    from .stopping import Mars
+
+    return Mars(
+        gamma=gamma,
+        guard_answer=ctx.warm_ref,
+        certified=certified,
+        delta=ctx.s.delta,
+        label="certified" if certified else "margin",
+    )
+
+
+def _risk(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .riskstop import RiskStop
+
+    arr, warm = ctx.arr, ctx.warm
+    return RiskStop.for_question(
+        arr.final_ids[warm],
+        arr.n_answers,
+        deepconf=method.deepconf,
+        warm_min_group=None if arr.min_group is None else arr.min_group[warm],
+        alpha=ctx.s.risk_alpha,
+        warm_ids=arr.ids[warm],
+        warm_running=arr.run_lengths[warm][:, None] > arr.grid[None, :],
+    )
+
+
+def _parallel_probe(
+    ctx: QuestionContext, method: Method, gamma: Any, faithful: bool = False
+) -> Rule:
+    from .stopping import ParallelProbe
+
+    s = ctx.s
+    return ParallelProbe(
+        conv=s.pp_conv, warmup=s.pp_warmup, patience=s.pp_patience, faithful=faithful
+    )
+
+
+def _consensus(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .stopping import Consensus
+
+    return Consensus(share=ctx.s.consensus)
+
+
+def _controller(ctx: QuestionContext, method: Method, gamma: Any, keep_votes: bool = False) -> Rule:
+    from .stopping import ProbeController
+
+    s = ctx.s
+    return ProbeController(
+        stable=s.ppm_stable,
+        warmup=s.ppm_warmup,
+        patience=s.ppm_patience,
+        keep_votes=keep_votes,
+        max_steps=s.ppm_max_steps,
+    )
+
+
+def _convergence_exit(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .stopping import ConvergenceExit
+
+    return ConvergenceExit(n=ctx.s.sac_n)
+
+
+def _adaptive_consistency(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .stopping import AdaptiveConsistency
+
+    return AdaptiveConsistency(threshold=ctx.s.asc_threshold)
+
+
+def _early_stopping(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    from .stopping import EarlyStopping
+
+    return EarlyStopping(window=ctx.s.esc_window)
+
+
+def _oracle(ctx: QuestionContext, method: Method, gamma: Any, last: bool = False) -> Rule:
+    from .stopping import OracleStop
+
+    return OracleStop(last=last)
+
+
+NEVER = Stopping("never", _never)
+MARS = Stopping("mars", _mars)
+MARS_CALIBRATED = Stopping("mars", _mars, gamma="calibrated")
+MARS_CERTIFIED = Stopping("certified", _mars, (("certified", True),), gamma="one")
+RISK = Stopping("risk", _risk)
+PARALLEL_PROBE = Stopping("pp", _parallel_probe)
+PARALLEL_PROBE_PRUNING = Stopping("pp", _parallel_probe, (("faithful", True),))
+CONSENSUS = Stopping("consensus", _consensus)
+PROBE_CONTROLLER = Stopping("pp-main", _controller)
+PROBE_CONTROLLER_KEEP = Stopping("pp-main", _controller, (("keep_votes", True),))
+CONVERGENCE_EXIT = Stopping("sac", _convergence_exit)
+ADAPTIVE_CONSISTENCY = Stopping("asc", _adaptive_consistency, samples_more=True)
+EARLY_STOPPING = Stopping("esc", _early_stopping, samples_more=True)
+ORACLE_FIRST = Stopping("oracle", _oracle, reads_future=True)
+ORACLE_LAST = Stopping("oracle", _oracle, (("last", True),), reads_future=True)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What a method's trade-off curve varies (``mars report --tradeoff``): one setting over
+    ``values``, drawn as the curve ``title``."""
+
+    title: str
+    param: str  # a Settings field
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method: how it votes, what filters, what stops it, which q, and its role in the report.
+
+    ``label`` is the display name; ``{setting}`` in it shows that setting as ``symbol=value``
+    (``{gamma}`` → ``γ=1``) and ``{setting:value}`` its value alone (from the run's settings).
+    ``group`` is its family and orders the report's rows: the SC pipeline, the DeepConf pipeline,
+    other stopping baselines, oracle bounds. ``sweep`` is what its trade-off curve varies. ``q`` is
+    the switch probability its rule reads (``learned``, ``oracle``, or None for a rule that reads
+    none).
+    """
+
+    name: str
+    label: str
+    rule: Stopping = NEVER
+    group: str = "sc"  # sc | dco | other | oracle
+    conf_weights: bool = False  # votes weighted by confidence (else uniform)
+    deepconf: bool = False  # DeepConf's filter
+    q: str | None = None  # learned | oracle | None
+    reference: bool = False  # one of the 14 methods of the authors' simulator
+    sweep: Sweep | None = None
+    width: int | None = None  # traces of each sample it runs (None: the budget)
+    #: launch the sample's traces in waves of ``wave_size`` (settings), one after another, the
+    #: rule deciding at every checkpoint of a wave whether to stop, and at its end whether to
+    #: launch the next; traces not yet launched count as pending (mars.simulate.MethodRun._waves)
+    waves: bool = False
+
+    @property
+    def needs_confs(self) -> bool:
+        return self.conf_weights or self.deepconf
+
+    @property
+    def baseline(self) -> str:
+        """The full-budget vote this method's answer and savings are compared with."""
+        return "dco" if self.deepconf or self.conf_weights else "sc"
+
+    @property
+    def is_baseline(self) -> bool:
+        """A full-budget vote: it never stops early."""
+        return self.rule.kind == "never"
+
+    @property
+    def reads_future(self) -> bool:
+        """Its rule or its q looks at the traces' outcome (an oracle)."""
+        return self.rule.reads_future or self.q == "oracle"
+
+    @property
+    def live(self) -> bool:
+        """It can decide on a live run: nothing from the future, no DeepConf filter (which
+        truncates traces token by token inside the engine), all traces started together."""
+        return (
+            not self.reads_future
+            and not self.deepconf
+            and not self.rule.samples_more
+            and self.width is None
+            and not self.waves
+        )
+
+
+_METHODS = [
+    Method("sc", "SC (baseline)", reference=True),
+    Method("dco", "DCO (baseline)", group="dco", conf_weights=True, deepconf=True, reference=True),
+    Method(
+        "sc-mars",
+        "MARS ({gamma})",
+        MARS,
+        q="learned",
+        reference=True,
+        sweep=Sweep("MARS, fixed γ", "gamma", (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)),
+    ),
+    Method("sc-mars-cal", "MARS", MARS_CALIBRATED, q="learned", reference=True),
+    Method("sc-mars-oracle", "MARS (oracle q, {gamma})", MARS, q="oracle", reference=True),
+    Method("sc-mars-oracle-cal", "MARS (oracle q)", MARS_CALIBRATED, q="oracle", reference=True),
+    Method(
+        "dco-mars",
+        "DCO + MARS ({gamma})",
+        MARS,
+        group="dco",
+        deepconf=True,
+        q="learned",
+        reference=True,
+    ),
+    Method(
+        "dco-mars-cal",
+        "DCO + MARS",
+        MARS_CALIBRATED,
+        group="dco",
+        conf_weights=True,
+        deepconf=True,
+        q="learned",
+        reference=True,
+    ),
+    Method(
+        "dco-mars-oracle",
+        "DCO + MARS (oracle q, {gamma})",
+        MARS,
+        group="dco",
+        conf_weights=True,
+        deepconf=True,
+        q="oracle",
+        reference=True,
+    ),
+    Method(
+        "sc-pp",
+        "Parallel-Probe ({pp_conv})",
+        PARALLEL_PROBE,
+        group="other",
+        reference=True,
+        sweep=Sweep("Parallel-Probe, u", "pp_conv", (1, 2, 3, 4, 6)),
+    ),
+    Method("oracle-first", "Oracle stop, first", ORACLE_FIRST, group="oracle", reference=True),
+    Method("oracle-last", "Oracle stop, absorbing", ORACLE_LAST, group="oracle", reference=True),
+    Method(
+        "oracle-dco-first",
+        "DCO oracle stop, first",
+        ORACLE_FIRST,
+        group="oracle",
+        conf_weights=True,
+        deepconf=True,
+        reference=True,
+    ),
+    Method(
+        "oracle-dco-last",
+        "DCO oracle stop, absorbing",
+        ORACLE_LAST,
+        group="oracle",
+        conf_weights=True,
+        deepconf=True,
+        reference=True,
+    ),
+    # new
+    Method(
+        "sc-mars-cert",
+        "MARS certified ({delta})",
+        MARS_CERTIFIED,
+        q="learned",
+        sweep=Sweep("MARS certified, δ", "delta", (0.01, 0.05, 0.2, 0.5)),
+    ),
+    Method("sc-mars-oracle-cert", "MARS certified (oracle q, {delta})", MARS_CERTIFIED, q="oracle"),
+    Method(
+        "dco-mars-cert",
+        "DCO + MARS certified ({delta})",
+        MARS_CERTIFIED,
+        group="dco",
+        conf_weights=True,
+        deepconf=True,
+        q="learned",
+    ),
+    Method(
+        "sc-pp-faithful",
+        "Parallel-Probe, pruning ({pp_conv})",
+        PARALLEL_PROBE_PRUNING,
+        group="other",
+    ),
+    Method(
+        "sc-consensus",
+        "Consensus (share ≥ {consensus:value})",
+        CONSENSUS,
+        group="other",
+        sweep=Sweep("Consensus, share", "consensus", (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)),
+    ),
+    # the field's other stopping families (docs/baselines.md), Parallel-Probe's parameters
+    Method(
+        "pp-main",
+        "Parallel-Probe, main table ({ppm_stable})",
+        PROBE_CONTROLLER,
+        group="other",
+    ),
+    Method(
+        "pp-main-keep",
+        "Parallel-Probe, pruned keep voting ({ppm_stable})",
+        PROBE_CONTROLLER_KEEP,
+        group="other",
+    ),
+    Method("sc-sac", "SC + convergence exit ({sac_n})", CONVERGENCE_EXIT, group="other"),
+    Method(
+        "single-sac",
+        "One trace, convergence exit ({sac_n})",
+        CONVERGENCE_EXIT,
+        group="other",
+        width=1,
+    ),
+    Method(
+        "asc",
+        "Adaptive-Consistency ({asc_threshold})",
+        ADAPTIVE_CONSISTENCY,
+        group="other",
+        sweep=Sweep("Adaptive-Consistency, threshold", "asc_threshold", (0.8, 0.9, 0.95, 0.99)),
+    ),
+    Method(
+        "esc",
+        "ESC ({esc_window})",
+        EARLY_STOPPING,
+        group="other",
+        sweep=Sweep("ESC, window", "esc_window", (2, 4, 8, 16)),
+    ),
+    # beyond the paper (docs/beyond.md): predictive risk instead of the adversarial bound
+    Method("sc-mars2", "MARS2 (predictive risk)", RISK, q="learned"),
+    Method(
+        "sc-mars2-waves",
+        "MARS2 in waves ({wave_size})",
+        RISK,
+        q="learned",
+        waves=True,
+        sweep=Sweep("MARS2 in waves, wave size", "wave_size", (8, 16, 32)),
+    ),
+    Method(
+        "dco-mars2",
+        "DCO + MARS2 (predictive risk)",
+        RISK,
+        group="dco",
+        conf_weights=True,
+        deepconf=True,
+        q="learned",
+    ),
+]
+
+METHODS: dict[str, Method] = {m.name: m for m in _METHODS}
+REFERENCE_METHODS = [m.name for m in _METHODS if m.reference]
+#: Aliases for the reference CLI's names.
+ALIASES = {"offline": "sc"}
+GROUPS = ("sc", "dco", "other", "oracle")
+#: the pipelines, each named by the full-budget vote its methods are measured against
+#: (:attr:`Method.baseline`), and their names in the report
+PIPELINES = {"sc": "SC", "dco": "DeepConf"}
+#: the pipelines' keys, for what the report shows of one of them (Fig. 1 right, Table 2)
+SELF_CONSISTENCY, DEEPCONF = PIPELINES
+#: what live runs and the library decide with unless told otherwise
+DEFAULT_METHOD = "sc-mars-cal"
+
+
+@dataclass(frozen=True)
+class Role:
+    """A part the report gives a method in every pipeline, made by its rule and its q: the
+    report asks the registry which method plays it (no method name written in the report)."""
+
+    rule: Stopping
+    q: str | None = None
+
+    def members(self) -> list[str]:
+        """Its methods, in registry order."""
+        return [m.name for m in _METHODS if m.rule == self.rule and m.q == self.q]
+
+    def of(self, pipeline: str) -> str:
+        """Its method in ``pipeline`` (a key of :data:`PIPELINES`)."""
+        for name in self.members():
+            if METHODS[name].baseline == pipeline:
+                return name
+        raise LookupError(f"no {pipeline} method has rule {self.rule.kind} and q {self.q}")
+
+
+#: the headline (Table 1, Fig. 1): MARS with per-question γ and the learned switch model
+CALIBRATED_MARS = Role(MARS_CALIBRATED, "learned")
+#: MARS at the ``--gamma`` setting, what calibration and oracle q are compared with (Fig. 4)
+FIXED_GAMMA_MARS = Role(MARS, "learned")
+#: MARS reading the oracle switch probability (Fig. 4b)
+ORACLE_Q_MARS = Role(MARS, "oracle")
+#: the oracle stops (the frontier's and the oracle tables' reference points)
+ORACLE_FIRST_STOP = Role(ORACLE_FIRST)
+ORACLE_LAST_STOP = Role(ORACLE_LAST)
+#: Parallel-Probe as the MARS reference emulates it, and with its authors' pruning (Table 2)
+PROBE_STOP = Role(PARALLEL_PROBE)
+PROBE_PRUNING_STOP = Role(PARALLEL_PROBE_PRUNING)
+
+
+def get_method(name: str) -> Method:
+    name = ALIASES.get(name, name)
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise UsageError(f"unknown method {name!r} (known: {', '.join(METHODS)})") from None
+
+
+#: names that stand for several methods: what the pool's data supports of them
+METHOD_GROUPS = {"all": list(METHODS), "reference": REFERENCE_METHODS}
+
+
+def register(method: Method) -> Method:
+    """Add a method to the registry: the simulator, live runs (if :attr:`Method.live`), ``all``
+    and the report's ordering know it from here on (in this process)."""
+    if method.name in METHODS or method.name in METHOD_GROUPS or method.name in ALIASES:
+        raise UsageError(f"method {method.name!r} is already known")
+    if method.group not in GROUPS:
+        raise UsageError(f"method {method.name}: group {method.group!r} is not one of {GROUPS}")
+    _METHODS.append(method)
+    METHODS[method.name] = method
+    METHOD_GROUPS["all"].append(method.name)
+    return method
+
+
+def unregister(name: str) -> None:
+    """Remove a method :func:`register` added (the reference's methods stay)."""
+    method = METHODS[name]
+    if method.reference:
+        raise UsageError(f"method {name!r} is a reference method")
+    _METHODS.remove(method)
+    del METHODS[name]
+    METHOD_GROUPS["all"].remove(name)
+
+
+def live_methods() -> list[str]:
+    """The methods that can decide on a live run (:attr:`Method.live`)."""
+    return [m.name for m in _METHODS if m.live]
+
+
+def live_method(method: str | Method) -> Method:
+    """The method, if it can decide on a live run (:attr:`Method.live`); a clear error
+    otherwise."""
+    m = get_method(method) if isinstance(method, str) else method
+    if m.deepconf:
+        raise SimulationError(
+            f"method {m.name}: DeepConf's online filter truncates traces token by token inside "
+            f"the engine; live mode runs {', '.join(live_methods())}"
+        )
+    if m.reads_future:
+        raise SimulationError(
+            f"method {m.name} reads the traces' future (oracle); it cannot run live"
+        )
+    if not m.live:
+        raise SimulationError(
+            f"method {m.name} draws its traces one round after another; live mode starts the "
+            f"traces together and runs {', '.join(live_methods())}"
+        )
+    return m
+
+
+def parse_methods(spec: str) -> list[Method]:
+    """``"sc,sc-mars-cal"`` or ``"all"`` / ``"reference"`` → methods (order kept, no duplicates)."""
+    return select_methods(spec, has_confs=True)[0]
+
+
+def select_methods(spec: str, has_confs: bool) -> tuple[list[Method], list[str]]:
+    """The methods of ``spec`` a pool can run, and the names a group left out.
+
+    A group (``all``, ``reference``) means every member the pool's data supports: without
+    per-token confidences its DeepConf methods are left out. A method named on its own is kept
+    (and refused by the simulator if the pool cannot run it).
+    """
+    names: list[str] = []
+    left_out: list[str] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part in METHOD_GROUPS:
+            for name in METHOD_GROUPS[part]:
+                fits = has_confs or not METHODS[name].needs_confs
+                (names if fits else left_out).append(name)
+        else:
+            names.append(get_method(part).name)
+    seen = dict.fromkeys(names)
+    if not seen:
+        raise UsageError("no method given")
+    return [METHODS[n] for n in seen], [n for n in dict.fromkeys(left_out) if n not in seen]
+
+
+def method_order(names) -> list[str]:
+    """Known methods by group (SC, DeepConf, other baselines, oracles) in registry order, then the
+    unknown ones alphabetically."""
+    known = [m.name for g in GROUPS for m in _METHODS if m.group == g and m.name in names]
+    return known + sorted(n for n in names if n not in METHODS)

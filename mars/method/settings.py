@@ -1,0 +1,484 @@
+"""Every simulation setting, declared once.
+
+Each field of :class:`Settings` is one setting: its type and default, and in its metadata the help
+text, the range it must lie in and what it changes:
+
+* ``sampling`` — the bootstrap samples, the warmup, the arrays or the fitted switch model depend
+  on it, so simulations that differ in it cannot share them;
+* ``fit`` — the fit stage's artifact (``mars fit``) depends on it;
+* ``live`` — ``mars solve`` takes it as an option (the others are fixed by a live run);
+* ``section`` — the workflow config section that sets it (``simulation``, ``fit`` or
+  ``probe``);
+* ``symbol`` — its name in the report's labels.
+
+The command-line options of ``mars simulate`` and ``mars solve``, the workflow's key list, the
+report's labels and provenance commands derive from these fields, and a test checks the workflow's
+config schema and ``config/README.md`` against them. Adding a setting is one field here plus its
+use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SimulationError, UsageError
+from ..store.schema import CHECKPOINT_SPACING
+
+if TYPE_CHECKING:
+    from .registry import Method
+
+MAX_BUDGET = 1 << 16
+MAX_ITERATIONS = 1_000_000
+MAX_DRAWS = 1 << 26  # iterations × budget
+MAX_SEED = 2**32 - 1
+#: the evaluation protocols (:mod:`mars.method.protocol`)
+PROTOCOLS = ("bootstrap", "parallel-probe")
+
+
+def _setting(
+    default: Any,
+    help: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    sampling: bool = False,
+    fit: bool = False,
+    live: bool = False,
+    section: str = "simulation",
+    symbol: str | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> Any:
+    meta = {
+        "choices": choices,
+        "help": help,
+        "low": low,
+        "high": high,
+        "low_open": low_open,
+        "high_open": high_open,
+        "sampling": sampling,
+        "fit": fit,
+        "live": live,
+        "section": section,
+        "symbol": symbol,
+    }
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings of a simulation (the defaults are the paper's)."""
+
+    budget: int = _setting(
+        512, "traces per bootstrap sample", low=1, high=MAX_BUDGET, sampling=True
+    )
+    iterations: int = _setting(
+        64, "bootstrap iterations per question", low=1, high=MAX_ITERATIONS, sampling=True
+    )
+    warmup: int = _setting(
+        16,
+        "warmup traces: the first W of each question for the q-model, γ and probe-0 guard (0: "
+        "none, so q = 1, γ = 1, no guard), the first W of each sample for the DeepConf threshold "
+        "(DeepConf methods need 1 to budget)",
+        low=0,
+        high=MAX_BUDGET,
+        sampling=True,
+        fit=True,
+    )
+    seed: int = _setting(42, "bootstrap seed", low=0, high=MAX_SEED, sampling=True)
+    window: int = _setting(
+        2048,
+        "confidence window (tokens)",
+        low=1,
+        high=1 << 20,
+        sampling=True,
+        fit=True,
+        live=True,
+        section="fit",
+    )
+    spacing: int | None = _setting(
+        None,
+        "checkpoint spacing in tokens (default: the pool's probe spacing; must agree with it)",
+        low=1,
+        high=1 << 24,
+        sampling=True,
+        fit=True,
+        section="probe",
+    )
+    gamma: float = _setting(
+        1.0, "γ for the uncalibrated MARS methods", low=0, live=True, symbol="γ"
+    )
+    ucb_z: float = _setting(
+        1.0, "UCB bump z/√n of γ calibration (0 = off)", low=0, live=True, symbol="z"
+    )
+    gamma_min: float = _setting(0.5, "floor of calibrated γ", low=0, high=1, live=True)
+    pp_conv: int = _setting(
+        3,
+        "Parallel-Probe: equal winners in a row to stop (u)",
+        low=1,
+        high=1 << 20,
+        live=True,
+        symbol="u",
+    )
+    pp_warmup: int = _setting(
+        4, "Parallel-Probe: checkpoints before stopping/pruning", low=0, high=1 << 20, live=True
+    )
+    pp_patience: int = _setting(
+        2,
+        "Parallel-Probe: off-track checkpoints before pruning (k; 0 = no pruning)",
+        low=0,
+        high=1 << 20,
+        live=True,
+        symbol="k",
+    )
+    delta: float = _setting(
+        0.05,
+        "risk level δ of the certified MARS methods",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+        live=True,
+        symbol="δ",
+    )
+    risk_alpha: float | None = _setting(
+        None,
+        "risk level α of MARS2 (sc-mars2, dco-mars2): stop once P(final vote ≠ leader) ≤ α "
+        "(default: the pipeline's fixed level, 0.1 SC / 0.02 DeepConf)",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+        live=True,
+        symbol="α",
+    )
+    consensus: float = _setting(
+        0.9,
+        "vote share at which sc-consensus stops",
+        low=0,
+        high=1,
+        low_open=True,
+        live=True,
+        symbol="share",
+    )
+    protocol: str = _setting(
+        "bootstrap",
+        "evaluation protocol: bootstrap (the MARS paper's) or parallel-probe (Parallel-Probe's "
+        "evaluator: shuffles, exact answers, step costs; mars/method/protocol.py)",
+        sampling=True,
+        choices=PROTOCOLS,
+    )
+    sac_n: int = _setting(
+        14,
+        "per-trace convergence exit (sc-sac, single-sac): a running trace stops after this many "
+        "equal probe answers in a row and votes with that answer",
+        low=1,
+        high=1 << 20,
+        live=True,
+        symbol="n",
+    )
+    asc_threshold: float = _setting(
+        0.95,
+        "Adaptive-Consistency (asc): stop drawing once P(leader beats the runner-up) under "
+        "Beta(v1+1, v2+1) exceeds this",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+        symbol="C",
+    )
+    esc_window: int = _setting(
+        8,
+        "Early-Stopping Self-Consistency (esc): traces per window; stop at the first unanimous "
+        "window",
+        low=1,
+        high=MAX_BUDGET,
+        symbol="w",
+    )
+    ppm_stable: int = _setting(
+        40,
+        "Parallel-Probe's main-table controller (pp-main, pp-main-keep): the majority must stay "
+        "the same this many probe steps in a row to stop (their T)",
+        low=1,
+        high=1 << 20,
+        live=True,
+        symbol="T",
+    )
+    ppm_warmup: int = _setting(
+        15,
+        "Parallel-Probe's main-table controller: probe steps before pruning starts",
+        low=0,
+        high=1 << 20,
+        live=True,
+    )
+    ppm_patience: int = _setting(
+        7,
+        "Parallel-Probe's main-table controller: steps off the majority in a row that prune a "
+        "trace",
+        low=1,
+        high=1 << 20,
+        live=True,
+        symbol="k",
+    )
+    wave_size: int = _setting(
+        16,
+        "traces per wave of the width-adaptive method (sc-mars2-waves): a wave is launched when "
+        "the previous one has ended without a stop",
+        low=1,
+        high=MAX_BUDGET,
+        symbol="wave",
+    )
+    ppm_max_steps: int = _setting(
+        100,
+        "Parallel-Probe's main-table controller: probe steps after the first at most, then the "
+        "majority answers",
+        low=1,
+        high=1 << 24,
+        live=True,
+    )
+
+    def validate(self) -> Settings:
+        """Check every setting against its declaration; raise a one-line :class:`UsageError`."""
+        for spec in SETTINGS:
+            spec.check(getattr(self, spec.name))
+        draws = self.budget * self.iterations
+        if draws > MAX_DRAWS:
+            raise SimulationError(
+                f"--budget × --iterations = {draws:,}: more than {MAX_DRAWS:,} draws per question"
+            )
+        return self
+
+    def replace(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+    def sampling_key(self) -> tuple:
+        """The settings that decide samples, warmup, arrays and q: equal keys can share them."""
+        return tuple(getattr(self, name) for name in SAMPLING_KEYS)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """The declaration of one setting (a field of :class:`Settings` and its metadata)."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    low: float | None
+    high: float | None
+    low_open: bool
+    high_open: bool
+    sampling: bool
+    fit: bool
+    live: bool
+    section: str
+    symbol: str | None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def optional(self) -> bool:
+        """None is allowed (and means "derive it", e.g. the pool's spacing)."""
+        return self.default is None
+
+    def range_text(self) -> str:
+        if self.choices is not None:
+            return "one of " + ", ".join(self.choices)
+        lo = hi = ""
+        if self.low is not None:
+            lo = f"{'>' if self.low_open else '≥'} {_num(self.low)}"
+        if self.high is not None:
+            hi = f"{'<' if self.high_open else '≤'} {_num(self.high)}"
+        return " and ".join(p for p in (lo, hi) if p)
+
+    def check(self, value: Any) -> None:
+        if value is None and self.optional:
+            return
+        what = f"{self.flag} {_shown(value)}"
+        if self.choices is not None:
+            if value not in self.choices:
+                raise SimulationError(f"{what}: must be {self.range_text()}")
+            return
+        if self.type is int:
+            if isinstance(value, bool) or not _is_int(value):
+                raise SimulationError(f"{what}: must be a whole number {self.range_text()}")
+        else:
+            if isinstance(value, bool):
+                raise SimulationError(f"{what}: must be a number {self.range_text()}")
+            try:
+                value = float(value)
+            except (TypeError, ValueError, OverflowError):
+                value = math.nan  # not a number, or none a float can hold
+            if not math.isfinite(value):
+                raise SimulationError(f"{what}: must be a finite number {self.range_text()}")
+        bad_low = self.low is not None and (
+            value <= self.low if self.low_open else value < self.low
+        )
+        bad_high = self.high is not None and (
+            value >= self.high if self.high_open else value > self.high
+        )
+        if bad_low or bad_high:
+            raise SimulationError(f"{what}: must be {self.range_text()}")
+
+
+def _num(x: float) -> str:
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:g}"
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it: at most 40 characters (a 5,000-digit integer cannot even be
+    turned into a string)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"{'-' if value < 0 else ''}(a {value.bit_length() * 0.30103:.0f}-digit number)"
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    try:
+        import numpy as np
+
+        if isinstance(value, np.integer):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    return isinstance(value, int)
+
+
+def _specs() -> tuple[SettingSpec, ...]:
+    hints = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float}
+    out = []
+    for f in fields(Settings):
+        m = f.metadata
+        out.append(
+            SettingSpec(
+                name=f.name,
+                type=hints[str(f.type)],
+                default=f.default,
+                help=m["help"],
+                low=m["low"],
+                high=m["high"],
+                low_open=m["low_open"],
+                high_open=m["high_open"],
+                sampling=m["sampling"],
+                fit=m["fit"],
+                live=m["live"],
+                section=m["section"],
+                symbol=m["symbol"],
+                choices=m["choices"],
+            )
+        )
+    return tuple(out)
+
+
+#: The declarations, in field order.
+SETTINGS: tuple[SettingSpec, ...] = _specs()
+SPECS: dict[str, SettingSpec] = {s.name: s for s in SETTINGS}
+#: Settings that decide samples, warmup, arrays and the switch model.
+SAMPLING_KEYS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.sampling)
+#: Settings the fit stage depends on.
+FIT_KEYS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.fit)
+#: Settings `mars solve` takes (the stopping rules' knobs and the confidence window).
+LIVE_KEYS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.live)
+
+
+def from_dict(values: dict, *, strict: bool = True) -> Settings:
+    """Settings from a dict (e.g. ``overall.json``'s ``settings``); unknown keys are an error
+    unless ``strict`` is False."""
+    unknown = sorted(set(values) - set(SPECS))
+    if unknown and strict:
+        raise UsageError(f"unknown settings {unknown} (known: {', '.join(SPECS)})")
+    return Settings(**{k: v for k, v in values.items() if k in SPECS})
+
+
+def same_sampling(a: dict, b: dict) -> bool:
+    """Whether two runs' settings dicts (``overall.json``) drew the same samples, warmup and q."""
+    return all(a.get(k) == b.get(k) for k in SAMPLING_KEYS)
+
+
+def resolve_spacing(requested: int | None, recorded: int | None, source: str) -> int:
+    """The checkpoint spacing of a pool: what it records, else ``requested``, else 2,048.
+
+    An explicit ``--spacing`` that disagrees with the pool's recorded probe spacing is an error:
+    simulating a 1,024-spaced pool on a 2,048 grid would silently skip every other checkpoint.
+    """
+    if requested is not None and recorded is not None and int(requested) != int(recorded):
+        raise UsageError(
+            f"{source}: --spacing {requested} disagrees with the pool's probe spacing {recorded} "
+            "(leave --spacing out to use the pool's)"
+        )
+    if recorded is not None:
+        return int(recorded)
+    return int(requested) if requested is not None else CHECKPOINT_SPACING
+
+
+def check_warmup(warmup: int, traces: Mapping[int, int], source: str) -> None:
+    """Refuse a warmup larger than a question's traces (``traces``: count per question): it would
+    silently shrink to all of them."""
+    if not traces:
+        return
+    q = min(traces, key=lambda k: (traces[k], k))
+    if warmup > traces[q]:
+        raise SimulationError(
+            f"--warmup {warmup}: question {q} of {source} has only {traces[q]} traces "
+            "(the warmup is the first --warmup of them)"
+        )
+
+
+def check_sizes(
+    settings: Settings, traces: Mapping[int, int], methods: Sequence[Method], source: str
+) -> list[str]:
+    """Refuse sizes that cannot mean anything for these questions (``traces``: count per
+    question) and methods; return a note (one line each) on every legal size that surprises.
+
+    The DeepConf methods set their threshold from the first ``warmup`` traces of each bootstrap
+    sample (reference-protocol §8): they need at least one, and no more than the budget. The
+    others' warmup is the first ``warmup`` traces of the question, outside the budget (§4.3).
+    """
+    check_warmup(settings.warmup, traces, source)
+    w, b = settings.warmup, settings.budget
+    deepconf = [m.name for m in methods if m.deepconf]
+    if deepconf and not 1 <= w <= b:
+        raise SimulationError(
+            f"--warmup {w}: the DeepConf methods ({', '.join(deepconf)}) set their confidence "
+            f"threshold from the first --warmup traces of each sample; it must be 1 to --budget "
+            f"({b})"
+        )
+    notes = []
+    if traces and settings.protocol == "parallel-probe":
+        q = min(traces, key=lambda k: (traces[k], k))
+        if b > traces[q]:
+            raise SimulationError(
+                f"--budget {b}: the parallel-probe protocol draws without replacement, and "
+                f"question {q} of {source} has only {traces[q]} traces"
+            )
+    elif traces:
+        q = min(traces, key=lambda k: (traces[k], k))
+        if b > traces[q]:
+            which = (
+                "per question"
+                if len(set(traces.values())) == 1
+                else f"of question {q} (the fewest)"
+            )
+            notes.append(
+                f"budget {b} > the {traces[q]} traces {which}: bootstrap samples are drawn with "
+                f"replacement, so a sample holds each trace {b / traces[q]:.1f} times on average"
+            )
+    if w > b and any(m.q is not None for m in methods):  # rules that read q use the warmup
+        notes.append(
+            f"warmup {w} > budget {b}: the warmup traces are run in full, outside the budget "
+            "and its token count"
+        )
+    return notes

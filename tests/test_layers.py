@@ -1,0 +1,85 @@
+"""The package's folders are its layers, and imports only go down: the storage layer
+(``mars.store``) imports no other layer, the method core (``mars.method``) only the storage layer,
+the engines (``mars.engines``) those two; the stage drivers, the report and the command line sit
+above. No import cycle, and no calibration tooling in the runtime package."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MARS = ROOT / "mars"
+#: what each layer may import from the package (besides itself and the base utilities)
+BASE = {"mars.errors", "mars.progress", "mars.workers"}
+ALLOWED = {
+    "mars.store": set(),
+    "mars.method": {"mars.store"},
+    "mars.engines": {"mars.store", "mars.method"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The package modules a file imports (relative imports resolved), at any depth."""
+    mod = module_name(path)
+    pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("mars"):
+                out.add(target)
+                out.update(f"{target}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("mars"))
+    files = {module_name(p) for p in MARS.rglob("*.py")}
+    return {t for t in out if t in files}
+
+
+def layer_of(mod: str) -> str:
+    return ".".join(mod.split(".")[:2])
+
+
+def test_imports_only_go_down_the_layers():
+    for path in MARS.rglob("*.py"):
+        mod = module_name(path)
+        layer = layer_of(mod)
+        if layer not in ALLOWED:
+            continue
+        for target in imports_of(path):
+            if target in BASE or layer_of(target) == layer or target == "mars":
+                continue
+            assert layer_of(target) in ALLOWED[layer], f"{mod} imports {target}"
+
+
+def test_no_import_cycle():
+    graph = {module_name(p): imports_of(p) for p in MARS.rglob("*.py")}
+    state: dict[str, int] = {}
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for t in graph.get(m, ()):
+            if t == m or m.startswith(t + "."):  # its own package: `from . import sibling`
+                continue
+            assert state.get(t) != 1, " -> ".join([*stack, m, t])
+            if t not in state:
+                visit(t, [*stack, m])
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m, [])
+
+
+def test_the_runtime_package_holds_no_maintainers_tools():
+    assert not (MARS / "synthetic").exists()
+    assert (ROOT / "maint_tools" / "synthetic" / "__main__.py").is_file()
