@@ -154,6 +154,7 @@ def simulate(
     )
     from .store.atomic import check_apart, output_dir
     from .store.pool import open_pool
+    from .store.provenance import pool_source
 
     with user_errors():
         parse_methods(method)
@@ -192,7 +193,10 @@ def simulate(
             )
             fit = None if fit_dir is None else str(fit_dir)
             names = [m.name for m in methods]
-            overalls = write_methods(out, names, results, settings.to_dict(), str(pool), fit, notes)
+            data = pool_source(pool).to_dict()
+            overalls = write_methods(
+                out, names, results, settings.to_dict(), str(pool), fit, notes, data
+            )
     if not quiet:
         err.print(summary_table(overalls))
         err.print(
@@ -589,12 +593,57 @@ def consolidate(
 
 
 @app.command()
+def analyze(
+    pool: Path = typer.Argument(..., help="the trace pool the run was simulated on"),
+    simulation: Path = typer.Argument(..., help="one `mars simulate --out` directory"),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="analysis directory (analysis.json and two CSVs)"
+    ),
+    fit_dir: Path | None = typer.Option(
+        None, "--fit", help="the `mars fit` directory the run was simulated with"
+    ),
+    label: str | None = typer.Option(
+        None, "--label", help="model/dataset/setting of the run (default: from its path)"
+    ),
+    example: str | None = typer.Option(
+        None, help="Fig. 1 right question: QID or QID:ITERATION (default: chosen automatically)"
+    ),
+    q_questions: int = typer.Option(
+        10, "--q-questions", help="questions for the learned-vs-oracle q panels (0 = none)"
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+):
+    """What the report draws beyond simulation summaries: example trajectories, q calibration,
+    the switch models (computed from the pool, so the report only draws)."""
+    from .analyze import analyze as run_analysis
+    from .progress import bar
+    from .store.atomic import check_apart
+
+    with user_errors():
+        check_apart(out, [("POOL", pool), ("SIMULATION", simulation), ("--fit", fit_dir)])
+        with bar("analysing questions", disable=quiet) as progress:
+            run_analysis(
+                pool,
+                simulation,
+                out,
+                fit_dir=fit_dir,
+                label=label,
+                example=example,
+                q_questions=q_questions,
+                progress=progress,
+            )
+    if not quiet:
+        err.print(f"analysis of {simulation} → {out}/")
+
+
+@app.command()
 def report(
     results: list[Path] = typer.Argument(
         ...,
         help="results root(s) or `mars simulate --out` directories; every "
         "directory with <method>/overall.json below is a run, labelled by its path "
-        "(model/dataset/setting, an optional trailing sim/ dropped)",
+        "(model/dataset/setting, an optional trailing sim/ dropped), and every one with an "
+        "analysis.json an analysis (mars analyze)",
     ),
     out: Path = typer.Option(
         ..., "--out", "-o", help="output directory (report.md, tables/, figures/)"
@@ -605,85 +654,49 @@ def report(
         help="model/dataset or model/dataset/setting for each RESULTS path, in "
         "order (prefix of the discovered labels)",
     ),
-    pool: list[str] | None = typer.Option(
+    analysis: list[Path] | None = typer.Option(
         None,
-        "--pool",
-        help="model/dataset=POOL: trace pool for the trace-level "
-        "figures (default: overall.json input.source)",
+        "--analysis",
+        help="`mars analyze` output directories (or a folder holding them), for the "
+        "single-question figures, the q calibration and the switch-model table (repeatable)",
     ),
     main_setting: str = typer.Option(
         "default", "--main-setting", help="setting whose runs fill the main tables"
     ),
-    example: str | None = typer.Option(
-        None, help="Fig. 1 right question: model/dataset:qid or model/dataset:qid:iteration"
-    ),
-    q_questions: int = typer.Option(
-        10, "--q-questions", help="questions per pool for the learned-vs-oracle q panels (0 = all)"
-    ),
     figures: bool = typer.Option(
         True, "--figures/--no-figures", help="render figures (tables are always written)"
     ),
-    tradeoff: list[str] | None = typer.Option(
-        None,
-        "--tradeoff",
-        help="POOL or label=POOL: simulate accuracy–savings "
-        "trade-off curves in-process on this pool (repeatable)",
-    ),
-    tradeoff_budget: int = typer.Option(
-        128, "--tradeoff-budget", help="traces per bootstrap sample for --tradeoff"
-    ),
-    tradeoff_iterations: int = typer.Option(
-        8, "--tradeoff-iterations", help="bootstrap samples per question for --tradeoff"
-    ),
-    tradeoff_questions: int = typer.Option(
-        0, "--tradeoff-questions", help="first N questions of each --tradeoff pool (0 = all)"
-    ),
-    cache: Path | None = typer.Option(None, help="per-question array cache directory"),
 ):
-    """Render the paper's tables and figures (and the new ones) from simulate outputs."""
+    """Render the paper's tables and figures (and the new ones) from simulate outputs and their
+    analyses; it reads nothing else (no pool, no fit) and simulates nothing."""
     import shlex
 
     from .errors import need_extra
     from .store.atomic import check_apart, output_dir
 
     with user_errors():
-        if figures or tradeoff:
+        if figures:
             need_extra(
                 ("matplotlib", "seaborn"),
                 "report",
                 "drawing the figures (--no-figures: tables only)",
             )
     from .report import render_report
-    from .report.collect import parse_pool_overrides
 
     command = None
     if sys.argv[1:2] == ["report"]:
         command = shlex.join(["mars", "report", *sys.argv[2:]])
     with user_errors():  # a report may lie inside a results root, never hold or be one
         check_apart(out, [("RESULTS", r) for r in results], inside_ok=True)
-        pools = [("--pool", p) for p in parse_pool_overrides(pool).values()]
-        if tradeoff:
-            from .report.tradeoff import parse_tradeoff_spec
-
-            pools += [("--tradeoff", parse_tradeoff_spec(t)[1]) for t in tradeoff]
-        check_apart(out, [*pools, ("--cache", cache)])
-        if cache is not None:
-            check_apart(cache, pools, "--cache")
+        check_apart(out, [("--analysis", a) for a in analysis or []], inside_ok=True)
     with user_errors(), output_dir(out):
         rep = render_report(
             results,
             out,
             labels=label,
-            pools=pool,
+            analyses=analysis,
             main_setting=main_setting,
-            example=example,
-            q_questions=q_questions or None,
             figures=figures,
-            tradeoff=tradeoff,
-            tradeoff_budget=tradeoff_budget,
-            tradeoff_iterations=tradeoff_iterations,
-            tradeoff_questions=tradeoff_questions or None,
-            cache_dir=cache,
             command=command,
         )
     err.print(

@@ -138,10 +138,13 @@ def overall(
     fit: str | None = None,
     notes: list[str] | None = None,
     extra_fields: dict | None = None,
+    data: dict | None = None,
 ) -> dict:
-    inputs = {"source": source, "checksum": checksum}
+    inputs: dict = {"source": source, "checksum": checksum}
     if fit is not None:
         inputs["fit"] = fit  # the fit stage's artifact the switch models came from
+    if data is not None:
+        inputs["data"] = data  # where the traces came from (mars.store.provenance)
     extra = (
         {"notes": notes} if notes else {}
     )  # sizes that surprise (mars.method.settings.check_sizes)
@@ -177,8 +180,10 @@ def write_methods(
     source: str,
     fit: str | None = None,
     notes: list[str] | None = None,
+    data: dict | None = None,
 ) -> list[dict]:
-    """Write each method's folder; returns their overall dicts.
+    """Write each method's folder; returns their overall dicts (``data``: the pool's
+    :class:`~mars.store.provenance.DataSource` as a dict).
 
     Every folder is first written complete under a temporary name, so a failure (a full disk)
     replaces nothing; then, holding ``out_dir``'s lock (a concurrent run into the same folder
@@ -205,7 +210,7 @@ def write_methods(
                 if settings.get("protocol") == "parallel-probe":
                     # averaged and rounded as Parallel-Probe's evaluator prints its table
                     more["parallel_probe"] = table_row(pi, len(pq_), rounds)
-                ov = overall(pq_, method, settings, checksum, source, fit, notes, more)
+                ov = overall(pq_, method, settings, checksum, source, fit, notes, more, data)
                 (tmp / "overall.json").write_text(json.dumps(ov, indent=2, sort_keys=True) + "\n")
             overalls.append(ov)
         with folder_lock(out_dir):
@@ -227,9 +232,10 @@ def write_method(
     source: str,
     fit: str | None = None,
     notes: list[str] | None = None,
+    data: dict | None = None,
 ) -> dict:
     """Write one method's folder (:func:`write_methods`); returns its overall dict."""
-    return write_methods(out_dir, [method], results, settings, source, fit, notes)[0]
+    return write_methods(out_dir, [method], results, settings, source, fit, notes, data)[0]
 
 
 def summary_table(overalls: list[dict]):

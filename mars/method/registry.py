@@ -558,3 +558,46 @@ def method_order(names) -> list[str]:
     unknown ones alphabetically."""
     known = [m.name for g in GROUPS for m in _METHODS if m.group == g and m.name in names]
     return known + sorted(n for n in names if n not in METHODS)
+
+
+#: the single points a trade-off figure draws beside the curves (self-consistency votes): the
+#: full-budget vote, calibrated MARS and the oracle-first stop
+SWEEP_POINTS = (
+    SELF_CONSISTENCY,
+    CALIBRATED_MARS.of(SELF_CONSISTENCY),
+    ORACLE_FIRST_STOP.of(SELF_CONSISTENCY),
+)
+
+
+def swept_methods() -> list[str]:
+    """The methods that declare a sweep, in the report's order."""
+    return method_order([n for n, m in METHODS.items() if m.sweep is not None])
+
+
+def sweep_settings(names=None) -> list[tuple[dict, list[str]]]:
+    """Every declared sweep as a few ordinary simulation settings: setting ``i`` gives each swept
+    setting its ``i``-th value and runs the methods that sweep it (the first also runs
+    :data:`SWEEP_POINTS`). Point ``i`` of every curve thus shares one simulation; a method reads
+    only its own knob, so the other knobs' values there do not move its point (checked in
+    tests/test_methods.py). Methods sweeping one setting over other values get settings of
+    their own."""
+    names = swept_methods() if names is None else method_order(names)
+    out: list[tuple[dict, list[str]]] = []
+    for name in names:
+        sweep = get_method(name).sweep
+        if sweep is None:
+            raise UsageError(
+                f"method {name} declares no sweep (swept: {', '.join(swept_methods())})"
+            )
+        slot = 0
+        for value in sweep.values:
+            while slot < len(out) and out[slot][0].get(sweep.param, value) != value:
+                slot += 1
+            if slot == len(out):
+                out.append(({}, []))
+            out[slot][0][sweep.param] = value
+            out[slot][1].append(name)
+            slot += 1
+    if out:
+        out[0][1].extend(m for m in SWEEP_POINTS if m not in out[0][1])
+    return out

@@ -33,9 +33,10 @@ import pandas as pd
 
 from ..errors import MarsError
 from ..method.settings import SAMPLING_KEYS, SPECS, Settings, from_dict
+from ..store.analysis import Analysis, AnalysisError, file_digest, find_analyses, read_analysis
+from ..store.provenance import UNKNOWN, DataSource
 from ..store.schema import PER_QUESTION_LEADING_COLUMNS
 from ..store.userfiles import read_json_object, regular_file
-from .provenance import DataSource, pool_source
 
 DEFAULT_SETTING = "default"
 UNKNOWN_MODEL = "-"
@@ -84,7 +85,8 @@ class Run:
     overall: dict = field(default_factory=dict)  # method -> overall.json
     _pq: dict = field(default_factory=dict, repr=False)
     _it: dict = field(default_factory=dict, repr=False)
-    _fit: tuple[pd.DataFrame, str] | None = field(default=None, repr=False)
+    analysis: Analysis | None = field(default=None, repr=False)  # `mars analyze` of this run
+    _digests: dict = field(default_factory=dict, repr=False)
 
     @property
     def label(self) -> str:
@@ -134,11 +136,19 @@ class Run:
     def per_iteration(self, method: str) -> pd.DataFrame:
         return self._it[method]
 
-    def fit_models(self) -> tuple[pd.DataFrame, str] | None:
-        """The switch models the run was simulated with (``mars simulate --fit``) at its warmup,
-        one row per question, and the method whose simulation read them; None without a fit
-        (or when its folder is gone)."""
-        return self._fit
+    def data_source(self) -> DataSource:
+        """Where the run's traces came from, as ``mars simulate`` recorded it (input.data)."""
+        for m in self.methods:
+            found = DataSource.from_dict((self.overall[m].get("input") or {}).get("data"))
+            if found is not None:
+                return found
+        return DataSource(UNKNOWN, f"unknown: {self.path} records none (simulate it again)")
+
+    def digest(self, method: str) -> str:
+        """The digest of a method's per_iteration.csv, as an analysis records what it read."""
+        if method not in self._digests:
+            self._digests[method] = file_digest(self.path / method / PER_ITERATION)
+        return self._digests[method]
 
 
 OVERALL = "overall.json"
@@ -349,22 +359,7 @@ def load_run(path: Path, model: str, dataset: str, setting: str) -> Run:
     _check_one_setting(run, files)
     for d in _method_dirs(Path(path)):
         _load_method(run, d, run.overall[d.name])
-    run._fit = _load_fit(run)
     return run
-
-
-def _load_fit(run: Run) -> tuple[pd.DataFrame, str] | None:
-    """The fit a run's ``input.fit`` names, read and checked as a simulation reads it."""
-    from ..fit import FitDir
-
-    for method in run.methods:
-        ov = run.overall[method]
-        fit = (ov.get("input") or {}).get("fit")
-        if fit and Path(fit).is_dir():
-            df = pd.DataFrame(list(FitDir(fit).rows.values()))
-            warmup = ov["settings"].get("warmup")
-            return (df[df.warmup == warmup] if len(df) else df), method
-    return None
 
 
 def _own_label_parts(path: Path) -> list[str]:
@@ -411,8 +406,6 @@ class Results:
 
     runs: list[Run]
     main_setting: str = DEFAULT_SETTING
-    pool_overrides: dict = field(default_factory=dict)  # --pool label -> path
-    _sources: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         labels = [r.label for r in self.runs]
@@ -460,11 +453,15 @@ class Results:
         return ", ".join(diff)
 
     def source_of(self, run: Run) -> DataSource:
-        """Where a run's traces came from (its pool's provenance)."""
-        if run.label not in self._sources:
-            pool = resolve_pool(run, None, self.pool_overrides)
-            self._sources[run.label] = pool_source(pool, run.source())
-        return self._sources[run.label]
+        """Where a run's traces came from (its pool's provenance, recorded by the simulation)."""
+        return run.data_source()
+
+    def analysis_of(self, model: str, dataset: str) -> tuple[Run, Analysis] | None:
+        """The pair's analysed run (the first in report order) and its analysis."""
+        for r in self.runs_of(model, dataset):
+            if r.analysis is not None:
+                return r, r.analysis
+        return None
 
     def sources(self, runs: list[Run]) -> dict[str, DataSource]:
         """``{model: source}`` of runs (``model/dataset`` where a model's datasets differ)."""
@@ -538,10 +535,10 @@ def collect(
     paths: list[Path],
     labels: list[str] | None = None,
     main_setting: str = DEFAULT_SETTING,
-    pools: dict | None = None,
+    analyses: list[Path] | None = None,
 ) -> Results:
-    """Runs under every path; ``labels[i]`` (if given) labels ``paths[i]``; ``pools``: the
-    ``--pool`` overrides (:func:`parse_pool_overrides`)."""
+    """Runs under every path; ``labels[i]`` (if given) labels ``paths[i]``; the analyses
+    (``mars analyze``) under ``analyses`` and ``paths``, each attached to the run it analysed."""
     labels = list(labels or [])
     if labels and len(labels) != len(paths):
         raise ReportError(
@@ -553,39 +550,37 @@ def collect(
         if not found:
             raise ReportError(f"{p}: no simulate output under it (no <method>/overall.json)")
         runs += found
-    return Results(runs, main_setting=main_setting, pool_overrides=dict(pools or {}))
+    results = Results(runs, main_setting=main_setting)
+    for a in analyses or []:
+        if not Path(a).is_dir():
+            raise ReportError(f"--analysis {a}: no such directory")
+    found_dirs = [d for p in [*(analyses or []), *paths] for d in find_analyses(Path(p))]
+    for d in dict.fromkeys(Path(os.path.abspath(d)) for d in found_dirs):
+        try:
+            attach(results, read_analysis(d))
+        except AnalysisError as exc:
+            raise ReportError(str(exc)) from None
+    return results
 
 
-def resolve_pool(run: Run, method: str | None = None, overrides: dict | None = None) -> Path | None:
-    """The trace pool of a run: ``--pool`` override,
-    else overall.json's input.source if it exists."""
-    overrides = overrides or {}
-    for key in (
-        f"{run.model}/{run.dataset}/{run.setting}",
-        f"{run.model}/{run.dataset}",
-        run.dataset,
-    ):
-        if key in overrides:
-            return Path(overrides[key])
-    src = run.source(method)
-    if not src:
-        return None
-    p = Path(src)
-    candidates = (
-        [p] if p.is_absolute() else [Path.cwd() / p] + [a / p for a in run.path.resolve().parents]
-    )
-    for c in candidates:
-        if c.exists():
-            return c
-    return None
-
-
-def parse_pool_overrides(items: list[str] | None) -> dict:
-    """``model/dataset=PATH`` (or ``dataset=PATH``) → {label: path}."""
-    out = {}
-    for it in items or []:
-        if "=" not in it:
-            raise ReportError(f"--pool {it!r}: expected model/dataset=PATH")
-        key, path = it.split("=", 1)
-        out["/".join(parse_label(key))] = path
-    return out
+def attach(results: Results, analysis: Analysis) -> None:
+    """Attach an analysis to the run it was made from: the run whose per_iteration files have the
+    digests it recorded. An analysis of a run that was simulated again since is refused (its
+    trajectories would not be the tables' samples); one of a run not in the report is left out."""
+    f = analysis.path / "analysis.json"
+    for run in results.runs:
+        if not analysis.inputs or not all(m in run.overall for m in analysis.inputs):
+            continue
+        if all(run.digest(m) == d for m, d in analysis.inputs.items()):
+            if run.analysis is not None:
+                raise ReportError(
+                    f"{f}: a second analysis of {run.label} (the first: {run.analysis.path})"
+                )
+            run.analysis = analysis
+            return
+    stale = next((r for r in results.runs if r.label == analysis.label), None)
+    if stale is not None:
+        raise ReportError(
+            f"{f}: made from other simulation results than {stale.path} holds now (it was "
+            "simulated again since): run `mars analyze` again"
+        )

@@ -37,13 +37,18 @@ from ..method.registry import (
     PARALLEL_PROBE,
     PARALLEL_PROBE_PRUNING,
     PIPELINES,
-    PROBE_STOP,
     RISK,
     SELF_CONSISTENCY,
 )
-from ..method.settings import same_sampling
-from . import trace
-from .collect import ReportError, Results, Run, resolve_pool
+from ..store.analysis import EXAMPLE, PP_FAILURE, Trajectory
+from .candidates import (
+    CANDIDATES,
+    MARS_SC,
+    PP_SC,
+    example_candidates,
+    pp_failure_candidates,
+)
+from .collect import Results, Run
 from .names import method_label, method_order
 from .provenance import describe, footer
 
@@ -192,9 +197,6 @@ def _ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float, f
 # -- per-question summaries -----------------------------------------------------------------------
 #: what Fig. 1 (right) and Fig. 2 trace: calibrated MARS on self-consistency votes, against the
 #: full-budget and fixed-γ MARS and Parallel-Probe of the same pipeline
-MARS_SC = CALIBRATED_MARS.of(SELF_CONSISTENCY)
-FIXED_SC = FIXED_GAMMA_MARS.of(SELF_CONSISTENCY)
-PP_SC = PROBE_STOP.of(SELF_CONSISTENCY)
 #: the name the report gives the oracle-first stop (its self-consistency method)
 ORACLE_FIRST = ORACLE_FIRST_STOP.of(SELF_CONSISTENCY)
 FIG1_METHODS = {title: CALIBRATED_MARS.of(p) for p, title in PIPELINES.items()}
@@ -458,13 +460,19 @@ def fig_savings(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
 @dataclass
 class Example:
     run: Run
-    pool: Path
-    qid: int
-    iteration: int
+    trajectory: Trajectory
     reason: str = ""
 
+    @property
+    def qid(self) -> int:
+        return self.trajectory.qid
 
-def _answer_colors(tr: trace.Trajectory, keep: list[int]) -> dict:
+    @property
+    def iteration(self) -> int:
+        return self.trajectory.iteration
+
+
+def _answer_colors(tr: Trajectory, keep: list[int]) -> dict:
     colors, w = {}, 0
     for a in keep:
         if tr.correct[a]:
@@ -475,7 +483,7 @@ def _answer_colors(tr: trace.Trajectory, keep: list[int]) -> dict:
     return colors
 
 
-def _top_answers(tr: trace.Trajectory, n: int = 4) -> list[int]:
+def _top_answers(tr: Trajectory, n: int = 4) -> list[int]:
     peak = tr.shares.max(axis=0)
     order = [int(a) for a in np.argsort(-peak, kind="stable") if peak[a] > 0]
     keep = order[:n]
@@ -485,7 +493,7 @@ def _top_answers(tr: trace.Trajectory, n: int = 4) -> list[int]:
     return keep
 
 
-def _share_panel(ax, tr: trace.Trajectory, keep: list[int]):
+def _share_panel(ax, tr: Trajectory, keep: list[int]):
     x = tr.positions / 1000
     colors = _answer_colors(tr, keep)
     for a in keep:
@@ -511,103 +519,62 @@ def _short(s: str, n: int = 18) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-#: the most trajectories :func:`pick_example` computes looking for an answer that overtook
-EXAMPLE_LOADS = 8
+#: how many of the best candidates, over every pool, :func:`pick_example` and
+#: :func:`pick_pp_failure` look at (each analysis keeps as many of its own)
+EXAMPLE_LOADS = CANDIDATES
 
 
-def pick_example(
-    results: Results, pools: dict, spec: str | None = None, cache_dir=None
-) -> Example | None:
-    """The Fig. 1 (right) question: ``spec`` = ``model/dataset:qid[:iteration]``, else chosen to
-    show the mechanism: MARS waits while the vote is contested and stops once its answer is safe.
+def _analysed(results: Results, method: str):
+    """(pair order, run, analysis) of every pair whose analysed run holds ``method``."""
+    for order, pair in enumerate(results.pairs):
+        found = results.analysis_of(*pair)
+        if found is not None and method in found[0].overall:
+            yield order, found[0], found[1]
 
-    Automatic choice, over every pair with a pool: the iteration-0 samples where sc-mars-cal stops
+
+def pick_example(results: Results) -> Example | None:
+    """The Fig. 1 (right) question: the one an analysis was asked for (``mars analyze
+    --example``), else chosen to show the mechanism: MARS waits while the vote is contested and
+    stops once its answer is safe.
+
+    Automatic choice, over every analysed pair: the iteration-0 samples where sc-mars-cal stops
     early with the correct answer, not at the first checkpoint, in order of the tokens they save
     (then report order); the first of the :data:`EXAMPLE_LOADS` that save most whose answer did not
     lead at the first checkpoint (it overtook the early leader), else the one that saves most.
     """
-    if spec:
-        label, _, rest = spec.partition(":")
-        parts = label.strip("/").split("/")
-        pair = (parts[0], parts[1]) if len(parts) >= 2 else None
-        bits = rest.split(":") if rest else []
-        if len(bits) > 2 or not all(b.isdigit() for b in bits):
-            raise ReportError(f"--example {spec}: expected model/dataset:qid[:iteration]")
-        qid, iteration = (int(bits[0]) if bits else 0), (int(bits[1]) if len(bits) > 1 else 0)
-        run = results.find(*pair, MARS_SC) if pair else None
-        if run is None:
-            raise ReportError(f"--example {spec}: no {MARS_SC} results for {label}")
-        it = run.per_iteration(MARS_SC)
-        if not ((it.qid == qid) & (it.iteration == iteration)).any():
-            raise ReportError(
-                f"--example {spec}: {label} has no question {qid} with iteration {iteration}"
-            )
-        pool = resolve_pool(run, MARS_SC, pools)
-        if pool is None:
-            raise ReportError(f"--example {spec}: trace pool not found (pass --pool {label}=PATH)")
-        return Example(run, pool, qid, iteration, "chosen by --example")
-    cands = []  # (-saved, pair index, qid, run, pool)
-    for order, pair in enumerate(results.pairs):
-        run = results.find(*pair, MARS_SC)
-        pool = None if run is None else resolve_pool(run, MARS_SC, pools)
-        if run is None or pool is None:
-            continue
-        it = run.per_iteration(MARS_SC)
-        it0 = it[
-            (it.iteration == 0)
-            & (it.stopped_by == "margin")
-            & it.correct
-            & (it.stop_position > it.stop_position.min())
-        ]
-        for r in it0.itertuples():
-            saved = 1 - r.tokens / r.baseline_tokens if r.baseline_tokens else 0.0
-            cands.append((-saved, order, int(r.qid), run, pool))
+    analysed = list(_analysed(results, MARS_SC))
+    for _, run, an in analysed:
+        if an.example_spec is not None and an.of(EXAMPLE):
+            return Example(run, an.of(EXAMPLE)[0], "chosen by mars analyze --example")
+    cands = []  # (-saved, pair index, qid, run, trajectory)
+    for order, run, an in analysed:
+        for r in example_candidates(run).head(EXAMPLE_LOADS).itertuples():
+            tr = an.trajectory(EXAMPLE, int(r.qid), 0)
+            if tr is not None:
+                cands.append((-float(r.saved), order, int(r.qid), run, tr))
     cands.sort(key=lambda c: c[:3])
-    for _, _, qid, run, pool in cands[:EXAMPLE_LOADS]:
-        s = run.sim_settings(MARS_SC)
-        arr = trace.load_question(pool, qid, s, cache_dir)
-        tr = trace.sc_trajectory(arr, trace.context(arr, s), 0, MARS_SC)
-        if tr.stop_k < len(tr.positions) and tr.lead[0] != tr.lead[tr.stop_k]:
+    for _, _, _, run, tr in cands[:EXAMPLE_LOADS]:
+        if tr.overtook:
             return Example(
                 run,
-                pool,
-                qid,
-                0,
+                tr,
                 "of the samples where MARS stops early and correctly (iteration 0 of every "
                 "question), the one saving the most tokens whose answer overtook the first "
                 "checkpoint's leader",
             )
     if cands:
-        _, _, qid, run, pool = cands[0]
         return Example(
-            run,
-            pool,
-            qid,
-            0,
+            cands[0][3],
+            cands[0][4],
             "of the samples where MARS stops early and correctly after at least one checkpoint "
             "where it could not (iteration 0 of every question), the one saving the most tokens "
             f"(none of the {min(len(cands), EXAMPLE_LOADS)} saving most had its answer overtake "
             "the first checkpoint's leader)",
         )
-    for pair in results.pairs:  # no early correct stop anywhere: the first sample with a pool
-        run = results.find(*pair, MARS_SC)
-        pool = None if run is None else resolve_pool(run, MARS_SC, pools)
-        if run is not None and pool is not None:
-            qid = int(run.per_iteration(MARS_SC).qid.iloc[0])
-            return Example(
-                run, pool, qid, 0, "no sample where MARS stops early and correctly: the first one"
-            )
     return None
 
 
-def fig_example(
-    results: Results,
-    out_dir: Path,
-    pools: dict | None = None,
-    spec: str | None = None,
-    cache_dir=None,
-    formats=FORMATS,
-) -> FigureOut:
+def fig_example(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     """Fig. 1 right: vote shares across checkpoints and the minimum slack, stop marked."""
     fo = FigureOut(
         "fig1-right-example",
@@ -618,7 +585,7 @@ def fig_example(
         "the slack is positive for every challenger (and, at checkpoint 0, the leader matches the "
         "warmup majority).",
     )
-    ex = pick_example(results, pools or {}, spec, cache_dir)
+    ex = pick_example(results)
     if ex is not None:
         fo.label_data(results.sources([ex.run]))
     with style():
@@ -633,15 +600,12 @@ def fig_example(
         if ex is None:
             _placeholder(
                 ax1,
-                f"needs {MARS_SC} results and their trace pool\n(pass --pool model/dataset=PATH)",
+                f"needs {MARS_SC} results and their analysis\n(mars analyze, or pass --analysis)",
             )
             ax2.set_axis_off()
-            fo.notes.append(f"skipped: no {MARS_SC} run with a readable trace pool")
+            fo.notes.append(f"skipped: no {MARS_SC} run with an analysis (mars analyze)")
             return _finish(fo, fig, out_dir, formats)
-        s = ex.run.sim_settings(MARS_SC)
-        arr = trace.load_question(ex.pool, ex.qid, s, cache_dir)
-        ctx = trace.context(arr, s)
-        tr = trace.sc_trajectory(arr, ctx, ex.iteration, MARS_SC)
+        tr = ex.trajectory
         row = ex.run.per_iteration(MARS_SC)
         row = row[(row.qid == ex.qid) & (row.iteration == ex.iteration)].iloc[0]
         keep = _top_answers(tr)
@@ -731,87 +695,57 @@ def fig_example(
     )
     if (tr.positions[min(k, len(x) - 1)] != row.stop_position) or (stopped != (k < len(x))):
         fo.notes.append(
-            "warning: the recomputed stop differs from per_iteration.csv (pool or settings "
-            "changed?)"
+            "warning: the analysis's stop differs from per_iteration.csv (analysed with other "
+            "settings?)"
         )
     return _finish(fo, fig, out_dir, formats)
 
 
 # -- Fig. 2: consensus stopping vs MARS on a hard question ----------------------------------------
-def pick_pp_failure(results: Results, pools: dict, cache_dir=None, max_loads: int = 8):
+def pick_pp_failure(results: Results):
     """A question whose early leader is wrong and later overtaken, where PP errs more than MARS.
 
-    Candidates: questions where sc-pp's accuracy is below sc-mars-cal's (largest gap first); within
-    one, the first bootstrap sample where PP is wrong and MARS right; accepted when that sample's
-    checkpoint-0 leader differs from its full-budget vote. Returns (example, pp_run, trajectory).
+    Candidates, over every analysed pair holding both: questions where sc-pp's accuracy is below
+    sc-mars-cal's (largest gap first, then report order); within one, the first bootstrap sample
+    where PP is wrong and MARS right; accepted when that sample's checkpoint-0 leader differs from
+    its full-budget vote. Returns (example, gap); the largest gap when none is accepted.
     """
     cands = []
-    for pair in results.pairs:
-        run = results.find(*pair, MARS_SC)
-        if run is None:
+    for order, run, an in _analysed(results, MARS_SC):
+        if PP_SC not in run.overall:
             continue
-        pp_run = next(
-            (
-                r
-                for r in results.comparable_runs(*pair)
-                if PP_SC in r.overall
-                and same_sampling(r.settings(PP_SC), run.settings(MARS_SC))
-                and r.settings(PP_SC).get("pp_conv", 3) == 3
-            ),
-            None,
-        ) or next(
-            (
-                r
-                for r in results.comparable_runs(*pair)
-                if PP_SC in r.overall and same_sampling(r.settings(PP_SC), run.settings(MARS_SC))
-            ),
-            None,
-        )
-        pool = resolve_pool(run, MARS_SC, pools)
-        if pp_run is None or pool is None:
-            continue
-        j = run.per_question(MARS_SC)[["qid", "accuracy"]].merge(
-            pp_run.per_question(PP_SC)[["qid", "accuracy"]], on="qid", suffixes=("_mars", "_pp")
-        )
-        for _, r in j.iterrows():
-            cands.append(
-                (float(r.accuracy_mars - r.accuracy_pp), pair, int(r.qid), run, pp_run, pool)
-            )
-    if not cands:
-        return None
-    cands.sort(key=lambda c: (-c[0], results.pairs.index(c[1]), c[2]))
+        for r in pp_failure_candidates(run).head(EXAMPLE_LOADS).itertuples():
+            tr = an.trajectory(PP_FAILURE, int(r.qid), int(r.iteration))
+            if tr is not None:
+                cands.append((-float(r.gap), order, int(r.qid), run, tr))
+    cands.sort(key=lambda c: c[:3])
     fallback = None
-    for gap, _pair, qid, run, pp_run, pool in cands[:max_loads]:
-        im = run.per_iteration(MARS_SC)
-        ip = pp_run.per_iteration(PP_SC)
-        im, ip = im[im.qid == qid].set_index("iteration"), ip[ip.qid == qid].set_index("iteration")
-        both = im.add_suffix("_mars").join(ip.add_suffix("_pp"), how="inner")
-        pick = both[(~both.correct_pp) & both.correct_mars]
-        it = int(pick.index[0]) if len(pick) else int(both.index[0])
-        s = run.sim_settings(MARS_SC)
-        arr = trace.load_question(pool, qid, s, cache_dir)
-        tr = trace.sc_trajectory(arr, trace.context(arr, s), it, MARS_SC)
-        ex = Example(run, pool, qid, it)
-        leader_changed = tr.lead[0] != tr.final_answer
-        if gap > 0 and leader_changed:
-            ex.reason = (
+    for neg_gap, _, qid, run, tr in cands[:EXAMPLE_LOADS]:
+        both = _pp_mars_samples(run, qid)
+        if -neg_gap > 0 and tr.lead[0] != tr.final_answer:
+            reason = (
                 f"{PP_SC} is right in {100 * both.correct_pp.mean():.0f}% of samples, {MARS_SC} in "
                 f"{100 * both.correct_mars.mean():.0f}%; the checkpoint-0 leader is not the "
                 "full-budget vote"
             )
-            return ex, pp_run, tr
+            return Example(run, tr, reason)
         if fallback is None:
-            ex.reason = (
+            fallback = Example(
+                run,
+                tr,
                 "no question where the early leader is overtaken and PP loses accuracy; showing "
-                f"the largest PP-vs-MARS accuracy gap ({100 * gap:+.0f} pp)"
+                f"the largest PP-vs-MARS accuracy gap ({100 * -neg_gap:+.0f} pp)",
             )
-            fallback = (ex, pp_run, tr)
     return fallback
 
 
-def fig_pp_failure(
-    results: Results, out_dir: Path, pools: dict | None = None, cache_dir=None, formats=FORMATS
-) -> FigureOut:
+def _pp_mars_samples(run: Run, qid: int) -> pd.DataFrame:
+    im, ip = run.per_iteration(MARS_SC), run.per_iteration(PP_SC)
+    im, ip = im[im.qid == qid].set_index("iteration"), ip[ip.qid == qid].set_index("iteration")
+    return im.add_suffix("_mars").join(ip.add_suffix("_pp"), how="inner")
+
+
+def fig_pp_failure(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     fo = FigureOut(
         "fig2-pp-failure",
         "Fig. 2: consensus stopping fails on a hard question",
@@ -819,20 +753,20 @@ def fig_pp_failure(
         "is wrong and later overtaken; dashed lines mark where Parallel-Probe's consensus rule "
         f"({PP_SC}) and MARS ({MARS_SC}) stop, and the answers they return.",
     )
-    picked = pick_pp_failure(results, pools or {}, cache_dir)
-    if picked is not None:
-        fo.label_data(results.sources([picked[0].run]))
+    ex = pick_pp_failure(results)
+    if ex is not None:
+        fo.label_data(results.sources([ex.run]))
     with style():
         fig, ax = plt.subplots(figsize=(6.0, 3.4), layout="constrained")
-        if picked is None:
+        if ex is None:
             _placeholder(
                 ax,
-                f"needs {PP_SC} and {MARS_SC} results with the same bootstrap samples\n"
-                "and their trace pool (pass --pool model/dataset=PATH)",
+                f"needs {PP_SC} and {MARS_SC} results in one run\n"
+                "and its analysis (mars analyze, or pass --analysis)",
             )
-            fo.notes.append(f"skipped: no {PP_SC} + {MARS_SC} pair with a readable trace pool")
+            fo.notes.append(f"skipped: no run holding {PP_SC} and {MARS_SC} with an analysis")
             return _finish(fo, fig, out_dir, formats)
-        ex, pp_run, tr = picked
+        tr, pp_run = ex.trajectory, ex.run
         keep = _top_answers(tr)
         _share_panel(ax, tr, keep)
         rows = {}
@@ -877,50 +811,35 @@ def fig_pp_failure(
 
 
 # -- Fig. 4: ablations ----------------------------------------------------------------------------
-def q_calibration_frames(
-    results: Results, pools: dict, max_questions: int | None = 10, cache_dir=None
-):
-    """(bins, checkpoints) frames of learned vs oracle q for every pair with a pool."""
+def q_calibration_frames(results: Results):
+    """(bins, checkpoints) frames of learned vs oracle q for every analysed pair."""
     bins, cps = [], []
     for pair in results.pairs:
-        run = results.find(*pair, MARS_SC) or results.find(*pair, FIXED_SC)
-        if run is None:
+        found = results.analysis_of(*pair)
+        if found is None or not len(found[1].q_calibration):
             continue
-        method = MARS_SC if MARS_SC in run.overall else FIXED_SC
-        pool = resolve_pool(run, method, pools)
-        if pool is None:
-            continue
-        qids = sorted(run.per_question(method).qid.astype(int).tolist())
-        if max_questions:
-            qids = qids[:max_questions]
-        qc = trace.q_calibration(pool, run.sim_settings(method), qids, cache_dir)
+        qc = found[1].q_calibration
         label = f"{pair[0]}/{pair[1]}"
-        bins.append(
-            qc.bins.assign(label=label, model=pair[0], dataset=pair[1], n_questions=len(qids))
-        )
-        cps.append(
-            qc.checkpoints.assign(
-                label=label, model=pair[0], dataset=pair[1], n_questions=len(qids)
-            )
-        )
+        n = int(qc.n_questions.iloc[0])
+        tag = {"label": label, "model": pair[0], "dataset": pair[1], "n_questions": n}
+        bins.append(qc[qc.kind == "bin"][["bin", "lo", "hi", "n", *Q_COLUMNS]].assign(**tag))
+        cps.append(qc[qc.kind == "checkpoint"][["position", "n", *Q_COLUMNS]].assign(**tag))
     if not bins:
         return None, None
-    return pd.concat(bins, ignore_index=True), pd.concat(cps, ignore_index=True)
+    bins_df = pd.concat(bins, ignore_index=True).astype({"bin": int, "n": int})
+    cps_df = pd.concat(cps, ignore_index=True).astype({"position": int, "n": int})
+    return bins_df, cps_df
 
 
-def fig_ablations(
-    results: Results,
-    out_dir: Path,
-    pools: dict | None = None,
-    q_questions: int | None = 10,
-    cache_dir=None,
-    formats=FORMATS,
-) -> FigureOut:
+Q_COLUMNS = ["q_learned_mean", "q_oracle_rate"]
+
+
+def fig_ablations(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     """Fig. 4: (a) savings from γ calibration, (b) savings gap oracle − learned q,
     (c–d) learned vs oracle q."""
     gam = paired_difference(results, GAMMA_PAIRS).assign(panel="a")
     orc = paired_difference(results, ORACLE_PAIRS).assign(panel="b")
-    bins, cps = q_calibration_frames(results, pools or {}, q_questions, cache_dir)
+    bins, cps = q_calibration_frames(results)
     fo = FigureOut(
         "fig4-ablations",
         "Fig. 4: γ calibration and the learned switch model",
@@ -967,9 +886,9 @@ def fig_ablations(
                 (ax_c, "(c) calibration of the learned switch model"),
                 (ax_d, "(d) learned vs oracle q per checkpoint"),
             ):
-                _placeholder(ax, "needs the trace pool\n(pass --pool model/dataset=PATH)")
+                _placeholder(ax, "needs an analysis\n(mars analyze, or pass --analysis)")
                 ax.set_title(t)
-            fo.notes.append("panels c–d skipped: no trace pool")
+            fo.notes.append("panels c–d skipped: no analysis (mars analyze)")
         else:
             models = list(dict.fromkeys(bins.model))
             datasets = list(dict.fromkeys(d for _, d in results.pairs if d in set(bins.dataset)))
@@ -1028,7 +947,7 @@ def fig_ablations(
             nq = sorted(set(bins.n_questions))
             fo.notes.append(
                 f"panels c–d use the first {', '.join(map(str, nq))} question(s) of each pool "
-                "(--q-questions), held-out (non-warmup) running traces"
+                "(mars analyze --q-questions), held-out (non-warmup) running traces"
             )
             data += [bins.assign(panel="c"), cps.assign(panel="d")]
     fo.data = pd.concat(data, ignore_index=True)
@@ -1421,20 +1340,12 @@ def fig_latency(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
     return _finish(fo, fig, out_dir, formats)
 
 
-def all_figures(
-    results: Results,
-    out_dir: Path,
-    pools: dict | None = None,
-    example: str | None = None,
-    q_questions: int | None = 10,
-    cache_dir=None,
-    formats=FORMATS,
-) -> list[FigureOut]:
+def all_figures(results: Results, out_dir: Path, formats=FORMATS) -> list[FigureOut]:
     return [
         fig_savings(results, out_dir, formats),
-        fig_example(results, out_dir, pools, example, cache_dir, formats),
-        fig_pp_failure(results, out_dir, pools, cache_dir, formats),
-        fig_ablations(results, out_dir, pools, q_questions, cache_dir, formats),
+        fig_example(results, out_dir, formats),
+        fig_pp_failure(results, out_dir, formats),
+        fig_ablations(results, out_dir, formats),
         fig_frontier(results, out_dir, formats),
         fig_latency(results, out_dir, formats),
     ]

@@ -1,69 +1,17 @@
-"""What the data of a report is: synthetic stand-ins or real traces, and from where.
+"""What the data of a report is, said once in every table, figure and index.
 
-A run's traces come from the pool its ``overall.json`` names (or ``--pool``); the pool's
-``pool.json`` says what made them: the synthetic engine and the preset it imitates, a real
-engine and model, or an import of published data. Every table, figure and index the report
-writes says so, so a shared table or figure of synthetic data never reads as a real model's
-results.
+Each run's ``overall.json`` records where its traces came from (``input.data``, a
+:class:`~mars.store.provenance.DataSource` written by ``mars simulate`` from the pool's
+``pool.json``): the synthetic engine and the preset it imitates, a real engine and model, or an
+import of published data. The report says so, so a shared table or figure of synthetic data never
+reads as a real model's results.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from ..store.provenance import REAL, SYNTHETIC, UNKNOWN, DataSource
 
-from ..errors import MarsError
-from ..store import schema
-
-SYNTHETIC = "synthetic"
-REAL = "real"
-UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True)
-class DataSource:
-    """Where a pool's traces came from: ``kind`` (synthetic, real or unknown) and a phrase."""
-
-    kind: str
-    text: str
-
-    @property
-    def synthetic(self) -> bool:
-        return self.kind == SYNTHETIC
-
-
-def _imitated_model(imitates: str) -> str:
-    """The model id a preset's ``imitates`` starts with (``Qwen/Qwen3-8B, thinking mode`` →
-    ``Qwen/Qwen3-8B``)."""
-    return imitates.split(",")[0].split(" (")[0].strip()
-
-
-def pool_source(pool: Path | None, given: str | None = None) -> DataSource:
-    """The source of the traces in ``pool`` (None: not found; ``given``: the path the results
-    name, for the message)."""
-    from ..store.pool import read_manifest
-
-    if pool is None:
-        return DataSource(UNKNOWN, f"unknown: its pool {given or '(none recorded)'} is not found")
-    if not pool.is_dir():
-        return DataSource(UNKNOWN, f"the trace file {pool.name} (which records no provenance)")
-    try:
-        m = read_manifest(pool / schema.POOL_MANIFEST, schema.POOL_FORMAT, MarsError, "missing")
-    except MarsError:
-        return DataSource(UNKNOWN, f"unknown: the pool {pool} has no readable provenance")
-    backend, model = m.get("backend"), m.get("model_path") or m.get("model")
-    if backend == "synthetic":
-        preset = m.get("preset") or "?"
-        imitates = _imitated_model(str(m.get("imitates") or preset))
-        return DataSource(
-            SYNTHETIC, f"mars's synthetic engine imitating {imitates} (preset {preset})"
-        )
-    if m.get("imported_from"):
-        what = f"an {m['imported_from']} import of {Path(str(m.get('source') or '?')).name}"
-        return DataSource(REAL, what + (f", model {model}" if model else ""))
-    if backend:
-        return DataSource(REAL, f"a {backend} run of {model or 'an unnamed model'}")
-    return DataSource(UNKNOWN, f"unknown: the pool {pool} records no engine")
+__all__ = ["REAL", "SYNTHETIC", "UNKNOWN", "DataSource", "describe", "footer"]
 
 
 def describe(sources: dict[str, DataSource]) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..store.atomic import check_output_dir, make_dirs, make_temp_dir, replace_dir
-from .collect import DEFAULT_SETTING, ReportError, Results, collect, parse_pool_overrides
+from .collect import DEFAULT_SETTING, ReportError, Results, collect
 from .fmt import Table, md_escape
 from .html import caption_html, table_html
 from .names import run_commands
@@ -45,39 +45,20 @@ def report_command(
     paths,
     out_dir,
     labels=None,
-    pools=None,
+    analyses=None,
     main_setting=DEFAULT_SETTING,
-    example=None,
-    q_questions=10,
     figures=True,
-    tradeoff=None,
-    tradeoff_budget=128,
-    tradeoff_iterations=8,
-    tradeoff_questions=None,
 ) -> str:
     """The `mars report` command line equivalent to these arguments."""
     args = ["mars", "report", *map(str, paths), "--out", str(out_dir)]
     for lab in labels or []:
         args += ["--label", lab]
-    for p in pools or []:
-        args += ["--pool", p]
+    for a in analyses or []:
+        args += ["--analysis", str(a)]
     if main_setting != DEFAULT_SETTING:
         args += ["--main-setting", main_setting]
-    if example:
-        args += ["--example", example]
-    if q_questions != 10:
-        args += ["--q-questions", str(q_questions or 0)]
     if not figures:
         args.append("--no-figures")
-    for t in tradeoff or []:
-        args += ["--tradeoff", t]
-    if tradeoff:
-        if tradeoff_budget != 128:
-            args += ["--tradeoff-budget", str(tradeoff_budget)]
-        if tradeoff_iterations != 8:
-            args += ["--tradeoff-iterations", str(tradeoff_iterations)]
-        if tradeoff_questions:
-            args += ["--tradeoff-questions", str(tradeoff_questions)]
     return shlex.join(args)
 
 
@@ -85,61 +66,26 @@ def render_report(
     paths,
     out_dir,
     labels: list[str] | None = None,
-    pools: list[str] | None = None,
+    analyses: list | None = None,
     main_setting: str = DEFAULT_SETTING,
-    example: str | None = None,
-    q_questions: int | None = 10,
     figures: bool = True,
-    tradeoff: list[str] | None = None,
-    tradeoff_budget: int = 128,
-    tradeoff_iterations: int = 8,
-    tradeoff_questions: int | None = None,
-    cache_dir=None,
     formats=("png", "pdf"),
     command: str | None = None,
 ) -> Report:
-    """Render every table and figure of the simulate outputs under ``paths`` into ``out_dir``."""
+    """Render every table and figure of the simulate outputs under ``paths`` (and the analyses
+    under ``analyses`` and ``paths``) into ``out_dir``."""
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
+    analyses = [Path(a) for a in analyses or []]
     out_dir = Path(out_dir)
-    command = command or report_command(
-        paths,
-        out_dir,
-        labels,
-        pools,
-        main_setting,
-        example,
-        q_questions,
-        figures,
-        tradeoff,
-        tradeoff_budget,
-        tradeoff_iterations,
-        tradeoff_questions,
-    )
+    command = command or report_command(paths, out_dir, labels, analyses, main_setting, figures)
     check_report_dir(out_dir)
-    pool_map = parse_pool_overrides(pools)
-    results = collect(paths, labels, main_setting, pool_map)  # all checked before any output
-    if figures and example:
-        from .figures import pick_example
-
-        pick_example(results, pool_map, example)  # a bad --example before any work
+    results = collect(paths, labels, main_setting, analyses)  # all checked before any output
     target = Path(os.path.realpath(out_dir))  # a symlinked --out: its folder is replaced
     make_dirs(target.parent)
     stage = make_temp_dir(target.parent, f".{target.name}.report-")
     try:
         rep = Report(out_dir=stage, index=stage / "report.md", results=results, command=command)
-        _render(
-            rep,
-            pool_map,
-            example,
-            q_questions,
-            figures,
-            tradeoff,
-            tradeoff_budget,
-            tradeoff_iterations,
-            tradeoff_questions,
-            cache_dir,
-            formats,
-        )
+        _render(rep, figures, formats)
         replace_dir(stage, target, out_dir)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -150,19 +96,7 @@ def render_report(
     return rep
 
 
-def _render(
-    rep: Report,
-    pool_map: dict,
-    example,
-    q_questions,
-    figures,
-    tradeoff,
-    tradeoff_budget,
-    tradeoff_iterations,
-    tradeoff_questions,
-    cache_dir,
-    formats,
-) -> None:
+def _render(rep: Report, figures: bool, formats) -> None:
     """Write every table, figure and the index into ``rep.out_dir``."""
     results, command = rep.results, rep.command
     tdir, fdir = rep.out_dir / "tables", rep.out_dir / "figures"
@@ -177,22 +111,12 @@ def _render(
 
     if figures:
         from .figures import all_figures
+        from .tradeoff import fig_tradeoff
 
-        rep.figures = all_figures(results, fdir, pool_map, example, q_questions, cache_dir, formats)
-    if tradeoff:
-        from .tradeoff import tradeoff_all
-
-        rep.figures.append(
-            tradeoff_all(
-                tradeoff,
-                fdir,
-                tradeoff_budget,
-                tradeoff_iterations,
-                tradeoff_questions,
-                cache_dir,
-                formats,
-            )
-        )
+        rep.figures = all_figures(results, fdir, formats)
+        tradeoff = fig_tradeoff(results, fdir, formats)
+        if tradeoff is not None:
+            rep.figures.append(tradeoff)
     for f in rep.figures:
         (fdir / f"{f.stem}.caption.html").write_text(caption_html(f.title, f.caption, f.notes))
     rep.index.write_text(_index(rep))
@@ -255,6 +179,14 @@ def _index(rep: Report) -> str:
         out.append("| " + " | ".join(md_escape(c) for c in cells) + f" | `{r.path}` |")
     commands = run_commands([(r, m) for r in results.runs for m in r.methods])
     out += ["", "Each run was simulated by:", "", "```", *commands, "```", ""]
+    analysed = [(r, r.analysis) for r in results.runs if r.analysis is not None]
+    if analysed:
+        out += [
+            "The single-question figures, the q calibration and the switch models come from:",
+            "",
+        ]
+        out += [f"- {md_escape(r.label)}: `{a.path}` (mars analyze)" for r, a in analysed]
+        out.append("")
     out += ["## Tables", ""]
     for t in rep.tables:
         out.append(t.markdown(commands=False))

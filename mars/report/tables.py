@@ -712,16 +712,17 @@ def table_switch_models(results: Results, command: str | None = None) -> Table:
     rows: list[list[Cell]] = []
     data = []
     for pair in results.pairs:
-        run = results.main_run(*pair)
-        found = run.fit_models()
-        if found is None or not len(found[0]):
+        found = results.analysis_of(*pair)
+        if found is None or not len(found[1].switch_models):
+            run = results.main_run(*pair)
             if run.methods:
                 used(run, run.methods[0])  # read, found no fit: its provenance still shows
             continue
-        df, method = found
-        used(run, method)
-        fitted = df[df.coef.notna()]
-        coefs = np.array(fitted.coef.tolist(), dtype=float) if len(fitted) else np.zeros((0, 5))
+        run, df = found[0], found[1].switch_models
+        used(run, next(iter(found[1].inputs), run.methods[0]))
+        names = [f"coef_{n}" for n in FEATURE_NAMES]
+        fitted = df[df[names].notna().all(axis=1)]
+        coefs = fitted[names].to_numpy(dtype=float) if len(fitted) else np.zeros((0, len(names)))
         share = float((df.n_positive / df.n_rows.where(df.n_rows > 0)).mean())
         rec = {
             "model": pair[0],
@@ -755,7 +756,11 @@ def table_switch_models(results: Results, command: str | None = None) -> Table:
                 ),
             ]
         )
-    notes = [] if data else ["No run was simulated with `--fit` (the workflow always uses it)."]
+    notes = (
+        []
+        if data
+        else ["No analysis with a fit (`mars analyze --fit`; the workflow always makes one)."]
+    )
     headers = [
         "Model",
         "Dataset",

@@ -1,16 +1,15 @@
-"""Accuracy–savings trade-off curves: the simulator run in-process over a grid of settings.
+"""Accuracy–savings trade-off curves, drawn from ordinary simulations.
 
-Each :class:`Sweep` varies one :class:`~mars.simulate.Settings` field for one method (γ for MARS
-with a fixed γ, u for Parallel-Probe, the share for consensus stopping, δ for the certified rule):
-by default one per method that declares what it sweeps (:attr:`mars.method.registry.Method.sweep`).
-Runs that share settings are simulated together (one bootstrap draw, one q-model per question),
-and the per-question arrays are cached across runs, so a grid costs little more than its
-simulations. Keep it cheap with few questions / iterations.
+Each method that declares a sweep (:attr:`mars.method.registry.Method.sweep`: γ for MARS with a
+fixed γ, u for Parallel-Probe, the share for consensus stopping, δ for the certified rule, ...) is a
+curve through the runs of one pool that hold it, drew the same samples and differ only in swept
+knobs; the full-budget vote, calibrated MARS and the oracle stop are single points. The workflow's
+``tradeoff`` section makes such runs (:func:`mars.method.registry.sweep_settings`), cached and
+sharded like every simulation; nothing here simulates.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,143 +21,113 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ..method.registry import (
-    CALIBRATED_MARS,
-    METHODS,
-    ORACLE_FIRST_STOP,
-    PIPELINES,
-    SELF_CONSISTENCY,
-    get_method,
-    method_order,
-)
+from ..method.registry import METHODS, SWEEP_POINTS, swept_methods
 from ..method.settings import SPECS
-from ..results import per_question_frame
-from ..simulate import QuestionContext, QuestionResult, Settings, run_method
-from . import trace
+from .collect import Results, Run
 from .figures import FORMATS, FigureOut, _finish, style
-from .provenance import pool_source
+from .names import method_label
+
+#: a curve needs this many values of its knob (two points are a line, not a trade-off)
+MIN_POINTS = 3
+#: the single points' markers and colours (full-budget vote, calibrated MARS, oracle-first)
+POINT_MARKS = dict(zip(SWEEP_POINTS, (("X", "#222222"), ("*", "#1f77b4"), ("D", "#7f7f7f"))))
 
 
-@dataclass(frozen=True)
-class Sweep:
-    family: str
-    method: str
-    param: str  # a Settings field
-    values: tuple
+def _swept_params() -> set[str]:
+    return {METHODS[m].sweep.param for m in swept_methods()}  # type: ignore[union-attr]
 
 
-def default_sweeps() -> tuple[Sweep, ...]:
-    """A curve for every method that declares a sweep, in the report's method order."""
-    declared = {name: m.sweep for name, m in METHODS.items() if m.sweep is not None}
-    return tuple(
-        Sweep(declared[n].title, n, declared[n].param, declared[n].values)
-        for n in method_order(declared)
-    )
+def _group_key(run: Run) -> tuple:
+    """Runs whose points may share a curve: the same samples of the same questions, every
+    setting but the swept knobs equal."""
+    swept = _swept_params()
+    s = run.settings(run.methods[0])
+    return (run.checksum, tuple(sorted((k, repr(v)) for k, v in s.items() if k not in swept)))
 
 
-#: single points at the base settings (self-consistency votes): family, method, marker, color
-POINT_MARKS = (
-    (f"full-budget {PIPELINES[SELF_CONSISTENCY]}", SELF_CONSISTENCY, "X", "#222222"),
-    ("MARS, calibrated γ", CALIBRATED_MARS.of(SELF_CONSISTENCY), "*", "#1f77b4"),
-    ("oracle stop (first)", ORACLE_FIRST_STOP.of(SELF_CONSISTENCY), "D", "#7f7f7f"),
-)
-POINTS = tuple((family, method) for family, method, _, _ in POINT_MARKS)
+def _row(run: Run, method: str, family: str, param: str | None, value) -> dict:
+    ov = run.overall[method]
+    s = run.settings(method)
+    return {
+        "family": family,
+        "method": method,
+        "param": param,
+        "value": value,
+        "accuracy_pct": float(ov["accuracy_pct"]),
+        "savings_pct": float(ov["savings_pct"]),
+        "n_questions": int(ov["n_questions"]),
+        "iterations": s.get("iterations"),
+        "budget": s.get("budget"),
+        "setting": run.setting,
+    }
 
 
-def run_tradeoff(
-    pool,
-    base: Settings,
-    sweeps=None,
-    points=POINTS,
-    questions: list[int] | None = None,
-    cache_dir=None,
-) -> pd.DataFrame:
-    """One row per (family, value): accuracy and savings (means over questions, as overall.json).
-
-    Settings that only change a stopping rule's knob (γ, δ, u, share, ...) share each question's
-    bootstrap samples and warmup q-model through
-    :meth:`~mars.simulate.QuestionContext.with_settings`, which is exactly what a fresh simulation
-    would rebuild.
-    """
-    sweeps = default_sweeps() if sweeps is None else sweeps
-    jobs: dict[Settings, list] = {}
-    for sw in sweeps:
-        for v in sw.values:
-            s = base.replace(**{sw.param: SPECS[sw.param].type(v)}).validate()
-            jobs.setdefault(s, []).append((sw.family, sw.method, sw.param, v))
-    for family, method in points:
-        jobs.setdefault(base.validate(), []).append((family, method, None, None))
-    p = trace.pool_of(pool)
-    qids = list(p.qids if questions is None else questions)
-    per_settings: dict[Settings, list] = {s: [] for s in jobs}
-    for qid in qids:
-        contexts: dict[tuple, QuestionContext] = {}
-        for s, entries in jobs.items():
-            arr = trace.load_question(pool, qid, s, cache_dir)
-            key = s.sampling_key()
-            if key not in contexts:
-                contexts[key] = QuestionContext(arr, s)
-            ctx = contexts[key].with_settings(s)
-            res = QuestionResult(
-                qid=arr.qid,
-                ground_truth=arr.ground_truth,
-                representatives=arr.representatives,
-                content_hash=arr.content_hash,
-            )
-            for method in dict.fromkeys(m for _, m, _, _ in entries):
-                res.methods[method] = run_method(ctx, get_method(method))
-            per_settings[s].append(res)
+def tradeoff_frame(runs: list[Run]) -> pd.DataFrame:
+    """The curves (at least :data:`MIN_POINTS` values of a knob) and single points of runs that
+    may share a curve; the first run holding a point gives it."""
     rows = []
-    for s, entries in jobs.items():
-        for family, method, param, v in entries:
-            pq = per_question_frame(per_settings[s], method)
-            rows.append(
-                {
-                    "family": family,
-                    "method": method,
-                    "param": param,
-                    "value": v,
-                    "accuracy_pct": float(100 * pq.accuracy.mean()),
-                    "savings_pct": float(pq.savings_pct.mean()),
-                    "n_questions": len(pq),
-                    "iterations": s.iterations,
-                    "budget": s.budget,
-                }
-            )
-    order = {sw.family: i for i, sw in enumerate(sweeps)}
-    df = pd.DataFrame(rows)
-    df["_o"] = df.family.map(order).fillna(len(order))
-    df = df.sort_values(["_o", "family", "value"], kind="stable", na_position="last").drop(
-        columns="_o"
-    )
-    return df.reset_index(drop=True)
+    for method in swept_methods():
+        sweep = METHODS[method].sweep
+        assert sweep is not None
+        points: dict[Any, dict] = {}
+        for run in runs:
+            if method in run.overall:
+                value = run.settings(method).get(sweep.param)
+                points.setdefault(value, _row(run, method, sweep.title, sweep.param, value))
+        if len(points) >= MIN_POINTS:
+            rows += sorted(points.values(), key=lambda r: r["value"])
+    if rows:
+        for method in SWEEP_POINTS:
+            holder = next((r for r in runs if method in r.overall), None)
+            if holder is not None:
+                rows.append(_row(holder, method, method_label(method)[0], None, None))
+    return pd.DataFrame(rows)
+
+
+def tradeoff_frames(results: Results) -> dict[tuple[str, str], pd.DataFrame]:
+    """Per pool, the group of runs with the most curve points (the main setting's on a tie)."""
+    frames = {}
+    for pair in results.pairs:
+        groups: dict[tuple, list[Run]] = {}
+        for run in results.runs_of(*pair):
+            groups.setdefault(_group_key(run), []).append(run)
+        best = None
+        for runs in groups.values():
+            df = tradeoff_frame(runs)
+            n = int(df.param.notna().sum()) if len(df) else 0
+            if n and (best is None or n > best[0]):
+                best = (n, df)
+        if best is not None:
+            frames[pair] = best[1]
+    return frames
 
 
 def _fmt(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def fig_tradeoff(
-    frames: dict, out_dir: Path, formats=FORMATS, sources: dict | None = None
-) -> FigureOut:
-    """Accuracy against savings per sweep, one panel per pool label (``sources``: the
-    :class:`~mars.report.provenance.DataSource` of each label's pool)."""
+def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut | None:
+    """Accuracy against savings per sweep, one panel per pool with a curve; None when no pool
+    has one."""
+    frames = tradeoff_frames(results)
+    if not frames:
+        return None
     labels = list(frames)
-    data = (
-        pd.concat([f.assign(label=k) for k, f in frames.items()], ignore_index=True)
-        if frames
-        else pd.DataFrame()
+    data = pd.concat(
+        [f.assign(model=k[0], dataset=k[1]) for k, f in frames.items()], ignore_index=True
     )
     fo = FigureOut(
         "fig-tradeoff",
         "Accuracy–savings trade-off",
         "Accuracy against mean per-question token savings when each rule's knob is swept (MARS "
         "with a fixed γ, the certified rule's δ, Parallel-Probe's u, the consensus share), with "
-        "the full-budget vote, calibrated MARS and the oracle stop as single points. Simulated "
-        "in-process on few questions and iterations; see tradeoff.csv.",
+        "the full-budget vote, calibrated MARS and the oracle stop as single points: ordinary "
+        "simulations of one pool at settings that differ only in the swept knobs (the workflow's "
+        "tradeoff section makes them). The numbers, and the setting of each point, are in "
+        "fig-tradeoff.csv.",
         data=data,
     )
-    fo.label_data(sources or {})
+    fo.label_data(results.sources([r for r in results.runs if r.pair in set(frames)]))
     palette = dict(
         zip(list(dict.fromkeys(data.family)) if len(data) else [], sns.color_palette("tab10"))
     )
@@ -168,7 +137,7 @@ def fig_tradeoff(
             1, n, figsize=(1.0 + 4.2 * n, 4.6), squeeze=False, layout="constrained"
         )
         for ax, label in zip(axes[0], labels):
-            df = data[data.label == label]
+            df = data[(data.model == label[0]) & (data.dataset == label[1])]
             curves = df[df.param.notna()]
             for fam, sub in curves.groupby("family", sort=False):
                 sub = sub.sort_values("value")
@@ -194,9 +163,8 @@ def fig_tradeoff(
                     linewidth=0.5,
                     zorder=3,
                 )
-            marks = {method: (mk, col) for _, method, mk, col in POINT_MARKS}
             for _, r in df[df.param.isna()].iterrows():
-                mk, col = marks.get(r.method, ("s", "#444444"))
+                mk, col = POINT_MARKS.get(r.method, ("s", "#444444"))
                 ax.scatter(
                     [r.savings_pct],
                     [r.accuracy_pct],
@@ -210,7 +178,8 @@ def fig_tradeoff(
                 )
             r0 = df.iloc[0]
             ax.set_title(
-                f"{label}: {int(r0.n_questions)} questions × {int(r0.iterations)} samples, "
+                f"{label[0]}/{label[1]}: {int(r0.n_questions)} questions × "
+                f"{int(r0.iterations)} samples, "
                 f"budget {int(r0.budget)}",
                 fontsize=9,
             )
@@ -237,35 +206,3 @@ def fig_tradeoff(
         else:
             axes[0][0].set_axis_off()
     return _finish(fo, fig, out_dir, formats)
-
-
-def parse_tradeoff_spec(spec: str) -> tuple[str, str]:
-    """``label=POOL`` or ``POOL`` (label = the pool's name)."""
-    if "=" in spec:
-        label, path = spec.split("=", 1)
-        return label, path
-    p = Path(spec)
-    name = p.parent.name if p.name in ("pool.parquet", "pool") else p.stem
-    return name or "pool", spec
-
-
-def tradeoff_all(
-    specs: list[str],
-    out_dir: Path,
-    budget: int = 128,
-    iterations: int = 8,
-    max_questions: int | None = None,
-    cache_dir=None,
-    formats=FORMATS,
-    sweeps=None,
-) -> FigureOut:
-    frames, sources = {}, {}
-    for spec in specs:
-        label, path = parse_tradeoff_spec(spec)
-        sources[label] = pool_source(Path(path), path)
-        base = Settings(budget=budget, iterations=iterations)
-        questions = trace.pool_of(path).qids[:max_questions] if max_questions else None
-        frames[label] = run_tradeoff(
-            path, base, sweeps=sweeps, questions=questions, cache_dir=cache_dir
-        )
-    return fig_tradeoff(frames, out_dir, formats, sources)
