@@ -1,0 +1,1 @@
+"""Unit tests of the method core (mars.method), one module per file; no ../shared data."""
