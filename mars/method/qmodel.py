@@ -171,7 +171,12 @@ class SwitchModel:
 
     def predict_proba(self, X) -> np.ndarray:
         self._check_is_fitted()
-        X = np.asarray(X, dtype=np.float64)
+        X = _check_X(X)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but this SwitchModel was fitted on "
+                f"{self.n_features_in_}"
+            )
         Xs = (X - self.mean_) / self.scale_
         with one_blas_thread():
             if self.platt:

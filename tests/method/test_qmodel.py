@@ -171,18 +171,12 @@ def test_predict_refuses_a_different_number_of_features(fitted):
         model.predict_proba(np.hstack([X, X]))
 
 
-@pytest.mark.xfail(
-    strict=True, reason="predict_proba does not check n_features_in_: one column broadcasts"
-)
 def test_predict_refuses_a_single_feature_column(fitted):
     model, X, _ = fitted
     with pytest.raises(ValueError):
         model.predict_proba(X[:, :1])
 
 
-@pytest.mark.xfail(
-    strict=True, reason="predict_proba does not refuse NaN features (fit does): q comes out NaN"
-)
 def test_predict_refuses_nan_features(fitted):
     model, X, _ = fitted
     bad = X.copy()
