@@ -17,6 +17,7 @@ import mars.simulate as sim
 from mars.method.arrays import build_arrays
 from mars.method.registry import get_method
 from mars.method.riskstop import (
+    ALPHA_SC,
     RiskStop,
     Transitions,
     confident_favourite,
@@ -380,6 +381,18 @@ def test_transitions_count_the_warmup():
     assert t.leaving(5)[0][1] == pytest.approx(0.5)
 
 
+def test_leaving_prior_mean_and_strength():
+    """The leaving rate's prior is Beta(κm, κ(1 − m)): an answer no warmup trace held keeps its
+    mean m and variance m(1 − m)/(κ + 1); a held one moves to (κm + d)/(κ + h)."""
+    ids, running, final = _attractor_warmup()
+    t = Transitions.fit(ids, running, final, 2)
+    t.kappa, t.rate_mean = 0.5, 0.2
+    rate, var = t.leaving(1)
+    assert rate[0] == pytest.approx(0.2)
+    assert var[0] == pytest.approx(0.2 * 0.8 / 1.5)
+    assert rate[1] == pytest.approx((0.5 * 0.2 + 9) / (0.5 + 16))
+
+
 def test_an_attractor_leader_is_not_safe():
     """Every main trace still holds the early attractor (answer 1); in the warmup 9 of its 16
     holders left it for 0. The first version sent leavers where the warmup's traces *ended* (θ,
@@ -455,18 +468,28 @@ def _contested_pool(path, n_questions=3, n=128, p_correct=0.52, seed=0):
 
 def test_contested_question_is_not_lost_where_sc_is_a_coin_flip(tmp_path):
     """On attractor questions whose full-budget vote is a coin flip, sc-mars2 is about as accurate
-    as the full budget; the first version stopped on the attractor."""
+    as the full budget, and its risk is honest there: of its early stops, no more than α disagree
+    with the full-budget vote on the same sample. The first version stopped on the attractor, its
+    stops disagreeing far more often than its α promised."""
     pool = open_pool(_contested_pool(Path(tmp_path) / "pool", n_questions=4))
-    acc = {"sc": [], "sc-mars2": [], "v1": []}
+    acc: dict[str, list] = {"sc": [], "sc-mars2": [], "v1": []}
+    dis: dict[str, list] = {"sc-mars2": [], "v1": []}
     for qid in pool.qids:
         arr = build_arrays(pool.read_question(qid))
         ctx = sim.QuestionContext(arr, sim.Settings(budget=64, iterations=32, warmup=16))
-        for name in ("sc", "sc-mars2"):
-            acc[name].append(sim.run_method(ctx, get_method(name)).correct.mean())
+        full = sim.run_method(ctx, get_method("sc"))
+        now = sim.run_method(ctx, get_method("sc-mars2"))
         first = RiskStop.for_question(arr.final_ids[ctx.warm], arr.n_answers)
         ctx.rule_for = lambda method, gamma=None, rule=first: rule  # type: ignore[method-assign]
-        acc["v1"].append(sim.run_method(ctx, get_method("sc-mars2")).correct.mean())
-    sc, now, v1 = (np.array(acc[k]) for k in ("sc", "sc-mars2", "v1"))
+        v1 = sim.run_method(ctx, get_method("sc-mars2"))
+        for name, res in (("sc", full), ("sc-mars2", now), ("v1", v1)):
+            acc[name].append(res.correct.mean())
+        for name, res in (("sc-mars2", now), ("v1", v1)):
+            early = res.stopped_by == "risk"
+            dis[name].extend((res.answer != full.answer)[early])
+    sc, new, old = (np.array(acc[k]) for k in ("sc", "sc-mars2", "v1"))
     assert ((sc > 0.15) & (sc < 0.85)).all(), acc  # coin flips, more or less
-    assert (now >= sc - 0.05).all(), acc
-    assert (v1 <= sc - 0.3).any(), acc
+    assert (new >= sc - 0.05).all(), acc
+    assert (old <= sc - 0.3).any(), acc
+    assert len(dis["sc-mars2"]) > 0 and np.mean(dis["sc-mars2"]) <= ALPHA_SC, dis
+    assert np.mean(dis["v1"]) > 2 * ALPHA_SC, (np.mean(dis["sc-mars2"]), np.mean(dis["v1"]))

@@ -50,6 +50,7 @@ N_DRAWS = 32  # posterior draws of θ (Monte Carlo form only; the rule uses the 
 TILT = 2.0  # DeepConf guard: warmup weight exp(TILT · lowest group confidence)
 KAPPA = 4.0  # prior strength (traces) of an answer's leaving rate at a checkpoint, mean 1/2
 TAU = 4.0  # prior strength (traces) of the whole warmup's finals in where switchers land
+RATE_MEAN = 0.5  # prior mean of a leaving rate (not the population's: see Transitions)
 SEED = 0
 
 
@@ -232,11 +233,16 @@ class Transitions:
     with the main traces there:
 
     * **leaving**: the holders of answer a at k leave it (end elsewhere) at one unknown rate ρ_ka
-      shared by all of them, posterior Beta(κ/2 + d_ka, κ/2 + h_ka − d_ka): h_ka warmup traces
+      shared by all of them, posterior Beta(κm + d_ka, κ(1 − m) + h_ka − d_ka): h_ka warmup traces
       running at k held a, d_ka of them ended elsewhere (an answer no warmup trace held at k keeps
-      the prior, mean 1/2). The prior is symmetric on purpose: centring it on a rate estimated from
-      the same 16 traces (the q-model's, or all answers' pooled) counts them twice and makes the
-      posterior surest exactly where the warmup is thinnest, late in the run;
+      the prior, mean m = 1/2). The prior is symmetric on purpose: centring it on a rate estimated
+      from the same 16 traces (the q-model's, or all answers' pooled) counts them twice and makes
+      the posterior surest exactly where the warmup is thinnest, late in the run. It is also not
+      the population's prior: across development questions the rates are near 0 or near 1 (a
+      beta-binomial fit gives κ ≈ 0.1), and with that prior the risk is calibrated — but a
+      calibrated risk stops wrongly in α of its stops, and on a contested question every such stop
+      is an accuracy loss. κ = 4 at m = 1/2 is a deliberate pessimism where the warmup is thin
+      (research/beyond/results/honesty.md);
     * **landing**: a trace that leaves lands on x ≠ a in proportion to D_k,x, D_k ~ Dirichlet(τ·θ̄ +
       c_k): c_k,x warmup traces running at k on another answer (or none) ended on x; θ̄ is the
       mean of the final-answer posterior, the prior for checkpoints where few warmup traces still
@@ -251,6 +257,7 @@ class Transitions:
     dest_counts: np.ndarray  # c_kx of those pairs
     kappa: float = KAPPA
     tau: float = TAU
+    rate_mean: float = RATE_MEAN
 
     @classmethod
     def fit(
@@ -295,8 +302,8 @@ class Transitions:
 
     def leaving(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of ρ_ka for every answer at checkpoint k ([A+1] each)."""
-        a = np.full(self.n_answers + 1, self.kappa / 2)
-        b = np.full(self.n_answers + 1, self.kappa / 2)
+        a = np.full(self.n_answers + 1, self.kappa * self.rate_mean)
+        b = np.full(self.n_answers + 1, self.kappa * (1 - self.rate_mean))
         cols, sl = self._at(self.keys, k)
         a[cols] += self.left[sl]
         b[cols] += self.held[sl] - self.left[sl]
