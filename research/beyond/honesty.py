@@ -1,7 +1,8 @@
 """Is the leaving-rate posterior of sc-mars2 honest, and what would a population prior change?
 (issue 23)
 
-    python research/beyond/honesty.py    # → results/honesty.md, results/honesty.json
+    python research/beyond/honesty.py             # → results/honesty.md, results/honesty.json
+    python research/beyond/honesty.py --heldout   # → results/honesty.heldout.md
 
 1. **The population of leaving rates.** Every (question, checkpoint, answer) cell of the warmup
    has h_ka running holders, d_ka of whom end elsewhere. A beta-binomial fitted by maximum marginal
@@ -18,6 +19,8 @@
    and — as a check only, never for choosing — the real AIME 2024 pool.
 3. **Risk calibration.** The rule's risk against how often the leader is not the full-budget answer,
    over every run and checkpoint, and at the stops (the first checkpoint with risk ≤ α).
+   ``--heldout``: the same for the shipped and the population prior on the held-out pools (seed 3,
+   regular and contested) and the real AIME 2024 pool, after the fact (nothing chosen on them).
 4. **Stopping.** The same priors inside the rule, and a two-component prior (the population's
    U-shaped Beta and the rule's, weighted by their evidence: thick cells follow the population,
    thin ones stay pessimistic), on the development pools at every α of tune.py's grid, with
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +48,8 @@ from mars.method.riskstop import Transitions, learn_then_test
 OUT = Path(__file__).resolve().parent / "results"
 WARMUP = 16
 MIN_REST = 8
+#: the population prior (κ, m) that main() fits on the development pools (results/honesty.md)
+POPULATION = (0.11, 0.62)
 ALPHAS = tune.ALPHAS[:-1]  # 0.4 is unsafe for every prior (tune.sc.md)
 
 
@@ -293,6 +299,7 @@ def main() -> str:
     c_dev, c_con, c_real = cells(dev), cells(con), cells(real)
     m_fit, k_fit = fit_population(c_dev)
     population = (round(k_fit, 2), round(m_fit, 2))
+    assert population == POPULATION, "update POPULATION: the fit changed"
     priors = [
         (riskstop.KAPPA, riskstop.RATE_MEAN, 0.0),
         (2.0, 0.5, 0.0),
@@ -348,5 +355,25 @@ def main() -> str:
     return md
 
 
+def heldout() -> str:
+    population = POPULATION
+    cal = [(riskstop.KAPPA, riskstop.RATE_MEAN, 0.0), (*population, 0.0)]
+    lines = [
+        "Risk calibration of sc-mars2 out of sample (`research/beyond/honesty.py --heldout`): the "
+        f"shipped prior and the development pools' population prior (κ = {population[0]:g}, "
+        f"m = {population[1]:g}), after the fact."
+    ]
+    sets = (
+        ("Regular held-out pools (seed 3)", pools(3, real=False)),
+        ("Contested held-out pools (seed 3)", contested_pools(3)),
+        ("Real AIME 2024", pools(1, real=True)[:1]),
+    )
+    for name, specs in sets:
+        lines += calibration_table(name, risk_calibration(specs, cal, population))
+    md = "\n".join(lines)
+    (OUT / "honesty.heldout.md").write_text(md + "\n")
+    return md
+
+
 if __name__ == "__main__":
-    print(main())
+    print(heldout() if "--heldout" in sys.argv else main())
