@@ -3,6 +3,7 @@
 
     python research/beyond/honesty.py             # → results/honesty.md, results/honesty.json
     python research/beyond/honesty.py --heldout   # → results/honesty.heldout.md
+    python research/beyond/honesty.py --dco       # → results/honesty.dco.md
 
 1. **The population of leaving rates.** Every (question, checkpoint, answer) cell of the warmup
    has h_ka running holders, d_ka of whom end elsewhere. A beta-binomial fitted by maximum marginal
@@ -21,6 +22,7 @@
    over every run and checkpoint, and at the stops (the first checkpoint with risk ≤ α).
    ``--heldout``: the same for the shipped and the population prior on the held-out pools (seed 3,
    regular and contested) and the real AIME 2024 pool, after the fact (nothing chosen on them).
+   ``--dco``: dco-mars2's risk at its stops, alone and with its confident-favourite guard.
 4. **Stopping.** The same priors inside the rule, and a two-component prior (the population's
    U-shaped Beta and the rule's, weighted by their evidence: thick cells follow the population,
    thin ones stay pessimistic), on the development pools at every α of tune.py's grid, with
@@ -159,24 +161,30 @@ BINS = [0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
 FIRST = [0.005, 0.02, 0.1]
 
 
-def risk_calibration(specs, priors, population) -> dict:
+def risk_calibration(specs, priors, population, pipeline: str = "sc") -> dict:
     """Per prior: for every run and checkpoint with votes, the rule's risk against whether the
     leader there differs from the full-budget vote (binned), and the same at the first checkpoint
-    whose risk ≤ α (the stops)."""
+    whose risk ≤ α (the stops). DeepConf: each prior twice, the risk alone and with the guard
+    (risk 1 where the leader is not the confident favourite), keyed (κ, m, π, guard)."""
+    keys = priors if pipeline == "sc" else [(*p, g) for p in priors for g in (False, True)]
     out = {
-        p: {"bins": np.zeros((len(BINS) - 1, 2)), "first": np.zeros((len(FIRST), 3))}
-        for p in priors
+        p: {"bins": np.zeros((len(BINS) - 1, 2)), "first": np.zeros((len(FIRST), 3))} for p in keys
     }
     for spec in specs:
         for ctx in contexts(spec):
-            snaps, final, _tokens, _base = walk(ctx, "sc")
+            if pipeline == "dco" and not ctx.arr.has_confs:
+                continue
+            snaps, final, _tokens, _base = walk(ctx, pipeline)
             lead = np.stack([s.lead for s in snaps], axis=1)
             wrong = lead != final[:, None]
             votes = np.stack([s.has_votes for s in snaps], axis=1)
             r = np.arange(len(final))
-            for prior in priors:
-                rl = with_prior(tune.rule(ctx, "sc", 1.0, riskstop.TAU), prior, population)
-                risk = np.where(votes, np.stack([rl.risk(s) for s in snaps], axis=1), 1.0)
+            for prior in keys:
+                rl = with_prior(tune.rule(ctx, pipeline, 1.0, riskstop.TAU), prior[:3], population)
+                risk = np.stack([rl.risk(s) for s in snaps], axis=1)
+                if len(prior) == 4 and prior[3]:
+                    risk = np.where(lead == rl.favourite, risk, 1.0)
+                risk = np.where(votes, risk, 1.0)
                 b = np.clip(np.digitize(risk, BINS) - 1, 0, len(BINS) - 2)
                 for i in range(len(BINS) - 1):
                     sel = (b == i) & votes
@@ -206,12 +214,14 @@ def calibration_table(name: str, cal: dict) -> list[str]:
         + " |",
         "|---:|---:|---:|" + "---:|" * (len(BINS) - 1 + len(FIRST)),
     ]
-    for (kappa, m, pi), v in cal.items():
+    for key, v in cal.items():
+        kappa, m, pi = key[:3]
         cells = [f"{100 * w / n:.1f} %" if n else "–" for n, w in v["bins"]]
         cells += [
             f"{100 * w / n:.2f} / {100 * x / n:.2f} %" if n else "–" for n, w, x in v["first"]
         ]
-        lines.append(f"| {kappa:g} | {m:.2f} | {pi:g} | " + " | ".join(cells) + " |")
+        guard = "" if len(key) == 3 else (" (+ guard)" if key[3] else " (risk alone)")
+        lines.append(f"| {kappa:g} | {m:.2f} | {pi:g}{guard} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -375,5 +385,29 @@ def heldout() -> str:
     return md
 
 
+def deepconf() -> str:
+    """dco-mars2's risk at its stops, alone and with the confident-favourite guard."""
+    cal = [(riskstop.KAPPA, riskstop.RATE_MEAN, 0.0)]
+    lines = [
+        "DeepConf (`research/beyond/honesty.py --dco`): dco-mars2's risk against DeepConf's "
+        "full-budget vote, the risk alone and with the confident-favourite guard (as shipped)."
+    ]
+    sets = (
+        ("Regular development pools, DeepConf", pools(1, real=False)),
+        ("Contested development pools, DeepConf", contested_pools(1)),
+        ("Regular held-out pools (seed 3), DeepConf", pools(3, real=False)),
+    )
+    for name, specs in sets:
+        lines += calibration_table(name, risk_calibration(specs, cal, POPULATION, "dco"))
+    md = "\n".join(lines)
+    (OUT / "honesty.dco.md").write_text(md + "\n")
+    return md
+
+
 if __name__ == "__main__":
-    print(heldout() if "--heldout" in sys.argv else main())
+    if "--heldout" in sys.argv:
+        print(heldout())
+    elif "--dco" in sys.argv:
+        print(deepconf())
+    else:
+        print(main())
