@@ -1,6 +1,6 @@
 # MARS: every stage a cached artifact, locally and on SLURM (docs/workflow.md).
 #
-#   questions -> generate -> probe -> consolidate -> fit -> simulate -> tables_figures
+#   questions -> generate -> probe -> consolidate -> fit -> simulate -> analyze -> report
 #                              imports (the second entry) --^
 #
 # Run `snakemake --cores N` here. Every rule calls one `mars` subcommand with explicit paths;
@@ -41,6 +41,7 @@ localrules:
     all_pools,
     all_fits,
     all_simulations,
+    all_analyses,
     questions,
     run_config,
 
@@ -86,6 +87,12 @@ rule all_simulations:
     """Every model x dataset x setting simulation."""
     input:
         all_simulations(),
+
+
+rule all_analyses:
+    """Every pool's analysis (what the report draws beyond simulation summaries)."""
+    input:
+        all_analyses(),
 
 
 onsuccess:

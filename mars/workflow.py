@@ -138,9 +138,68 @@ def model_datasets(config: dict, model: str) -> list[str]:
 
 
 def setting_params(config: dict, setting: str) -> dict:
-    """The simulation defaults overridden by one setting's own values."""
+    """The simulation defaults overridden by one setting's own values (a trade-off setting's:
+    :func:`tradeoff_settings`)."""
     sim = config["simulation"]
-    return {**{k: v for k, v in sim.items() if k != "settings"}, **sim["settings"][setting]}
+    own = sim["settings"].get(setting)
+    if own is None:
+        own = tradeoff_settings(config)[setting]
+    return {**{k: v for k, v in sim.items() if k != "settings"}, **own}
+
+
+#: the settings the ``tradeoff`` section makes are named this, then 1, 2, ... (reserved)
+TRADEOFF_PREFIX = "tradeoff-"
+
+
+def tradeoff_settings(config: dict) -> dict[str, dict]:
+    """The ``tradeoff`` section as simulation settings: ``tradeoff-<i>`` holds point ``i`` of every
+    declared sweep (:func:`mars.method.registry.sweep_settings`) at the section's budget,
+    iterations and questions (by default the simulation's)."""
+    from .method.registry import sweep_settings
+
+    section = config.get("tradeoff") or {}
+    if not section.get("pools"):
+        return {}
+    base = {k: section[k] for k in ("budget", "iterations", "questions") if section.get(k)}
+    return {
+        f"{TRADEOFF_PREFIX}{i}": {**base, **knobs, "methods": methods}
+        for i, (knobs, methods) in enumerate(sweep_settings(), 1)
+    }
+
+
+def pair_settings(config: dict, model: str, dataset: str) -> list[str]:
+    """The settings a pool is simulated with: every configured one, and the trade-off settings
+    for a pool the ``tradeoff`` section lists."""
+    settings = list(config["simulation"]["settings"])
+    if f"{model}/{dataset}" in (config.get("tradeoff") or {}).get("pools", []):
+        settings += list(tradeoff_settings(config))
+    return settings
+
+
+def main_setting(config: dict) -> str:
+    """The setting whose runs fill the report's main tables (and that the analysis reads):
+    ``default`` if configured, else the first."""
+    settings = list(config["simulation"]["settings"])
+    return "default" if "default" in settings else settings[0]
+
+
+def analysed(config: dict) -> bool:
+    """Whether the main setting gets an analysis (``mars analyze``): it reads the bootstrap
+    protocol's samples and the fit stage's switch models."""
+    return uses_fit(config, main_setting(config))
+
+
+def example_args(config: dict, model: str, dataset: str) -> str:
+    """`mars analyze` options of a pool: report.example's question when it names this pool, and
+    the q-calibration size."""
+    report = config["report"]
+    args = [f"--q-questions {report['q_questions']}"]
+    spec = report.get("example")
+    if spec:
+        pair, _, rest = spec.partition(":")
+        if pair == f"{model}/{dataset}":
+            args.append(f"--example {rest}")
+    return " ".join(args)
 
 
 def import_args(imp: dict) -> str:
@@ -288,10 +347,14 @@ def _check_selections(config: dict) -> None:
             raise ConfigError(f"{where} (dataset {d}): {exc}") from None
         known[d] = set(qids)
     sim = config["simulation"]
-    for key, spec in [("simulation.questions", sim.get("questions"))] + [
-        (f"simulation.settings.{s}.questions", o.get("questions"))
-        for s, o in sim["settings"].items()
-    ]:
+    for key, spec in (
+        [("simulation.questions", sim.get("questions"))]
+        + [
+            (f"simulation.settings.{s}.questions", o.get("questions"))
+            for s, o in sim["settings"].items()
+        ]
+        + [("tradeoff.questions", (config.get("tradeoff") or {}).get("questions"))]
+    ):
         asked = _questions(key, spec)
         for d, have in known.items():
             missing = sorted(set(asked or ()) - have)
@@ -375,6 +438,27 @@ def check_values(
             parse_methods(methods_spec(setting_params(config, s)["methods"]))
         except MarsError as exc:
             raise ConfigError(f"simulation.settings.{s}.methods: {exc}") from None
+    for s in config["simulation"]["settings"]:
+        if s.startswith(TRADEOFF_PREFIX):
+            raise ConfigError(
+                f"simulation.settings.{s}: names starting with {TRADEOFF_PREFIX!r} are the "
+                "tradeoff section's; choose another"
+            )
+    pools = {f"{m}/{d}" for m, d in generated | seen}
+    for i, pair in enumerate((config.get("tradeoff") or {}).get("pools", [])):
+        if pair not in pools:
+            raise ConfigError(
+                f"tradeoff.pools[{i}]: {pair} is no pool of this config "
+                f"(pools: {', '.join(sorted(pools))})"
+            )
+    example = config["report"].get("example")
+    if example and example.partition(":")[0] not in pools:
+        raise ConfigError(f"report.example {example!r}: names no pool of this config")
+    if example and not analysed(config):
+        raise ConfigError(
+            f"report.example {example!r}: the main setting {main_setting(config)!r} runs no "
+            "bootstrap simulation to analyse"
+        )
     _check_servers(config)
     _check_inputs(config, problem_sets, presets)
     _check_selections(config)

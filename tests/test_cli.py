@@ -382,20 +382,12 @@ def _overlap_cases(p: dict) -> list[tuple[str, str, list[str]]]:
             ["consolidate", str(p["shard"]), str(p["shard"]) + "1", "-o", "OUT"],
         ),
         ("report", "sim", ["report", str(p["sim"]), "--out", "OUT", "--no-figures"]),
+        ("analyze", "pool", ["analyze", str(p["pool"]), str(p["sim"]), "--out", "OUT", "-q"]),
+        ("analyze", "sim", ["analyze", str(p["pool"]), str(p["sim"]), "--out", "OUT", "-q"]),
         (
-            "report --pool",
-            "pool",
-            ["report", str(p["sim"]), "--pool", f"m/d={p['pool']}", "--out", "OUT", "--no-figures"],
-        ),
-        (
-            "report --tradeoff",
-            "pool",
-            ["report", str(p["sim"]), "--tradeoff", str(p["pool"]), "--out", "OUT", "--no-figures"],
-        ),
-        (
-            "report --cache",
-            "cache",
-            ["report", str(p["sim"]), "--cache", str(p["cache"]), "--out", "OUT", "--no-figures"],
+            "analyze --fit",
+            "fit",
+            ["analyze", str(p["pool"]), str(p["sim"]), "--fit", str(p["fit"]), "--out", "OUT"],
         ),
     ]
 

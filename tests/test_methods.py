@@ -22,15 +22,16 @@ from mars.live import live_method, replay, solve_pool
 from mars.method.registry import (
     ALIASES,
     METHODS,
+    SWEEP_POINTS,
     Method,
     Stopping,
     Sweep,
     live_methods,
     register,
+    sweep_settings,
     unregister,
 )
 from mars.method.stopping import Rule, Snapshot
-from mars.report.tradeoff import default_sweeps
 from mars.simulate import SimulationError
 from mars.store import schema
 from mars.store.problems import load_problems
@@ -162,7 +163,9 @@ def test_a_registered_method_appears_in_the_report(toy, tmp_path):
 
 
 def test_a_declared_sweep_is_a_tradeoff_curve(toy):
-    """What a method sweeps is declared with it: the trade-off runs it with no other edit."""
+    """What a method sweeps is declared with it: the trade-off settings run it at every value
+    with no other edit, sharing a setting with other curves where its knob's value is theirs."""
+    before = sweep_settings()
     register(
         Method(
             "sc-toy-swept",
@@ -172,21 +175,30 @@ def test_a_declared_sweep_is_a_tradeoff_curve(toy):
             sweep=Sweep("Toy, share", "consensus", (0.5, 0.9)),
         )
     )
+    register(
+        Method(
+            "sc-toy-gamma",
+            "Toy γ",
+            Stopping("toy", _stop_at),
+            group="other",
+            sweep=Sweep("Toy, γ", "gamma", (0.55, 0.65)),
+        )
+    )
     try:
-        sweeps = {sw.method: sw for sw in default_sweeps()}
-        assert sweeps["sc-toy-swept"].family == "Toy, share"
-        assert sweeps["sc-toy-swept"].values == (0.5, 0.9)
-        params = [sw.param for sw in default_sweeps()]  # the report's method order
-        old = ("gamma", "delta", "pp_conv", "consensus")
-        assert list(dict.fromkeys(p for p in params if p in old)) == [
-            "gamma",
-            "delta",
-            "pp_conv",
-            "consensus",
-        ]
-        assert params.count("consensus") == 2  # sc-consensus's and the toy's
+        after = sweep_settings()
+        toy_at = [knobs["consensus"] for knobs, ms in after if "sc-toy-swept" in ms]
+        assert toy_at == [0.5, 0.9]
+        # a knob's other values cannot share a setting with sc-mars's γ: settings of their own
+        gammas = [knobs["gamma"] for knobs, ms in after if "sc-toy-gamma" in ms]
+        assert gammas == [0.55, 0.65] and len(after) == len(before) + 2
+        for knobs, methods in after:
+            for m in methods:
+                sweep = METHODS[m].sweep
+                assert sweep is None or knobs[sweep.param] in sweep.values
+        assert all(m in after[0][1] for m in SWEEP_POINTS)
     finally:
         unregister("sc-toy-swept")
+        unregister("sc-toy-gamma")
 
 
 #: what the report and live runs must take from the registry instead of writing it in

@@ -156,7 +156,7 @@ def tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("tree")
     results = make_tree(root)
     out = root / "report"
-    rep = render_report([results], out, q_questions=2)
+    rep = render_report([results], out)
     return results, out, rep
 
 
@@ -495,42 +495,38 @@ def test_cli_report(tmp_path):
 # -- with a real simulation of the synthetic-5q pool ----------------------------------------------
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
+    """synthetic-5q simulated (main setting, a Parallel-Probe variant, the trade-off settings on
+    two questions) and analysed, as the workflow does, then reported."""
     if not SYNTH5Q.exists():
         pytest.skip("needs ../shared reference fixtures")
-    from mars.method.registry import parse_methods
-    from mars.report import trace
-    from mars.results import write_method
-    from mars.simulate import Settings, simulate_question
+    from mars.analyze import analyze
+    from mars.method.registry import parse_methods, sweep_settings
+    from mars.results import write_methods
+    from mars.simulate import Settings, simulate_pool
 
     root = tmp_path_factory.mktemp("sim")
     res_root = root / "results"
-    qids = trace.pool_of(SYNTH5Q).qids
-    for setting, methods, s in (
-        ("default", "all", Settings(budget=32, iterations=4)),
-        ("pp-u4", "sc-pp", Settings(budget=32, iterations=4, pp_conv=4)),
-    ):
+    runs = [
+        ("default", "all", Settings(budget=32, iterations=4), None),
+        ("pp-u4", "sc-pp", Settings(budget=32, iterations=4, pp_conv=4), None),
+    ]
+    for i, (knobs, methods) in enumerate(sweep_settings(), 1):
+        s = Settings(budget=16, iterations=2, **knobs)
+        runs.append((f"tradeoff-{i}", ",".join(methods), s, [0, 1]))
+    for setting, methods, s, questions in runs:
         ms = parse_methods(methods)
-        # what simulate_pool does, with the per-question arrays loaded once for every run and figure
-        results = [simulate_question(trace.load_question(SYNTH5Q, q, s), ms, s) for q in qids]
-        for m in ms:
-            write_method(
-                res_root / "synthetic" / "synth-5q" / setting / "sim",
-                m.name,
-                results,
-                s.to_dict(),
-                str(SYNTH5Q),
-            )
-    out = root / "report"
-    rep = render_report(
-        [res_root],
-        out,
+        results = simulate_pool(SYNTH5Q, ms, s, questions=questions)
+        out = res_root / "synthetic" / "synth-5q" / setting / "sim"
+        write_methods(out, [m.name for m in ms], results, s.to_dict(), str(SYNTH5Q))
+    analyze(
+        SYNTH5Q,
+        res_root / "synthetic" / "synth-5q" / "default" / "sim",
+        root / "analysis",
+        label="synthetic/synth-5q/default",
         q_questions=3,
-        tradeoff=[f"s5q={SYNTH5Q}"],
-        tradeoff_budget=16,
-        tradeoff_iterations=2,
-        tradeoff_questions=2,
-        formats=("png",),
-    )  # PDFs: tested on the tree
+    )
+    out = root / "report"
+    rep = render_report([res_root], out, analyses=[root / "analysis"], formats=("png",))
     return res_root, out, rep
 
 
@@ -572,59 +568,26 @@ def test_every_figure_is_produced(simulated):
 
 
 @needs_shared
-def test_example_trajectory_matches_the_simulator(simulated):
-    """Recomputed vote shares / slack reproduce the simulator's stop for every question and
-    sample."""
-    from mars.report import trace
+def test_tradeoff_points_are_the_runs(simulated):
+    """Every trade-off point is a run's overall.json: a curve per declared sweep (its knob's
+    values in order), the single points beside them, none from another sampling."""
+    from mars.method.registry import METHODS as REGISTRY
+    from mars.method.registry import SWEEP_POINTS
 
-    _res_root, _, rep = simulated
-    run = rep.results.find("synthetic", "synth-5q", "sc-mars-cal")
-    it = run.per_iteration("sc-mars-cal")
-    s = run.sim_settings("sc-mars-cal")
-    for qid in sorted(it.qid.unique()):
-        arr = trace.load_question(SYNTH5Q, qid, s)
-        ctx = trace.context(arr, s)
-        for i in range(s.iterations):
-            tr = trace.sc_trajectory(arr, ctx, i)
-            row = it[(it.qid == qid) & (it.iteration == i)].iloc[0]
-            k = tr.stop_k
-            assert (k < len(tr.positions)) == (row.stopped_by == "margin")
-            if k < len(tr.positions):
-                assert tr.positions[k] == row.stop_position
-            # the slack is positive exactly where the margin test passes
-            # (checkpoint 0 also has the guard)
-            assert np.array_equal(tr.slack[1:] > 0, tr.fires[1:])
-            assert np.allclose(tr.shares.sum(axis=1)[tr.lead >= 0], 1.0)
-
-
-@needs_shared
-def test_tradeoff_equals_simulate(simulated):
-    """The shared-context sweep gives what a fresh simulate_pool run gives."""
-    from mars.method.registry import parse_methods
-    from mars.report import trace
-    from mars.results import per_question_frame
-    from mars.simulate import Settings, simulate_question
-
-    _, out, _ = simulated
-    df = pd.read_csv(out / "figures" / "fig-tradeoff.csv")
-    base = Settings(budget=16, iterations=2)
-    for method, param, value in (
-        ("sc-mars", "gamma", 0.7),
-        ("sc-pp", "pp_conv", 2),
-        ("sc-mars-cal", None, None),
-    ):
-        s = base if param is None else Settings(budget=16, iterations=2, **{param: value})
-        # a fresh context per run (simulate_pool minus the parquet read)
-        res = [
-            simulate_question(trace.load_question(SYNTH5Q, q, s), parse_methods(method), s)
-            for q in (0, 1)
-        ]
-        pq = per_question_frame(res, method)
-        row = df[(df.method == method) & ((df.value == value) if param else df.param.isna())].iloc[
-            0
-        ]
-        assert close(row.accuracy_pct, 100 * pq.accuracy.mean())
-        assert close(row.savings_pct, pq.savings_pct.mean())
+    res_root, out, _ = simulated
+    df = pd.read_csv(out / "figures" / "fig-tradeoff.csv", comment="#")
+    assert set(df.setting) <= {f"tradeoff-{i}" for i in range(1, 7)}
+    for r in df.itertuples():
+        run = res_root / "synthetic" / "synth-5q" / r.setting / "sim"
+        ov = json.loads((run / r.method / "overall.json").read_text())
+        assert close(r.accuracy_pct, ov["accuracy_pct"]) and close(r.savings_pct, ov["savings_pct"])
+        assert ov["settings"]["budget"] == 16 and r.n_questions == 2
+    curves = df[df.param.notna()]
+    for method, sub in curves.groupby("method"):
+        sweep = REGISTRY[method].sweep
+        assert sub.param.iloc[0] == sweep.param
+        assert sub.value.tolist() == [pytest.approx(v) for v in sweep.values]
+    assert set(df[df.param.isna()].method) == set(SWEEP_POINTS)
 
 
 @needs_shared
@@ -926,6 +889,9 @@ def synthetic(tmp_path_factory) -> Path:
     args = ["simulate", str(pool), "-m", methods + ",sc-pp,oracle-first,oracle-dco-first"]
     args += ["--budget", "24", "--iterations", "4", "--out", str(sim), "-q"]
     assert runner.invoke(app, args).exit_code == 0, args
+    an = root / "results" / "analysis" / "qwen3-8b" / "aime_2025"
+    args = ["analyze", str(pool), str(sim), "--out", str(an), "--q-questions", "1", "-q"]
+    assert runner.invoke(app, args).exit_code == 0, args
     return root / "results"
 
 
@@ -934,7 +900,7 @@ def test_synthetic_results_say_so(synthetic, tmp_path):
     the model the preset imitates; the index holds the report command once (issue 25, 12)."""
     results = synthetic
     out = tmp_path / "report"
-    rep = render_report([results], out, q_questions=1, formats=("png",))
+    rep = render_report([results], out, formats=("png",))
     index = (out / "report.md").read_text()
     first = index.split("## Inputs")[0]
     assert "Synthetic data" in first and "Qwen/Qwen3-8B (preset qwen3-8b)" in first
@@ -949,20 +915,24 @@ def test_synthetic_results_say_so(synthetic, tmp_path):
 
 
 def test_real_and_unknown_sources_are_named(tmp_path):
-    """Issue 25 (3): real data names its source; a missing pool says the source is unknown."""
+    """Issue 25 (3): real data names its source; results that record none say it is unknown."""
+    from mars.store.provenance import pool_source
+
     results = small_tree(tmp_path)
     pool = tmp_path / "smollm-pool"
     pool.mkdir()
     manifest = {"format": "mars-pool", "backend": "transformers", "model": "org/Model-1B"}
     (pool / "pool.json").write_text(json.dumps(manifest))
+    data = pool_source(pool).to_dict()  # what `mars simulate` records in overall.json
     for d in (results / MODEL / DATASET / "default" / "sim").iterdir():
-        _edit_json(d / "overall.json", lambda ov: ov["input"].update(source=str(pool)))
-    other = make_tree(tmp_path / "t2")  # its pool, /nonexistent/pool.parquet, is missing
+        _edit_json(d / "overall.json", lambda ov: ov["input"].update(source=str(pool), data=data))
+    other = make_tree(tmp_path / "t2")  # its results record no source
     out = tmp_path / "out"
+    shutil.rmtree(pool)  # the report reads what the simulation recorded, not the pool
     render_report([results, other / MODEL2], out, labels=["m/d", "m2/d2"], figures=False)
     index = (out / "report.md").read_text()
     assert "Data: m from a transformers run of org/Model-1B." in index
-    assert "m2: unknown: its pool /nonexistent/pool.parquet is not found" in index
+    assert f"m2: unknown: {other / MODEL2}" in index and "records none" in index
     assert "Synthetic" not in index
 
 
@@ -1017,14 +987,13 @@ def test_the_example_shows_the_mechanism(synthetic):
     """Issue 25 (11): Fig. 1 (right) shows, by a stated rule, MARS waiting while its answer
     trails and stopping early once it is safe: among early correct stops (iteration 0), the one
     saving most whose answer overtook the first checkpoint's leader."""
-    from mars.report import trace
-    from mars.report.collect import resolve_pool
     from mars.report.figures import pick_example
+    from mars.store.analysis import EXAMPLE
 
-    results = collect([synthetic])
-    ex = pick_example(results, {})
+    results = collect([synthetic])  # the analysis under results/ (mars analyze)
+    ex = pick_example(results)
+    assert ex is not None and ex.run.analysis is not None
     it = ex.run.per_iteration("sc-mars-cal")
-    s = ex.run.sim_settings("sc-mars-cal")
     early = it[
         (it.iteration == 0)
         & (it.stopped_by == "margin")
@@ -1032,26 +1001,16 @@ def test_the_example_shows_the_mechanism(synthetic):
         & (it.stop_position > it.stop_position.min())
     ]
     saved = (1 - early.tokens / early.baseline_tokens).set_axis(early.qid)
+    trajectories = {t.qid: t for t in ex.run.analysis.of(EXAMPLE)}
+    assert set(trajectories) == set(saved.index)  # this pool has fewer than 8 candidates
 
     def overtook(qid: int) -> bool:
-        pool = resolve_pool(ex.run, "sc-mars-cal")
-        arr = trace.load_question(pool, qid, s)
-        tr = trace.sc_trajectory(arr, trace.context(arr, s), 0)
+        tr = trajectories[qid]
         return tr.stop_k < len(tr.positions) and tr.lead[0] != tr.lead[tr.stop_k]
 
     assert ex.iteration == 0 and ex.qid in saved.index and overtook(ex.qid)
     assert all(not overtook(q) for q, v in saved.items() if v > saved[ex.qid])
     assert saved[ex.qid] > 0.5  # it shows a real saving (this pool: 71 %)
-
-
-def test_a_bad_example_is_one_line(tmp_path):
-    """--example naming no question (or not a number) is one line before any work."""
-    results = small_tree(tmp_path)
-    label = f"{MODEL}/{DATASET}"
-    for spec, needle in ((f"{label}:x", "expected"), (f"{label}:99", "no question 99")):
-        res = _report_cli(results, tmp_path / "out", "--figures", "--example", spec)
-        assert_one_line(res, needle)
-        assert not (tmp_path / "out").exists()
 
 
 def test_a_symlinked_out_keeps_its_link(tmp_path):
@@ -1063,27 +1022,3 @@ def test_a_symlinked_out_keeps_its_link(tmp_path):
         assert _report_cli(results, tmp_path / "link").exit_code == 0
     assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "report.md").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "results"]
-
-
-def test_a_damaged_fit_is_one_line(synthetic, tmp_path):
-    """Issue 19 (beyond the list): the fit a run names (input.fit) is read as a simulation reads
-    it; a damaged models.parquet is one line naming it, not a traceback."""
-    from typer.testing import CliRunner
-
-    from mars.cli import app
-
-    runner = CliRunner()
-    pool, fit = synthetic.parent / "pool", tmp_path / "fit"
-    assert runner.invoke(app, ["fit", str(pool), "--out", str(fit), "-q"]).exit_code == 0
-    results = tmp_path / "results"
-    sim = results / "qwen3-8b" / "aime_2025" / "default" / "sim"
-    args = ["simulate", str(pool), "-m", "sc,sc-mars-cal", "--fit", str(fit), "--budget", "24"]
-    assert runner.invoke(app, [*args, "--iterations", "2", "--out", str(sim), "-q"]).exit_code == 0
-    assert _report_cli(results, tmp_path / "ok").exit_code == 0
-    models = read_csv(tmp_path / "ok" / "tables" / "table-switch-models.csv")
-    assert models.questions.tolist() == [8]
-    data = (fit / "models.parquet").read_bytes()
-    (fit / "models.parquet").write_bytes(data[: len(data) // 2])
-    out = tmp_path / "out"
-    assert_one_line(_report_cli(results, out), "models.parquet")
-    assert not out.exists()

@@ -433,7 +433,8 @@ def test_every_cluster_job_ran_as_one_slurm_job(runs):
         "consolidate": 1,
         "fit": 1,
         "simulate": 2,
-        "tables_figures": 1,
+        "analyze": 1,
+        "report": 1,
         "all": 1,
     }
     # consolidate and fit of the one pool are one group job (profile: groups, group-components)
@@ -445,10 +446,11 @@ def test_every_cluster_job_ran_as_one_slurm_job(runs):
         "rule_generate": stats["generate"],
         "rule_probe": stats["probe"],
         "rule_simulate": stats["simulate"],
-        "rule_tables_figures": 1,
+        "rule_analyze": 1,
+        "rule_report": 1,
         "group_pool_consolidate_fit": 1,
     }
-    assert len(submitted) == expected == 8
+    assert len(submitted) == expected == 9
     # the scheduler knows exactly these jobs under this run's name, all finished well
     assert set(run.jobs) == set(submitted) and len(run.jobs) == expected
     assert {j["JobState"] for j in run.jobs.values()} == {"COMPLETED"}
@@ -475,11 +477,12 @@ def test_resources_reach_the_scheduler(runs):
         rule = job["Comment"].removeprefix("rule_").split("_wildcards_")[0]
         by_rule.setdefault(rule, []).append(job)
     assert sorted(by_rule) == [
+        "analyze",
         "generate",
         "pool_consolidate_fit",
         "probe",
+        "report",
         "simulate",
-        "tables_figures",
     ]
 
     def check(rule, partition, cpus, mem_mb, runtime, **extra):
@@ -524,7 +527,8 @@ def test_resources_reach_the_scheduler(runs):
         sim["runtime"],
         **{"CPUs/Task": str(threads)},
     )
-    check("tables_figures", defaults["slurm_partition"], 1, defaults["mem_mb"], defaults["runtime"])
+    check("analyze", defaults["slurm_partition"], 1, defaults["mem_mb"], defaults["runtime"])
+    check("report", defaults["slurm_partition"], 1, defaults["mem_mb"], defaults["runtime"])
     # a group job: the largest memory of its members, their runtimes one after the other
     check(
         "pool_consolidate_fit",

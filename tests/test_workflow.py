@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -149,16 +150,18 @@ def test_default_config_dag(tmp_path):
     out = smk(tmp_path, "-n").stdout
     assert "config/config.yaml" in out
     stats = job_stats(out)
-    # 3 synthetic models x 3 datasets, 2 shards each; 3 simulation settings
+    # 3 synthetic models x 3 datasets, 2 shards each; 3 simulation settings; the trade-off
+    # sweep of one pool
     expected = {
         "questions": 3,
         "generate": 18,
         "probe": 18,
         "consolidate": 9,
         "fit": 9,
-        "simulate": 27,
+        "simulate": 33,  # 3 settings x 9 pools, and 6 trade-off settings of one pool
+        "analyze": 9,
         "all": 1,
-        "tables_figures": 1,
+        "report": 1,
         "run_config": 1,
     }
     assert stats == expected
@@ -439,7 +442,8 @@ def test_schema_fills_defaults():
     assert (
         cfg["models"]["m"]["resources"] == {}
         and cfg["imports"] == []
-        and cfg["report"] == {"enabled": True, "out": None}
+        and cfg["report"] == {"enabled": True, "out": None, "example": None, "q_questions": 10}
+        and cfg["tradeoff"] == {"pools": [], "budget": None, "iterations": None, "questions": None}
     )
 
 
@@ -466,7 +470,8 @@ def test_schema_defaults_fill_a_minimal_config(tmp_path):
         "consolidate": 1,
         "fit": 1,
         "simulate": 1,
-        "tables_figures": 1,
+        "analyze": 1,
+        "report": 1,
         "run_config": 1,
         "all": 1,
     }
@@ -579,9 +584,14 @@ def tiny_run(tmp_path_factory):
     cfg = tiny_config(
         root,
         models={"tiny": {"backend": "synthetic", "preset": "qwen3-32b", "resources": {"gpu": 1}}},
+        tradeoff={"pools": ["tiny/aime_2025"], "iterations": 2},
     )
     r = smk(work, configfile=cfg, profile=REPO / "profiles" / "default", path=bindir)
     return {"work": work, "config": cfg, "bin": bindir, "out": r.stdout}
+
+
+#: the trade-off settings the tiny run's tradeoff section makes (point i of every declared sweep)
+TRADEOFF_SETTINGS = 6
 
 
 def _copy_run(run, dest: Path) -> Path:
@@ -595,8 +605,8 @@ def test_tiny_run_outputs(tiny_run):
     work, out = tiny_run["work"], tiny_run["out"]
     stats = job_stats(out)
     expected = {"questions": 1, "generate": 2, "probe": 2, "consolidate": 1, "fit": 1}
-    expected.update({"simulate": 2, "all": 1})
-    expected.update({"tables_figures": 1, "run_config": 1})
+    expected.update({"simulate": 2 + TRADEOFF_SETTINGS, "analyze": 1, "all": 1})
+    expected.update({"report": 1, "run_config": 1})
     assert stats == expected
     res = work / "results"
     assert (res / "questions" / "aime_2025.jsonl").read_text().count("\n") == 30
@@ -643,9 +653,60 @@ def test_tiny_run_outputs(tiny_run):
             assert (report / "tables" / f"{table}.{ext}").is_file(), (table, ext)
     models = read_table_csv(report / "tables" / "table-switch-models.csv")
     assert models.questions.tolist() == [2] and (models.log_loss > 0).all()
-    for fig in ("fig1-left-savings", "fig1-right-example", "fig4-ablations", "fig-frontier"):
+    figures = ("fig1-left-savings", "fig1-right-example", "fig4-ablations", "fig-frontier")
+    for fig in (*figures, "fig-tradeoff"):
         assert (report / "figures" / f"{fig}.png").stat().st_size > 5_000, fig
         assert (report / "figures" / f"{fig}.caption.html").is_file(), fig
+    assert (res / "analysis" / "tiny" / "aime_2025" / "analysis.json").is_file()
+    points = pd.read_csv(report / "figures" / "fig-tradeoff.csv", comment="#")
+    assert set(points.setting) == {f"tradeoff-{i}" for i in range(1, TRADEOFF_SETTINGS + 1)}
+
+
+@slow
+def test_the_report_rule_reads_only_its_declared_inputs(tiny_run, tmp_path):
+    """Issue 21 (1): after a workflow run, with the pools and fits moved away, the report rule's
+    command (as report.md records it) gives byte-identical tables and figures."""
+    work = _copy_run(tiny_run, tmp_path)
+    res = work / "results"
+    report = res / "report-config"
+
+    def files() -> dict:
+        return {
+            p.relative_to(report): p.read_bytes()
+            for p in report.rglob("*")
+            if p.is_file() and p.name != ".snakemake_timestamp"  # Snakemake's, not the report's
+        }
+
+    before = files()
+    for stage in ("pools", "fit", "traces", "probes"):
+        shutil.move(res / stage, tmp_path / stage)
+    command = re.search(r"```\n(mars report .*)\n```", (report / "report.md").read_text())
+    assert command is not None
+    env = {**os.environ, "PATH": f"{tiny_run['bin']}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(command.group(1), shell=True, cwd=work, env=env, capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    after = files()
+    assert sorted(after) == sorted(before)
+    differ = [k for k in before if before[k] != after[k]]
+    # matplotlib's layout can move a PDF coordinate by its last printed digit from process to
+    # process (1e-6 pt); the PNGs, drawn from the same layout, are byte-identical
+    assert [k for k in differ if k.suffix != ".pdf"] == []
+    for k in differ:
+        assert pdf_numbers(before[k]) == pytest.approx(pdf_numbers(after[k]), abs=1e-5), k
+
+
+def pdf_numbers(data: bytes) -> list[float]:
+    """The decimal numbers of a PDF's streams (coordinates, sizes), in order."""
+    import zlib
+
+    out = []
+    for m in re.finditer(rb"stream\r?\n(.*?)\r?\nendstream", data, re.S):
+        try:
+            part = zlib.decompress(m.group(1))
+        except zlib.error:
+            part = m.group(1)
+        out += [float(x) for x in re.findall(rb"-?\d+\.\d+", part)]
+    return out
 
 
 @slow
@@ -706,7 +767,7 @@ def test_documented_stale_check_lists_only_what_changed(tiny_run, tmp_path):
     (tmp_path / "changed").mkdir()  # config.yaml again: the same report folder
     changed = write_config(tmp_path / "changed" / "config.yaml", cfg)
     out = smk(work, *cmd[1:], configfile=changed).stdout
-    assert job_stats(out) == {"simulate": 1, "tables_figures": 1, "run_config": 1, "all": 1}
+    assert job_stats(out) == {"simulate": 1, "report": 1, "run_config": 1, "all": 1}
     assert "reason: Params have changed since last execution" in job_blocks(out, "simulate")[0]
 
 
@@ -714,12 +775,13 @@ def test_documented_stale_check_lists_only_what_changed(tiny_run, tmp_path):
 def test_simulation_parameter_change_reruns_only_downstream(tiny_run, tmp_path):
     work = _copy_run(tiny_run, tmp_path)
     cfg = yaml.safe_load(tiny_run["config"].read_text())
-    downstream = {"tables_figures": 1, "run_config": 1}
+    downstream = {"report": 1, "run_config": 1}
     # a simulation default: every setting's simulate job, and what follows
     cfg["simulation"]["budget"] = 6
     path = write_config(tmp_path / "budget.yaml", cfg)
     r = smk(work, "-n", configfile=path)
-    assert job_stats(r.stdout) == {"simulate": 2, "all": 1, **downstream}
+    every = 2 + TRADEOFF_SETTINGS  # the trade-off settings take the simulation's budget too
+    assert job_stats(r.stdout) == {"simulate": every, "analyze": 1, "all": 1, **downstream}
     assert "Params have changed since last execution" in r.stdout
     # one setting's own parameter: that setting only
     cfg["simulation"]["budget"] = 8
@@ -729,7 +791,7 @@ def test_simulation_parameter_change_reruns_only_downstream(tiny_run, tmp_path):
     assert job_stats(r.stdout) == {"simulate": 1, "all": 1, **downstream}
     assert "setting=pp-u4" in r.stdout
     # and running it really touches nothing upstream
-    r = smk(work, "--omit-from", "tables_figures", configfile=path, path=tiny_run["bin"])
+    r = smk(work, "--omit-from", "report", configfile=path, path=tiny_run["bin"])
     assert job_stats(r.stdout) == {"simulate": 1, "run_config": 1}
     pp = work / "results" / "simulate" / "tiny" / "aime_2025" / "pp-u4" / "sc-pp" / "overall.json"
     assert '"pp_conv": 5' in pp.read_text()
@@ -753,8 +815,9 @@ def test_probe_setting_change_reruns_probing_not_generation(tiny_run, tmp_path):
             "probe": 2,
             "consolidate": 1,
             "fit": 1,
-            "simulate": 2,
-            "tables_figures": 1,
+            "simulate": 2 + TRADEOFF_SETTINGS,
+            "analyze": 1,
+            "report": 1,
             "run_config": 1,
             "all": 1,
         }
@@ -769,10 +832,17 @@ def test_probe_setting_change_reruns_probing_not_generation(tiny_run, tmp_path):
 def test_forcerun_and_until(tiny_run, tmp_path):
     work = _copy_run(tiny_run, tmp_path)
     cfg = tiny_run["config"]
-    downstream = {"tables_figures": 1}
+    downstream = {"report": 1}
     # -R fit: the fit and everything after it, never the generation
     r = smk(work, "-n", "-R", "fit", configfile=cfg)
-    assert job_stats(r.stdout) == {"fit": 1, "simulate": 2, "all": 1, **downstream}
+    every = 2 + TRADEOFF_SETTINGS
+    assert job_stats(r.stdout) == {
+        "fit": 1,
+        "simulate": every,
+        "analyze": 1,
+        "all": 1,
+        **downstream,
+    }
     # -R simulate, restricted to one target file
     r = smk(work, "-n", "-f", "results/simulate/tiny/aime_2025/pp-u4", configfile=cfg)
     assert job_stats(r.stdout) == {"simulate": 1}
@@ -835,10 +905,12 @@ def test_interrupted_forced_simulation_is_redone(tiny_run, tmp_path):
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole process group
     assert proc.wait(timeout=120) != 0
     sims = work / "results" / "simulate" / "tiny" / "aime_2025"
-    lost = [s for s in ("default", "pp-u4") if not (sims / s).exists()]
+    settings = ["default", "pp-u4"] + [f"tradeoff-{i}" for i in range(1, TRADEOFF_SETTINGS + 1)]
+    lost = [s for s in settings if not (sims / s).exists()]
     assert lost  # what Snakemake does to an interrupted job's outputs
     r = smk(work, configfile=cfg, path=tiny_run["bin"])
-    assert job_stats(r.stdout) == {"simulate": len(lost), "tables_figures": 1, "all": 1}
+    analysis = {"analyze": 1} if "default" in lost else {}
+    assert job_stats(r.stdout) == {"simulate": len(lost), **analysis, "report": 1, "all": 1}
     for s in ("default", "pp-u4"):
         assert (sims / s / "sc-pp" / "overall.json").is_file(), s
     assert "Nothing to be done" in smk(work, "-n", configfile=cfg).stdout
@@ -944,8 +1016,8 @@ def test_second_entry_from_existing_pools(tiny_run, tmp_path):
     path = write_config(tmp_path / "pools.yaml", cfg)
     r = smk(work, "-n", configfile=path)
     stats = job_stats(r.stdout)
-    assert stats.pop("tables_figures", 0) == 1 and stats.pop("run_config", 0) == 1
-    assert stats == {"import_pool": 1, "fit": 2, "simulate": 2, "all": 1}
+    assert stats.pop("report", 0) == 1 and stats.pop("run_config", 0) == 1
+    assert stats == {"import_pool": 1, "fit": 2, "simulate": 2, "analyze": 2, "all": 1}
     r = smk(work, "all_simulations", configfile=path, path=tiny_run["bin"])
     for model in ("published", "ours"):
         ov = work / "results" / "simulate" / model / "aime_2025" / "default" / "sc" / "overall.json"
@@ -1077,7 +1149,8 @@ def test_pools_config_as_shipped(tmp_path):
         "import_pool": 1,
         "fit": 1,
         "simulate": 1,
-        "tables_figures": 1,
+        "analyze": 1,
+        "report": 1,
         "run_config": 1,
         "all": 1,
     }
@@ -1243,7 +1316,7 @@ def test_parallel_probe_config_reproduces_their_table_and_reruns_in_part(tmp_pat
     assert run() == {
         "import_pool": 1,
         "simulate": 3,
-        "tables_figures": 1,
+        "report": 1,
         "run_config": 1,
         "all": 1,
     }
@@ -1279,7 +1352,7 @@ def test_parallel_probe_config_reproduces_their_table_and_reruns_in_part(tmp_pat
     )
     assert run("--configfile", str(config), str(overlay)) == {
         "simulate": 1,
-        "tables_figures": 1,
+        "report": 1,
         "run_config": 1,
         "all": 1,
     }

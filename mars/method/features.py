@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..store.schema import SWITCH_FEATURES
 from .arrays import QuestionArrays
 
-FEATURE_NAMES = ("position", "confidence", "flips", "streak", "conf_trend")
+#: the columns, in order (declared with the fit stage's models.parquet, whose ``coef`` they name)
+FEATURE_NAMES = SWITCH_FEATURES
 
 
 def flips_and_streaks(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

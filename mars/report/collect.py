@@ -555,7 +555,8 @@ def collect(
         if not Path(a).is_dir():
             raise ReportError(f"--analysis {a}: no such directory")
     found_dirs = [d for p in [*(analyses or []), *paths] for d in find_analyses(Path(p))]
-    for d in dict.fromkeys(Path(os.path.abspath(d)) for d in found_dirs):
+    unique = {os.path.abspath(d): d for d in reversed(found_dirs)}  # the first path given wins
+    for d in sorted(unique.values(), key=found_dirs.index):
         try:
             attach(results, read_analysis(d))
         except AnalysisError as exc:

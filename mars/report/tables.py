@@ -28,6 +28,7 @@ from ..method.registry import (
     SELF_CONSISTENCY,
 )
 from ..method.settings import same_sampling
+from ..store.schema import SWITCH_FEATURES
 from .collect import Results, Run
 from .fmt import Cell, Table, integer, num, pct, tex_escape, text
 from .names import family_baseline, is_baseline, method_label, method_order, run_commands
@@ -706,8 +707,6 @@ def table_oracle_share(results: Results, command: str | None = None) -> Table:
 
 def table_switch_models(results: Results, command: str | None = None) -> Table:
     """What the fit stage learned: the per-question switch models, summarised per pool."""
-    from ..method.features import FEATURE_NAMES
-
     used = _Used()
     rows: list[list[Cell]] = []
     data = []
@@ -720,7 +719,7 @@ def table_switch_models(results: Results, command: str | None = None) -> Table:
             continue
         run, df = found[0], found[1].switch_models
         used(run, next(iter(found[1].inputs), run.methods[0]))
-        names = [f"coef_{n}" for n in FEATURE_NAMES]
+        names = [f"coef_{n}" for n in SWITCH_FEATURES]
         fitted = df[df[names].notna().all(axis=1)]
         coefs = fitted[names].to_numpy(dtype=float) if len(fitted) else np.zeros((0, len(names)))
         share = float((df.n_positive / df.n_rows.where(df.n_rows > 0)).mean())
@@ -733,7 +732,7 @@ def table_switch_models(results: Results, command: str | None = None) -> Table:
             "log_loss": float(fitted.log_loss.mean()) if len(fitted) else None,
             "brier": float(fitted.brier.mean()) if len(fitted) else None,
         }
-        for k, name in enumerate(FEATURE_NAMES):
+        for k, name in enumerate(SWITCH_FEATURES):
             rec[f"coef_{name}_mean"] = float(coefs[:, k].mean()) if len(coefs) else None
             rec[f"coef_{name}_sd"] = float(coefs[:, k].std()) if len(coefs) else None
         data.append(rec)
@@ -752,7 +751,7 @@ def table_switch_models(results: Results, command: str | None = None) -> Table:
                         if rec[f"coef_{n}_mean"] is not None
                         else "–"
                     )
-                    for n in FEATURE_NAMES
+                    for n in SWITCH_FEATURES
                 ),
             ]
         )
@@ -769,7 +768,7 @@ def table_switch_models(results: Results, command: str | None = None) -> Table:
         "Switch share",
         "Log-loss",
         "Brier",
-        *(f"β {n.replace('_', ' ')}" for n in FEATURE_NAMES),
+        *(f"β {n.replace('_', ' ')}" for n in SWITCH_FEATURES),
     ]
     return Table(
         key="table-switch-models",

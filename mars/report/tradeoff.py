@@ -31,6 +31,7 @@ from .names import method_label
 MIN_POINTS = 3
 #: the single points' markers and colours (full-budget vote, calibrated MARS, oracle-first)
 POINT_MARKS = dict(zip(SWEEP_POINTS, (("X", "#222222"), ("*", "#1f77b4"), ("D", "#7f7f7f"))))
+POINT_LABELS = dict(zip(SWEEP_POINTS, ("full-budget vote", "MARS, calibrated γ", "oracle stop")))
 
 
 def _swept_params() -> set[str]:
@@ -80,7 +81,8 @@ def tradeoff_frame(runs: list[Run]) -> pd.DataFrame:
         for method in SWEEP_POINTS:
             holder = next((r for r in runs if method in r.overall), None)
             if holder is not None:
-                rows.append(_row(holder, method, method_label(method)[0], None, None))
+                label = POINT_LABELS.get(method) or method_label(method)[0]
+                rows.append(_row(holder, method, label, None, None))
     return pd.DataFrame(rows)
 
 
@@ -134,7 +136,7 @@ def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut 
     with style():
         n = max(len(labels), 1)
         fig, axes = plt.subplots(
-            1, n, figsize=(1.0 + 4.2 * n, 4.6), squeeze=False, layout="constrained"
+            1, n, figsize=(max(1.0 + 4.2 * n, 10.0), 5.2), squeeze=False, layout="constrained"
         )
         for ax, label in zip(axes[0], labels):
             df = data[(data.model == label[0]) & (data.dataset == label[1])]

@@ -132,6 +132,9 @@ FIT_FORMAT = "mars-fit"
 
 #: One fitted switch model (reference-protocol §6): standardisation, logistic coefficients and
 #: Platt parameters (null without warmup traces: q = 1), training size and in-sample fit.
+#: the switch model's features (mars.method.features), in the order of ``coef`` below
+SWITCH_FEATURES = ("position", "confidence", "flips", "streak", "conf_trend")
+
 MODEL_SCHEMA = pa.schema(
     [
         pa.field("qid", pa.int64(), nullable=False),

@@ -1,4 +1,5 @@
 # fit (per-question arrays and switch models) -> simulate (every method of a setting in one job)
+# -> analyze (what the report draws beyond simulation summaries)
 
 
 rule fit:
@@ -38,3 +39,25 @@ rule simulate:
     shell:
         "mars simulate {input.pool} --method {params.methods} --out {output} {params.args}"
         " {params.fit} --workers {threads} > {log} 2>&1"
+
+
+rule analyze:
+    """The example and consensus-failure trajectories, the q calibration and the switch models of
+    a pool's main setting: everything the report draws that is not a simulation summary.
+    """
+    input:
+        pool=pool_path,
+        fit="results/fit/{model}/{dataset}",
+        simulation=main_simulation,
+    output:
+        directory("results/analysis/{model}/{dataset}"),
+    log:
+        "results/logs/analyze/{model}/{dataset}.log",
+    benchmark:
+        "results/benchmarks/analyze/{model}/{dataset}.tsv"
+    params:
+        label=analysis_label,
+        args=analysis_args,
+    shell:
+        "mars analyze {input.pool} {input.simulation} --fit {input.fit} --label {params.label}"
+        " {params.args} --out {output} --quiet > {log} 2>&1"

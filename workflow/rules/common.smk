@@ -50,6 +50,8 @@ SETTINGS = SIM["settings"]
 SIM_KEYS = tuple(s.name for s in MARS_SETTINGS if s.section == "simulation") + (
     "questions",
 )
+# the setting whose runs fill the report's main tables, and that each pool's analysis reads
+MAIN_SETTING = mars_workflow.main_setting(config)
 # this config's report folder (report.out, else named after the config file)
 REPORT = mars_workflow.report_dir(config, workflow.overwrite_configfiles)
 
@@ -239,7 +241,8 @@ def pool_spacing(wildcards):
 
 def fit_warmups():
     """Every warmup size the settings simulate with: the fit job fits a switch model for each."""
-    return sorted({setting_params(s)["warmup"] for s in SETTINGS})
+    settings = set(SETTINGS) | set(mars_workflow.tradeoff_settings(config))
+    return sorted({setting_params(s)["warmup"] for s in settings})
 
 
 def fit_args(wildcards):
@@ -316,12 +319,43 @@ def all_fits():
 
 
 def all_simulations():
-    return [f"results/simulate/{m}/{d}/{s}" for m, d in POOLS for s in SETTINGS]
+    """Every pool x setting (with the tradeoff section's settings for the pools it lists)."""
+    return [
+        f"results/simulate/{m}/{d}/{s}"
+        for m, d in POOLS
+        for s in mars_workflow.pair_settings(config, m, d)
+    ]
+
+
+def all_analyses():
+    """The analysis of every pool's main setting (none when it runs another protocol)."""
+    if not mars_workflow.analysed(config):
+        return []
+    return [f"results/analysis/{m}/{d}" for m, d in POOLS]
+
+
+def main_simulation(wildcards):
+    return f"results/simulate/{wildcards.model}/{wildcards.dataset}/{MAIN_SETTING}"
+
+
+def analysis_label(wildcards):
+    return f"{wildcards.model}/{wildcards.dataset}/{MAIN_SETTING}"
+
+
+def analysis_args(wildcards):
+    """`mars analyze` options of a pool (the example question, the q-calibration size)."""
+    return mars_workflow.example_args(config, wildcards.model, wildcards.dataset)
 
 
 def report_labels(wildcards):
     """`mars report` labels (model/dataset/setting) of the simulations, in input order."""
-    return " ".join(f"--label {m}/{d}/{s}" for m, d in POOLS for s in SETTINGS)
+    return " ".join(
+        f"--label {p.removeprefix('results/simulate/')}" for p in all_simulations()
+    )
+
+
+def report_analyses(wildcards, input):
+    return " ".join(f"--analysis {shlex.quote(a)}" for a in input.analyses)
 
 
 def report_slug():
@@ -352,5 +386,6 @@ def final_outputs():
     makes it, and the report, again."""
     outputs = all_pools() + all_fits() + all_simulations()
     if config["report"]["enabled"]:
+        outputs += all_analyses()
         outputs += [REPORT, run_config_path()]
     return outputs

@@ -1,12 +1,15 @@
-# tables / figures (mars report) -> the HTML report (snakemake --report <report folder>.html)
+# report: tables and figures (mars report, drawing only) -> the HTML report
+# (snakemake --report <report folder>.html)
 
 
-rule tables_figures:
-    """The paper's tables (md, tex, csv, html) and figures (png, pdf) from every simulation,
-    into this config's report folder (REPORT: report.out, else named after the config file).
+rule report:
+    """The paper's tables (md, tex, csv, html) and figures (png, pdf) from every simulation and
+    analysis, into this config's report folder (REPORT: report.out, else named after the config
+    file). It reads only these declared inputs: no pool, no fit, no simulation of its own.
     """
     input:
-        all_simulations(),
+        simulations=all_simulations(),
+        analyses=all_analyses(),
     output:
         report(
             directory(REPORT),
@@ -15,13 +18,15 @@ rule tables_figures:
             category=report_category,
         ),
     log:
-        f"results/logs/tables_figures/{report_slug()}.log",
+        f"results/logs/report/{report_slug()}.log",
     benchmark:
-        f"results/benchmarks/tables_figures/{report_slug()}.tsv"
+        f"results/benchmarks/report/{report_slug()}.tsv"
     params:
         labels=report_labels,
+        analyses=report_analyses,
     shell:
-        "mars report {input} {params.labels} --out {output} > {log} 2>&1"
+        "mars report {input.simulations} {params.labels} {params.analyses} --out {output}"
+        " > {log} 2>&1"
 
 
 rule run_config:
