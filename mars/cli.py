@@ -27,6 +27,7 @@ from .method.registry import DEFAULT_METHOD, live_methods
 from .method.settings import LIVE_KEYS, SETTINGS, SPECS, SettingSpec
 from .store.atomic import disk_full_message
 from .store.problems import bundled_problem_sets, parse_question_spec
+from .store.schema import CHECKPOINT_SPACING
 
 app = typer.Typer(
     add_completion=False,
@@ -43,13 +44,6 @@ PROBLEMS_HELP = (
 PRESET_HELP = f"synthetic preset (a name or a JSON file): {', '.join(bundled_presets())}"
 BACKEND_HELP = " | ".join(BACKENDS)
 MODEL_HELP = "model path (transformers/sglang) or served model name (server)"
-BASE_URL_OPTION = typer.Option(
-    None, "--base-url", help="server: the inference server, http://HOST:PORT (key: $MARS_API_KEY)"
-)
-CONCURRENCY_OPTION = typer.Option(
-    None, help="server: requests in flight at most (default: llama.cpp's slots, else 32)"
-)
-TIMEOUT_OPTION = typer.Option(None, help="server: seconds one request may take (default 600)")
 
 
 @contextlib.contextmanager
@@ -110,6 +104,48 @@ def with_settings(names: Sequence[str]) -> Callable:
         def wrapper(**kwargs: Any) -> Any:
             given = {n: kwargs.pop(n) for n in names}
             return fn(**kwargs, settings_given={k: v for k, v in given.items() if v is not None})
+
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = annotations
+        return wrapper
+
+    return deco
+
+
+def with_engine_options(command: str) -> Callable:
+    """Give a command one option per engine option it takes (name, type, default and help from
+    :mod:`mars.engines.options`); the command receives them all as ``engine_options``."""
+    from .engines.options import check, options_of
+
+    declared = options_of(command)
+
+    def deco(fn: Callable) -> Callable:
+        sig = inspect.signature(fn)
+        params = [p for n, p in sig.parameters.items() if n != "engine_options"]
+        annotations = {k: v for k, v in fn.__annotations__.items() if k != "engine_options"}
+        for opt in declared:
+            kind = opt.type if opt.default is not None else Optional[opt.type]  # noqa: UP045
+            help_text = opt.help + ("" if opt.default is None else f" [default: {opt.default}]")
+            option = typer.Option(
+                opt.default,
+                opt.flag,
+                help=escape(help_text),
+                show_default=False,
+                rich_help_panel="Engine",
+            )
+            params.append(
+                inspect.Parameter(
+                    opt.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind
+                )
+            )
+            annotations[opt.name] = kind
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs: Any) -> Any:
+            given = {o.name: kwargs.pop(o.name) for o in declared}
+            with user_errors():
+                check(given)
+            return fn(**kwargs, engine_options=given)
 
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = annotations
@@ -269,7 +305,8 @@ def import_(
     ),
     spacing: str | None = typer.Option(
         None,
-        help="parallel-probe: the checkpoint grid in tokens (default 2048, the MARS grid: the "
+        help=f"parallel-probe: the checkpoint grid in tokens (default {CHECKPOINT_SPACING}, the "
+        "MARS grid: the "
         "answer at each checkpoint is the last probe before it), or `native`: the source's own "
         "probe spacing, keeping each trace's probe count for `--protocol parallel-probe`",
     ),
@@ -297,6 +334,7 @@ def export(
 
 
 @app.command()
+@with_engine_options("generate")
 def generate(
     out: Path = typer.Option(..., "--out", "-o", help="output pool (or shard) directory"),
     problems: str = typer.Option(..., help=PROBLEMS_HELP),
@@ -304,10 +342,6 @@ def generate(
     backend: str = typer.Option("synthetic", help=BACKEND_HELP),
     preset: str | None = typer.Option(None, help=PRESET_HELP),
     model: str | None = typer.Option(None, help=MODEL_HELP),
-    seed: int = typer.Option(0),
-    skill: float | None = typer.Option(None, help="synthetic: override the preset's skill"),
-    max_tokens: int | None = typer.Option(None, "--max-tokens"),
-    spacing: int = typer.Option(2048, help="probe every this many tokens"),
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
     shard: int | None = typer.Option(None),
     n_shards: int = typer.Option(1, "--n-shards"),
@@ -323,15 +357,8 @@ def generate(
         "--token-ids/--no-token-ids",
         help="keep each trace's token ids (what `mars probe` reads)",
     ),
-    temperature: float | None = typer.Option(None, help="real backends: sampling temperature"),
-    top_p: float | None = typer.Option(None, "--top-p", help="real backends: nucleus sampling"),
-    top_k: int | None = typer.Option(None, "--top-k", help="real backends: top-k sampling"),
-    tp_size: int | None = typer.Option(None, "--tp-size", help="SGLang: tensor-parallel GPUs"),
-    dp_size: int | None = typer.Option(None, "--dp-size", help="SGLang: data-parallel replicas"),
-    base_url: str | None = BASE_URL_OPTION,
-    concurrency: int | None = CONCURRENCY_OPTION,
-    timeout: float | None = TIMEOUT_OPTION,
     quiet: bool = typer.Option(False, "--quiet", "-q"),
+    engine_options: dict | None = None,
 ):
     """Generate traces and probe them every `spacing` tokens (resumable; sharded)."""
     from .engines.factory import make_backend
@@ -339,25 +366,12 @@ def generate(
     from .progress import bar
     from .store.atomic import check_apart
 
+    opts = dict(engine_options or {})
+    spacing, seed = opts.pop("spacing"), opts.pop("seed")
     with user_errors():
         qids = parse_question_spec(questions)
         check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
-        be = make_backend(
-            backend,
-            model=model,
-            preset=preset,
-            skill=skill,
-            max_tokens=max_tokens,
-            with_confs=not no_confs,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            tp_size=tp_size,
-            dp_size=dp_size,
-            base_url=base_url,
-            concurrency=concurrency,
-            timeout=timeout,
-        )
+        be = make_backend(backend, model=model, preset=preset, with_confs=not no_confs, **opts)
         with bar(f"generate ({backend})", disable=quiet) as progress:
             generate_pool(
                 be,
@@ -370,7 +384,7 @@ def generate(
                 n_shards=n_shards,
                 progress=progress,
                 spacing=spacing,
-                max_tokens=max_tokens,
+                max_tokens=opts["max_tokens"],
                 with_confs=not no_confs,
                 probe=probe_mode,
                 token_ids=token_ids,
@@ -378,32 +392,16 @@ def generate(
 
 
 @app.command()
+@with_engine_options("probe")
 def probe(
     traces: Path = typer.Argument(..., help="a pool or shard directory written by `mars generate`"),
     out: Path = typer.Option(..., "--out", "-o", help="output pool (or shard) directory"),
-    spacing: int = typer.Option(
-        2048, help="probe every this many tokens (and at each trace's end)"
-    ),
     backend: str | None = typer.Option(
         None, help=f"{BACKEND_HELP} (default: the engine that generated the traces)"
     ),
     probe_model: str | None = typer.Option(
         None, "--probe-model", help="model that answers the probes (default: the generator's)"
     ),
-    suffix: str | None = typer.Option(
-        None, help="probe suffix appended after the trace (default: the reference prober's)"
-    ),
-    max_new_tokens: int | None = typer.Option(
-        None, "--max-new-tokens", help="tokens a probe may generate (default 50)"
-    ),
-    temperature: float | None = typer.Option(None, help="probe sampling temperature (default 0.6)"),
-    top_p: float | None = typer.Option(
-        None, "--top-p", help="probe nucleus sampling (default 0.95)"
-    ),
-    top_k: int | None = typer.Option(None, "--top-k", help="probe top-k sampling (default 20)"),
-    base_url: str | None = BASE_URL_OPTION,
-    concurrency: int | None = CONCURRENCY_OPTION,
-    timeout: float | None = TIMEOUT_OPTION,
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
     replace: bool = typer.Option(
         False,
@@ -411,6 +409,7 @@ def probe(
         help="an --out folder probed with other settings is started over (default: refused)",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
+    engine_options: dict | None = None,
 ):
     """Probe stored traces again, at any spacing and with any probe model (no regeneration)."""
     from .engines.probe import probe_backend, probe_pool
@@ -418,6 +417,8 @@ def probe(
     from .store.atomic import check_apart
     from .store.pool import LayoutPool, open_pool
 
+    opts = dict(engine_options or {})
+    spacing = opts.pop("spacing")
     with user_errors():
         qids = parse_question_spec(questions)
         check_apart(out, [("TRACES", traces), ("--probe-model", probe_model)])  # before loading
@@ -426,18 +427,14 @@ def probe(
             raise MarsError(
                 f"{traces}: `mars probe` reads a pool directory written by `mars generate`"
             )
+        suffix, max_new_tokens = opts.pop("suffix"), opts.pop("max_new_tokens")
         be = probe_backend(
             src.manifest,
             backend,
             model=probe_model,
             probe_suffix=suffix,
             probe_max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            base_url=base_url,
-            concurrency=concurrency,
-            timeout=timeout,
+            **opts,
         )
         with bar(f"probe every {spacing} tokens", disable=quiet) as progress:
             probe_pool(
@@ -447,13 +444,16 @@ def probe(
 
 @app.command()
 @with_settings(LIVE_KEYS)
+@with_engine_options("solve")
 def solve(
     out: Path = typer.Option(
         ..., "--out", "-o", help="output directory (a pool + live/ records; resumable)"
     ),
     problems: str = typer.Option(..., help=PROBLEMS_HELP),
     traces: int = typer.Option(64, help="traces run in parallel per question (N)"),
-    warmup: int = typer.Option(16, help="warmup traces run to completion first (q-model, γ)"),
+    warmup: int = typer.Option(
+        SPECS["warmup"].default, help="warmup traces run to completion first (q-model, γ)"
+    ),
     method: str = typer.Option(
         DEFAULT_METHOD,
         "--method",
@@ -463,24 +463,15 @@ def solve(
     backend: str = typer.Option("synthetic", help=BACKEND_HELP),
     preset: str | None = typer.Option(None, help=PRESET_HELP),
     model: str | None = typer.Option(None, help=MODEL_HELP),
-    seed: int = typer.Option(0, help="generation seed"),
-    skill: float | None = typer.Option(None, help="synthetic: override the preset's skill"),
-    max_tokens: int | None = typer.Option(None, "--max-tokens"),
-    spacing: int = typer.Option(2048, help="checkpoint (probe) spacing in tokens"),
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
     compare_full: bool = typer.Option(
         False,
         "--compare-full",
         help="also run the same traces to completion: tokens, wall time and answer of plain SC",
     ),
-    temperature: float | None = typer.Option(None, help="real backends: sampling temperature"),
-    top_p: float | None = typer.Option(None, "--top-p"),
-    top_k: int | None = typer.Option(None, "--top-k"),
-    base_url: str | None = BASE_URL_OPTION,
-    concurrency: int | None = CONCURRENCY_OPTION,
-    timeout: float | None = TIMEOUT_OPTION,
     quiet: bool = typer.Option(False, "--quiet", "-q"),
     settings_given: dict | None = None,
+    engine_options: dict | None = None,
 ):
     """Answer questions live: stop the parallel traces the moment the method fires."""
     from .engines.factory import make_backend
@@ -488,22 +479,12 @@ def solve(
     from .progress import bar
     from .store.atomic import check_apart
 
+    opts = dict(engine_options or {})
+    spacing, seed = opts.pop("spacing"), opts.pop("seed")
     with user_errors():
         qids = parse_question_spec(questions)
         check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
-        be = make_backend(
-            backend,
-            model=model,
-            preset=preset,
-            skill=skill,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            base_url=base_url,
-            concurrency=concurrency,
-            timeout=timeout,
-        )
+        be = make_backend(backend, model=model, preset=preset, **opts)
         with bar(f"solve ({method})", disable=quiet) as progress:
             rows = solve_pool(
                 be,
@@ -514,7 +495,7 @@ def solve(
                 warmup=warmup,
                 seed=seed,
                 spacing=spacing,
-                max_tokens=max_tokens,
+                max_tokens=opts["max_tokens"],
                 questions=qids,
                 compare_full=compare_full,
                 progress=progress,

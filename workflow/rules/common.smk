@@ -15,6 +15,7 @@ try:
     from mars.errors import MarsError
     from mars.store.problems import bundled_problem_sets
     from mars.method.settings import SETTINGS as MARS_SETTINGS
+    from mars.engines import options as mars_engine_options
 except ImportError as exc:
     raise WorkflowError(
         f"the workflow needs the mars package in snakemake's environment ({exc}); "
@@ -162,15 +163,19 @@ def _flags(options):
     return out
 
 
+engine_flags = mars_engine_options.flags
+
+
 def generate_args(wildcards):
     """`mars generate` options of one model x dataset (the shard index comes from the path)."""
     m = wildcards.model
     spec = MODELS[m]
+    # the declared engine options a model sets (mars/engines/options.py): its own keys (skill,
+    # max_tokens), its sampling and engine maps; in the order the rule has always passed them
+    own = lambda key: engine_flags({key: spec.get(key)}, "model")
     args = [f"--backend {spec['backend']}"]
     if spec["backend"] == "synthetic":
-        args.append(f"--preset {shlex.quote(spec['preset'])}")
-        if spec.get("skill") is not None:
-            args.append(f"--skill {spec['skill']}")
+        args += [f"--preset {shlex.quote(spec['preset'])}", *own("skill")]
     elif spec.get("model") is not None:  # a server's only model may go unnamed
         args.append(f"--model {shlex.quote(spec['model'])}")
     args += [
@@ -178,26 +183,30 @@ def generate_args(wildcards):
         f"--n-shards {gen_value(m, 'shards')}",
         f"--seed {gen_value(m, 'seed')}",
         "--probe none",  # probing is its own stage (rule probe)
+        *own("max_tokens"),
     ]
-    if spec.get("max_tokens") is not None:
-        args.append(f"--max-tokens {spec['max_tokens']}")
     if GEN["questions"]:
         args.append(f"--questions {shlex.quote(GEN['questions'])}")
     if not GEN["confs"]:
         args.append("--no-confs")
-    args += _flags(spec.get("sampling", {})) + _flags(spec.get("engine", {}))
+    args += engine_flags(spec.get("sampling", {}), "sampling")
+    args += engine_flags(spec.get("engine", {}), "engine")
     return " ".join(args)
 
 
 def probe_args(wildcards):
     """`mars probe` options: the grid, and the probe engine, model, suffix and sampling (default:
     the generator's model with the reference prober's suffix and sampling)."""
-    args = [f"--spacing {PROBE['spacing']}"]
-    for key in ("backend", "model", "suffix", "max_new_tokens"):
-        if PROBE.get(key) is not None:
-            flag = "--probe-model" if key == "model" else f"--{key.replace('_', '-')}"
-            args.append(f"{flag} {shlex.quote(str(PROBE[key]))}")
-    return " ".join(args + _flags(PROBE.get("sampling", {})))
+    # the declared probe options (mars/engines/options.py: spacing, suffix, max_new_tokens) and
+    # sampling, in the order the rule has always passed them
+    own = lambda key: engine_flags({key: PROBE.get(key)}, "probe")
+    args = own("spacing")
+    if PROBE.get("backend") is not None:
+        args.append(f"--backend {PROBE['backend']}")
+    if PROBE.get("model") is not None:
+        args.append(f"--probe-model {shlex.quote(PROBE['model'])}")
+    args += own("suffix") + own("max_new_tokens")
+    return " ".join(args + engine_flags(PROBE.get("sampling", {}), "sampling"))
 
 
 class Unrecorded:

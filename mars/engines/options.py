@@ -1,0 +1,233 @@
+"""Every option of the engine stages (generate, probe, solve), declared once.
+
+Each :class:`Option` is one option: its type, default, range and help, the commands that take it,
+and where the workflow config sets it (``config``: a model's own key, a key of its ``sampling`` or
+``engine`` map, or a key of the ``probe`` section). The command-line options of ``mars generate``,
+``mars probe`` and ``mars solve``, the workflow's config schema (``$defs`` ``sampling``, ``engine``,
+``server``) and the options its rules pass derive from these declarations; a test checks the
+checked-in schema against :func:`schema_defs`. Adding an engine option is one declaration here
+plus its use in the engines. (The simulation settings are declared the same way, in
+:mod:`mars.method.settings`.)
+
+``python -m mars.engines.options`` prints the schema fragment the declarations give.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..store.schema import CHECKPOINT_SPACING
+
+#: the commands that run an engine
+GENERATE, PROBE, SOLVE = "generate", "probe", "solve"
+#: where the workflow config sets an option: a model's own key (``models.<m>.<name>``), its
+#: ``sampling`` or ``engine`` map, a model's or the probe section's server keys, the ``probe``
+#: section (the ``sampling`` map there for sampling options), or not at all (None)
+MODEL, SAMPLING, ENGINE, SERVER = "model", "sampling", "engine", "server"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of the engine stages."""
+
+    name: str
+    type: type
+    help: str
+    commands: tuple[str, ...]
+    config: str | None = None  # MODEL, SAMPLING, ENGINE, SERVER or None
+    default: Any = None  # None: the engine's or the model's own (the help says which)
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    pattern: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def range_text(self) -> str:
+        """Where the value must lie, in words (``be at least 1``, ``lie in (0, 1]``)."""
+        if self.high is None:
+            return f"be {'more than' if self.low_open else 'at least'} {self.low}"
+        if self.low is None:
+            return f"be {'less than' if self.high_open else 'at most'} {self.high}"
+        lo, hi = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"lie in {lo}{self.low}, {self.high}{hi}"
+
+    def schema(self) -> dict[str, Any]:
+        """The option as a JSON-schema property of the workflow config."""
+        out: dict[str, Any] = {"type": {int: "integer", float: "number", str: "string"}[self.type]}
+        if self.low is not None:
+            out["exclusiveMinimum" if self.low_open else "minimum"] = self.low
+        if self.high is not None:
+            out["exclusiveMaximum" if self.high_open else "maximum"] = self.high
+        if self.pattern is not None:
+            out["pattern"] = self.pattern
+        out["description"] = self.help
+        return out
+
+
+ALL = (GENERATE, PROBE, SOLVE)
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "spacing",
+        int,
+        "probe every this many tokens (and at each trace's end)",
+        ALL,
+        config=PROBE,
+        default=CHECKPOINT_SPACING,
+        low=1,
+    ),
+    Option("seed", int, "generation seed", (GENERATE, SOLVE), default=0, low=0),
+    Option(
+        "skill",
+        float,
+        "synthetic: override the preset's skill (mean per-trace correctness)",
+        (GENERATE, SOLVE),
+        config=MODEL,
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+    ),
+    Option(
+        "max_tokens",
+        int,
+        "token cap per trace (default the backend's)",
+        (GENERATE, SOLVE),
+        config=MODEL,
+        low=1,
+    ),
+    Option(
+        "temperature",
+        float,
+        "sampling temperature (real engines; probes default 0.6)",
+        ALL,
+        config=SAMPLING,
+        low=0,
+    ),
+    Option(
+        "top_p",
+        float,
+        "nucleus sampling (real engines; probes default 0.95)",
+        ALL,
+        config=SAMPLING,
+        low=0,
+        high=1,
+        low_open=True,
+    ),
+    Option(
+        "top_k",
+        int,
+        "top-k sampling (real engines; probes default 20)",
+        ALL,
+        config=SAMPLING,
+        low=1,
+    ),
+    Option("tp_size", int, "SGLang: tensor-parallel GPUs", (GENERATE,), config=ENGINE, low=1),
+    Option("dp_size", int, "SGLang: data-parallel replicas", (GENERATE,), config=ENGINE, low=1),
+    Option(
+        "base_url",
+        str,
+        "an http(s)://HOST:PORT URL of the server (--backend server; key: $MARS_API_KEY)",
+        ALL,
+        config=SERVER,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+    ),
+    Option(
+        "concurrency",
+        int,
+        "server: requests in flight at most (default: llama.cpp's slots, else 32)",
+        ALL,
+        config=SERVER,
+        low=1,
+    ),
+    Option(
+        "timeout",
+        float,
+        "server: seconds one request may take (default 600)",
+        ALL,
+        config=SERVER,
+        low=0,
+        low_open=True,
+    ),
+    Option(
+        "suffix",
+        str,
+        "probe suffix appended after the trace (default: the reference prober's)",
+        (PROBE,),
+        config=PROBE,
+    ),
+    Option(
+        "max_new_tokens",
+        int,
+        "tokens a probe may generate (default 50)",
+        (PROBE,),
+        config=PROBE,
+        low=1,
+    ),
+)
+BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def check(values: dict[str, Any]) -> None:
+    """Refuse a value outside its declared range, in one line naming the option."""
+    from ..errors import UsageError
+
+    for name, value in values.items():
+        o = BY_NAME[name]
+        if value is None or o.type is str:
+            continue
+        below = o.low is not None and (value <= o.low if o.low_open else value < o.low)
+        above = o.high is not None and (value >= o.high if o.high_open else value > o.high)
+        if below or above or value != value:  # NaN is outside every range
+            raise UsageError(f"{o.flag} {value}: must {o.range_text()}")
+
+
+def options_of(command: str, config: str | None = "any") -> list[Option]:
+    """The options ``command`` takes (of one config place, if given)."""
+    return [o for o in OPTIONS if command in o.commands and (config == "any" or o.config == config)]
+
+
+def flags(values: dict[str, Any], config: str) -> list[str]:
+    """``--flag value`` of the declared options of one config place that ``values`` sets (a
+    config's ``sampling`` map, a model's keys, the ``probe`` section); unknown keys are the
+    schema's to refuse."""
+    import shlex
+
+    return [
+        f"{o.flag} {shlex.quote(str(values[o.name]))}"
+        for o in OPTIONS
+        if o.config == config and values.get(o.name) is not None
+    ]
+
+
+def schema_defs() -> dict[str, dict]:
+    """The workflow config schema's ``$defs`` for the option maps: ``sampling``, ``engine`` and
+    ``server`` (tests/test_options.py checks the checked-in schema against this)."""
+
+    def group(config: str, description: str, closed: bool = True) -> dict:
+        out: dict[str, Any] = {"description": description, "type": "object"}
+        out["properties"] = {o.name: o.schema() for o in OPTIONS if o.config == config}
+        if closed:
+            out["additionalProperties"] = False
+        return out
+
+    return {
+        "sampling": group(SAMPLING, "sampling options of the engine (mars.engines.options)"),
+        "engine": group(ENGINE, "engine options, e.g. SGLang's parallelism (mars.engines.options)"),
+        "server": group(
+            SERVER,
+            "how to reach an inference server (`--backend server`): where it runs and how hard to "
+            "push it, none of which changes the traces, so changing them reruns nothing",
+            closed=False,  # combined with a model's or the probe section's own keys
+        ),
+    }
+
+
+if __name__ == "__main__":  # pragma: no cover - a maintainer's aid
+    import yaml
+
+    print(yaml.safe_dump(schema_defs(), sort_keys=False, allow_unicode=True, width=100))
