@@ -4,12 +4,10 @@ Each :class:`Option` is one option: its type, default, range and help, the comma
 and where the workflow config sets it (``config``: a model's own key, a key of its ``sampling`` or
 ``engine`` map, or a key of the ``probe`` section). The command-line options of ``mars generate``,
 ``mars probe`` and ``mars solve``, the workflow's config schema (``$defs`` ``sampling``, ``engine``,
-``server``) and the options its rules pass derive from these declarations; a test checks the
-checked-in schema against :func:`schema_defs`. Adding an engine option is one declaration here
-plus its use in the engines. (The simulation settings are declared the same way, in
-:mod:`mars.method.settings`.)
-
-``python -m mars.engines.options`` prints the schema fragment the declarations give.
+``server``: :func:`schema_defs`, written into the file by ``python -m maint_tools.config_schema``)
+and the options its rules pass derive from these declarations; a test checks the checked-in
+schema. Adding an engine option is one declaration here plus its use in the engines. (The
+simulation settings are declared the same way, in :mod:`mars.method.settings`.)
 """
 
 from __future__ import annotations
@@ -225,9 +223,3 @@ def schema_defs() -> dict[str, dict]:
             closed=False,  # combined with a model's or the probe section's own keys
         ),
     }
-
-
-if __name__ == "__main__":  # pragma: no cover - a maintainer's aid
-    import yaml
-
-    print(yaml.safe_dump(schema_defs(), sort_keys=False, allow_unicode=True, width=100))

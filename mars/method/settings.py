@@ -11,9 +11,10 @@ text, the range it must lie in and what it changes:
   ``probe``);
 * ``symbol`` — its name in the report's labels.
 
-The command-line options of ``mars simulate`` and ``mars solve``, the workflow's key list, the
-report's labels and provenance commands derive from these fields, and a test checks the workflow's
-config schema and ``config/README.md`` against them. Adding a setting is one field here plus its
+The command-line options of ``mars simulate`` and ``mars solve``, the workflow's key list and
+config schema (``python -m maint_tools.config_schema`` writes its ``simulation_params``; a test
+checks the checked-in file), the report's labels and provenance commands derive from these fields,
+and a test checks ``config/README.md`` against them. Adding a setting is one field here plus its
 use.
 """
 
