@@ -2,8 +2,9 @@
 
 ``workflow/schemas/config.schema.yaml`` is written by hand except its blocks between a
 ``# generated: ...`` line and ``# end generated``: the simulation settings' ``simulation_params``
-(from :mod:`mars.method.settings`) and the engine options' ``sampling``, ``engine`` and ``server``
-maps (from :mod:`mars.engines.options`). This tool writes those blocks; tests/test_options.py
+and ``simulation_defaults`` (from :mod:`mars.method.settings`), the ``generation`` section's
+``generation_params`` and the engine options' ``sampling``, ``engine`` and ``server`` maps (from
+:mod:`mars.engines.options`). This tool writes those blocks; tests/test_options.py
 checks the checked-in file is what it writes, so a new setting or option is one declaration plus
 one run of::
 
@@ -54,8 +55,27 @@ def simulation_params() -> dict[str, Any]:
     }
 
 
+def simulation_defaults() -> dict[str, Any]:
+    """The defaults the ``simulation`` section fills in: the bootstrap's sizes and seed (a
+    setting's own overrides take none, so they stay overrides; the other settings are left to
+    ``mars simulate``'s defaults, so a rule passes only what a config sets)."""
+    props = {
+        spec.name: {"default": spec.default}
+        for spec in SETTINGS
+        if spec.section == "simulation" and spec.sampling and spec.choices is None
+    }
+    return {
+        "description": "the simulation section's defaults, from mars/method/settings.py",
+        "properties": props,
+    }
+
+
 def generated() -> dict[str, dict]:
-    return {**schema_defs(), "simulation_params": simulation_params()}
+    return {
+        **schema_defs(),
+        "simulation_params": simulation_params(),
+        "simulation_defaults": simulation_defaults(),
+    }
 
 
 def _flow(value: Any) -> str:

@@ -126,9 +126,10 @@ def with_engine_options(command: str) -> Callable:
         for opt in declared:
             kind = opt.type if opt.default is not None else Optional[opt.type]  # noqa: UP045
             help_text = opt.help + ("" if opt.default is None else f" [default: {opt.default}]")
+            flag = f"{opt.flag}/--no-{opt.flag[2:]}" if opt.type is bool else opt.flag
             option = typer.Option(
                 opt.default,
-                opt.flag,
+                flag,
                 help=escape(help_text),
                 show_default=False,
                 rich_help_panel="Engine",
@@ -338,14 +339,11 @@ def export(
 def generate(
     out: Path = typer.Option(..., "--out", "-o", help="output pool (or shard) directory"),
     problems: str = typer.Option(..., help=PROBLEMS_HELP),
-    traces: int = typer.Option(..., help="traces per question (whole pool)"),
     backend: str = typer.Option("synthetic", help=BACKEND_HELP),
     preset: str | None = typer.Option(None, help=PRESET_HELP),
     model: str | None = typer.Option(None, help=MODEL_HELP),
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
-    shard: int | None = typer.Option(None),
-    n_shards: int = typer.Option(1, "--n-shards"),
-    no_confs: bool = typer.Option(False, "--no-confs", help="do not store per-token confidences"),
+    shard: int | None = typer.Option(None, help="this job's shard (0 to --n-shards - 1)"),
     probe_mode: str = typer.Option(
         "inline",
         "--probe",
@@ -367,11 +365,12 @@ def generate(
     from .store.atomic import check_apart
 
     opts = dict(engine_options or {})
-    spacing, seed = opts.pop("spacing"), opts.pop("seed")
+    spacing, seed, traces = opts.pop("spacing"), opts.pop("seed"), opts.pop("traces")
+    n_shards, confs = opts.pop("n_shards"), opts.pop("confs")
     with user_errors():
         qids = parse_question_spec(questions)
         check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
-        be = make_backend(backend, model=model, preset=preset, with_confs=not no_confs, **opts)
+        be = make_backend(backend, model=model, preset=preset, with_confs=confs, **opts)
         with bar(f"generate ({backend})", disable=quiet) as progress:
             generate_pool(
                 be,
@@ -385,7 +384,7 @@ def generate(
                 progress=progress,
                 spacing=spacing,
                 max_tokens=opts["max_tokens"],
-                with_confs=not no_confs,
+                with_confs=confs,
                 probe=probe_mode,
                 token_ids=token_ids,
             )

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from mars.cli import app
 from mars.engines.options import (
     ENGINE,
+    GENERATION,
     MODEL,
     OPTIONS,
     PROBE,
@@ -47,14 +48,19 @@ def test_the_checked_in_schema_is_the_generated_one():
 
 
 def _prop(place: str, name: str) -> dict:
-    if place == MODEL:
+    if place in (MODEL, GENERATION):  # a model overrides the generation section's keys
         return SCHEMA["properties"]["models"]["additionalProperties"]["properties"][name]
     return SCHEMA["properties"]["probe"]["properties"][name]
 
 
-@pytest.mark.parametrize("opt", [o for o in OPTIONS if o.config in (MODEL, PROBE)], ids=str)
+PLACES = (MODEL, PROBE, GENERATION)
+
+
+@pytest.mark.parametrize(
+    "opt", [o for o in OPTIONS if o.config in PLACES and o.type is not bool], ids=str
+)
 def test_a_models_and_the_probe_sections_keys_agree_with_the_declarations(opt):
-    prop = _prop(opt.config, opt.name)
+    prop = _prop(opt.config, opt.config_key)
     want = opt.schema()
     types = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
     assert want["type"] in types
@@ -70,6 +76,8 @@ def test_each_command_takes_its_declared_options(command):
     for opt in options_of(command):
         assert re.search(rf"{re.escape(opt.flag)}\b", text), (command, opt.flag)
     undeclared = {o.flag for o in OPTIONS} - {o.flag for o in options_of(command)}
+    if command == "solve":
+        undeclared.discard("--traces")  # its own: the traces run side by side, not a pool's size
     for flag in undeclared:
         assert not re.search(rf"{re.escape(flag)}\b", text), (command, flag)
 
@@ -114,6 +122,14 @@ def test_check_refuses_nan():
     with pytest.raises(MarsError, match="--temperature"):
         check({"temperature": float("nan")})
     check({"temperature": 0.6, "top_p": 1.0, "base_url": "http://x:1"})
+
+
+def test_generation_flags_follow_the_declarations():
+    """The generation section's keys (a model may override them) become generate's flags; a
+    boolean's flag only when it departs from its default."""
+    values = {"traces": 64, "shards": 2, "seed": 0, "confs": True}
+    assert flags(values, GENERATION) == ["--traces 64", "--n-shards 2", "--seed 0"]
+    assert flags({"confs": False}, GENERATION) == ["--no-confs"]
 
 
 def test_flags_render_the_declared_keys_of_one_place():

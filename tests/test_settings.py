@@ -42,7 +42,7 @@ def test_config_schema_agrees_with_the_declarations(spec):
     if spec.high is not None:
         key = "exclusiveMaximum" if spec.high_open else "maximum"
         assert prop[key] == spec.high
-    default = SCHEMA["properties"]["simulation"]["properties"].get(spec.name, {}).get("default")
+    default = SCHEMA["$defs"]["simulation_defaults"]["properties"].get(spec.name, {}).get("default")
     assert default in (None, spec.default)
 
 

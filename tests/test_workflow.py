@@ -264,7 +264,8 @@ def test_bad_config_fails_at_parse_time(tmp_path, change, message):
     [
         (
             {"simulation": {"budgte": 64}},
-            "simulation.budgte: unknown key (did you mean 'budget'? known: methods, budget,",
+            "simulation.budgte: unknown key (did you mean 'budget'? known: methods, workers, "
+            "settings, budget,",
         ),
         (
             {"simulation": {"settings": {"x": {"pp_conv": "four"}}}},

@@ -23,6 +23,8 @@ GENERATE, PROBE, SOLVE = "generate", "probe", "solve"
 #: ``sampling`` or ``engine`` map, a model's or the probe section's server keys, the ``probe``
 #: section (the ``sampling`` map there for sampling options), or not at all (None)
 MODEL, SAMPLING, ENGINE, SERVER = "model", "sampling", "engine", "server"
+#: the ``generation`` section (a model may override it with a key of its own)
+GENERATION = "generation"
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,15 @@ class Option:
     low_open: bool = False
     high_open: bool = False
     pattern: str | None = None
+    key: str | None = None  # its key in the workflow config, if not its name
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    @property
+    def config_key(self) -> str:
+        return self.key or self.name
 
     def range_text(self) -> str:
         """Where the value must lie, in words (``be at least 1``, ``lie in (0, 1]``)."""
@@ -56,7 +63,8 @@ class Option:
 
     def schema(self) -> dict[str, Any]:
         """The option as a JSON-schema property of the workflow config."""
-        out: dict[str, Any] = {"type": {int: "integer", float: "number", str: "string"}[self.type]}
+        kinds = {bool: "boolean", int: "integer", float: "number", str: "string"}
+        out: dict[str, Any] = {"type": kinds[self.type]}
         if self.low is not None:
             out["exclusiveMinimum" if self.low_open else "minimum"] = self.low
         if self.high is not None:
@@ -78,7 +86,34 @@ OPTIONS: tuple[Option, ...] = (
         default=CHECKPOINT_SPACING,
         low=1,
     ),
-    Option("seed", int, "generation seed", (GENERATE, SOLVE), default=0, low=0),
+    Option(
+        "traces",
+        int,
+        "traces per question (the pool)",
+        (GENERATE,),
+        config=GENERATION,
+        default=128,
+        low=1,
+    ),
+    Option(
+        "n_shards",
+        int,
+        "generate jobs per model x dataset (the pool's shards)",
+        (GENERATE,),
+        config=GENERATION,
+        default=1,
+        low=1,
+        key="shards",
+    ),
+    Option("seed", int, "generation seed", (GENERATE, SOLVE), config=GENERATION, default=0, low=0),
+    Option(
+        "confs",
+        bool,
+        "store per-token confidences (DeepConf needs them)",
+        (GENERATE,),
+        config=GENERATION,
+        default=True,
+    ),
     Option(
         "skill",
         float,
@@ -176,7 +211,7 @@ def check(values: dict[str, Any]) -> None:
 
     for name, value in values.items():
         o = BY_NAME[name]
-        if value is None or o.type is str:
+        if value is None or o.type in (str, bool):
             continue
         below = o.low is not None and (value <= o.low if o.low_open else value < o.low)
         above = o.high is not None and (value >= o.high if o.high_open else value > o.high)
@@ -195,16 +230,22 @@ def flags(values: dict[str, Any], config: str) -> list[str]:
     schema's to refuse."""
     import shlex
 
-    return [
-        f"{o.flag} {shlex.quote(str(values[o.name]))}"
-        for o in OPTIONS
-        if o.config == config and values.get(o.name) is not None
-    ]
+    out = []
+    for o in OPTIONS:
+        value = values.get(o.config_key)
+        if o.config != config or value is None:
+            continue
+        if o.type is bool:
+            if value != o.default:
+                out.append(o.flag if value else f"--no-{o.flag[2:]}")
+        else:
+            out.append(f"{o.flag} {shlex.quote(str(value))}")
+    return out
 
 
 def schema_defs() -> dict[str, dict]:
-    """The workflow config schema's ``$defs`` for the option maps: ``sampling``, ``engine`` and
-    ``server`` (tests/test_options.py checks the checked-in schema against this)."""
+    """The workflow config schema's ``$defs`` for the option maps, ``sampling``, ``engine`` and
+    ``server``, and for the ``generation`` section with its defaults (``generation_params``)."""
 
     def group(config: str, description: str, closed: bool = True) -> dict:
         out: dict[str, Any] = {"description": description, "type": "object"}
@@ -213,7 +254,17 @@ def schema_defs() -> dict[str, dict]:
             out["additionalProperties"] = False
         return out
 
+    generation = {
+        o.config_key: {**o.schema(), "default": o.default}
+        for o in OPTIONS
+        if o.config == GENERATION
+    }
     return {
+        "generation_params": {
+            "description": "generation settings shared by every model (mars.engines.options)",
+            "type": "object",
+            "properties": generation,
+        },
         "sampling": group(SAMPLING, "sampling options of the engine (mars.engines.options)"),
         "engine": group(ENGINE, "engine options, e.g. SGLang's parallelism (mars.engines.options)"),
         "server": group(

@@ -166,6 +166,12 @@ def _flags(options):
 engine_flags = mars_engine_options.flags
 
 
+def generation_flags(model, *keys):
+    """Flags of the generation keys (mars/engines/options.py): the model's value, else the
+    generation section's."""
+    return engine_flags({k: gen_value(model, k) for k in keys}, "generation")
+
+
 def generate_args(wildcards):
     """`mars generate` options of one model x dataset (the shard index comes from the path)."""
     m = wildcards.model
@@ -179,16 +185,13 @@ def generate_args(wildcards):
     elif spec.get("model") is not None:  # a server's only model may go unnamed
         args.append(f"--model {shlex.quote(spec['model'])}")
     args += [
-        f"--traces {gen_value(m, 'traces')}",
-        f"--n-shards {gen_value(m, 'shards')}",
-        f"--seed {gen_value(m, 'seed')}",
+        *generation_flags(m, "traces", "shards", "seed"),
         "--probe none",  # probing is its own stage (rule probe)
         *own("max_tokens"),
     ]
     if GEN["questions"]:
         args.append(f"--questions {shlex.quote(GEN['questions'])}")
-    if not GEN["confs"]:
-        args.append("--no-confs")
+    args += generation_flags(m, "confs")
     args += engine_flags(spec.get("sampling", {}), "sampling")
     args += engine_flags(spec.get("engine", {}), "engine")
     return " ".join(args)
