@@ -70,9 +70,28 @@ def simulation_defaults() -> dict[str, Any]:
     }
 
 
+def fit_params() -> dict[str, Any]:
+    """The settings the fit stage's section sets, with their defaults."""
+    props = {}
+    for spec in SETTINGS:
+        if spec.section == "fit":
+            prop: dict[str, Any] = {"type": {int: "integer", float: "number"}[spec.type]}
+            if spec.low is not None:
+                prop["minimum"] = spec.low
+            if spec.high is not None:
+                prop["maximum"] = spec.high
+            props[spec.name] = {**prop, "default": spec.default, "description": spec.help}
+    return {
+        "description": "the fit stage's settings, from mars/method/settings.py",
+        "type": "object",
+        "properties": props,
+    }
+
+
 def generated() -> dict[str, dict]:
     return {
         **schema_defs(),
+        "fit_params": fit_params(),
         "simulation_params": simulation_params(),
         "simulation_defaults": simulation_defaults(),
     }

@@ -50,7 +50,7 @@ def test_the_checked_in_schema_is_the_generated_one():
 def _prop(place: str, name: str) -> dict:
     if place in (MODEL, GENERATION):  # a model overrides the generation section's keys
         return SCHEMA["properties"]["models"]["additionalProperties"]["properties"][name]
-    return SCHEMA["properties"]["probe"]["properties"][name]
+    return SCHEMA["$defs"]["probe_params"]["properties"][name]
 
 
 PLACES = (MODEL, PROBE, GENERATION)

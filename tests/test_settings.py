@@ -52,9 +52,10 @@ def test_config_schema_lists_no_undeclared_setting():
 
 
 def test_fit_and_probe_sections_hold_window_and_spacing():
-    fit = SCHEMA["properties"]["fit"]["properties"]["window"]
+    fit = SCHEMA["$defs"]["fit_params"]["properties"]["window"]
     assert fit["default"] == SPECS["window"].default and fit["minimum"] == SPECS["window"].low
-    probe = SCHEMA["properties"]["probe"]["properties"]["spacing"]
+    assert SCHEMA["properties"]["fit"]["allOf"] == [{"$ref": "#/$defs/fit_params"}]
+    probe = SCHEMA["$defs"]["probe_params"]["properties"]["spacing"]
     assert probe["minimum"] == SPECS["spacing"].low
     assert SPECS["window"].section == "fit" and SPECS["spacing"].section == "probe"
 

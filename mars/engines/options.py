@@ -245,7 +245,8 @@ def flags(values: dict[str, Any], config: str) -> list[str]:
 
 def schema_defs() -> dict[str, dict]:
     """The workflow config schema's ``$defs`` for the option maps, ``sampling``, ``engine`` and
-    ``server``, and for the ``generation`` section with its defaults (``generation_params``)."""
+    ``server``, and for the ``generation`` and ``probe`` sections' declared keys with their
+    defaults (``generation_params``, ``probe_params``)."""
 
     def group(config: str, description: str, closed: bool = True) -> dict:
         out: dict[str, Any] = {"description": description, "type": "object"}
@@ -259,7 +260,19 @@ def schema_defs() -> dict[str, dict]:
         for o in OPTIONS
         if o.config == GENERATION
     }
+
+    def with_default(o: Option) -> dict:
+        prop = o.schema()
+        if o.default is None:  # unset: the engine's or the generator's own
+            prop["type"] = [prop["type"], "null"]
+        return {**prop, "default": o.default}
+
     return {
+        "probe_params": {
+            "description": "the probe stage's own options (mars.engines.options)",
+            "type": "object",
+            "properties": {o.config_key: with_default(o) for o in OPTIONS if o.config == PROBE},
+        },
         "generation_params": {
             "description": "generation settings shared by every model (mars.engines.options)",
             "type": "object",
