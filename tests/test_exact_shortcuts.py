@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from util import write_layout_pool
 
-from mars.method import deepconf
+from mars.method import arrays, deepconf
 from mars.method.arrays import _EXACT_SUM_BOUND, _records, build_arrays
 from mars.method.registry import parse_methods
 from mars.method.stopping import Margin, _challengers, margin
@@ -71,6 +71,57 @@ def test_confidence_statistics_equal_the_plain_computation(tmp_path, scale):
             assert np.array_equal(np.diff(arr.rec_offsets), [len(r) for r in rec_idx])
             assert np.array_equal(arr.rec_index, np.concatenate(rec_idx))
             assert np.array_equal(arr.rec_value, np.concatenate(rec_val))
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 9_000, 1])
+def test_confidence_statistics_of_awkward_traces_in_chunks(monkeypatch, chunk):
+    """Traces summed many at a time (in chunks of ``chunk`` tokens, a trace at least) give each
+    trace's own numbers: empty traces, traces shorter than the window, negative confidences,
+    traces beyond the exact bound beside exact ones, windows ending at or before the probe."""
+    monkeypatch.setattr(arrays, "_CHUNK_TOKENS", chunk)
+    rng = np.random.default_rng(7)
+    lengths = np.array([0, 5, 2047, 2048, 2049, 0, 9000, 4096, 30_000, 1, 6000, 0], np.int64)
+    values = (rng.random(int(lengths.sum())) * 20).astype(np.float16)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values[offsets[6] : offsets[6] + 50] *= np.float16(-1)  # negative confidences
+    values[offsets[8] : offsets[9]] = np.float16(60_000.0)  # beyond the exact bound
+    values[offsets[10] : offsets[11]] = values[offsets[10]]  # ties everywhere
+    n = len(lengths)
+    q = QuestionData(
+        qid=0,
+        ground_truth="1",
+        trace_idx=np.arange(n, dtype=np.int64),
+        lengths=lengths,
+        final_answers=[None] * n,
+        probe_offsets=np.zeros(n + 1, dtype=np.int64),
+        probe_positions=np.zeros(0, dtype=np.int64),
+        probe_codes=np.zeros(0, dtype=np.int32),
+        probe_strings=[],
+        conf_offsets=offsets,
+        conf_values=values,
+    )
+    grid = np.arange(0, 32_768, 2048, dtype=np.int64)
+    finished = grid[None, :] >= lengths[:, None]
+    for window in (2048, 1000):
+        conf, lows, rec_idx, rec_val = plain_confidence_stats(q, grid, window, finished)
+        got = arrays._confidence_stats(q, grid, window, finished)
+        assert np.array_equal(got[0], conf) and got[0].dtype == np.float32
+        assert np.array_equal(got[1], lows) and got[1].dtype == np.float32
+        assert np.array_equal(np.diff(got[2]), [len(r) for r in rec_idx])
+        assert np.array_equal(got[3], np.concatenate(rec_idx)) and got[3].dtype == np.int64
+        assert np.array_equal(got[4], np.concatenate(rec_val)) and got[4].dtype == np.float32
+        # a live run's window (the W tokens before the probe), checkpoint confidences only
+        before = arrays._confidence_stats(q, grid, window, finished, "before", group_stats=False)
+        ends = np.minimum(grid[None, :], lengths[:, None])
+        starts = np.maximum(ends - window, 0)
+        for j in range(n):
+            cs = np.zeros(lengths[j] + 1)
+            np.cumsum(q.confs(j).astype(np.float32), dtype=np.float64, out=cs[1:])
+            vals = (cs[ends[j]] - cs[starts[j]]) / np.maximum(ends[j] - starts[j], 1)
+            whole = cs[-1] / lengths[j] if lengths[j] else 0.0
+            assert np.array_equal(
+                before[0][j], np.where(finished[j], whole, vals).astype(np.float32)
+            )
 
 
 def test_records_equal_a_running_minimum():

@@ -271,17 +271,50 @@ def _largest(c: np.ndarray) -> float:
     return float(bits.view(np.float16)[0])
 
 
-def _window_sums(c: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, float]:
-    """Σ c[starts[k]:ends[k]] for every k, and Σ c, in float64, summed segment by segment between
-    the windows' boundaries (one pass over the tokens; exact within :data:`_EXACT_SUM_BOUND`)."""
-    L = len(c)
-    bounds = np.unique(np.concatenate([[0], starts, ends]))
-    bounds = bounds[bounds < L]
-    prefix = np.zeros(len(bounds) + 1, dtype=np.float64)  # Σ c[:bounds[i]], then Σ c
-    if L:
-        np.cumsum(np.add.reduceat(c, bounds, dtype=np.float64), out=prefix[1:])
-    at = np.append(bounds, L)
-    return prefix[np.searchsorted(at, ends)] - prefix[np.searchsorted(at, starts)], prefix[-1]
+def _exact_traces(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """bool [n]: the traces (float16, not empty) whose float64 sums are exact
+    (max |c| · length ≤ :data:`_EXACT_SUM_BOUND`), judged for all traces by one pass over the
+    bits: a trace without negative values has its largest magnitude as its largest bits."""
+    lengths = np.diff(offsets)
+    full = np.flatnonzero(lengths > 0)
+    exact = np.zeros(len(lengths), dtype=bool)
+    if not len(full):
+        return exact
+    bits = np.maximum.reduceat(values.view(np.uint16), offsets[full])
+    largest = bits.view(np.float16).astype(np.float64)
+    for i in np.flatnonzero(bits >= 0x8000):  # a negative value: the magnitudes' maximum
+        j = full[i]
+        largest[i] = _largest(values[offsets[j] : offsets[j + 1]])
+    exact[full] = largest * lengths[full] <= _EXACT_SUM_BOUND
+    return exact
+
+
+def _window_sums(
+    c: np.ndarray, offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Σ c[o + starts[j, k] : o + ends[j, k]] (o = offsets[j]) for every trace j and window k, and
+    Σ of each trace, in float64, summed segment by segment between each trace's window
+    boundaries: one pass over the tokens of every trace (exact within :data:`_EXACT_SUM_BOUND`,
+    so the very numbers of the reference's float64 running sum)."""
+    n, m = starts.shape
+    bounds = np.concatenate([np.zeros((n, 1), dtype=np.int64), starts, ends], axis=1)
+    order = np.argsort(bounds, axis=1, kind="stable")
+    at = offsets[:-1, None] + np.take_along_axis(bounds, order, axis=1)  # ascending, row by row
+    flat = at.ravel()
+    # each segment runs to the next boundary: the trace's next one, or its end (the next
+    # trace's first boundary); a segment between equal boundaries is empty
+    seg = np.zeros(flat.size, dtype=np.float64)
+    inside = int(np.searchsorted(flat, len(c)))
+    if inside:
+        seg[:inside] = np.add.reduceat(c, flat[:inside], dtype=np.float64)
+    following = np.concatenate([at[:, 1:], offsets[1:, None]], axis=1).ravel()
+    seg[following == flat] = 0.0
+    prefix = np.zeros((n, 2 * m + 2), dtype=np.float64)  # Σ before each sorted boundary, Σ c
+    np.cumsum(seg.reshape(n, 2 * m + 1), axis=1, out=prefix[:, 1:])
+    place = np.empty_like(order)  # where each boundary went in its row's order
+    np.put_along_axis(place, order, np.arange(2 * m + 1)[None, :].repeat(n, axis=0), axis=1)
+    before = np.take_along_axis(prefix, place, axis=1)
+    return before[:, 1 + m :] - before[:, 1 : 1 + m], prefix[:, -1]
 
 
 def _records(gc: np.ndarray, block: int = 256) -> tuple[np.ndarray, np.ndarray]:
@@ -313,6 +346,47 @@ def _records(gc: np.ndarray, block: int = 256) -> tuple[np.ndarray, np.ndarray]:
     return firsts[blocks][rows] + cols, padded[rows, cols]
 
 
+def _records_of_runs(
+    gc: np.ndarray, starts: np.ndarray, block: int = 256
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_records` of every run ``gc[starts[i]:starts[i + 1]]`` (none empty) at once: the
+    records' indices within their run, values and count per run, as the same comparisons."""
+    runs = len(starts) - 1
+    sizes = np.diff(starts)
+    per_run = -(-sizes // block)
+    run_of = np.repeat(np.arange(runs), per_run)  # the blocks of every run, in order
+    k = np.arange(len(run_of)) - np.repeat(np.cumsum(per_run) - per_run, per_run)
+    firsts = starts[run_of] + k * block
+    lows = np.minimum.reduceat(gc, firsts)
+    if not np.isfinite(lows).all():  # NaN (never from a checked pool): run by run
+        parts = [_records(gc[starts[i] : starts[i + 1]], block) for i in range(runs)]
+        return (
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]).astype(gc.dtype),
+            np.array([len(p[0]) for p in parts], dtype=np.int64),
+        )
+    table = np.full((runs, int(per_run.max())), np.inf, dtype=gc.dtype)
+    table[run_of, k] = lows
+    earlier = np.full_like(table, np.inf)  # the minimum of the run's blocks before each
+    np.minimum.accumulate(table[:, :-1], axis=1, out=earlier[:, 1:])
+    before = earlier[run_of, k]
+    blocks = np.flatnonzero(lows < before)
+    at = firsts[blocks, None] + np.arange(block)
+    end = starts[run_of[blocks] + 1, None]
+    padded = np.where(at < end, gc[np.minimum(at, len(gc) - 1)], np.inf).astype(gc.dtype)
+    previous = np.minimum.accumulate(
+        np.concatenate([before[blocks, None], padded[:, :-1]], axis=1), axis=1
+    )
+    rows, cols = np.nonzero(padded < previous)
+    counts = np.bincount(run_of[blocks][rows], minlength=runs).astype(np.int64)
+    return k[blocks][rows] * block + cols, padded[rows, cols], counts
+
+
+#: Confidences are widened to float32 and their group confidences kept for traces of about this
+#: many tokens at a time (4 MB each), so that no buffer grows with the question.
+_CHUNK_TOKENS = 1 << 20
+
+
 def _confidence_stats(
     q: QuestionData,
     grid: np.ndarray,
@@ -328,17 +402,21 @@ def _confidence_stats(
     ``group_stats=False`` skips DeepConf's group confidences (min_group and records are None).
 
     Checkpoint confidences are the reference's float64 window sums; where those are exact
-    (:data:`_EXACT_SUM_BOUND`: any realistic trace) they are summed window by window instead of
-    through a cumulative sum over every token, the same numbers for half the work. Group
-    confidences keep the reference's float32 running sum, whose rounding they inherit.
+    (:data:`_EXACT_SUM_BOUND`: any realistic trace) they are summed segment by segment between
+    the windows for many traces at once instead of through a cumulative sum over every token,
+    the same numbers for a fraction of the work. Group confidences keep the reference's float32
+    running sum, whose rounding they inherit; their running-minimum records are found for many
+    traces at once (:func:`_records_of_runs`).
     """
     n, m = q.n_traces, len(grid)
-    conf_at_pos = np.empty((n, m), dtype=np.float32)
-    min_group = np.empty(n, dtype=np.float32)
-    rec_idx, rec_val, rec_cnt = [], [], np.zeros(n, dtype=np.int64)
     W = window
-    half = q.conf_values is not None and q.conf_values.dtype == np.float16
-    lengths = np.diff(q.conf_offsets) if q.conf_offsets is not None else np.zeros(n, np.int64)
+    if q.conf_offsets is not None and q.conf_values is not None:
+        offsets = np.asarray(q.conf_offsets, dtype=np.int64)
+        values = q.conf_values[: offsets[-1]]
+    else:
+        offsets, values = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.float16)
+    half = values.dtype == np.float16
+    lengths = np.diff(offsets)
     # checkpoint confidence: the float64 sum of the window of W tokens ending at index p
     ends = (
         np.minimum(grid[None, :], lengths[:, None] - 1) + 1
@@ -348,50 +426,65 @@ def _confidence_stats(
     starts = np.maximum(ends - W, 0)
     sums = np.zeros((n, m), dtype=np.float64)
     totals = np.zeros(n, dtype=np.float64)
-    for j in range(n):
-        # float16 tokens are widened inside each sum (as exactly as a float32 copy would be)
-        c = q.confs(j) if half else q.confs(j).astype(np.float32)
-        L = len(c)
-        if not L:
-            sums[j] = 0.0
-        elif half and _largest(c) * L <= _EXACT_SUM_BOUND:  # every partial sum exact
-            sums[j], totals[j] = _window_sums(c, starts[j], ends[j])
-        else:  # the reference's float64 cumulative sum
-            cs = np.zeros(L + 1, dtype=np.float64)
-            np.cumsum(c, dtype=np.float64, out=cs[1:])
-            sums[j], totals[j] = cs[ends[j]] - cs[starts[j]], cs[L]
-        if not group_stats:
-            continue
-        # group confidences: float32 running sum, sliding windows of W tokens
-        if L < W:
-            run = np.array(
-                [c.astype(np.float32).mean(dtype=np.float32) if L else 0.0], dtype=np.float32
-            )
-        else:
-            cs32 = np.empty(L + 1, dtype=np.float32)
-            cs32[0] = 0
-            np.cumsum(c, dtype=np.float32, out=cs32[1:])
-            run = np.subtract(cs32[W:], cs32[:-W])
-            np.divide(run, np.float32(W), out=run)
-        at, values = _records(run)
-        rec_idx.append(at)
-        rec_val.append(values)
-        rec_cnt[j] = len(at)
-        min_group[j] = values[-1]
+    exact = _exact_traces(values, offsets) if half else np.zeros(n, dtype=bool)
+    long = lengths >= W
+    spans = np.where(long, lengths - W + 1, 1)  # group confidences per trace (one if short)
+    run_starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(spans, out=run_starts[1:])
+    rec_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    cs32 = np.zeros(int(lengths.max(initial=0)) + 1, dtype=np.float32)  # cs32[0] = 0
+    lo = 0
+    while lo < n:  # traces lo..hi-1: about _CHUNK_TOKENS tokens (at least one trace)
+        hi = max(lo + 1, int(np.searchsorted(offsets, offsets[lo] + _CHUNK_TOKENS, "right")) - 1)
+        hi = min(hi, n)
+        base = offsets[lo]
+        # float16 tokens widened once (exactly), read by every sum below
+        c = values[base : offsets[hi]].astype(np.float32)
+        local = offsets[lo : hi + 1] - base
+        part = np.flatnonzero(exact[lo:hi])
+        if len(part) == hi - lo:
+            sums[lo:hi], totals[lo:hi] = _window_sums(c, local, starts[lo:hi], ends[lo:hi])
+        elif len(part):
+            chosen = lo + part
+            rows = np.stack([local[part], local[part + 1]], axis=1).ravel()
+            sub = np.concatenate([c[a:b] for a, b in zip(rows[::2], rows[1::2])])
+            sub_off = np.zeros(len(part) + 1, dtype=np.int64)
+            np.cumsum(lengths[chosen], out=sub_off[1:])
+            sums[chosen], totals[chosen] = _window_sums(sub, sub_off, starts[chosen], ends[chosen])
+        for j in range(lo, hi):
+            if exact[j] or not lengths[j]:
+                continue
+            # the reference's float64 cumulative sum
+            cs = np.zeros(lengths[j] + 1, dtype=np.float64)
+            np.cumsum(c[local[j - lo] : local[j - lo + 1]], dtype=np.float64, out=cs[1:])
+            sums[j], totals[j] = cs[ends[j]] - cs[starts[j]], cs[-1]
+        if group_stats:
+            # group confidences: float32 running sum, sliding windows of W tokens
+            gc = np.empty(run_starts[hi] - run_starts[lo], dtype=np.float32)
+            at = run_starts[lo : hi + 1] - run_starts[lo]
+            for j in range(lo, hi):
+                t = c[local[j - lo] : local[j - lo + 1]]
+                out = gc[at[j - lo] : at[j - lo + 1]]
+                L = len(t)
+                if L < W:
+                    out[0] = t.mean(dtype=np.float32) if L else 0.0
+                    continue
+                np.cumsum(t, out=cs32[1 : L + 1])
+                np.subtract(cs32[W : L + 1], cs32[: L + 1 - W], out=out)
+                np.divide(out, np.float32(W), out=out)
+            rec_parts.append(_records_of_runs(gc, at))
+        lo = hi
     vals = sums / np.maximum(ends - starts, 1)
     whole = np.divide(totals, lengths, out=np.zeros(n), where=lengths > 0)
-    conf_at_pos[:] = np.where(finished_at, whole[:, None], vals)
+    conf_at_pos = np.where(finished_at, whole[:, None], vals).astype(np.float32)
     if not group_stats:
         return conf_at_pos, None, None, None, None
+    rec_index = np.concatenate([p[0] for p in rec_parts]).astype(np.int64)
+    rec_value = np.concatenate([p[1] for p in rec_parts]).astype(np.float32)
     rec_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(rec_cnt, out=rec_offsets[1:])
-    return (
-        conf_at_pos,
-        min_group,
-        rec_offsets,
-        np.concatenate(rec_idx).astype(np.int64),
-        np.concatenate(rec_val).astype(np.float32),
-    )
+    np.cumsum(np.concatenate([p[2] for p in rec_parts]), out=rec_offsets[1:])
+    min_group = rec_value[rec_offsets[1:] - 1]
+    return conf_at_pos, min_group, rec_offsets, rec_index, rec_value
 
 
 _MISSING = -2  # no probe where a running trace needs one
