@@ -371,15 +371,22 @@ def _records_of_runs(
     np.minimum.accumulate(table[:, :-1], axis=1, out=earlier[:, 1:])
     before = earlier[run_of, k]
     blocks = np.flatnonzero(lows < before)
-    at = firsts[blocks, None] + np.arange(block)
-    end = starts[run_of[blocks] + 1, None]
-    padded = np.where(at < end, gc[np.minimum(at, len(gc) - 1)], np.inf).astype(gc.dtype)
+    # the candidate blocks' values, +inf past their run's end: whole blocks copied row by row,
+    # the last block of a run (at most one per run) value by value
+    at, end = firsts[blocks], starts[run_of[blocks] + 1]
+    padded = np.full((len(blocks), block), np.inf, dtype=gc.dtype)
+    whole = at + block <= end
+    if whole.any():
+        padded[whole] = np.lib.stride_tricks.sliding_window_view(gc, block)[at[whole]]
+    for i in np.flatnonzero(~whole):
+        padded[i, : end[i] - at[i]] = gc[at[i] : end[i]]
     previous = np.minimum.accumulate(
         np.concatenate([before[blocks, None], padded[:, :-1]], axis=1), axis=1
     )
-    rows, cols = np.nonzero(padded < previous)
+    hits = np.flatnonzero(padded < previous)  # in order: by block, then within it
+    rows = hits // block
     counts = np.bincount(run_of[blocks][rows], minlength=runs).astype(np.int64)
-    return k[blocks][rows] * block + cols, padded[rows, cols], counts
+    return k[blocks][rows] * block + (hits - rows * block), padded.ravel()[hits], counts
 
 
 #: Confidences are widened to float32 and their group confidences kept for traces of about this
