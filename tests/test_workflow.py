@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from util import report_files_differ
 
 from mars.report.fmt import read_table_csv
 
@@ -687,27 +688,7 @@ def test_the_report_rule_reads_only_its_declared_inputs(tiny_run, tmp_path):
     r = subprocess.run(command.group(1), shell=True, cwd=work, env=env, capture_output=True)
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     after = files()
-    assert sorted(after) == sorted(before)
-    differ = [k for k in before if before[k] != after[k]]
-    # matplotlib's layout can move a PDF coordinate by its last printed digit from process to
-    # process (1e-6 pt); the PNGs, drawn from the same layout, are byte-identical
-    assert [k for k in differ if k.suffix != ".pdf"] == []
-    for k in differ:
-        assert pdf_numbers(before[k]) == pytest.approx(pdf_numbers(after[k]), abs=1e-5), k
-
-
-def pdf_numbers(data: bytes) -> list[float]:
-    """The decimal numbers of a PDF's streams (coordinates, sizes), in order."""
-    import zlib
-
-    out = []
-    for m in re.finditer(rb"stream\r?\n(.*?)\r?\nendstream", data, re.S):
-        try:
-            part = zlib.decompress(m.group(1))
-        except zlib.error:
-            part = m.group(1)
-        out += [float(x) for x in re.findall(rb"-?\d+\.\d+", part)]
-    return out
+    assert report_files_differ(before, after) == []
 
 
 @slow

@@ -158,3 +158,42 @@ def small_disk(path, size: str = "64k"):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def report_files_differ(before: dict, after: dict) -> list:
+    """The report files (relative path -> bytes) that differ beyond matplotlib's layout noise:
+    from one process to the next a coordinate can move by its last bit, so a PDF prints one
+    differently (to 1e-6 pt) and a PNG can shift a few antialiased pixels by one level. Tables,
+    CSVs, captions and the index must be byte-identical."""
+    import io
+    import re
+    import zlib
+
+    def pdf_numbers(data: bytes) -> list[float]:
+        out = []
+        for m in re.finditer(rb"stream\r?\n(.*?)\r?\nendstream", data, re.S):
+            try:
+                part = zlib.decompress(m.group(1))
+            except zlib.error:
+                part = m.group(1)
+            out += [float(x) for x in re.findall(rb"-?\d+\.\d+", part)]
+        return out
+
+    def same(path, a: bytes, b: bytes) -> bool:
+        if a == b:
+            return True
+        if path.suffix == ".pdf":
+            x, y = pdf_numbers(a), pdf_numbers(b)
+            return len(x) == len(y) and bool(np.allclose(x, y, rtol=0, atol=1e-5))
+        if path.suffix == ".png":
+            import matplotlib.image as mpimg
+
+            x, y = mpimg.imread(io.BytesIO(a)), mpimg.imread(io.BytesIO(b))
+            if x.shape != y.shape:
+                return False
+            d = np.abs(x - y)
+            return bool(d.max() <= 2 / 255 + 1e-9 and (d > 0).any(axis=-1).mean() < 1e-4)
+        return False
+
+    assert sorted(before) == sorted(after), (sorted(before), sorted(after))
+    return [k for k in before if not same(k, before[k], after[k])]
