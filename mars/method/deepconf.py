@@ -34,7 +34,7 @@ def truncations(arr: QuestionArrays, taus, samples: np.ndarray) -> np.ndarray:
 
     All iterations at once. A trace's records (its group confidence's running minima) strictly
     decrease, so its first record below τ is the one after those at or above τ: counted per trace
-    and τ from where each record falls among the sorted thresholds. The comparisons are the ones
+    for every τ by one binary search in its records. The comparisons are the ones
     :meth:`~mars.method.arrays.QuestionArrays.truncation` makes (float32 records against float32
     thresholds, which is what :func:`threshold` returns); any other type takes that method.
     """
@@ -43,21 +43,24 @@ def truncations(arr: QuestionArrays, taus, samples: np.ndarray) -> np.ndarray:
     samples = np.asarray(samples, dtype=np.int64)
     off, val = arr.rec_offsets, arr.rec_value
     n_rec = np.diff(off)
-    later = np.ones(len(val), dtype=bool)
-    later[off[:-1][n_rec > 0]] = False  # each trace's first record
+    falls = val[1:] < val[:-1]
+    falls[off[1:-1][(off[1:-1] > 0) & (off[1:-1] < len(val))] - 1] = True  # a trace's first
     same_types = val.dtype == np.float32 and all(isinstance(t, np.float32) for t in taus)
-    if not same_types or not (np.diff(val, prepend=np.inf)[later] < 0).all():
+    if not same_types or not falls.all():
         return np.stack([arr.truncation(t)[s] for t, s in zip(taus, samples)])
     tau = np.array(taus, dtype=np.float32)
     order = np.argsort(tau, kind="stable")
     rank = np.empty(len(tau), dtype=np.int64)
     rank[order] = np.arange(len(tau))
-    # a record at or above the (sorted) thresholds 0 .. k-1, below the rest
-    k = np.searchsorted(tau[order], val, side="right")
+    # records at or above each (sorted) threshold: all but those below it, found in the trace's
+    # records reversed (ascending), in numpy's order (NaN above every number, as sorting ranks it)
+    ranked = tau[order]
+    rev, end = val[::-1].copy(), len(val)
     n, T = arr.n_traces, len(tau)
-    trace = np.repeat(np.arange(n), n_rec)
-    per = np.bincount(trace * (T + 1) + k, minlength=n * (T + 1)).reshape(n, T + 1)
-    at_or_above = np.cumsum(per[:, ::-1], axis=1)[:, ::-1][:, 1:]  # [n, T]: records ≥ τ_(i)
+    at_or_above = np.empty((n, T), dtype=np.int64)  # [n, T]: records ≥ τ_(i)
+    for j in range(n):
+        mine = rev[end - off[j + 1] : end - off[j]]
+        at_or_above[j] = len(mine) - np.searchsorted(mine, ranked, side="left")
     first = off[:-1, None] + at_or_above  # index of the first record below τ_(i)
     cut = np.where(
         at_or_above < n_rec[:, None],
