@@ -571,23 +571,17 @@ class MethodRun:
         if arr.probe_tokens is None:
             out[:] = np.nan
             return out
-        if until is None:  # up to the stop: per-trace running sums, shared by the methods
-            spent, unknown_at = self.ctx.probe_sums()
-            at = np.minimum(stop_k, m - 1)[:, None]
-            out = spent[self.samples, at].sum(axis=1).astype(np.float64)
-            out[unknown_at[self.samples, at].any(axis=1)] = np.nan
-            return out
-        run_lens = self.run_lens
-        probed_until = run_lens
+        # from per-trace running sums, shared by the methods: each sampled trace's up to the
+        # stop, or up to where the rule stopped charging it (its checkpoint there included)
+        spent, unknown_at = self.ctx.probe_sums()
+        at = np.broadcast_to(np.minimum(stop_k, m - 1)[:, None], self.samples.shape)
         if until is not None:
-            probed_until = np.minimum(run_lens, np.minimum(until, run_lens) + 1)
-        probed = (arr.grid[None, None, :] < probed_until[:, :, None]) & (
-            np.arange(m)[None, None, :] <= stop_k[:, None, None]
-        )
-        cost = arr.probe_tokens[self.samples]
-        unknown = (probed & (cost < 0)).any(axis=(1, 2))
-        out = np.where(probed, np.maximum(cost, 0), 0).sum(axis=(1, 2)).astype(np.float64)
-        out[unknown] = np.nan
+            probed_until = np.minimum(self.run_lens, np.minimum(until, self.run_lens) + 1)
+            at = np.minimum(at, np.searchsorted(arr.grid, probed_until, side="left") - 1)
+        some = at >= 0  # probed at some checkpoint
+        at = np.maximum(at, 0)
+        out = np.where(some, spent[self.samples, at], 0).sum(axis=1).astype(np.float64)
+        out[(some & unknown_at[self.samples, at]).any(axis=1)] = np.nan
         return out
 
 

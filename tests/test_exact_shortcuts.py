@@ -226,6 +226,22 @@ def test_methods_sharing_a_question_decide_as_they_do_alone(tmp_path):
                 assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), (m.name, field)
 
 
+def plain_probe_tokens(run: MethodRun, stop_k: np.ndarray, until: np.ndarray | None):
+    """Every probe counted: a sampled trace at checkpoint k ≤ the stop while it runs (and, when
+    the rule stopped charging it, at a checkpoint up to that position)."""
+    arr, m = run.arr, len(run.arr.grid)
+    probed_until = run.run_lens
+    if until is not None:
+        probed_until = np.minimum(run.run_lens, np.minimum(until, run.run_lens) + 1)
+    probed = (arr.grid[None, None, :] < probed_until[:, :, None]) & (
+        np.arange(m)[None, None, :] <= stop_k[:, None, None]
+    )
+    cost = arr.probe_tokens[run.samples]
+    out = np.where(probed, np.maximum(cost, 0), 0).sum(axis=(1, 2)).astype(np.float64)
+    out[(probed & (cost < 0)).any(axis=(1, 2))] = np.nan
+    return out
+
+
 def test_probe_cost_from_shared_sums_equals_the_direct_count(tmp_path):
     pool = write_layout_pool(tmp_path / "pool", seed=6, n_questions=1, n=40)
     arr = build_arrays(open_pool(pool).read_question(0))
@@ -235,6 +251,15 @@ def test_probe_cost_from_shared_sums_equals_the_direct_count(tmp_path):
     run = MethodRun(ctx, parse_methods("sc-mars")[0])
     stop_k = np.arange(8) % (len(arr.grid) + 1)
     never = np.full(run.samples.shape, np.iinfo(np.int64).max)  # charged to the end: the same
-    assert np.array_equal(
-        run._probe_tokens(stop_k, None), run._probe_tokens(stop_k, never), equal_nan=True
+    rng = np.random.default_rng(0)
+    pruned = np.where(  # some traces stop being charged: before, at and between checkpoints
+        rng.random(run.samples.shape) < 0.5,
+        rng.choice(np.concatenate([[0], arr.grid - 1, arr.grid, arr.grid + 7]), run.samples.shape),
+        never,
     )
+    for until in (None, never, pruned):
+        assert np.array_equal(
+            run._probe_tokens(stop_k, until),
+            plain_probe_tokens(run, stop_k, until),
+            equal_nan=True,
+        )
