@@ -73,86 +73,81 @@ def setting_help(spec: SettingSpec, more: str = "") -> str:
     return f"{spec.help}{more} {escape(tags)}"
 
 
-def with_settings(names: Sequence[str]) -> Callable:
-    """Give a command one option per simulation setting in ``names`` (help, flag and default from
-    :mod:`mars.method.settings`); the command receives those the user set as ``settings_given``."""
+def with_options(
+    declared: list[tuple[str, Any, Any]], receiver: str, collect: Callable
+) -> Callable:
+    """Give a command one keyword option per ``(name, annotation, typer.Option)`` of ``declared``;
+    the command receives ``collect({name: value})`` as its ``receiver`` argument."""
+    names = [name for name, _, _ in declared]
 
     def deco(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
-        params = [p for n, p in sig.parameters.items() if n != "settings_given"]
-        annotations = {k: v for k, v in fn.__annotations__.items() if k != "settings_given"}
-        for name in names:
-            spec = SPECS[name]
-            option = typer.Option(
-                None,
-                spec.flag,
-                help=setting_help(spec),
-                show_default=False,
-                rich_help_panel="Settings",
-            )
+        params = [p for n, p in sig.parameters.items() if n != receiver]
+        annotations = {k: v for k, v in fn.__annotations__.items() if k != receiver}
+        for name, kind, option in declared:
             params.append(
                 inspect.Parameter(
-                    name,
-                    inspect.Parameter.KEYWORD_ONLY,
-                    default=option,
-                    annotation=Optional[spec.type],  # noqa: UP045 - typer needs a runtime type
+                    name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind
                 )
             )
-            annotations[name] = Optional[spec.type]  # noqa: UP045
+            annotations[name] = kind
 
         @functools.wraps(fn)
         def wrapper(**kwargs: Any) -> Any:
             given = {n: kwargs.pop(n) for n in names}
-            return fn(**kwargs, settings_given={k: v for k, v in given.items() if v is not None})
+            return fn(**kwargs, **{receiver: collect(given)})
 
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = annotations
         return wrapper
 
     return deco
+
+
+def with_settings(names: Sequence[str]) -> Callable:
+    """Give a command one option per simulation setting in ``names`` (help, flag and default from
+    :mod:`mars.method.settings`); the command receives those the user set as ``settings_given``."""
+    declared = [
+        (
+            name,
+            Optional[SPECS[name].type],  # noqa: UP045 - typer needs a runtime type
+            typer.Option(
+                None,
+                SPECS[name].flag,
+                help=setting_help(SPECS[name]),
+                show_default=False,
+                rich_help_panel="Settings",
+            ),
+        )
+        for name in names
+    ]
+    return with_options(
+        declared, "settings_given", lambda given: {k: v for k, v in given.items() if v is not None}
+    )
 
 
 def with_engine_options(command: str) -> Callable:
     """Give a command one option per engine option it takes (name, type, default and help from
-    :mod:`mars.engines.options`); the command receives them all as ``engine_options``."""
+    :mod:`mars.engines.options`, checked against its range); the command receives them all as
+    ``engine_options``."""
     from .engines.options import check, options_of
 
-    declared = options_of(command)
+    declared = []
+    for opt in options_of(command):
+        kind = opt.type if opt.default is not None else Optional[opt.type]  # noqa: UP045
+        help_text = opt.help + ("" if opt.default is None else f" [default: {opt.default}]")
+        flag = f"{opt.flag}/--no-{opt.flag[2:]}" if opt.type is bool else opt.flag
+        option = typer.Option(
+            opt.default, flag, help=escape(help_text), show_default=False, rich_help_panel="Engine"
+        )
+        declared.append((opt.name, kind, option))
 
-    def deco(fn: Callable) -> Callable:
-        sig = inspect.signature(fn)
-        params = [p for n, p in sig.parameters.items() if n != "engine_options"]
-        annotations = {k: v for k, v in fn.__annotations__.items() if k != "engine_options"}
-        for opt in declared:
-            kind = opt.type if opt.default is not None else Optional[opt.type]  # noqa: UP045
-            help_text = opt.help + ("" if opt.default is None else f" [default: {opt.default}]")
-            flag = f"{opt.flag}/--no-{opt.flag[2:]}" if opt.type is bool else opt.flag
-            option = typer.Option(
-                opt.default,
-                flag,
-                help=escape(help_text),
-                show_default=False,
-                rich_help_panel="Engine",
-            )
-            params.append(
-                inspect.Parameter(
-                    opt.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind
-                )
-            )
-            annotations[opt.name] = kind
+    def collect(given: dict) -> dict:
+        with user_errors():
+            check(given)
+        return given
 
-        @functools.wraps(fn)
-        def wrapper(**kwargs: Any) -> Any:
-            given = {o.name: kwargs.pop(o.name) for o in declared}
-            with user_errors():
-                check(given)
-            return fn(**kwargs, engine_options=given)
-
-        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = annotations
-        return wrapper
-
-    return deco
+    return with_options(declared, "engine_options", collect)
 
 
 @app.command()

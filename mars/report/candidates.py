@@ -39,17 +39,16 @@ def example_candidates(run: Run) -> pd.DataFrame:
     return out.sort_values(["saved", "qid"], ascending=[False, True], kind="stable")
 
 
-def pp_failure_candidates(run: Run, pp_run: Run | None = None) -> pd.DataFrame:
+def pp_failure_candidates(run: Run) -> pd.DataFrame:
     """Fig. 2's candidates, best first: questions by how much more often MARS is right than
     Parallel-Probe (then question id), each with its sample: the first where PP is wrong and
-    MARS right, else the first."""
-    pp_run = pp_run or run
+    MARS right, else the first; with both methods' accuracy on the question."""
     j = run.per_question(MARS_SC)[["qid", "accuracy"]].merge(
-        pp_run.per_question(PP_SC)[["qid", "accuracy"]], on="qid", suffixes=("_mars", "_pp")
+        run.per_question(PP_SC)[["qid", "accuracy"]], on="qid", suffixes=("_mars", "_pp")
     )
     j = j.assign(gap=j.accuracy_mars - j.accuracy_pp)
     j = j.sort_values(["gap", "qid"], ascending=[False, True], kind="stable")
-    im, ip = run.per_iteration(MARS_SC), pp_run.per_iteration(PP_SC)
+    im, ip = run.per_iteration(MARS_SC), run.per_iteration(PP_SC)
     rows = []
     for r in j.itertuples():
         a = im[im.qid == r.qid].set_index("iteration")
@@ -57,5 +56,13 @@ def pp_failure_candidates(run: Run, pp_run: Run | None = None) -> pd.DataFrame:
         both = a.add_suffix("_mars").join(b.add_suffix("_pp"), how="inner")
         pick = both[(~both.correct_pp.astype(bool)) & both.correct_mars.astype(bool)]
         it = int(pick.index[0]) if len(pick) else int(both.index[0])
-        rows.append({"qid": int(r.qid), "iteration": it, "gap": float(r.gap)})
-    return pd.DataFrame(rows, columns=["qid", "iteration", "gap"])
+        rows.append(
+            {
+                "qid": int(r.qid),
+                "iteration": it,
+                "gap": float(r.gap),
+                "accuracy_mars": float(r.accuracy_mars),
+                "accuracy_pp": float(r.accuracy_pp),
+            }
+        )
+    return pd.DataFrame(rows, columns=["qid", "iteration", "gap", "accuracy_mars", "accuracy_pp"])

@@ -717,16 +717,14 @@ def pick_pp_failure(results: Results):
         for r in pp_failure_candidates(run).head(EXAMPLE_LOADS).itertuples():
             tr = an.trajectory(PP_FAILURE, int(r.qid), int(r.iteration))
             if tr is not None:
-                cands.append((-float(r.gap), order, int(r.qid), run, tr))
+                cands.append((-r.gap, order, int(r.qid), run, tr, r.accuracy_pp, r.accuracy_mars))
     cands.sort(key=lambda c: c[:3])
     fallback = None
-    for neg_gap, _, qid, run, tr in cands[:EXAMPLE_LOADS]:
-        both = _pp_mars_samples(run, qid)
+    for neg_gap, _, _, run, tr, acc_pp, acc_mars in cands[:EXAMPLE_LOADS]:
         if -neg_gap > 0 and tr.lead[0] != tr.final_answer:
             reason = (
-                f"{PP_SC} is right in {100 * both.correct_pp.mean():.0f}% of samples, {MARS_SC} in "
-                f"{100 * both.correct_mars.mean():.0f}%; the checkpoint-0 leader is not the "
-                "full-budget vote"
+                f"{PP_SC} is right in {100 * acc_pp:.0f}% of samples, {MARS_SC} in "
+                f"{100 * acc_mars:.0f}%; the checkpoint-0 leader is not the full-budget vote"
             )
             return Example(run, tr, reason)
         if fallback is None:
@@ -737,12 +735,6 @@ def pick_pp_failure(results: Results):
                 f"the largest PP-vs-MARS accuracy gap ({100 * -neg_gap:+.0f} pp)",
             )
     return fallback
-
-
-def _pp_mars_samples(run: Run, qid: int) -> pd.DataFrame:
-    im, ip = run.per_iteration(MARS_SC), run.per_iteration(PP_SC)
-    im, ip = im[im.qid == qid].set_index("iteration"), ip[ip.qid == qid].set_index("iteration")
-    return im.add_suffix("_mars").join(ip.add_suffix("_pp"), how="inner")
 
 
 def fig_pp_failure(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
