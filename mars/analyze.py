@@ -39,7 +39,7 @@ from .report.candidates import (
     pp_failure_candidates,
 )
 from .report.collect import PER_ITERATION, Run, discover
-from .results import package_versions
+from .results import checksum_of, package_versions
 from .simulate import MethodRun, QuestionContext, Settings, pool_settings
 from .store import analysis as files
 from .store.atomic import check_output_dir, make_dirs, make_temp_dir, replace_dir
@@ -174,6 +174,22 @@ class _Questions:
 SWITCH_COLUMNS = files.SWITCH_MODEL_COLUMNS + [f"coef_{n}" for n in FEATURE_NAMES]
 
 
+def _check_same_traces(run: Run, pool: Pool, qids: list[int], fit=None) -> None:
+    """The run was simulated on the traces this analysis reads: its input checksum is that of
+    the questions' content, as the fit recorded it (each question read is checked against the
+    fit) or, without a fit, as the pool holds it now."""
+    if fit is not None:
+        content = {q: fit.hashes.get(q, "") for q in qids}
+    else:
+        content = {q: pool.read_question(q).content_hash() for q in qids}
+    if checksum_of(content) != run.checksum:
+        source = "the fit's" if fit is not None else str(pool.source)
+        raise AnalysisError(
+            f"{run.path}: simulated on other traces than {source} (its input checksum differs): "
+            "analyse it with the pool and fit it was simulated with"
+        )
+
+
 def _switch_models(fit, qids: list[int], warmup: int) -> pd.DataFrame:
     rows = []
     for qid in qids:
@@ -243,6 +259,7 @@ def analyze(
 
         fit = FitDir(fit_dir)
         fit.check(pool, settings, qids)
+    _check_same_traces(run, pool, qids, fit)
     if spec is not None:
         if MARS_SC not in run.overall:
             raise AnalysisError(f"--example {example}: {run_dir} has no {MARS_SC} results")

@@ -123,9 +123,15 @@ def per_question_frame(results, method: str) -> pd.DataFrame:
 
 
 def input_checksum(results) -> str:
+    """The questions a simulation ran and their content (overall.json ``input.checksum``)."""
+    return checksum_of({qr.qid: qr.content_hash for qr in results})
+
+
+def checksum_of(content_hashes: dict[int, str]) -> str:
+    """:func:`input_checksum` of ``{qid: content hash}``."""
     h = hashlib.blake2b(digest_size=16)
-    for qr in sorted(results, key=lambda r: r.qid):
-        h.update(f"{qr.qid}:{qr.content_hash};".encode())
+    for qid in sorted(content_hashes):
+        h.update(f"{qid}:{content_hashes[qid]};".encode())
     return h.hexdigest()
 
 

@@ -304,3 +304,22 @@ def test_the_report_imports_neither_the_pool_reader_nor_the_simulator(chain, tmp
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"
+
+
+def test_a_pool_or_fit_the_run_was_not_simulated_on_is_refused(chain, tmp_path):
+    """The analysis is checked against what it is loaded for: the run's input checksum must be
+    that of the traces it reads (the fit's recorded hashes, or the pool's content)."""
+    other = tmp_path / "other"
+    cli("generate", "--backend", "synthetic", "--preset", "qwen3-8b", "--problems", "aime_2025",
+        "--traces", "40", "--questions", "0-5", "--seed", "9", "--out", other, "-q")  # fmt: skip
+    cli("fit", other, "--out", tmp_path / "other-fit", "-q")
+    sim = chain / "results" / "simulate" / "m" / "d" / "default"
+    out = tmp_path / "an"
+    for args in (
+        [other, sim],
+        [other, sim, "--fit", tmp_path / "other-fit"],
+        [chain / "pool", sim, "--fit", tmp_path / "other-fit"],
+    ):
+        res = RUNNER.invoke(app, ["analyze", *map(str, args), "--out", str(out)])
+        one_line(res, "simulated on other traces")
+        assert not out.exists()
