@@ -1252,10 +1252,12 @@ def test_html_report_in_chromium(tiny_run, tmp_path):
                 shots[name] = img.convert("RGB")
             colours = shots[name].getcolors(maxcolors=1 << 21)
             white = sum(n for n, c in colours if min(c) >= 245)
-            if len(colours) > 100 and 0.1 < 1 - white / (1400 * 1000) < 0.9:
+            # drawn: not blank (the sidebar and text alone are 3 % of the page when Chromium
+            # shows the sidebar light, 19 % dark), not a solid fill
+            if len(colours) > 100 and 0.02 < 1 - white / (1400 * 1000) < 0.9:
                 break
         assert len(colours) > 100, f"{name}: {len(colours)} colours, a blank page"
-        assert 0.1 < 1 - white / (1400 * 1000) < 0.9, f"{name}: {white} white pixels"
+        assert 0.02 < 1 - white / (1400 * 1000) < 0.9, f"{name}: {white} white pixels"
     # the figure drawn: the figure's view holds the coloured pixels of its PNG, the landing none
     with Image.open(tiny_run["work"] / figure) as img:
         drawn = {c: n for n, c in img.convert("RGB").getcolors(maxcolors=1 << 21)}
