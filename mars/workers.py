@@ -124,7 +124,9 @@ def process_pool(max_workers: int, mp_context: Any = None) -> Iterator[ProcessPo
         yield ex
     except BaseException:
         terminate_children()
-        ex.shutdown(wait=False, cancel_futures=True)
+        # Wait for the pool's thread to finish with the broken pool: left running, it closes its
+        # wake-up pipe while Python 3.11's exit hook writes to it ("Bad file descriptor").
+        ex.shutdown(wait=True, cancel_futures=True)
         raise
     else:
         ex.shutdown(wait=True)

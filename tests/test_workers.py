@@ -66,6 +66,35 @@ def test_map_raises_the_workers_error_and_leaves_no_pool_traceback(tmp_path):
     assert r.stderr == ""
 
 
+def test_an_error_leaves_the_pool_thread_finished_before_exit(tmp_path):
+    """The pool's thread closes its wake-up pipe when the pool breaks; Python 3.11's exit hook
+    checks that pipe is open, then writes to it. A pool thread still running at exit can close it
+    in between (once in CI: "OSError: Bad file descriptor" printed at exit). The window is widened
+    here to 0.3 s: the pool must be finished with before the error leaves ``process_pool``."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import time, threading\n"
+        "from concurrent.futures import process\n"
+        "def wakeup(self):\n"
+        "    if not self._closed:\n"
+        "        time.sleep(0.3 if process._global_shutdown else 0)  # the exit hook's call\n"
+        "        self._writer.send_bytes(b'')\n"
+        "process._ThreadWakeup.wakeup = wakeup\n"
+        "from test_workers import _fail_first\n"
+        "from mars.workers import process_pool\n"
+        "try:\n"
+        "    with process_pool(2) as ex:\n"
+        "        list(ex.map(_fail_first, range(40)))\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+        "print(sum(isinstance(t, process._ExecutorManagerThread) for t in threading.enumerate()))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "MarsError question 0: bad\n0\n"
+    assert r.stderr == ""
+
+
 def _sleep_then(job: tuple[str, float]) -> float:
     kind, delay = job
     time.sleep(delay)
