@@ -47,8 +47,9 @@ from .workers import map_largest_first, process_pool
 
 MODEL_NAME = "switch"
 #: 2: models.parquet records the spacing and window it was fitted with (FIT_SETTINGS_KEY);
-#: 3: answer groups of ARRAYS_VERSION 4 (the switch labels follow them)
-FIT_VERSION = 3
+#: 3: answer groups of ARRAYS_VERSION 4 (the switch labels follow them);
+#: 4: questions' content hashes by SHA-256 (QuestionData.content_hash), no longer BLAKE2b
+FIT_VERSION = 4
 #: Parquet metadata key of models.parquet: what its models were fitted on (fit_key()).
 FIT_SETTINGS_KEY = b"mars.fit"
 _MODEL_PARAMS = ("mean", "scale", "intercept", "coef", "platt_a", "platt_b")
