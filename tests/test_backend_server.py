@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 httpx = pytest.importorskip("httpx")
@@ -53,7 +52,7 @@ from mars.engines.server import (  # noqa: E402
 from mars.engines.tokens import CONF_TOP_K, token_confidence  # noqa: E402
 from mars.errors import MarsError  # noqa: E402
 from mars.store import schema  # noqa: E402
-from mars.store.pool import open_pool  # noqa: E402
+from mars.store.pool import open_pool, read_trace_table  # noqa: E402
 from mars.store.problems import Problem  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -104,7 +103,7 @@ def test_a_pool_through_each_server_reads_its_answers_exactly(kind, tmp_path):
     be = backend(server, max_tokens=24)
     assert be.protocol.kind == kind and be.model == "toy/Toy-Reasoner"
     out = generate_pool(be, [Q], 3, 5, tmp_path / "pool", spacing=8, progress=False)
-    rows = pq.read_table(out / schema.trace_file_name(Q.qid)).to_pylist()
+    rows = read_trace_table(out / schema.trace_file_name(Q.qid)).to_pylist()
     prompt, suffix = be.prompt_ids(Q.question), be.suffix_ids
     bodies = completions(server)[1:]  # the first is the connect-time trial
     is_probe = [prompt_of(kind, b)[-len(suffix) :] == suffix for b in bodies]
@@ -168,7 +167,7 @@ def test_vllm_without_cache_report_records_no_cached_tokens(tmp_path, caplog):
     out = generate_pool(be, [Q], 2, 0, tmp_path / "pool", spacing=8, progress=False)
     probes = [
         p
-        for r in pq.read_table(out / "traces" / "q000003.parquet").to_pylist()
+        for r in read_trace_table(out / "traces" / "q000003.parquet").to_pylist()
         for p in r["probes"]
     ]
     assert probes and all(p["cached_tokens"] is None for p in probes)
@@ -249,8 +248,8 @@ def test_the_probe_stage_gives_the_inline_probes(kind, tmp_path):
     bare = generate_pool(be, [Q], 3, 1, tmp_path / "b", spacing=8, progress=False, probe="none")
     n_before = len(completions(server))
     probed = probe_pool(bare, tmp_path / "c", be, spacing=8, progress=False)
-    a = pq.read_table(inline / "traces/q000003.parquet").to_pylist()
-    c = pq.read_table(probed / "traces/q000003.parquet").to_pylist()
+    a = read_trace_table(inline / "traces/q000003.parquet").to_pylist()
+    c = read_trace_table(probed / "traces/q000003.parquet").to_pylist()
     assert [r["token_ids"] for r in a] == [r["token_ids"] for r in c]
     for ra, rc in zip(a, c):
         grid = [p for p in rc["probes"] if p["position"] < rc["length"] or not rc["finished"]]
@@ -383,7 +382,7 @@ def test_a_pool_through_a_text_only_server(knobs, tmp_path):
     out = generate_pool(be, [Q], 3, 5, tmp_path / "pool", spacing=8, progress=False)
     manifest = open_pool(out).manifest
     assert manifest["prompt_mode"] == "text" and manifest["server"]["kind"] == "openai"
-    rows = pq.read_table(out / schema.trace_file_name(Q.qid)).to_pylist()
+    rows = read_trace_table(out / schema.trace_file_name(Q.qid)).to_pylist()
     bos = [] if server.bos is None else [server.bos]
     prompt_len = len(be.prompt_ids(Q.question))
     approx = 0
@@ -418,7 +417,7 @@ def test_a_pool_through_a_text_only_server(knobs, tmp_path):
             backend(fake.FakeServer(TEXT_KIND), max_tokens=24), [Q], 3, 5, tmp_path / "plain",
             spacing=8, progress=False,
         )  # fmt: skip
-        other = pq.read_table(plain / schema.trace_file_name(Q.qid)).to_pylist()
+        other = read_trace_table(plain / schema.trace_file_name(Q.qid)).to_pylist()
         keys = ("token_ids", "length", "finished", "text", "final_answer")
         assert [{k: r[k] for k in keys} for r in rows] == [{k: r[k] for k in keys} for r in other]
         probe_keys = ("position", "answer", "raw_text", "generated_tokens", "prompt_tokens")
@@ -436,7 +435,7 @@ def test_a_word_the_server_split_leaves_the_trace_short_and_is_asked_for_again(t
     server = fake.FakeServer(TEXT_KIND, split_words={1})
     be = backend(server, max_tokens=24)
     out = generate_pool(be, [Q], 3, 5, tmp_path / "pool", spacing=8, progress=False)
-    rows = pq.read_table(out / schema.trace_file_name(Q.qid)).to_pylist()
+    rows = read_trace_table(out / schema.trace_file_name(Q.qid)).to_pylist()
     again = split = 0
     for row in rows:
         ids = row["token_ids"]
@@ -910,7 +909,7 @@ def smol(llama, smol_tokenizer, **kw) -> ServerBackend:
 
 
 def rows_of(pool: Path, qid: int) -> list[dict]:
-    return pq.read_table(pool / schema.trace_file_name(qid)).to_pylist()
+    return read_trace_table(pool / schema.trace_file_name(qid)).to_pylist()
 
 
 def _same_traces(a: list[dict], b: list[dict]) -> bool:

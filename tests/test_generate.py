@@ -7,9 +7,11 @@ import re
 import shutil
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
+from util import as_format_1
 
 from mars.cli import app, main
 from mars.engines.generate import generate_pool, records_to_table, run_batch
@@ -17,7 +19,7 @@ from mars.engines.synthetic import SyntheticBackend
 from mars.errors import MarsError
 from mars.store import schema
 from mars.store.consolidate import consolidate, shard_range
-from mars.store.pool import PoolError, open_pool
+from mars.store.pool import PoolError, open_pool, read_trace_table
 from mars.store.problems import load_problems
 from mars.store.problems import parse_question_spec as parse_qids
 
@@ -81,7 +83,8 @@ def test_generated_pool_validates(tmp_path, problems):
             expect = np.arange(SPACING, d.lengths[j], SPACING)
             assert np.array_equal(pos, expect[expect <= 6144])
     t = pq.read_table(out / schema.trace_file_name(0))
-    assert t.schema.equals(schema.TRACE_SCHEMA)
+    assert t.schema.equals(schema.TRACE_FILE_SCHEMA)
+    assert read_trace_table(out / schema.trace_file_name(0)).schema.equals(schema.TRACE_SCHEMA)
 
 
 def test_same_seed_same_bytes_other_seed_differs(tmp_path, problems):
@@ -110,6 +113,22 @@ def test_shards_consolidate_to_the_unsharded_pool(tmp_path, problems):
         assert ta.equals(tb)
     m = json.loads((merged / schema.POOL_MANIFEST).read_text())
     assert "shard" not in m and len(m["consolidated_from"]) == 2 and m["n_traces"] == 8
+
+
+def test_shards_of_format_1_and_2_consolidate_to_the_unsharded_pool(tmp_path, problems):
+    """A shard written before confidences were stored as bytes merges with a newer one; the pool
+    consolidated stores them as bytes, the same traces as the unsharded pool."""
+    whole = gen(problems, tmp_path / "whole")
+    s0 = as_format_1(gen(problems, tmp_path / "s0", shard=0, n_shards=2), tmp_path / "s0-old")
+    s1 = gen(problems, tmp_path / "s1", shard=1, n_shards=2)
+    old_type = pq.read_schema(s0 / schema.trace_file_name(QS[0])).field("confs").type
+    assert old_type == pa.list_(pa.float16())
+    merged = consolidate([s0, s1], tmp_path / "merged")
+    assert json.loads((merged / schema.POOL_MANIFEST).read_text())["version"] == 2
+    for q in QS:
+        assert pq.read_table(whole / schema.trace_file_name(q)).equals(
+            pq.read_table(merged / schema.trace_file_name(q))
+        )
 
 
 def test_consolidate_rejects_bad_shard_sets(tmp_path, problems):

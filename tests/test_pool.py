@@ -201,7 +201,7 @@ def _manifest_damage(path, how):
         ("digits", "a number with too many digits"),
         ("directory", "a directory, not a regular file"),
         ("symlink-loop", "unreadable (Too many levels of symbolic links)"),
-        ("version-2", "format version 2 is not supported"),
+        ("version-3", "format version 3 is not supported"),
         ("version-missing", "format version None is not supported"),
     ],
 )

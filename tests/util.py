@@ -4,7 +4,9 @@ a FIFO that never hangs a test."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import threading
 
 import numpy as np
@@ -12,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mars.store import schema
+from mars.store.pool import read_trace_table
 from mars.store.write import PoolDirWriter
 
 
@@ -197,3 +200,20 @@ def report_files_differ(before: dict, after: dict) -> list:
 
     assert sorted(before) == sorted(after), (sorted(before), sorted(after))
     return [k for k in before if not same(k, before[k], after[k])]
+
+
+def as_format_1(pool, out):
+    """The same pool as format 1 wrote it: list<float16> confidences, byte-stream split."""
+    shutil.copytree(pool, out)
+    for f in sorted((out / schema.POOL_TRACES_DIR).glob("*.parquet")):
+        pq.write_table(
+            read_trace_table(f),
+            f,
+            compression="zstd",
+            use_byte_stream_split=["confs.list.element"],
+            use_dictionary=["final_answer", "text"],
+            row_group_size=256,
+        )
+    manifest = json.loads((out / schema.POOL_MANIFEST).read_text())
+    (out / schema.POOL_MANIFEST).write_text(json.dumps({**manifest, "version": 1}))
+    return out

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from ..errors import MarsError, UsageError
 from ..progress import Progress, counted
+from ..store import confs as confs_codec
 from ..store import schema
 from ..store.atomic import check_apart, write_atomic
 from ..store.pool import LayoutPool, PoolError, open_pool, read_manifest
@@ -62,11 +63,18 @@ def _column_lists(col: pa.ChunkedArray) -> list[np.ndarray | None]:
     return [flat[offsets[i] : offsets[i + 1]] if valid[i] else None for i in range(len(valid))]
 
 
+def _conf_lists(col: pa.ChunkedArray | pa.Array) -> list[np.ndarray | None]:
+    """A confidence column (either stored form) as one float16 array (or None) per row."""
+    offsets, values = confs_codec.decode(col, "trace file", PoolError)
+    valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+    return [values[offsets[i] : offsets[i + 1]] if ok else None for i, ok in enumerate(valid)]
+
+
 def stored_traces(table: pa.Table) -> list[StoredTrace]:
     """The traces of one question's trace table, as the probe stage hands them to an engine."""
     names = table.column_names
     ids = _column_lists(table["token_ids"]) if "token_ids" in names else [None] * len(table)
-    confs = _column_lists(table["confs"]) if "confs" in names else [None] * len(table)
+    confs = _conf_lists(table["confs"]) if "confs" in names else [None] * len(table)
     texts = table["text"].to_pylist() if "text" in names else [None] * len(table)
     finals = table["final_answer"].to_pylist()
     return [

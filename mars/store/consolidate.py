@@ -19,7 +19,7 @@ from . import schema
 from .atomic import check_apart
 from .pool import PoolError
 from .userfiles import read_json_object
-from .write import PoolDirWriter
+from .write import PoolDirWriter, with_stored_confs
 
 #: Manifest keys that differ between the shards of one generation.
 SHARD_ONLY = ("shard", "n_questions", "format", "version")
@@ -103,7 +103,10 @@ def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bo
     with PoolDirWriter(out, atomic=True, overwrite=overwrite) as w:
         for row in qrows:
             qid = row["qid"]
-            parts = [pq.read_table(d / schema.trace_file_name(qid)) for _, d, _, _ in shards]
+            parts = [  # shards of either format version: confidences as bytes in both
+                with_stored_confs(pq.read_table(d / schema.trace_file_name(qid)))
+                for _, d, _, _ in shards
+            ]
             table = pa.concat_tables(parts).combine_chunks()
             idx = table.column("trace_idx").to_numpy()
             if not np.array_equal(idx, np.arange(ref["n_traces"])):

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import MarsError
+from . import confs as confs_codec
 from . import schema
 from .userfiles import read_json, regular_file
 
@@ -35,17 +36,23 @@ class PoolError(MarsError):
 
 
 def read_manifest(
-    path: Path, fmt: str, error: type[MarsError], missing: str, version: int | None = None
+    path: Path,
+    fmt: str,
+    error: type[MarsError],
+    missing: str,
+    version: int | tuple[int, ...] | None = None,
 ) -> dict:
-    """A directory's JSON manifest of format ``fmt`` (and ``version``, when given); ``missing`` is
-    the error without one."""
+    """A directory's JSON manifest of format ``fmt`` (and ``version``, or one of them, when
+    given); ``missing`` is the error without one."""
     manifest = read_json(path, error, missing)
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
         raise error(f"{path}: not a {fmt} manifest")
-    if version is not None and manifest.get("version") != version:
+    versions = (version,) if isinstance(version, int) else version
+    if versions is not None and manifest.get("version") not in versions:
+        readable = " and ".join(str(v) for v in versions)
         raise error(
             f"{path}: {fmt} format version {manifest.get('version')!r} is not supported "
-            f"(this mars reads version {version})"
+            f"(this mars reads version {readable})"
         )
     return manifest
 
@@ -519,14 +526,7 @@ def question_from_table(
     elif "confs" in t.column_names:
         ccol = t.column("confs")
         if ccol.null_count == 0:
-            conf_offsets, c_flat = _list_buffers(ccol)
-            if isinstance(c_flat, pa.ChunkedArray):
-                c_flat = c_flat.combine_chunks()
-            if c_flat.null_count:
-                raise PoolError(f"{where}: null inside confs")
-            conf_values = c_flat.to_numpy(zero_copy_only=False)
-            if conf_values.dtype != np.float16:
-                conf_values = conf_values.astype(np.float16)
+            conf_offsets, conf_values = confs_codec.decode(ccol, where, PoolError)
         elif ccol.null_count != t.num_rows:
             j = int(
                 np.flatnonzero(~np.asarray(pc.is_valid(ccol).to_numpy(zero_copy_only=False)))[0]
@@ -604,7 +604,7 @@ class LayoutPool(Pool):
             schema.POOL_FORMAT,
             PoolError,
             f"{self.source}: not a pool directory (no {schema.POOL_MANIFEST})",
-            schema.POOL_FORMAT_VERSION,
+            schema.POOL_FORMAT_VERSIONS_READ,
         )
         qfile = regular_file(self.path / schema.POOL_QUESTIONS, PoolError)
         try:
@@ -728,20 +728,33 @@ class LayoutPool(Pool):
         return q
 
 
-def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
-    """Per-token confidences of a trace file as (offsets, float16 values), streamed in row batches.
+def read_trace_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """A trace file of either format as producers build it (confidences as float16 lists,
+    :data:`mars.store.schema.TRACE_SCHEMA`): for inspecting a pool with pyarrow or pandas."""
+    table = pq.read_table(path, columns=columns, **schema.TRACE_READ_OPTIONS)
+    if "confs" in table.column_names:
+        i = table.column_names.index("confs")
+        lists = confs_codec.as_lists(table.column(i))
+        table = table.set_column(i, pa.field("confs", lists.type), lists)
+    return table
 
-    Decoding a whole list<float16> column at once costs several times its size in temporary
-    buffers (repetition and definition levels, 2 bytes each per token, beside the values);
-    batches of a quarter row group keep the peak near the size of the result (170 → 85 MB above
-    it on a 262 M-token question, for the same CPU).
+
+def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
+    """Per-token confidences of a trace file as (offsets, float16 values), streamed in row batches
+    into one buffer (a file of either format: :mod:`mars.store.confs`).
+
+    Decoding a whole column at once costs more than its size in temporary buffers (of a format 1
+    file's list<float16>: repetition and definition levels, 2 bytes each per token, beside the
+    values); batches of a quarter row group keep the peak near the size of the result.
     """
     # no pre-buffering: it holds the whole column's pages at once (2× the memory) and costs
     # more CPU than reading row group by row group
     pf = pq.ParquetFile(path, pre_buffer=False, **schema.TRACE_READ_OPTIONS)
     if "confs" not in pf.schema_arrow.names:
         return None
-    _require_columns(pf.schema_arrow, pa.schema([schema.TRACE_SCHEMA.field("confs")]), str(path))
+    kind = pf.schema_arrow.field("confs").type
+    if not (confs_codec.is_stored(kind) or confs_codec.is_list(kind) or pa.types.is_null(kind)):
+        raise PoolError(f"{path}: column 'confs' has type {kind}, expected float16 bytes or lists")
     offsets = np.zeros(t.num_rows + 1, dtype=np.int64)
     values = None
     row = 0
@@ -756,11 +769,7 @@ def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
             valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False))
             j = row + int(np.flatnonzero(~valid)[0]) if col.null_count else 0
             raise PoolError(f"{path}: trace {j}: confs missing for some traces only")
-        off, flat = _list_buffers(col)
-        if isinstance(flat, pa.ChunkedArray):
-            flat = flat.combine_chunks()
-        if flat.null_count:
-            raise PoolError(f"{path}: null inside confs")
+        off, flat = confs_codec.decode(col, str(path), PoolError, first_row=row)
         if values is None:
             values = np.empty(int(pc.sum(t.column("length")).as_py() or 0), dtype=np.float16)
         start = offsets[row]
@@ -769,7 +778,7 @@ def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
             raise PoolError(
                 f"{path}: more confidences than the lengths say (trace {row + len(col) - 1})"
             )
-        values[start : start + n_new] = flat.to_numpy(zero_copy_only=False)
+        values[start : start + n_new] = flat
         offsets[row + 1 : row + len(col) + 1] = start + off[1:]
         row += len(col)
     # the decoding buffers back to the system: Arrow's allocator would keep them (~200 MB on a

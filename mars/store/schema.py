@@ -9,7 +9,7 @@ Two pool formats exist:
       POOL/
         pool.json                 format marker + provenance (model, dataset, backend, seed, ...)
         questions.parquet         one row per question (QUESTION_SCHEMA)
-        traces/q000007.parquet    one file per question, one row per trace (TRACE_SCHEMA)
+        traces/q000007.parquet    one file per question, one row per trace (TRACE_FILE_SCHEMA)
 
 Trace rows carry an explicit token ``length`` (the published format infers it from ``len(confs)``),
 nullable per-token confidences (a pool without them is valid; confidence methods then refuse), and
@@ -21,7 +21,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 POOL_FORMAT = "mars-pool"
-POOL_FORMAT_VERSION = 1
+#: 2: trace files store confidences as one float16 byte string per trace (TRACE_FILE_SCHEMA)
+POOL_FORMAT_VERSION = 2
+#: Pool formats this mars reads (format 1 stores confidences as list<float16>)
+POOL_FORMAT_VERSIONS_READ = (1, 2)
 POOL_MANIFEST = "pool.json"
 POOL_QUESTIONS = "questions.parquet"
 POOL_TRACES_DIR = "traces"
@@ -62,6 +65,11 @@ TRACE_SCHEMA = pa.schema(
         pa.field("token_ids", pa.list_(pa.int32())),
     ]
 )
+#: A trace file's columns: TRACE_SCHEMA's, confidences stored as one little-endian float16 byte
+#: string per trace (:mod:`mars.store.confs`: Parquet decodes lists value by value).
+TRACE_FILE_SCHEMA = TRACE_SCHEMA.set(
+    TRACE_SCHEMA.get_field_index("confs"), pa.field("confs", pa.large_binary())
+)
 #: An optional trace column: how many probes the source recorded, one every ``spacing`` tokens
 #: (Parallel-Probe's ``len(probe_list)``, written by ``mars import parallel-probe --spacing
 #: native``). Parallel-Probe's evaluation times and charges a trace by it: probe j after j·spacing
@@ -74,14 +82,13 @@ TRACE_OPTIONAL_FIELDS = (PROBE_STEPS_FIELD,)
 #: Trace columns the simulator never reads (read only by the probe stage and exporters).
 TRACE_PAYLOAD_COLUMNS = ("confs", "text", "token_ids")
 
-#: Parquet options of trace files: confidences are float16 noise, so no dictionary for them and
-#: byte-stream-split (≈10 % smaller, faster) instead; row groups of 256 traces keep the decoding
-#: buffers of a question small (readers stream confidences row group by row group); every page
-#: carries a CRC32, checked when read.
+#: Parquet options of trace files: confidences are float16 noise, so no dictionary for them
+#: (zstd makes their bytes 25 % smaller); row groups of 256 traces keep the decoding buffers of a
+#: question small (readers stream confidences row group by row group); every page carries a CRC32,
+#: checked when read.
 TRACE_PARQUET_OPTIONS = {
     "compression": "zstd",
     "use_dictionary": ["final_answer", "text"],  # token ids: plain int32 runs, zstd
-    "use_byte_stream_split": ["confs.list.element"],
     "write_statistics": ["qid", "trace_idx", "length"],
     "row_group_size": 256,
     "write_page_checksum": True,  # a damaged page is an error on reading, never silent noise

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import MarsError
-from . import schema
+from . import confs, schema
 from .atomic import check_output_dir, make_dirs, make_temp_dir, write_atomic, write_json_atomic
 from .pool import PoolError, QuestionData
 from .userfiles import parse_json, read_json_object
@@ -50,22 +50,35 @@ def write_trace_table(
     table: pa.Table, path: str | Path, metadata: dict[str, str] | None = None
 ) -> None:
     """Write one question's trace table atomically, with the pool's parquet options (and
-    ``metadata`` as its schema metadata, replacing any it had)."""
-    table = table.replace_schema_metadata(metadata)
+    ``metadata`` as its schema metadata, replacing any it had), its confidences stored as bytes
+    (:mod:`mars.store.confs`)."""
+    table = with_stored_confs(table).replace_schema_metadata(metadata)
     write_atomic(path, lambda p: pq.write_table(table, p, **schema.TRACE_PARQUET_OPTIONS))
 
 
+def with_stored_confs(table: pa.Table) -> pa.Table:
+    """``table`` with its confidences (lists, as producers build them, or bytes, as a trace file
+    of either format version holds them) in the stored form."""
+    if "confs" not in table.column_names:
+        return table
+    i = table.column_names.index("confs")
+    col = table.column(i)
+    if col.type == confs.STORED_TYPE:
+        return table
+    return table.set_column(i, pa.field("confs", confs.STORED_TYPE), confs.encode(col))
+
+
 def _as_trace_table(traces: pa.Table | dict) -> pa.Table:
-    """A trace table in TRACE_SCHEMA, followed by the optional columns it holds
+    """A trace table in TRACE_FILE_SCHEMA, followed by the optional columns it holds
     (:data:`mars.store.schema.TRACE_OPTIONAL_FIELDS`)."""
     names = traces if isinstance(traces, dict) else traces.column_names
     extra = [f for f in schema.TRACE_OPTIONAL_FIELDS if f.name in names]
     if isinstance(traces, dict):
         full = pa.schema([*schema.TRACE_SCHEMA, *extra])
-        return pa.Table.from_pydict(traces, schema=full)
-    base = traces.select(schema.TRACE_SCHEMA.names)
-    if not base.schema.equals(schema.TRACE_SCHEMA):
-        base = base.cast(schema.TRACE_SCHEMA)
+        return with_stored_confs(pa.Table.from_pydict(traces, schema=full))
+    base = with_stored_confs(traces.select(schema.TRACE_SCHEMA.names))
+    if not base.schema.equals(schema.TRACE_FILE_SCHEMA):
+        base = base.cast(schema.TRACE_FILE_SCHEMA)
     for f in extra:
         base = base.append_column(f, traces.column(f.name).cast(f.type))
     return base
