@@ -15,15 +15,16 @@ same per-iteration results, and times the 14 methods plus the two beyond-the-pap
 --traces 4096 --method all --workers 2 --cold-only`).
 
 `--against DIR` runs the `mars` of another checkout of this repository (e.g. a `git worktree` of an
-older commit) on the same pool, alternating with this one run by run (`--runs`), so both sides
+older commit) on the same pool (or `--against-pool`, e.g. the same traces in the pool format
+the older checkout reads), alternating with this one run by run (`--runs`), so both sides
 see the same machine load. Each cold measurement runs `mars simulate` in a fresh process (no
 cache) and reports wall and CPU seconds (user + system of every process of the command), the
 peak RSS of its largest process and the peak of all its processes together (sampled every 50
 ms).
 
 The pool is generated once with our synthetic backend (DeepSeek-R1-8B preset on AIME 2025, traces of
-about 18k tokens with per-token confidences) into benchmarks/out/ (`--out`); 10 × 1,024 traces take
-360 MB, 30 × 4,096 4.2 GB and about 3 minutes to generate.
+about 18k tokens with per-token confidences) into benchmarks/out/ (`--out`), a folder per pool
+format version; 10 × 1,024 traces take 400 MB, 30 × 4,096 4.7 GB and about 3 minutes to generate.
 """
 
 from __future__ import annotations
@@ -180,7 +181,11 @@ def same_shared_results(a: Path, b: Path) -> dict:
 
 
 def cold_runs(
-    pool: Path, a: argparse.Namespace, methods: str, against: Path | None
+    pool: Path,
+    a: argparse.Namespace,
+    methods: str,
+    against: Path | None,
+    against_pool: Path | None = None,
 ) -> tuple[dict, dict | None]:
     """``a.runs`` cold runs (alternating with ``against``'s when given): every run and the
     median of each figure, for this checkout and the other."""
@@ -188,7 +193,14 @@ def cold_runs(
     theirs: list[dict] = []
     for i in range(a.runs):
         if against is not None:
-            r = run_simulate(pool, a.out / "sim-against", a.workers, (), methods, against)
+            r = run_simulate(
+                (against_pool or pool).resolve(),
+                a.out / "sim-against",
+                a.workers,
+                (),
+                methods,
+                against,
+            )
             theirs.append(r)
             print(f"against run {i + 1}", json.dumps(r), file=sys.stderr)
         r = run_simulate(pool, a.out / "sim-main", a.workers, (), methods)
@@ -216,6 +228,12 @@ def main() -> None:
     ap.add_argument("--cold-only", action="store_true", help="the cold run alone")
     ap.add_argument("--runs", type=int, default=1, help="cold runs (the median is reported)")
     ap.add_argument("--against", type=Path, help="another checkout run side by side")
+    ap.add_argument(
+        "--against-pool",
+        type=Path,
+        help="the pool the other checkout reads (default: this one's), e.g. the same traces in "
+        "the pool format it reads",
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="pools and outputs")
     a = ap.parse_args()
     if a.paper:
@@ -223,8 +241,11 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     against = a.against.resolve() if a.against else None
     report: dict = {"host_cpus": os.cpu_count(), "load_before": os.getloadavg()}
-    pool = build_pool(a.out / f"pool-{a.questions}x{a.traces}", a.questions, a.traces)
-    main, other = cold_runs(pool, a, a.method, against)
+    from mars.store.schema import POOL_FORMAT_VERSION
+
+    name = f"pool-{a.questions}x{a.traces}-v{POOL_FORMAT_VERSION}"
+    pool = build_pool(a.out / name, a.questions, a.traces)
+    main, other = cold_runs(pool, a, a.method, against, a.against_pool)
     report["main"] = {
         "pool": pool.name,
         "disk_mb": round(disk_mb(pool), 1),
@@ -272,7 +293,7 @@ def main() -> None:
         print("+ sc-mars2, dco-mars2", json.dumps(report["with_mars2"]), file=sys.stderr)
     if a.scaling:
         for n in (1024, 2048, 4096):
-            p = build_pool(a.out / f"pool-2x{n}", 2, n)
+            p = build_pool(a.out / f"pool-2x{n}-v{POOL_FORMAT_VERSION}", 2, n)
             r = run_simulate(p, a.out / f"sim-2x{n}", 1)
             r["per_question_s"] = round(r["wall_s"] / 2, 2)
             report[f"2x{n}"] = {"disk_mb": round(disk_mb(p), 1), **r}

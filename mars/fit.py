@@ -164,6 +164,9 @@ def fit_pool(
     else:
         work = open_pool(pool_path).work_estimate(qids)
         preload_fit()  # the workers fork with it
+        from .method.confstats import warm_up  # numba: imported where it runs
+
+        warm_up()  # compiled (or loaded from its cache) once, before the workers fork
         with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
             sizes = [work.get(q, 0) for q in qids]
             rows = [row for r in map_largest_first(ex, _fit_one, jobs, sizes, tick) for row in r]

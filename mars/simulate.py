@@ -753,6 +753,10 @@ def simulate_pool(
         work = pool.work_estimate(qids)
         if fit_dir is None and any(m.q == "learned" for m in methods):
             preload_fit()  # the workers fork with it
+        if fit_dir is None and pool.has_confs(qids[0]):
+            from .method.confstats import warm_up  # numba: imported where it runs
+
+            warm_up()  # compiled (or loaded from its cache) once, before the workers fork
         with process_pool(min(workers, len(jobs), os.cpu_count() or 1)) as ex:
             sizes = [work.get(q, 0) for q in qids]
             results = map_largest_first(ex, _worker, jobs, sizes, tick)

@@ -258,142 +258,6 @@ def _collect_strings(q: QuestionData) -> list:
     return out
 
 
-#: Every float16 value is a multiple of 2^-24; while a trace's confidences sum (in absolute value)
-#: to at most 2^29, every partial sum of them, in any order, is such a multiple below 2^53 · 2^-24:
-#: a float64 holds it exactly. The reference's sequential float64 cumulative sum is then exact,
-#: and so is any other way of summing the same tokens.
-_EXACT_SUM_BOUND = 2.0**29
-
-
-def _largest(c: np.ndarray) -> float:
-    """max |c| of float16 values, from their bits less the sign (monotone in the magnitude)."""
-    bits = np.array([(c.view(np.uint16) & 0x7FFF).max()], dtype=np.uint16)
-    return float(bits.view(np.float16)[0])
-
-
-def _exact_traces(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """bool [n]: the traces (float16, not empty) whose float64 sums are exact
-    (max |c| · length ≤ :data:`_EXACT_SUM_BOUND`), judged for all traces by one pass over the
-    bits: a trace without negative values has its largest magnitude as its largest bits."""
-    lengths = np.diff(offsets)
-    full = np.flatnonzero(lengths > 0)
-    exact = np.zeros(len(lengths), dtype=bool)
-    if not len(full):
-        return exact
-    bits = np.maximum.reduceat(values.view(np.uint16), offsets[full])
-    largest = bits.view(np.float16).astype(np.float64)
-    for i in np.flatnonzero(bits >= 0x8000):  # a negative value: the magnitudes' maximum
-        j = full[i]
-        largest[i] = _largest(values[offsets[j] : offsets[j + 1]])
-    exact[full] = largest * lengths[full] <= _EXACT_SUM_BOUND
-    return exact
-
-
-def _window_sums(
-    c: np.ndarray, offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Σ c[o + starts[j, k] : o + ends[j, k]] (o = offsets[j]) for every trace j and window k, and
-    Σ of each trace, in float64, summed segment by segment between each trace's window
-    boundaries: one pass over the tokens of every trace (exact within :data:`_EXACT_SUM_BOUND`,
-    so the very numbers of the reference's float64 running sum)."""
-    n, m = starts.shape
-    bounds = np.concatenate([np.zeros((n, 1), dtype=np.int64), starts, ends], axis=1)
-    order = np.argsort(bounds, axis=1, kind="stable")
-    at = offsets[:-1, None] + np.take_along_axis(bounds, order, axis=1)  # ascending, row by row
-    flat = at.ravel()
-    # each segment runs to the next boundary: the trace's next one, or its end (the next
-    # trace's first boundary); a segment between equal boundaries is empty
-    seg = np.zeros(flat.size, dtype=np.float64)
-    inside = int(np.searchsorted(flat, len(c)))
-    if inside:
-        seg[:inside] = np.add.reduceat(c, flat[:inside], dtype=np.float64)
-    following = np.concatenate([at[:, 1:], offsets[1:, None]], axis=1).ravel()
-    seg[following == flat] = 0.0
-    prefix = np.zeros((n, 2 * m + 2), dtype=np.float64)  # Σ before each sorted boundary, Σ c
-    np.cumsum(seg.reshape(n, 2 * m + 1), axis=1, out=prefix[:, 1:])
-    place = np.empty_like(order)  # where each boundary went in its row's order
-    np.put_along_axis(place, order, np.arange(2 * m + 1)[None, :].repeat(n, axis=0), axis=1)
-    before = np.take_along_axis(prefix, place, axis=1)
-    return before[:, 1 + m :] - before[:, 1 : 1 + m], prefix[:, -1]
-
-
-def _records(gc: np.ndarray, block: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """Where the running minimum of ``gc`` falls (strictly; the first value always) and its value
-    there: index ``i`` is a record when ``gc[i] < min(gc[:i])``.
-
-    Block by block: a block holds a record only if its minimum is below every earlier block's,
-    and only those blocks (a few of them: records come early) are scanned in order. Comparisons
-    only, so the same records as a running minimum over every value.
-    """
-    n = len(gc)
-    firsts = np.arange(0, n, block)
-    lows = np.minimum.reduceat(gc, firsts)
-    if not np.isfinite(lows).all():  # NaN (never from a checked pool): the plain running minimum
-        run = np.minimum.accumulate(gc)
-        at = np.flatnonzero(np.concatenate(([True], run[1:] < run[:-1])))
-        return at, run[at]
-    before = np.empty(len(lows), dtype=gc.dtype)  # the minimum of the blocks before each
-    before[0] = np.inf
-    np.minimum.accumulate(lows[:-1], out=before[1:])
-    blocks = np.flatnonzero(lows < before)
-    at = firsts[blocks, None] + np.arange(block)
-    padded = np.where(at < n, gc[np.minimum(at, n - 1)], np.inf).astype(gc.dtype)
-    # the minimum before each value: its block's predecessors', then the block's own so far
-    previous = np.minimum.accumulate(
-        np.concatenate([before[blocks, None], padded[:, :-1]], axis=1), axis=1
-    )
-    rows, cols = np.nonzero(padded < previous)
-    return firsts[blocks][rows] + cols, padded[rows, cols]
-
-
-def _records_of_runs(
-    gc: np.ndarray, starts: np.ndarray, block: int = 256
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_records` of every run ``gc[starts[i]:starts[i + 1]]`` (none empty) at once: the
-    records' indices within their run, values and count per run, as the same comparisons."""
-    runs = len(starts) - 1
-    sizes = np.diff(starts)
-    per_run = -(-sizes // block)
-    run_of = np.repeat(np.arange(runs), per_run)  # the blocks of every run, in order
-    k = np.arange(len(run_of)) - np.repeat(np.cumsum(per_run) - per_run, per_run)
-    firsts = starts[run_of] + k * block
-    lows = np.minimum.reduceat(gc, firsts)
-    if not np.isfinite(lows).all():  # NaN (never from a checked pool): run by run
-        parts = [_records(gc[starts[i] : starts[i + 1]], block) for i in range(runs)]
-        return (
-            np.concatenate([p[0] for p in parts]),
-            np.concatenate([p[1] for p in parts]).astype(gc.dtype),
-            np.array([len(p[0]) for p in parts], dtype=np.int64),
-        )
-    table = np.full((runs, int(per_run.max())), np.inf, dtype=gc.dtype)
-    table[run_of, k] = lows
-    earlier = np.full_like(table, np.inf)  # the minimum of the run's blocks before each
-    np.minimum.accumulate(table[:, :-1], axis=1, out=earlier[:, 1:])
-    before = earlier[run_of, k]
-    blocks = np.flatnonzero(lows < before)
-    # the candidate blocks' values, +inf past their run's end: whole blocks copied row by row,
-    # the last block of a run (at most one per run) value by value
-    at, end = firsts[blocks], starts[run_of[blocks] + 1]
-    padded = np.full((len(blocks), block), np.inf, dtype=gc.dtype)
-    whole = at + block <= end
-    if whole.any():
-        padded[whole] = np.lib.stride_tricks.sliding_window_view(gc, block)[at[whole]]
-    for i in np.flatnonzero(~whole):
-        padded[i, : end[i] - at[i]] = gc[at[i] : end[i]]
-    previous = np.minimum.accumulate(
-        np.concatenate([before[blocks, None], padded[:, :-1]], axis=1), axis=1
-    )
-    hits = np.flatnonzero(padded < previous)  # in order: by block, then within it
-    rows = hits // block
-    counts = np.bincount(run_of[blocks][rows], minlength=runs).astype(np.int64)
-    return k[blocks][rows] * block + (hits - rows * block), padded.ravel()[hits], counts
-
-
-#: Confidences are widened to float32 and their group confidences kept for traces of about this
-#: many tokens at a time (4 MB each), so that no buffer grows with the question.
-_CHUNK_TOKENS = 1 << 20
-
-
 def _confidence_stats(
     q: QuestionData,
     grid: np.ndarray,
@@ -407,22 +271,17 @@ def _confidence_stats(
     ``conf_window="at"`` (the reference): the window ends at token p inclusive; ``"before"``
     (live runs): the W tokens before the probe, all a live engine holds when it probes at p.
     ``group_stats=False`` skips DeepConf's group confidences (min_group and records are None).
-
-    Checkpoint confidences are the reference's float64 window sums; where those are exact
-    (:data:`_EXACT_SUM_BOUND`: any realistic trace) they are summed segment by segment between
-    the windows for many traces at once instead of through a cumulative sum over every token,
-    the same numbers for a fraction of the work. Group confidences keep the reference's float32
-    running sum, whose rounding they inherit; their running-minimum records are found for many
-    traces at once (:func:`_records_of_runs`).
+    The sums are the reference's (:mod:`mars.method.confstats`).
     """
-    n, m = q.n_traces, len(grid)
+    from .confstats import window_sums_and_records  # numba: imported where it runs
+
+    n = q.n_traces
     W = window
     if q.conf_offsets is not None and q.conf_values is not None:
         offsets = np.asarray(q.conf_offsets, dtype=np.int64)
         values = q.conf_values[: offsets[-1]]
     else:
         offsets, values = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.float16)
-    half = values.dtype == np.float16
     lengths = np.diff(offsets)
     # checkpoint confidence: the float64 sum of the window of W tokens ending at index p
     ends = (
@@ -431,65 +290,16 @@ def _confidence_stats(
         else np.minimum(grid[None, :], lengths[:, None])
     )  # exclusive end
     starts = np.maximum(ends - W, 0)
-    sums = np.zeros((n, m), dtype=np.float64)
-    totals = np.zeros(n, dtype=np.float64)
-    exact = _exact_traces(values, offsets) if half else np.zeros(n, dtype=bool)
-    long = lengths >= W
-    spans = np.where(long, lengths - W + 1, 1)  # group confidences per trace (one if short)
-    run_starts = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(spans, out=run_starts[1:])
-    rec_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    cs32 = np.zeros(int(lengths.max(initial=0)) + 1, dtype=np.float32)  # cs32[0] = 0
-    lo = 0
-    while lo < n:  # traces lo..hi-1: about _CHUNK_TOKENS tokens (at least one trace)
-        hi = max(lo + 1, int(np.searchsorted(offsets, offsets[lo] + _CHUNK_TOKENS, "right")) - 1)
-        hi = min(hi, n)
-        base = offsets[lo]
-        # float16 tokens widened once (exactly), read by every sum below
-        c = values[base : offsets[hi]].astype(np.float32)
-        local = offsets[lo : hi + 1] - base
-        part = np.flatnonzero(exact[lo:hi])
-        if len(part) == hi - lo:
-            sums[lo:hi], totals[lo:hi] = _window_sums(c, local, starts[lo:hi], ends[lo:hi])
-        elif len(part):
-            chosen = lo + part
-            rows = np.stack([local[part], local[part + 1]], axis=1).ravel()
-            sub = np.concatenate([c[a:b] for a, b in zip(rows[::2], rows[1::2])])
-            sub_off = np.zeros(len(part) + 1, dtype=np.int64)
-            np.cumsum(lengths[chosen], out=sub_off[1:])
-            sums[chosen], totals[chosen] = _window_sums(sub, sub_off, starts[chosen], ends[chosen])
-        for j in range(lo, hi):
-            if exact[j] or not lengths[j]:
-                continue
-            # the reference's float64 cumulative sum
-            cs = np.zeros(lengths[j] + 1, dtype=np.float64)
-            np.cumsum(c[local[j - lo] : local[j - lo + 1]], dtype=np.float64, out=cs[1:])
-            sums[j], totals[j] = cs[ends[j]] - cs[starts[j]], cs[-1]
-        if group_stats:
-            # group confidences: float32 running sum, sliding windows of W tokens
-            gc = np.empty(run_starts[hi] - run_starts[lo], dtype=np.float32)
-            at = run_starts[lo : hi + 1] - run_starts[lo]
-            for j in range(lo, hi):
-                t = c[local[j - lo] : local[j - lo + 1]]
-                out = gc[at[j - lo] : at[j - lo + 1]]
-                L = len(t)
-                if L < W:
-                    out[0] = t.mean(dtype=np.float32) if L else 0.0
-                    continue
-                np.cumsum(t, out=cs32[1 : L + 1])
-                np.subtract(cs32[W : L + 1], cs32[: L + 1 - W], out=out)
-                np.divide(out, np.float32(W), out=out)
-            rec_parts.append(_records_of_runs(gc, at))
-        lo = hi
+    sums, totals, counts, rec_index, rec_value = window_sums_and_records(
+        values, offsets, starts, ends, W, group_stats
+    )
     vals = sums / np.maximum(ends - starts, 1)
     whole = np.divide(totals, lengths, out=np.zeros(n), where=lengths > 0)
     conf_at_pos = np.where(finished_at, whole[:, None], vals).astype(np.float32)
     if not group_stats:
         return conf_at_pos, None, None, None, None
-    rec_index = np.concatenate([p[0] for p in rec_parts]).astype(np.int64)
-    rec_value = np.concatenate([p[1] for p in rec_parts]).astype(np.float32)
     rec_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.concatenate([p[2] for p in rec_parts]), out=rec_offsets[1:])
+    np.cumsum(counts, out=rec_offsets[1:])
     min_group = rec_value[rec_offsets[1:] - 1]
     return conf_at_pos, min_group, rec_offsets, rec_index, rec_value
 
