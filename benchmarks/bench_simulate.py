@@ -20,7 +20,8 @@ the older checkout reads), alternating with this one run by run (`--runs`), so b
 see the same machine load. Each cold measurement runs `mars simulate` in a fresh process (no
 cache) and reports wall and CPU seconds (user + system of every process of the command), the
 peak RSS of its largest process and the peak of all its processes together (sampled every 50
-ms).
+ms), summed as RSS (a page the forked workers share counted in each) and as PSS (shared pages
+split between their sharers: the memory they hold together).
 
 The pool is generated once with our synthetic backend (DeepSeek-R1-8B preset on AIME 2025, traces of
 about 18k tokens with per-token confidences) into benchmarks/out/ (`--out`), a folder per pool
@@ -100,24 +101,28 @@ _PEAK = (
 )
 
 
-def _tree_rss(pid: int) -> int:
-    """Bytes resident in process ``pid`` and all its descendants now (0 once it is gone)."""
+def _tree_memory(pid: int) -> tuple[int, int]:
+    """Bytes resident in process ``pid`` and all its descendants now, summed two ways: RSS
+    (pages shared by forked workers counted in each) and PSS (each shared page split between its
+    sharers: what they hold together); (0, 0) once it is gone."""
     try:
         import psutil
     except ImportError:  # no sampling without psutil (snakemake brings it)
-        return 0
+        return 0, 0
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
-        return 0
-    total = 0
+        return 0, 0
+    rss = pss = 0
     for p in procs:
         try:
-            total += p.memory_info().rss
+            info = p.memory_full_info()
+            rss += info.rss
+            pss += getattr(info, "pss", info.rss)
         except psutil.Error:
             pass
-    return total
+    return rss, pss
 
 
 def run_mars(args: list[str], code: Path | None = None) -> dict:
@@ -129,11 +134,12 @@ def run_mars(args: list[str], code: Path | None = None) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, cwd=code)
-    peak_total = [0]
+    peak_total = [0, 0]
 
     def sample() -> None:
         while proc.poll() is None:
-            peak_total[0] = max(peak_total[0], _tree_rss(proc.pid))
+            rss, pss = _tree_memory(proc.pid)
+            peak_total[0], peak_total[1] = max(peak_total[0], rss), max(peak_total[1], pss)
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -152,6 +158,7 @@ def run_mars(args: list[str], code: Path | None = None) -> dict:
         "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 2),
         "peak_rss_mb": round(int(peak_kib) / 1024, 1),
         "peak_total_rss_mb": round(peak_total[0] / 2**20, 1),
+        "peak_total_pss_mb": round(peak_total[1] / 2**20, 1),
     }
 
 
@@ -208,7 +215,7 @@ def cold_runs(
         print(f"this checkout run {i + 1}", json.dumps(r), file=sys.stderr)
 
     def summary(runs: list[dict]) -> dict:
-        keys = ("wall_s", "cpu_s", "peak_rss_mb", "peak_total_rss_mb")
+        keys = ("wall_s", "cpu_s", "peak_rss_mb", "peak_total_rss_mb", "peak_total_pss_mb")
         return {
             "median": {k: round(statistics.median(r[k] for r in runs), 2) for k in keys},
             "runs": runs,
