@@ -45,7 +45,7 @@ from mars.engines.transformers import (  # noqa: E402
 from mars.method.answers import extract_boxed, normalize_answer  # noqa: E402
 from mars.store import schema  # noqa: E402
 from mars.store.consolidate import consolidate  # noqa: E402
-from mars.store.pool import open_pool  # noqa: E402
+from mars.store.pool import open_pool, read_trace_table  # noqa: E402
 from mars.store.problems import Problem  # noqa: E402
 
 
@@ -118,7 +118,7 @@ def test_gguf_backend_writes_a_valid_pool(smol, tmp_path):
         and m["probe_suffix"] == PROBE_SUFFIX
     )
     assert m["logprobs"] == "log_softmax(logits / temperature)" and m["sampling"]["top_k"] == 20
-    t = pq.read_table(out / schema.trace_file_name(0)).to_pylist()
+    t = read_trace_table(out / schema.trace_file_name(0)).to_pylist()
     prompt_len = len(be.prompt_ids(Q.question))
     n_answers = 0
     for row in t:
@@ -470,7 +470,7 @@ def tiny_backend(path, **kw) -> TransformersBackend:
 
 
 def trace_rows(pool, qid: int = 0) -> list[dict]:
-    return pq.read_table(Path(pool) / schema.trace_file_name(qid)).to_pylist()
+    return read_trace_table(Path(pool) / schema.trace_file_name(qid)).to_pylist()
 
 
 def assert_probed_like_inline(inline, probed, be: TransformersBackend, problems) -> int:
