@@ -204,6 +204,7 @@ class FitDir:
             FitError,
             f"{self.path}: not a fit directory (no {schema.FIT_MANIFEST}; run `mars fit`)",
             FIT_VERSION,
+            "fit again (`mars fit`; in the workflow `snakemake --forcerun fit`)",
         )
         try:
             self.spacing = int(self.manifest["spacing"])

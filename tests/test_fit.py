@@ -455,9 +455,12 @@ def test_a_fit_of_an_older_format_is_refused(fitted, tmp_path):
     """A fit directory written before models.parquet recorded its settings asks to be refitted."""
     pool, fit, _ = fitted
     manifest = json.loads((fit / schema.FIT_MANIFEST).read_text())
-    (fit / schema.FIT_MANIFEST).write_text(json.dumps({**manifest, "version": 1}))
-    res = _simulate(pool, tmp_path / "o", "--fit", str(fit))
-    assert res.exit_code == 2 and "mars-fit format version 1 is not supported" in res.output
+    for old in (1, 3):  # 3: content hashes by BLAKE2b
+        (fit / schema.FIT_MANIFEST).write_text(json.dumps({**manifest, "version": old}))
+        res = _simulate(pool, tmp_path / "o", "--fit", str(fit))
+        assert res.exit_code == 2 and res.output.count("\n") == 1
+        assert f"mars-fit format version {old} is not supported" in res.output
+        assert "fit again (`mars fit`; in the workflow `snakemake --forcerun fit`)" in res.output
 
 
 def test_models_of_other_answer_groups_are_refused(fitted, monkeypatch):

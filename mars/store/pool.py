@@ -41,9 +41,10 @@ def read_manifest(
     error: type[MarsError],
     missing: str,
     version: int | tuple[int, ...] | None = None,
+    remedy: str = "",
 ) -> dict:
     """A directory's JSON manifest of format ``fmt`` (and ``version``, or one of them, when
-    given); ``missing`` is the error without one."""
+    given); ``missing`` is the error without one, ``remedy`` what to do about another version."""
     manifest = read_json(path, error, missing)
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
         raise error(f"{path}: not a {fmt} manifest")
@@ -52,7 +53,7 @@ def read_manifest(
         readable = " and ".join(str(v) for v in versions)
         raise error(
             f"{path}: {fmt} format version {manifest.get('version')!r} is not supported "
-            f"(this mars reads version {readable})"
+            f"(this mars reads version {readable}){'; ' + remedy if remedy else ''}"
         )
     return manifest
 
