@@ -24,13 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import MarsError
-from .method.arrays import QuestionArrays, load_arrays
-from .method.features import FEATURE_NAMES
-from .method.registry import METHODS
-from .method.stopping import UNSEEN, Mars
-from .progress import Progress, counted
-from .report.candidates import (
+from .candidates import (
     CANDIDATES,
     FIXED_SC,
     MARS_SC,
@@ -38,8 +32,14 @@ from .report.candidates import (
     example_candidates,
     pp_failure_candidates,
 )
-from .report.collect import PER_ITERATION, Run, discover
+from .errors import MarsError
+from .method.arrays import QuestionArrays, load_arrays
+from .method.features import FEATURE_NAMES
+from .method.registry import METHODS
+from .method.stopping import UNSEEN, Mars
+from .progress import Progress, counted
 from .results import checksum_of, package_versions
+from .runs import PER_ITERATION, Run, discover
 from .simulate import MethodRun, QuestionContext, Settings, pool_settings
 from .store import analysis as files
 from .store.atomic import check_output_dir, make_dirs, make_temp_dir, replace_dir

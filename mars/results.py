@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .method.protocol import table_row
+from .runs import OVERALL, PER_ITERATION, PER_QUESTION
 from .store.atomic import folder_lock, make_dirs, make_temp_dir, naming_output, replace_dir
 from .store.schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
 
@@ -209,15 +210,15 @@ def write_methods(
                 staged.append((tmp, final))
                 pq_ = per_question_frame(results, method)
                 pi = per_iteration_frame(results, method)
-                pi.to_csv(tmp / "per_iteration.csv", index=False)
-                pq_.to_csv(tmp / "per_question.csv", index=False)
+                pi.to_csv(tmp / PER_ITERATION, index=False)
+                pq_.to_csv(tmp / PER_QUESTION, index=False)
                 rounds = results[0].methods[method].rounds if results else 0
                 more: dict = {"rounds": rounds}
                 if settings.get("protocol") == "parallel-probe":
                     # averaged and rounded as Parallel-Probe's evaluator prints its table
                     more["parallel_probe"] = table_row(pi, len(pq_), rounds)
                 ov = overall(pq_, method, settings, checksum, source, fit, notes, more, data)
-                (tmp / "overall.json").write_text(json.dumps(ov, indent=2, sort_keys=True) + "\n")
+                (tmp / OVERALL).write_text(json.dumps(ov, indent=2, sort_keys=True) + "\n")
             overalls.append(ov)
         with folder_lock(out_dir):
             for tmp, final in staged:

@@ -306,6 +306,20 @@ def test_the_report_imports_neither_the_pool_reader_nor_the_simulator(chain, tmp
     assert r.stdout.strip() == "[]"
 
 
+def test_the_analysis_stage_imports_nothing_of_the_report():
+    """Data flows one way: the analysis reads runs through mars.runs, and the
+    report, after it, reads the analysis; nothing of the render stage is imported before it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mars.analyze\n"
+        "print(sorted(m for m in sys.modules if m.startswith('mars.report')))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"
+
+
 def test_a_pool_or_fit_the_run_was_not_simulated_on_is_refused(chain, tmp_path):
     """The analysis is checked against what it is loaded for: the run's input checksum must be
     that of the traces it reads (the fit's recorded hashes, or the pool's content)."""

@@ -24,6 +24,13 @@ import pandas as pd
 import seaborn as sns
 from scipy import stats
 
+from ..candidates import (
+    CANDIDATES,
+    MARS_SC,
+    PP_SC,
+    example_candidates,
+    pp_failure_candidates,
+)
 from ..method.registry import (
     CALIBRATED_MARS,
     CONSENSUS,
@@ -41,13 +48,6 @@ from ..method.registry import (
     SELF_CONSISTENCY,
 )
 from ..store.analysis import EXAMPLE, PP_FAILURE, Trajectory
-from .candidates import (
-    CANDIDATES,
-    MARS_SC,
-    PP_SC,
-    example_candidates,
-    pp_failure_candidates,
-)
 from .collect import Results, Run
 from .names import method_label, method_order
 from .provenance import describe, footer

@@ -1,4 +1,6 @@
-"""Which samples the report's single-question figures show, chosen from simulation results.
+"""Which samples the report's single-question figures show, chosen from simulation results
+(by ``mars analyze``, which draws their trajectories, and by ``mars report``, which picks among
+them over all its pools).
 
 Fig. 1 (right) shows a sample where MARS waits while the vote is contested and then stops
 correctly; Fig. 2 a question where Parallel-Probe's consensus stop errs and MARS does not. The
@@ -12,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..method.registry import CALIBRATED_MARS, FIXED_GAMMA_MARS, PROBE_STOP, SELF_CONSISTENCY
-from .collect import Run
+from .method.registry import CALIBRATED_MARS, FIXED_GAMMA_MARS, PROBE_STOP, SELF_CONSISTENCY
+from .runs import Run
 
 MARS_SC = CALIBRATED_MARS.of(SELF_CONSISTENCY)
 FIXED_SC = FIXED_GAMMA_MARS.of(SELF_CONSISTENCY)
