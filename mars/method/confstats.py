@@ -18,7 +18,17 @@ from numba import njit
 _WIDEN = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
-@njit(cache=True, nogil=True)
+def _compiled(fn):
+    """``fn`` compiled by numba, the machine code kept in numba's cache (beside this file, else
+    the user's cache folder); where neither can be written (a read-only install and home), it
+    is compiled in each process instead (3.8 s) rather than failing."""
+    try:
+        return njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
+        return njit(nogil=True)(fn)
+
+
+@_compiled
 def _records_into(cs32, length, window, out_index, out_value):  # pragma: no cover - compiled
     """Group confidences (cs32[g + W] - cs32[g]) / W of one trace where their running minimum
     falls (strictly): written to ``out_*``, their number returned."""
@@ -35,7 +45,7 @@ def _records_into(cs32, length, window, out_index, out_value):  # pragma: no cov
     return count
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def _pass(bits, offsets, starts, ends, window, group, widen):  # pragma: no cover - compiled
     n = len(offsets) - 1
     m = starts.shape[1]

@@ -59,3 +59,22 @@ def test_without_group_statistics_no_records():
     )
     assert sums.tolist() == [[0 + 1], [5 + 6 + 7 + 8 + 9]] and totals.tolist() == [6.0, 39.0]
     assert counts.tolist() == [0, 0] and len(index) == len(value) == 0
+
+
+def test_without_a_writable_cache_it_compiles_in_the_process():
+    """A read-only install with a read-only home: numba finds nowhere to cache the machine code
+    (its locators all decline); the pass is then compiled in the process, the same numbers."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numba.core.caching as c\n"
+        "c.CacheImpl._locator_classes = []\n"
+        "import numpy as np\n"
+        "from mars.method.confstats import window_sums_and_records\n"
+        "v = np.array([1, 2, 3, 4, 5], np.float16)\n"
+        "out = window_sums_and_records(v, np.array([0, 5]), np.array([[1]]), np.array([[4]]), 2)\n"
+        "print([a.tolist() for a in out])\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[[[9.0]], [15.0], [1], [0], [1.5]]"
