@@ -151,6 +151,51 @@ def walk(ctx: QuestionContext, pipeline: str, q_matrix: np.ndarray | None = None
     return snaps, final, tokens, run.cap.sum(axis=1)
 
 
+@dataclass
+class Walked:
+    """One question walked (:func:`walk`) with what every offline stopping study reads of it:
+    the leader of every iteration at every checkpoint and the full budget's answer."""
+
+    snaps: list
+    lead: np.ndarray  # [iterations, checkpoints]
+    final: np.ndarray  # the full-budget answer per iteration
+    tokens: np.ndarray  # the tokens of a stop at each checkpoint
+    base: np.ndarray  # the full budget's tokens
+    correct: np.ndarray  # the correct answer ids
+
+    def baseline(self) -> dict:
+        """The full budget's accuracy and oracle-first's savings (first checkpoint whose leader
+        is the full-budget answer)."""
+        r = np.arange(len(self.final))
+        orc = self.lead == self.final[:, None]
+        ko = np.argmax(orc, axis=1)
+        tok = np.where(orc.any(1), self.tokens[r, ko], self.base)
+        return {
+            "full": float(np.isin(self.final, self.correct).mean()),
+            "oracle": float(np.mean(1 - tok / self.base)),
+        }
+
+    def stop_at(self, risk: np.ndarray, alpha: float) -> tuple[float, float, float]:
+        """Stopping at the first checkpoint with ``risk`` ≤ ``alpha``: accuracy, savings and the
+        share of iterations whose answer differs from the full budget's."""
+        r = np.arange(len(self.final))
+        stop = risk <= alpha
+        k = np.argmax(stop, axis=1)
+        ans = np.where(stop.any(1), self.lead[r, k], self.final)
+        tok = np.where(stop.any(1), self.tokens[r, k], self.base)
+        return (
+            float(np.isin(ans, self.correct).mean()),
+            float(np.mean(1 - tok / self.base)),
+            float(np.mean(ans != self.final)),
+        )
+
+
+def walked(ctx: QuestionContext, pipeline: str) -> Walked:
+    snaps, final, tokens, base = walk(ctx, pipeline)
+    lead = np.stack([s.lead for s in snaps], axis=1)
+    return Walked(snaps, lead, final, tokens, base, np.flatnonzero(ctx.arr.correct))
+
+
 BASELINES = {
     "sc": ["sc", "sc-mars", "sc-mars-cal", "sc-mars-cert", "sc-pp", "oracle-first"],
     "dco": ["dco", "dco-mars-cal", "oracle-dco-first"],

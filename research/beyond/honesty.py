@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import tune
-from common import contested_pools, contexts, pools, question_arrays, walk
+from common import contested_pools, contexts, pools, question_arrays, walk, walked
 from scipy.optimize import minimize
 from scipy.special import betaln
 from scipy.stats import betabinom
@@ -231,31 +231,15 @@ def stopping(specs, priors: list[tuple[float, float, float]], population) -> dic
     for spec in specs:
         res[spec.name] = {}
         for ctx in contexts(spec):
-            snaps, final, tokens, base = walk(ctx, "sc")
-            lead = np.stack([s.lead for s in snaps], axis=1)
-            correct = np.flatnonzero(ctx.arr.correct)
-            r = np.arange(len(final))
-            orc = lead == final[:, None]
-            ko = np.argmax(orc, axis=1)
-            out = {
-                "full": float(np.isin(final, correct).mean()),
-                "oracle": float(np.mean(1 - np.where(orc.any(1), tokens[r, ko], base) / base)),
-            }
+            w = walked(ctx, "sc")
+            out = w.baseline()
             for prior in priors:
                 rl = with_prior(tune.rule(ctx, "sc", 1.0, riskstop.TAU), prior, population)
-                risk = np.ones(lead.shape)
-                for s in snaps:
+                risk = np.ones(w.lead.shape)
+                for s in w.snaps:
                     risk[:, s.k] = np.where(s.has_votes, rl.risk(s), 1.0)
                 for a in ALPHAS:
-                    stop = risk <= a
-                    k = np.argmax(stop, axis=1)
-                    ans = np.where(stop.any(1), lead[r, k], final)
-                    tok = np.where(stop.any(1), tokens[r, k], base)
-                    out[f"{prior}/{a}"] = (
-                        float(np.isin(ans, correct).mean()),
-                        float(np.mean(1 - tok / base)),
-                        float(np.mean(ans != final)),
-                    )
+                    out[f"{prior}/{a}"] = w.stop_at(risk, a)
             res[spec.name][str(ctx.arr.qid)] = out
         print(spec.name, flush=True)
     return res

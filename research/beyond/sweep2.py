@@ -15,7 +15,7 @@ from pathlib import Path
 
 import methods2
 import numpy as np
-from common import contested_pools, contexts, pools, walk
+from common import contested_pools, contexts, pools, walked
 from tune import ALPHAS
 
 from mars.method.riskstop import Transitions, predictive_risk
@@ -111,24 +111,15 @@ def main(pipeline: str) -> str:
     for spec in pools(1, real=False) + contested_pools(1):
         per = {v: [] for v in VARIANTS}
         for ctx in contexts(spec):
-            snaps, final, tokens, base = walk(ctx, pipeline)
-            lead = np.stack([s.lead for s in snaps], axis=1)
-            correct = np.flatnonzero(ctx.arr.correct)
-            r = np.arange(len(final))
-            orc = lead == final[:, None]
-            ko = np.argmax(orc, axis=1)
-            osav = np.mean(1 - np.where(orc.any(1), tokens[r, ko], base) / base)
-            full = np.isin(final, correct).mean()
+            w = walked(ctx, pipeline)
+            b = w.baseline()
             for v in VARIANTS:
-                risk = risk_matrix(ctx, pipeline, v, snaps)
+                risk = risk_matrix(ctx, pipeline, v, w.snaps)
                 row = []
                 for a in ALPHAS:
-                    stop = risk <= a
-                    k = np.argmax(stop, axis=1)
-                    ans = np.where(stop.any(1), lead[r, k], final)
-                    tok = np.where(stop.any(1), tokens[r, k], base)
-                    row.append((np.isin(ans, correct).mean() - full, np.mean(1 - tok / base)))
-                per[v].append((row, osav))
+                    acc, sav, _ = w.stop_at(risk, a)
+                    row.append((acc - b["full"], sav))
+                per[v].append((row, b["oracle"]))
         res[spec.name] = per
         print(spec.name, flush=True)
     lines = [

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import tune
-from common import contested_pools, contexts, pools, walk
+from common import contested_pools, contexts, pools, walked
 
 from mars.method import riskstop
 
@@ -53,32 +53,17 @@ def variant(edit):
 
 
 def outcomes(ctx, fns) -> dict:
-    snaps, final, tokens, base = walk(ctx, "sc")
-    lead = np.stack([s.lead for s in snaps], axis=1)
-    correct = np.flatnonzero(ctx.arr.correct)
-    r = np.arange(len(final))
-    orc = lead == final[:, None]
-    ko = np.argmax(orc, axis=1)
-    out = {
-        "full": float(np.isin(final, correct).mean()),
-        "oracle": float(np.mean(1 - np.where(orc.any(1), tokens[r, ko], base) / base)),
-    }
+    w = walked(ctx, "sc")
+    out = w.baseline()
     for name, fn in fns.items():
         rl = tune.rule(ctx, "sc", riskstop.KAPPA, riskstop.TAU)
         riskstop.predictive_risk = fn
         try:
-            risk = np.stack([np.where(s.has_votes, rl.risk(s), 1.0) for s in snaps], axis=1)
+            risk = np.stack([np.where(s.has_votes, rl.risk(s), 1.0) for s in w.snaps], axis=1)
         finally:
             riskstop.predictive_risk = ORIGINAL
         for a in ALPHAS:
-            stop = risk <= a
-            k = np.argmax(stop, axis=1)
-            ans = np.where(stop.any(1), lead[r, k], final)
-            tok = np.where(stop.any(1), tokens[r, k], base)
-            out[f"{name}/{a}"] = (
-                float(np.isin(ans, correct).mean()),
-                float(np.mean(1 - tok / base)),
-            )
+            out[f"{name}/{a}"] = w.stop_at(risk, a)[:2]
     return out
 
 

@@ -33,7 +33,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from common import CACHE, contested_pools, contexts, pools, walk
+from common import CACHE, contested_pools, contexts, pools, walked
 
 from mars.method import riskstop
 from mars.method.riskstop import RiskStop, learn_then_test
@@ -72,34 +72,18 @@ def rule(ctx, pipeline: str, kappa: float, tau: float) -> RiskStop:
 def question_outcomes(ctx, pipeline: str, grid: list[dict]) -> dict:
     """Per setting and α: (accuracy, savings, disagreement with the full budget); plus the
     question's full-budget accuracy and oracle-first savings."""
-    snaps, final, tokens, base = walk(ctx, pipeline)
-    lead = np.stack([s.lead for s in snaps], axis=1)
-    correct = np.flatnonzero(ctx.arr.correct)
-    r = np.arange(len(final))
-    orc = lead == final[:, None]
-    ko = np.argmax(orc, axis=1)
-    out = {
-        "full": float(np.isin(final, correct).mean()),
-        "oracle": float(np.mean(1 - np.where(orc.any(1), tokens[r, ko], base) / base)),
-    }
+    w = walked(ctx, pipeline)
+    out = w.baseline()
     for st in grid:
         rl = rule(ctx, pipeline, **st)
-        risk = np.ones(lead.shape)
-        for s in snaps:
+        risk = np.ones(w.lead.shape)
+        for s in w.snaps:
             x = rl.risk(s)
             if rl.favourite >= 0:
                 x = np.where(s.lead == rl.favourite, x, 1.0)
             risk[:, s.k] = np.where(s.has_votes, x, 1.0)
         for a in ALPHAS:
-            stop = risk <= a
-            k = np.argmax(stop, axis=1)
-            ans = np.where(stop.any(1), lead[r, k], final)
-            tok = np.where(stop.any(1), tokens[r, k], base)
-            out[f"{st['kappa']}/{st['tau']}/{a}"] = (
-                float(np.isin(ans, correct).mean()),
-                float(np.mean(1 - tok / base)),
-                float(np.mean(ans != final)),
-            )
+            out[f"{st['kappa']}/{st['tau']}/{a}"] = w.stop_at(risk, a)
     return out
 
 
