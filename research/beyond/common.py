@@ -196,6 +196,23 @@ def walked(ctx: QuestionContext, pipeline: str) -> Walked:
     return Walked(snaps, lead, final, tokens, base, np.flatnonzero(ctx.arr.correct))
 
 
+def pool_effect(outcomes: list[dict], key: str) -> tuple[float, float]:
+    """A pool's accuracy against the full budget (pp) and share of oracle-first's savings (%),
+    from its questions' outcomes (:meth:`Walked.baseline`, and :meth:`Walked.stop_at` under
+    ``key``)."""
+    full = np.mean([q["full"] for q in outcomes])
+    orc = np.mean([q["oracle"] for q in outcomes])
+    acc = np.mean([q[key][0] for q in outcomes])
+    sav = np.mean([q[key][1] for q in outcomes])
+    return 100 * (acc - full), (100 * sav / orc if orc else np.nan)
+
+
+def regular_and_contested(per_pool: dict) -> tuple[list, list]:
+    """The values of the regular pools and of the contested stress tests."""
+    reg = [v for p, v in per_pool.items() if not p.startswith("contested")]
+    return reg, [v for p, v in per_pool.items() if p.startswith("contested")]
+
+
 BASELINES = {
     "sc": ["sc", "sc-mars", "sc-mars-cal", "sc-mars-cert", "sc-pp", "oracle-first"],
     "dco": ["dco", "dco-mars-cal", "oracle-dco-first"],

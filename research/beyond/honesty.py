@@ -39,7 +39,16 @@ from pathlib import Path
 
 import numpy as np
 import tune
-from common import contested_pools, contexts, pools, question_arrays, walk, walked
+from common import (
+    contested_pools,
+    contexts,
+    pool_effect,
+    pools,
+    question_arrays,
+    regular_and_contested,
+    walk,
+    walked,
+)
 from scipy.optimize import minimize
 from scipy.special import betaln
 from scipy.stats import betabinom
@@ -261,16 +270,8 @@ def stopping_table(res: dict, priors) -> list[str]:
         feas = []
         rows = []
         for a in ALPHAS:
-            per = {}
-            for pool, qs in res.items():
-                v = list(qs.values())
-                full = np.mean([q["full"] for q in v])
-                orc = np.mean([q["oracle"] for q in v])
-                acc = np.mean([q[f"{key}/{a}"][0] for q in v])
-                sav = np.mean([q[f"{key}/{a}"][1] for q in v])
-                per[pool] = (100 * (acc - full), 100 * sav / orc)
-            reg = [v for p, v in per.items() if not p.startswith("contested")]
-            con = [v for p, v in per.items() if p.startswith("contested")]
+            per = {pool: pool_effect(list(qs.values()), f"{key}/{a}") for pool, qs in res.items()}
+            reg, con = regular_and_contested(per)
             feas.append(all(v[0] >= -0.5 for v in per.values()))
             rows.append((a, reg, con))
         for i, (a, reg, con) in enumerate(rows):

@@ -23,7 +23,14 @@ from pathlib import Path
 
 import numpy as np
 import tune
-from common import contested_pools, contexts, pools, walked
+from common import (
+    contested_pools,
+    contexts,
+    pool_effect,
+    pools,
+    regular_and_contested,
+    walked,
+)
 
 from mars.method import riskstop
 
@@ -83,15 +90,8 @@ def main() -> str:
     for name in fns:
         cells = []
         for a in ALPHAS:
-            per = {}
-            for pool, qs in res.items():
-                full = np.mean([q["full"] for q in qs])
-                orc = np.mean([q["oracle"] for q in qs])
-                acc = np.mean([q[f"{name}/{a}"][0] for q in qs])
-                sav = np.mean([q[f"{name}/{a}"][1] for q in qs])
-                per[pool] = (100 * (acc - full), 100 * sav / orc)
-            reg = [v for p, v in per.items() if not p.startswith("contested")]
-            con = [v for p, v in per.items() if p.startswith("contested")]
+            per = {pool: pool_effect(qs, f"{name}/{a}") for pool, qs in res.items()}
+            reg, con = regular_and_contested(per)
             cells.append(
                 f"{np.mean([v[1] for v in reg]):.1f} ({min(v[1] for v in reg):.1f}) / "
                 f"{min(v[0] for v in reg):+.2f} / " + " ".join(f"{v[0]:+.1f}" for v in con)

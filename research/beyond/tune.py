@@ -33,7 +33,15 @@ import json
 from pathlib import Path
 
 import numpy as np
-from common import CACHE, contested_pools, contexts, pools, walked
+from common import (
+    CACHE,
+    contested_pools,
+    contexts,
+    pool_effect,
+    pools,
+    regular_and_contested,
+    walked,
+)
 
 from mars.method import riskstop
 from mars.method.riskstop import RiskStop, learn_then_test
@@ -109,16 +117,8 @@ def main(pipeline: str) -> str:
         certified, _pv = learn_then_test(np.array(ALPHAS), losses, EPS, DELTA)
         for a in ALPHAS:
             key = f"{st['kappa']}/{st['tau']}/{a}"
-            per = {}
-            for pool, qs in res.items():
-                v = list(qs.values())
-                full = np.mean([q["full"] for q in v])
-                orc = np.mean([q["oracle"] for q in v])
-                acc = np.mean([q[key][0] for q in v])
-                sav = np.mean([q[key][1] for q in v])
-                per[pool] = (100 * (acc - full), 100 * sav / orc if orc else np.nan)
-            reg = [v for p, v in per.items() if not p.startswith("contested")]
-            con = [v for p, v in per.items() if p.startswith("contested")]
+            per = {pool: pool_effect(list(qs.values()), key) for pool, qs in res.items()}
+            reg, con = regular_and_contested(per)
             rows.append(
                 {
                     **st,
