@@ -52,29 +52,31 @@ def probe_positions(length: int, spacing: int) -> np.ndarray:
     return np.append(grid, np.int64(length))
 
 
+def _per_row(col: pa.ChunkedArray, offsets: np.ndarray, flat: np.ndarray) -> list:
+    """``flat[offsets[i]:offsets[i + 1]]`` for every row of ``col`` (None where it is null),
+    without per-element Python objects."""
+    valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+    return [flat[offsets[i] : offsets[i + 1]] if ok else None for i, ok in enumerate(valid)]
+
+
 def _column_lists(col: pa.ChunkedArray) -> list[np.ndarray | None]:
-    """A list column as one numpy array (or None) per row, without per-element Python objects."""
+    """A list column as one numpy array (or None) per row."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    valid = np.asarray(pc.is_valid(arr).to_numpy(zero_copy_only=False), dtype=bool)
     lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    flat = pc.list_flatten(arr).to_numpy(zero_copy_only=False)
-    return [flat[offsets[i] : offsets[i + 1]] if valid[i] else None for i in range(len(valid))]
-
-
-def _conf_lists(col: pa.ChunkedArray | pa.Array) -> list[np.ndarray | None]:
-    """A confidence column (either stored form) as one float16 array (or None) per row."""
-    offsets, values = confs_codec.decode(col, "trace file", PoolError)
-    valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
-    return [values[offsets[i] : offsets[i + 1]] if ok else None for i, ok in enumerate(valid)]
+    return _per_row(arr, offsets, pc.list_flatten(arr).to_numpy(zero_copy_only=False))
 
 
 def stored_traces(table: pa.Table) -> list[StoredTrace]:
     """The traces of one question's trace table, as the probe stage hands them to an engine."""
     names = table.column_names
     ids = _column_lists(table["token_ids"]) if "token_ids" in names else [None] * len(table)
-    confs = _conf_lists(table["confs"]) if "confs" in names else [None] * len(table)
+    confs = (
+        _per_row(table["confs"], *confs_codec.decode(table["confs"], "trace file", PoolError))
+        if "confs" in names
+        else [None] * len(table)
+    )
     texts = table["text"].to_pylist() if "text" in names else [None] * len(table)
     finals = table["final_answer"].to_pylist()
     return [

@@ -34,6 +34,11 @@ def is_list(t: pa.DataType) -> bool:
     return (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_floating(t.value_type)
 
 
+def readable(t: pa.DataType) -> bool:
+    """A confidence column of this type decodes (bytes, lists of floats, or all null)."""
+    return is_stored(t) or is_list(t) or pa.types.is_null(t)
+
+
 def encode(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     """A confidence column (lists of floats, byte strings, or all null) in the stored form."""
     arr = _one_array(col)
@@ -108,3 +113,24 @@ def as_lists(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     mask = pc.invert(arr.is_valid()) if arr.null_count else None
     out = lists.from_arrays(offsets, pa.array(values, pa.float16()), mask=mask)
     return out.cast(pa.list_(pa.float16())) if lists is pa.ListArray else out
+
+
+def _with_column(table: pa.Table, convert) -> pa.Table:
+    if "confs" not in table.column_names:
+        return table
+    i = table.column_names.index("confs")
+    col = convert(table.column(i))
+    return table.set_column(i, pa.field("confs", col.type), col)
+
+
+def stored_table(table: pa.Table) -> pa.Table:
+    """``table`` with its confidences (lists, as producers build them, or bytes, as a trace file
+    of either format holds them) in the stored form; unchanged if they already are."""
+    if "confs" in table.column_names and table.schema.field("confs").type == STORED_TYPE:
+        return table
+    return _with_column(table, encode)
+
+
+def lists_table(table: pa.Table) -> pa.Table:
+    """``table`` with its confidences as float16 lists, the producers' form."""
+    return _with_column(table, as_lists)

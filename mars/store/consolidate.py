@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import MarsError, UsageError
-from . import schema
+from . import confs, schema
 from .atomic import check_apart
 from .pool import PoolError
 from .userfiles import read_json_object
-from .write import PoolDirWriter, with_stored_confs
+from .write import PoolDirWriter
 
 #: Manifest keys that differ between the shards of one generation.
 SHARD_ONLY = ("shard", "n_questions", "format", "version")
@@ -104,7 +104,7 @@ def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bo
         for row in qrows:
             qid = row["qid"]
             parts = [  # shards of either format version: confidences as bytes in both
-                with_stored_confs(pq.read_table(d / schema.trace_file_name(qid)))
+                confs.stored_table(pq.read_table(d / schema.trace_file_name(qid)))
                 for _, d, _, _ in shards
             ]
             table = pa.concat_tables(parts).combine_chunks()

@@ -732,12 +732,9 @@ class LayoutPool(Pool):
 def read_trace_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
     """A trace file of either format as producers build it (confidences as float16 lists,
     :data:`mars.store.schema.TRACE_SCHEMA`): for inspecting a pool with pyarrow or pandas."""
-    table = pq.read_table(path, columns=columns, **schema.TRACE_READ_OPTIONS)
-    if "confs" in table.column_names:
-        i = table.column_names.index("confs")
-        lists = confs_codec.as_lists(table.column(i))
-        table = table.set_column(i, pa.field("confs", lists.type), lists)
-    return table
+    return confs_codec.lists_table(
+        pq.read_table(path, columns=columns, **schema.TRACE_READ_OPTIONS)
+    )
 
 
 def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
@@ -754,7 +751,7 @@ def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
     if "confs" not in pf.schema_arrow.names:
         return None
     kind = pf.schema_arrow.field("confs").type
-    if not (confs_codec.is_stored(kind) or confs_codec.is_list(kind) or pa.types.is_null(kind)):
+    if not confs_codec.readable(kind):
         raise PoolError(f"{path}: column 'confs' has type {kind}, expected float16 bytes or lists")
     offsets = np.zeros(t.num_rows + 1, dtype=np.int64)
     values = None

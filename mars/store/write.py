@@ -52,20 +52,8 @@ def write_trace_table(
     """Write one question's trace table atomically, with the pool's parquet options (and
     ``metadata`` as its schema metadata, replacing any it had), its confidences stored as bytes
     (:mod:`mars.store.confs`)."""
-    table = with_stored_confs(table).replace_schema_metadata(metadata)
+    table = confs.stored_table(table).replace_schema_metadata(metadata)
     write_atomic(path, lambda p: pq.write_table(table, p, **schema.TRACE_PARQUET_OPTIONS))
-
-
-def with_stored_confs(table: pa.Table) -> pa.Table:
-    """``table`` with its confidences (lists, as producers build them, or bytes, as a trace file
-    of either format version holds them) in the stored form."""
-    if "confs" not in table.column_names:
-        return table
-    i = table.column_names.index("confs")
-    col = table.column(i)
-    if col.type == confs.STORED_TYPE:
-        return table
-    return table.set_column(i, pa.field("confs", confs.STORED_TYPE), confs.encode(col))
 
 
 def _as_trace_table(traces: pa.Table | dict) -> pa.Table:
@@ -75,8 +63,8 @@ def _as_trace_table(traces: pa.Table | dict) -> pa.Table:
     extra = [f for f in schema.TRACE_OPTIONAL_FIELDS if f.name in names]
     if isinstance(traces, dict):
         full = pa.schema([*schema.TRACE_SCHEMA, *extra])
-        return with_stored_confs(pa.Table.from_pydict(traces, schema=full))
-    base = with_stored_confs(traces.select(schema.TRACE_SCHEMA.names))
+        return confs.stored_table(pa.Table.from_pydict(traces, schema=full))
+    base = confs.stored_table(traces.select(schema.TRACE_SCHEMA.names))
     if not base.schema.equals(schema.TRACE_FILE_SCHEMA):
         base = base.cast(schema.TRACE_FILE_SCHEMA)
     for f in extra:
