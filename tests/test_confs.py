@@ -107,3 +107,17 @@ def test_a_damaged_trace_is_one_line_and_nothing_is_written(tmp_path):
     res = CliRunner().invoke(cli.app, [*args, "--out", str(out), "-q"])
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "trace 2: confs of" in res.output
     assert not out.exists()
+
+
+def test_confidences_of_another_type_are_one_line(tmp_path):
+    pool = write_layout_pool(tmp_path / "pool", seed=1, n_questions=1)
+    f = pool / schema.trace_file_name(0)
+    t = pq.read_table(f)
+    text = pa.array(["x"] * t.num_rows)
+    pq.write_table(t.set_column(t.column_names.index("confs"), "confs", text), f)
+    out = tmp_path / "out"
+    args = ["simulate", str(pool), "-m", "sc", "--budget", "8", "--iterations", "2"]
+    res = CliRunner().invoke(cli.app, [*args, "--out", str(out), "-q"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert f"{f}: column 'confs' has type string, expected float16 bytes or lists" in res.output
+    assert not out.exists()
