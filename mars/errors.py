@@ -21,6 +21,12 @@ class SimulationError(MarsError):
     """Bad simulation settings, or a method that does not apply to the pool."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name if it has none): what a
+    one-line error quotes of a library's error."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def need_extra(modules: tuple[str, ...], extra: str, what: str) -> None:
     """Refuse in one line, before any work, a command whose optional dependencies (the package
     extra ``extra``) are not installed: the core (pools, fit, simulate, the stopping rules) needs

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import MarsError
+from .errors import MarsError, first_line
 from .method.settings import SAMPLING_KEYS, SPECS, Settings, from_dict
 from .store.analysis import Analysis, file_digest
 from .store.provenance import UNKNOWN, DataSource
@@ -178,10 +178,6 @@ IT_NULLABLE = ("probe_tokens",)
 _TRUTH = {"true": True, "1": True, "false": False, "0": False}
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 def _is_number(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -229,7 +225,7 @@ def _read_csv(path: Path, **kwargs) -> pd.DataFrame:
     try:
         return pd.read_csv(path, **kwargs)
     except (OSError, ValueError) as exc:  # pandas' parser and empty-data errors are ValueErrors
-        raise RunError(f"{path}: unreadable ({_first_line(exc)})") from None
+        raise RunError(f"{path}: unreadable ({first_line(exc)})") from None
 
 
 def _check_columns(df: pd.DataFrame, path: Path, whole, numbers, nullable) -> None:

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import MarsError
+from ..errors import MarsError, first_line
 from . import confs as confs_codec
 from . import schema
 from .userfiles import read_json, regular_file
@@ -156,11 +156,6 @@ def _check_lengths(lengths: pa.ChunkedArray, trace_idx: pa.ChunkedArray, source:
 def _check_qids(qids: list[int], source: str) -> None:
     if qids and qids[0] < 0:
         raise PoolError(f"{source}: question id {qids[0]} is negative (ids are 0, 1, 2, ...)")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _none_if_empty(values: list) -> list:
@@ -412,7 +407,7 @@ class PublishedPool(Pool):
                 qids = self._pf.read_row_group(rg, columns=["qid"]).column("qid")
             except (OSError, pa.ArrowException) as exc:
                 raise PoolError(
-                    f"{self.source}: row group {rg} unreadable ({_first_line(exc)})"
+                    f"{self.source}: row group {rg} unreadable ({first_line(exc)})"
                 ) from None
             if qids.null_count:
                 raise PoolError(f"{self.source}: null qid in row group {rg}")
@@ -448,7 +443,7 @@ class PublishedPool(Pool):
             t = self._pf.read_row_groups(self._row_groups[qid], columns=cols)
         except (OSError, pa.ArrowException) as exc:
             raise PoolError(
-                f"{self.source}: question {qid}: unreadable ({_first_line(exc)})"
+                f"{self.source}: question {qid}: unreadable ({first_line(exc)})"
             ) from None
         t = t.filter(pc.equal(t.column("qid"), qid))
         return question_from_table(t, qid, self.source, published=True)
@@ -694,7 +689,7 @@ class LayoutPool(Pool):
         except FileNotFoundError:
             raise PoolError(f"{f}: missing trace file for question {qid}") from None
         except Exception as exc:
-            raise PoolError(f"{f}: unreadable ({_first_line(exc)})") from None
+            raise PoolError(f"{f}: unreadable ({first_line(exc)})") from None
         if "qid" in t.column_names:
             qids = t.column("qid")
             other = pc.unique(pc.drop_null(qids)).to_pylist()
@@ -715,7 +710,7 @@ class LayoutPool(Pool):
         try:
             confs = _read_confs(f, t)
         except (OSError, pa.ArrowException) as exc:
-            raise PoolError(f"{f}: unreadable ({_first_line(exc)})") from None
+            raise PoolError(f"{f}: unreadable ({first_line(exc)})") from None
         q = question_from_table(
             t,
             qid,
