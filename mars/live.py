@@ -15,9 +15,10 @@
 The decision is the simulator's own (one step of :class:`mars.simulate.MethodRun` over the one
 iteration whose sample is the N main traces and whose warmup is the W warmup traces, running
 traces shown as traces stopped at the checkpoint). The records are written once, at the end of the
-question; re-simulating them (:func:`decide`, :func:`replay`) gives the run's answer, stop position
-and tokens exactly, which every run checks (``replay_ok``). Three things differ from the offline
-simulator, each because a live run cannot see the future:
+question (the finished warmup traces are kept meanwhile, so an interrupted question resumes after
+its warmup); re-simulating them (:func:`decide`, :func:`replay`) gives the run's answer, stop
+position and tokens exactly, which every run checks (``replay_ok``). Three things differ from
+the offline simulator, each because a live run cannot see the future:
 
 * the checkpoint grid is fixed in advance (``spacing``, 2·spacing, … ≤ ``max_tokens``), not taken
   from the traces;
@@ -36,12 +37,15 @@ Output of :func:`solve_pool` (a pool directory, so ``mars simulate`` reads it to
                                  finished = false, no final answer, and its last probe at the stop
     OUT/live/qNNNNNN.json        the live result of the question (see :class:`LiveRun`)
     OUT/live.csv                 one row per question; OUT/pool.json has the run's parameters
+    OUT/live/qNNNNNN.warmup.parquet  the question's finished warmup traces while its main traces
+                                 run (an interrupted question resumes after its warmup)
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import reprlib
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -60,7 +64,7 @@ from .engines.generate import (
     run_batch,
     token_cap,
 )
-from .errors import MarsError, UsageError
+from .errors import MarsError, UsageError, first_line
 from .method.answers import group_answers_online, is_correct
 from .method.arrays import QuestionArrays, build_arrays, checkpoint_answers, checkpoint_confidences
 from .method.registry import DEFAULT_METHOD, Method, get_method, live_method
@@ -70,14 +74,16 @@ from .simulate import MethodResult, QuestionContext, run_method
 from .stepper import Stopper, Warmup
 from .store import schema
 from .store.atomic import write_atomic, write_json_atomic
-from .store.pool import PoolError, QuestionData, open_pool, question_from_table
+from .store.pool import PoolError, QuestionData, open_pool, question_from_table, read_trace_table
 from .store.problems import Problem, problems_digest, select_problems
 from .store.userfiles import read_json_object
-from .store.write import PoolDirWriter
+from .store.write import PoolDirWriter, write_trace_table
 
 LIVE_DIR = "live"
 LIVE_RECORD = ".solve.json"
 SUMMARY_FILE = "live.csv"
+#: Parquet metadata key of a kept warmup file (question, warmup size, its wall time; JSON)
+WARMUP_METADATA_KEY = "mars.live.warmup"
 #: The most checkpoints a live grid may have. The grid is fixed in advance and every look of the
 #: rule builds arrays over all of it, so this bounds the memory of a run and of its replay,
 #: whatever a manifest claims (at a 2,048-token spacing: 8.4 million tokens).
@@ -346,10 +352,15 @@ def solve(
     spacing: int = schema.CHECKPOINT_SPACING,
     max_tokens: int | None = None,
     compare_full: bool = False,
+    warmup_file: str | Path | None = None,
     **knobs,
 ) -> LiveRun:
     """Answer ``problem`` live with ``method`` (see the module docstring);
     the records are in ``.table``.
+
+    ``warmup_file``: where the finished warmup traces are kept until the question ends, so that
+    an interrupted question resumes after its warmup (read back if it exists, checked against the
+    question and the warmup size; the warmup's wall time is the one measured when it ran).
 
     ``knobs`` are :class:`mars.simulate.Settings` fields (gamma, ucb_z, gamma_min, delta, pp_conv,
     pp_warmup, pp_patience, consensus, window). ``compare_full`` also runs the same N traces to
@@ -361,14 +372,22 @@ def solve(
     grid = live_grid(spacing, max_tokens)
 
     t0 = time.perf_counter()
-    warm_records: list[TraceRecord] = []
-    if warmup:
-        batch = backend.start(problem, warmup, seed, first_trace=0)
-        try:
-            warm_records = run_batch(batch, spacing, max_tokens=max_tokens)
-        finally:
-            batch.close()
-    warm_table = records_to_table(problem.qid, 0, warm_records)
+    warm_table = read_warmup(warmup_file, problem.qid, warmup) if warmup_file else None
+    if warm_table is None:
+        warm_records: list[TraceRecord] = []
+        if warmup:
+            batch = backend.start(problem, warmup, seed, first_trace=0)
+            try:
+                warm_records = run_batch(batch, spacing, max_tokens=max_tokens)
+            finally:
+                batch.close()
+        warm_table = records_to_table(problem.qid, 0, warm_records)
+        warm_wall = time.perf_counter() - t0
+        if warmup_file and warmup:
+            write_warmup(warmup_file, warm_table, problem.qid, warm_wall)
+    else:
+        warm_wall = _warmup_wall(warm_table)
+        warm_table = warm_table.replace_schema_metadata(None)
     t1 = time.perf_counter()
     ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces)
     batch = backend.start(problem, n_traces, seed, first_trace=warmup)
@@ -410,7 +429,7 @@ def solve(
         stopped_by=label,
         stop_position=None if label == "budget" else position,
         tokens=tokens,
-        warmup_tokens=int(sum(r.result.length for r in warm_records)),
+        warmup_tokens=int(warm_table.column("length").to_numpy().sum()),
         probe_tokens=probe_tokens,
         n_probes=n_probes,
         gamma=float(res.gamma),
@@ -419,7 +438,7 @@ def solve(
         stopped_traces=[warmup + int(j) for j in np.flatnonzero(ctl.stopped)],
         checkpoints=ctl.checkpoints,
         wall_s={
-            "warmup": round(t1 - t0, 4),
+            "warmup": round(warm_wall, 4),
             "main": round(t2 - t1, 4),
             "decide": round(ctl.decide_s, 4),
         },
@@ -441,6 +460,42 @@ def solve(
             grid,
         )
     return run
+
+
+def write_warmup(path: str | Path, table: pa.Table, qid: int, wall_s: float) -> None:
+    """Keep a question's finished warmup traces (a trace file, atomically)."""
+    info = {"qid": int(qid), "warmup": table.num_rows, "wall_s": round(wall_s, 4)}
+    write_trace_table(table, path, metadata={WARMUP_METADATA_KEY: json.dumps(info)})
+
+
+def read_warmup(path: str | Path, qid: int, warmup: int) -> pa.Table | None:
+    """The warmup traces kept by :func:`write_warmup` for question ``qid`` (None if there are
+    none); a file that is not this question's ``warmup`` warmup traces is one line naming it."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    remedy = "remove it to run the warmup again"
+    try:
+        table = read_trace_table(path)
+        info = json.loads((table.schema.metadata or {})[WARMUP_METADATA_KEY.encode()])
+        info_ok = isinstance(info, dict) and isinstance(info.get("wall_s"), (int, float))
+        qids = table.column("qid").to_numpy(zero_copy_only=False)
+        idx = table.column("trace_idx").to_numpy(zero_copy_only=False)
+    except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
+        raise PoolError(
+            f"{path}: not a warmup file of this run ({first_line(exc)}); {remedy}"
+        ) from None
+    if not info_ok or info.get("qid") != qid or info.get("warmup") != warmup:
+        raise PoolError(f"{path}: not question {qid}'s {warmup} warmup traces; {remedy}")
+    if table.num_rows != warmup or (qids != qid).any() or (idx != np.arange(warmup)).any():
+        raise PoolError(
+            f"{path}: rows are not question {qid}'s warmup traces 0..{warmup - 1}; {remedy}"
+        )
+    return table
+
+
+def _warmup_wall(table: pa.Table) -> float:
+    return float(json.loads(table.schema.metadata[WARMUP_METADATA_KEY.encode()])["wall_s"])
 
 
 def _run_full(
@@ -484,6 +539,10 @@ def _run_full(
 
 def _live_path(out: Path, qid: int) -> Path:
     return out / LIVE_DIR / f"q{qid:06d}.json"
+
+
+def _warmup_path(out: Path, qid: int) -> Path:
+    return out / LIVE_DIR / f"q{qid:06d}.warmup.parquet"
 
 
 def solve_pool(
@@ -558,11 +617,13 @@ def solve_pool(
                 spacing=spacing,
                 max_tokens=max_tokens,
                 compare_full=compare_full,
+                warmup_file=_warmup_path(out, qid),
                 **knobs,
             )
             assert run.table is not None
             writer.write_question(qid, run.table)
             write_json_atomic(_live_path(out, qid), run.summary())
+            _warmup_path(out, qid).unlink(missing_ok=True)
             if on_question is not None:
                 on_question(run)
         summaries = read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)

@@ -217,6 +217,81 @@ def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, pro
         assert a == b
 
 
+class _StopsAfterWarmup:
+    """The synthetic engine, interrupted when the main traces of question ``qid`` would start
+    (once); counts the warmup batches it starts."""
+
+    def __init__(self, inner, qid: int):
+        self.inner, self.qid, self.warmups, self.fired = inner, qid, [], False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def start(self, problem, n, seed, first_trace=0):
+        if first_trace == 0:
+            self.warmups.append(problem.qid)
+        elif problem.qid == self.qid and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+        return self.inner.start(problem, n, seed, first_trace=first_trace)
+
+
+def test_an_interrupted_question_resumes_after_its_warmup(tmp_path, backend, problems, mars_run):
+    ref_out, _ = mars_run
+    out, qids = tmp_path / "run", QIDS[:3]
+    engine = _StopsAfterWarmup(backend, qid=qids[1])
+    kw = {"n_traces": 48, "warmup": 16, "seed": 3, "questions": qids, "compare_full": True}
+    with pytest.raises(KeyboardInterrupt):
+        solve_pool(engine, problems, out, "sc-mars-cal", **kw)
+    kept = out / "live" / f"q{qids[1]:06d}.warmup.parquet"
+    assert engine.warmups == qids[:2] and kept.exists()
+    assert not (out / "live" / f"q{qids[0]:06d}.warmup.parquet").exists()  # its question ended
+    engine.warmups.clear()
+    solve_pool(engine, problems, out, "sc-mars-cal", **kw)
+    assert engine.warmups == qids[2:] and not list((out / "live").glob("*.parquet"))
+    for q in qids:  # identical to the uninterrupted run
+        name = schema.trace_file_name(q)
+        assert pq.read_table(out / name).equals(pq.read_table(ref_out / name))
+        a = json.loads((out / "live" / f"q{q:06d}.json").read_text())
+        b = json.loads((ref_out / "live" / f"q{q:06d}.json").read_text())
+        for d in (a, b):
+            d.pop("wall_s"), (d.get("full") or {}).pop("wall_s", None)
+        assert a == b
+
+
+@pytest.mark.parametrize(
+    "damage, msg",
+    [
+        (lambda p: p.write_bytes(b"PAR1 not parquet"), "not a warmup file of this run"),
+        (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "not a warmup file"),
+        ("other question", "not question 1's 16 warmup traces"),
+        ("fewer rows", "rows are not question 1's warmup traces 0..15"),
+    ],
+)
+def test_a_damaged_kept_warmup_is_one_line_and_kept(tmp_path, backend, problems, damage, msg):
+    out = tmp_path / "run"
+    engine = _StopsAfterWarmup(backend, qid=1)
+    kw = {"n_traces": 8, "warmup": 16, "seed": 3, "questions": [1]}
+    with pytest.raises(KeyboardInterrupt):
+        solve_pool(engine, problems, out, "sc", **kw)
+    kept = out / "live" / "q000001.warmup.parquet"
+    if damage == "other question":
+        t = pq.read_table(kept)
+        info = json.loads(t.schema.metadata[b"mars.live.warmup"])
+        meta = {b"mars.live.warmup": json.dumps({**info, "qid": 2}).encode()}
+        pq.write_table(t.replace_schema_metadata(meta), kept)
+    elif damage == "fewer rows":
+        t = pq.read_table(kept)
+        pq.write_table(t.slice(0, 15).replace_schema_metadata(t.schema.metadata), kept)
+    else:
+        damage(kept)
+    before = kept.read_bytes()
+    with pytest.raises(PoolError, match=msg) as err:
+        solve_pool(engine, problems, out, "sc", **kw)
+    assert str(kept) in str(err.value) and "remove it" in str(err.value)
+    assert len(str(err.value).splitlines()) == 1 and kept.read_bytes() == before
+
+
 def test_other_seed_other_run(backend, problems):
     a = solve(backend, problems[2], "sc-mars-cal", n_traces=24, warmup=8, seed=0)
     b = solve(backend, problems[2], "sc-mars-cal", n_traces=24, warmup=8, seed=1)
