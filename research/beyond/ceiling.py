@@ -31,9 +31,24 @@ from common import PoolSpec, contexts, walk
 
 ALPHAS = [0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
 CONC = 1.0  # warmup-dp: prior mass (traces) of "behaves like any warmup trace"
+#: --state: what a trace's state at a checkpoint holds besides (answer, running, eligible):
+#: nothing, or how long it has held its answer (checkpoints in a row, 1 / 2-3 / 4+), so that
+#: holders who just arrived and holders who have settled have futures of their own
+STREAK_BUCKETS = {"answer": None, "streak": (2, 4)}
 
 
-def _state_outcomes(arr, ctx, pipeline, it):
+def streak_bucket(ids: np.ndarray, edges) -> np.ndarray:
+    """[n, m] bucket of the number of checkpoints in a row that each trace has held its answer
+    there (0 where it has none)."""
+    streak = np.zeros(ids.shape, np.int64)
+    for k in range(ids.shape[1]):
+        held = ids[:, k] >= 0
+        same = held & (ids[:, k] == ids[:, k - 1]) if k else np.zeros_like(held)
+        streak[:, k] = np.where(held, np.where(same, streak[:, k - 1] + 1, 1), 0)
+    return np.where(streak > 0, 1 + np.searchsorted(np.asarray(edges), streak, "right"), 0)
+
+
+def _state_outcomes(arr, ctx, pipeline, it, state="answer"):
     """Per pool trace: state key at every checkpoint [n, m] and final (answer, weight) [n] under
     iteration ``it``'s DeepConf threshold (SC: every trace eligible, weight 1)."""
     grid = arr.grid
@@ -53,10 +68,13 @@ def _state_outcomes(arr, ctx, pipeline, it):
         f_ok = arr.final_ids >= 0
         w_final = np.ones(n)
     key = (ids + 1).astype(np.int64) * 4 + running * 2 + elig
+    edges = STREAK_BUCKETS[state]
+    if edges is not None:
+        key = key * (len(edges) + 2) + streak_bucket(ids, edges)
     return key, np.where(f_ok, arr.final_ids, -1), w_final
 
 
-def posterior_risk(ctx, pipeline, source="pool", draws=256, seed=0):
+def posterior_risk(ctx, pipeline, source="pool", draws=256, seed=0, state="answer"):
     """[I, m] Monte Carlo P(full-budget vote ≠ leader at k | states of the sampled traces)."""
     arr, S = ctx.arr, ctx.samples
     I, B = S.shape
@@ -68,7 +86,7 @@ def posterior_risk(ctx, pipeline, source="pool", draws=256, seed=0):
     A = arr.n_answers + 1
     risk = np.ones((I, m))
     for i in range(I):
-        key, fans, fw = _state_outcomes(arr, ctx, pipeline, i)
+        key, fans, fw = _state_outcomes(arr, ctx, pipeline, i, state)
         for k in range(m):
             if lead[i, k] < 0:
                 continue
@@ -106,7 +124,7 @@ def posterior_risk(ctx, pipeline, source="pool", draws=256, seed=0):
     return risk, lead, final, tokens, base
 
 
-def evaluate(paths, pipelines, source, draws):
+def evaluate(paths, pipelines, source, draws, state="answer"):
     out = {}
     for path in map(Path, paths):
         spec = PoolSpec(path.name, path, "", "", True)
@@ -116,7 +134,7 @@ def evaluate(paths, pipelines, source, draws):
             for p in pipelines:
                 if p == "dco" and not arr.has_confs:
                     continue
-                risk, lead, final, tokens, base = posterior_risk(ctx, p, source, draws)
+                risk, lead, final, tokens, base = posterior_risk(ctx, p, source, draws, state=state)
                 r = np.arange(len(final))
                 orc = lead == final[:, None]
                 ko = np.argmax(orc, axis=1)
@@ -169,11 +187,12 @@ if __name__ == "__main__":
     ap.add_argument("--pipelines", default="sc,dco")
     ap.add_argument("--source", choices=["pool", "warmup", "warmup-dp"], default="pool")
     ap.add_argument("--draws", type=int, default=256)
+    ap.add_argument("--state", choices=sorted(STREAK_BUCKETS), default="answer")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     if a.report:
         runs = {k: json.loads(Path(v).read_text()) for k, v in (x.split("=", 1) for x in a.report)}
         Path(a.out).write_text(report(runs) + "\n")
     else:
-        res = evaluate(a.pools, a.pipelines.split(","), a.source, a.draws)
+        res = evaluate(a.pools, a.pipelines.split(","), a.source, a.draws, a.state)
         Path(a.out).write_text(json.dumps(res))
