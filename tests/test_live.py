@@ -159,6 +159,19 @@ def test_live_outputs_files_and_simulate_reads_them(mars_run, tmp_path):
 
 
 @pytest.mark.slow
+def _assert_same_run(out, ref_out, qids):
+    """The live runs in ``out`` and ``ref_out`` wrote the same traces and records (wall times
+    apart) for ``qids``."""
+    for q in qids:
+        name = schema.trace_file_name(q)
+        assert pq.read_table(out / name).equals(pq.read_table(ref_out / name))
+        a = json.loads((out / "live" / f"q{q:06d}.json").read_text())
+        b = json.loads((ref_out / "live" / f"q{q:06d}.json").read_text())
+        for d in (a, b):
+            d.pop("wall_s"), (d.get("full") or {}).pop("wall_s", None)
+        assert a == b
+
+
 def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, problems, mars_run):
     ref_out, _ = mars_run
     out = tmp_path / "run"
@@ -207,14 +220,7 @@ def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, pro
         questions=QIDS,
         compare_full=True,
     )
-    for q in QIDS:
-        name = schema.trace_file_name(q)
-        assert pq.read_table(out / name).equals(pq.read_table(ref_out / name))
-        a = json.loads((out / "live" / f"q{q:06d}.json").read_text())
-        b = json.loads((ref_out / "live" / f"q{q:06d}.json").read_text())
-        for d in (a, b):
-            d.pop("wall_s"), (d.get("full") or {}).pop("wall_s", None)
-        assert a == b
+    _assert_same_run(out, ref_out, QIDS)
 
 
 class _StopsAfterWarmup:
@@ -249,14 +255,7 @@ def test_an_interrupted_question_resumes_after_its_warmup(tmp_path, backend, pro
     engine.warmups.clear()
     solve_pool(engine, problems, out, "sc-mars-cal", **kw)
     assert engine.warmups == qids[2:] and not list((out / "live").glob("*.parquet"))
-    for q in qids:  # identical to the uninterrupted run
-        name = schema.trace_file_name(q)
-        assert pq.read_table(out / name).equals(pq.read_table(ref_out / name))
-        a = json.loads((out / "live" / f"q{q:06d}.json").read_text())
-        b = json.loads((ref_out / "live" / f"q{q:06d}.json").read_text())
-        for d in (a, b):
-            d.pop("wall_s"), (d.get("full") or {}).pop("wall_s", None)
-        assert a == b
+    _assert_same_run(out, ref_out, qids)  # identical to the uninterrupted run
 
 
 @pytest.mark.parametrize(
