@@ -10,7 +10,9 @@ bundled AIME question is decoded checkpoint by checkpoint (every ``--spacing`` t
 ``--tokens``) and, at every checkpoint, every running trace is probed twice on the same state:
 
 * with KV reuse (the backend's default: copy the trace's cache, prefill only the probe suffix), and
-* by re-prefilling prompt + trace + suffix from scratch (``probe_kv_reuse=False``).
+* by re-prefilling prompt + trace + suffix from scratch (``probe_kv_reuse=False``),
+
+the two taking turns going first from one checkpoint to the next.
 
 Printed per N (one JSON line each): decode throughput (trace tokens / decoding wall time, prompt
 prefill included), probe overhead (KV-reuse probe time as % of decoding time at this spacing and
@@ -74,16 +76,18 @@ def bench(be, problem, n: int, tokens: int, spacing: int, seed: int = 0) -> dict
         if ended.all():
             break
         if running.size:
-            be.probe_kv_reuse = True
-            t = time.perf_counter()
-            batch.probe(running)
-            sync(dev)
-            t_reuse += time.perf_counter() - t
-            be.probe_kv_reuse = False
-            t = time.perf_counter()
-            batch.probe(running)
-            sync(dev)
-            t_full += time.perf_counter() - t
+            # the two modes take turns going first, so that neither always pays for the
+            # allocator's growth (CUDA's caching allocator, new cache sizes) or a warm cache
+            first_reuse = (p // spacing) % 2 == 1
+            for reuse in (first_reuse, not first_reuse):
+                be.probe_kv_reuse = reuse
+                t = time.perf_counter()
+                batch.probe(running)
+                sync(dev)
+                if reuse:
+                    t_reuse += time.perf_counter() - t
+                else:
+                    t_full += time.perf_counter() - t
             be.probe_kv_reuse = True
             n_probes += int(running.size)
         p += spacing
