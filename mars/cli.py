@@ -382,6 +382,7 @@ def generate(
                 with_confs=confs,
                 probe=probe_mode,
                 token_ids=token_ids,
+                detail=progress.detail,
             )
 
 
@@ -493,6 +494,7 @@ def solve(
                 questions=qids,
                 compare_full=compare_full,
                 progress=progress,
+                detail=progress.detail,
                 **(settings_given or {}),
             )
     if not quiet:

@@ -69,7 +69,7 @@ from .method.answers import group_answers_online, is_correct
 from .method.arrays import QuestionArrays, build_arrays, checkpoint_answers, checkpoint_confidences
 from .method.registry import DEFAULT_METHOD, Method, get_method, live_method
 from .method.settings import LIVE_KEYS, Settings
-from .progress import Progress, counted
+from .progress import Detail, Progress, counted, prefixed
 from .simulate import MethodResult, QuestionContext, run_method
 from .stepper import Stopper, Warmup
 from .store import schema
@@ -353,6 +353,7 @@ def solve(
     max_tokens: int | None = None,
     compare_full: bool = False,
     warmup_file: str | Path | None = None,
+    detail: Detail | None = None,
     **knobs,
 ) -> LiveRun:
     """Answer ``problem`` live with ``method`` (see the module docstring);
@@ -361,6 +362,8 @@ def solve(
     ``warmup_file``: where the finished warmup traces are kept until the question ends, so that
     an interrupted question resumes after its warmup (read back if it exists, checked against the
     question and the warmup size; the warmup's wall time is the one measured when it ran).
+    ``detail`` hears the phase (warmup, main, run to completion) and the checkpoint reached
+    (:mod:`mars.progress`).
 
     ``knobs`` are :class:`mars.simulate.Settings` fields (gamma, ucb_z, gamma_min, delta, pp_conv,
     pp_warmup, pp_patience, consensus, window). ``compare_full`` also runs the same N traces to
@@ -376,9 +379,12 @@ def solve(
     if warm_table is None:
         warm_records: list[TraceRecord] = []
         if warmup:
+            say = prefixed(detail, f"q{problem.qid} warmup: ")
+            if say is not None:
+                say(f"starting {warmup} traces")
             batch = backend.start(problem, warmup, seed, first_trace=0)
             try:
-                warm_records = run_batch(batch, spacing, max_tokens=max_tokens)
+                warm_records = run_batch(batch, spacing, max_tokens=max_tokens, detail=say)
             finally:
                 batch.close()
         warm_table = records_to_table(problem.qid, 0, warm_records)
@@ -390,9 +396,12 @@ def solve(
         warm_table = warm_table.replace_schema_metadata(None)
     t1 = time.perf_counter()
     ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces)
+    say = prefixed(detail, f"q{problem.qid} {m.name}: ")
+    if say is not None:
+        say(f"starting {n_traces} traces")
     batch = backend.start(problem, n_traces, seed, first_trace=warmup)
     try:
-        records = run_batch(batch, spacing, max_tokens=max_tokens, on_checkpoint=ctl)
+        records = run_batch(batch, spacing, max_tokens=max_tokens, on_checkpoint=ctl, detail=say)
     finally:
         batch.close()
     t2 = time.perf_counter()
@@ -458,6 +467,7 @@ def solve(
             warm_table,
             settings,
             grid,
+            prefixed(detail, f"q{problem.qid} to completion: "),
         )
     return run
 
@@ -510,6 +520,7 @@ def _run_full(
     warm_table,
     settings,
     grid,
+    detail: Detail | None = None,
 ) -> dict:
     """The same N traces, every one to its end: tokens, wall time and the answer of the
     full-budget vote ``method`` is measured against
@@ -517,7 +528,7 @@ def _run_full(
     t0 = time.perf_counter()
     batch = backend.start(problem, n_traces, seed, first_trace=first_trace)
     try:
-        records = run_batch(batch, spacing, max_tokens=max_tokens)
+        records = run_batch(batch, spacing, max_tokens=max_tokens, detail=detail)
     finally:
         batch.close()
     wall = time.perf_counter() - t0
@@ -560,6 +571,7 @@ def solve_pool(
     compare_full: bool = False,
     progress: Progress | None = None,
     on_question: Callable[[LiveRun], None] | None = None,
+    detail: Detail | None = None,
     **knobs,
 ) -> list[dict]:
     """:func:`solve` every requested question into the pool directory ``out``;
@@ -618,6 +630,7 @@ def solve_pool(
                 max_tokens=max_tokens,
                 compare_full=compare_full,
                 warmup_file=_warmup_path(out, qid),
+                detail=detail,
                 **knobs,
             )
             assert run.table is not None

@@ -5,18 +5,32 @@ Every stage function (``generate_pool``, ``probe_pool``, ``fit_pool``, ``simulat
 once the stage knows how many questions it has to do, then ``progress(done, total)`` after each.
 The command line passes a rich bar (:func:`bar`, on stderr; off with ``--quiet``); a library
 caller passes its own callback, or nothing.
+
+A question on a real engine can take minutes, so the stages that drive one (``generate_pool`` in
+one process, ``solve_pool``) also take ``detail``: a :data:`Detail` callback, called with a line
+saying what the current question is doing (its phase, the checkpoint reached, the traces still
+running). The bar shows it beside the count (``bar(...).detail``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 #: ``progress(done, total)``: questions done so far, out of ``total``
 Progress = Callable[[int, int], None]
+#: ``detail(text)``: what the current question is doing now (one short line)
+Detail = Callable[[str], None]
+
+
+def prefixed(detail: Detail | None, prefix: str) -> Detail | None:
+    """``detail`` with ``prefix`` before every line (None stays None)."""
+    if detail is None:
+        return None
+    return lambda text: detail(f"{prefix}{text}")
 
 
 def counted(items: Iterable[T], total: int, progress: Progress | None) -> Iterator[T]:
@@ -45,45 +59,70 @@ def counter(total: int, progress: Progress | None) -> Callable[[], None]:
     return tick
 
 
-@contextlib.contextmanager
-def bar(description: str, disable: bool = False) -> Iterator[Progress]:
-    """A rich progress bar on stderr as a :data:`Progress` callback (the command line's). It
-    appears with the first report, so a stage that refuses its input before any work prints
-    nothing but its error."""
-    display = None
-    task = None
+class Bar:
+    """A rich progress bar on stderr (the command line's): called as a :data:`Progress`, its
+    :meth:`detail` a :data:`Detail` shown on a line of its own under the bar (cut to the
+    terminal's width). It appears with the first report, so a stage that refuses its input before
+    any work prints nothing but its error."""
 
-    def update(done: int, total: int) -> None:
-        nonlocal display, task
-        if disable:
+    def __init__(self, description: str, disable: bool = False):
+        self.description, self.disable = description, disable
+        self.display: Any = None
+        self.task: Any = None
+        self.text = ""
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.disable:
             return
-        if display is None:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-            from rich.progress import Progress as RichProgress
+        if self.display is None:
+            self.display = _display(self)
+            self.display.start()
+            self.task = self.display.add_task(self.description, total=total)
+        self.display.update(self.task, completed=done, total=total)
 
-            display = RichProgress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            display.start()
-            task = display.add_task(description, total=total)
-        assert task is not None
-        display.update(task, completed=done, total=total)
+    def detail(self, text: str) -> None:
+        self.text = text  # drawn at the display's next refresh (ten a second)
 
+    def close(self) -> None:
+        if self.display is not None:
+            self.display.stop()
+
+
+def _display(shown: Bar) -> Any:
+    """rich's progress display for ``shown``: the bar, then its detail line."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.progress import Progress as RichProgress
+    from rich.text import Text
+
+    class WithDetail(RichProgress):
+        def get_renderables(self):
+            yield self.make_tasks_table(self.tasks)
+            if shown.text:
+                yield Text(shown.text, no_wrap=True, overflow="ellipsis", style="dim")
+
+    return WithDetail(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+
+
+@contextlib.contextmanager
+def bar(description: str, disable: bool = False) -> Iterator[Bar]:
+    """A :class:`Bar` for the duration of a stage."""
+    shown = Bar(description, disable)
     try:
-        yield update
+        yield shown
     finally:
-        if display is not None:
-            display.stop()
+        shown.close()

@@ -16,6 +16,7 @@ from mars.fit import fit_pool
 from mars.live import solve_pool
 from mars.method.registry import parse_methods
 from mars.method.settings import Settings
+from mars.progress import Bar
 from mars.simulate import simulate_pool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,3 +74,55 @@ def test_only_the_command_line_draws():
             continue
         text = path.read_text()
         assert not re.search(r"rich\.progress|progress_bar|track\(", text), path
+
+
+def test_generate_and_solve_say_what_the_current_question_is_doing(tmp_path):
+    """``detail`` hears each question's phases and checkpoints, in order (a question on a real
+    engine takes minutes)."""
+    be = SyntheticBackend("qwen3-8b")
+    said: list[str] = []
+    generate_pool(
+        be, "aime_2025", 3, 0, tmp_path / "gen", questions=[4], spacing=4096, detail=said.append
+    )
+    assert said[0] == "q4: 4,096 tokens, 3 of 3 running" and said[-1].startswith("q4: to the end")
+    positions = [int(re.match(r"q4: ([\d,]+) tokens", t)[1].replace(",", "")) for t in said[:-1]]
+    assert positions == sorted(positions) and len(positions) > 1
+
+    said.clear()
+    solve_pool(
+        be,
+        "aime_2025",
+        tmp_path / "live",
+        "sc-mars",
+        n_traces=4,
+        warmup=2,
+        questions=[0, 1],
+        compare_full=True,
+        detail=said.append,
+    )
+    for q in (0, 1):
+        mine = [t for t in said if t.startswith(f"q{q} ")]
+        phases = [t.split(":")[0] for t in mine]
+        firsts = [phases.index(f"q{q} {p}") for p in ("warmup", "sc-mars", "to completion")]
+        assert firsts == sorted(firsts), phases  # warmup, then the live traces, then the full run
+        assert (
+            f"q{q} warmup: starting 2 traces" in mine and f"q{q} sc-mars: starting 4 traces" in mine
+        )
+        assert any(re.fullmatch(rf"q{q} sc-mars: [\d,]+ tokens, \d of 4 running", t) for t in mine)
+
+
+def test_the_bar_shows_the_detail_under_the_count():
+    quiet = Bar("solve (sc)", disable=True)
+    quiet.detail("q0 warmup: starting 16 traces")  # disabled: nothing is drawn
+    quiet(0, 3)
+    assert quiet.display is None
+    shown = Bar("solve (sc)")
+    shown(0, 3)
+    shown.detail("q0 sc: 2,048 tokens, 60 of 64 running")
+    shown(1, 3)
+    task = shown.display.tasks[0]
+    lines = [type(r).__name__ for r in shown.display.get_renderables()]
+    text = str(list(shown.display.get_renderables())[-1])
+    shown.close()
+    assert (task.completed, task.total) == (1, 3)
+    assert lines == ["Table", "Text"] and text == "q0 sc: 2,048 tokens, 60 of 64 running"

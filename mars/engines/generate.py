@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import MarsError, UsageError
-from ..progress import Progress, counted
+from ..progress import Detail, Progress, counted, prefixed
 from ..store import schema
 from ..store.consolidate import GENERATION_RECORD, shard_range
 from ..store.problems import Problem, problems_digest, select_problems
@@ -57,6 +57,7 @@ def run_batch(
     max_tokens: int,
     on_checkpoint: CheckpointHook | None = None,
     probe: bool = True,
+    detail: Detail | None = None,
 ) -> list[TraceRecord]:
     """Drive ``batch`` over the checkpoint grid and return one :class:`TraceRecord` per trace.
 
@@ -67,6 +68,8 @@ def run_batch(
     stopped (:meth:`TraceBatch.stop`) and the loop ends there (live mode); otherwise, after the
     grid, the batch is advanced to ``max_tokens`` (completion, or the cap). With ``probe=False``
     nothing is probed: the traces run straight to the end (the probe stage probes them later).
+    ``detail`` (:mod:`mars.progress`) hears where the batch is: each checkpoint reached, with the
+    traces still running, and the run to the end.
     """
     if spacing <= 0:
         raise UsageError(f"--spacing {spacing}: must be at least 1")
@@ -79,6 +82,8 @@ def run_batch(
         if ended.all():
             break
         running = np.flatnonzero(~ended & (np.asarray(batch.lengths) == p))
+        if detail is not None:
+            detail(f"{p:,} tokens, {running.size} of {batch.n} running")
         results = batch.probe(running) if running.size else []
         if len(results) != running.size:
             raise RuntimeError(f"backend returned {len(results)} probes for {running.size} traces")
@@ -94,6 +99,8 @@ def run_batch(
             break
         p += spacing
     if not stopped:
+        if detail is not None:
+            detail(f"to the end (at most {max_tokens:,} tokens)")
         batch.advance(max_tokens)
         left = np.flatnonzero(~np.asarray(batch.ended))
         if left.size:  # the backend would go on past max_tokens: cut them here
@@ -208,11 +215,18 @@ def _generate_question(
     metadata: dict[str, str] | None = None,
     probe: bool = True,
     token_ids: bool = True,
+    detail: Detail | None = None,
 ) -> pa.Table:
     """Generate traces lo..hi-1 of one question and write its trace file atomically."""
     batch = backend.start(problem, hi - lo, seed, first_trace=lo)
     try:
-        records = run_batch(batch, spacing, max_tokens=max_tokens, probe=probe)
+        records = run_batch(
+            batch,
+            spacing,
+            max_tokens=max_tokens,
+            probe=probe,
+            detail=prefixed(detail, f"q{problem.qid}: "),
+        )
     finally:
         batch.close()
     for r in records:
@@ -268,6 +282,7 @@ def generate_pool(
     with_confs: bool = True,
     probe: str = "inline",
     token_ids: bool = True,
+    detail: Detail | None = None,
 ) -> Path:
     """Generate a trace pool (or one shard of it) into directory ``out``; return ``out``.
 
@@ -295,6 +310,8 @@ def generate_pool(
             job; ``"none"`` leaves probing to the probe stage (:mod:`mars.engines.probe`), which can
             probe at any spacing and with another model.
         token_ids: keep each trace's generated token ids (what the probe stage reads).
+        detail: hears where the current question's traces are (:mod:`mars.progress`; with
+            ``workers > 1`` the questions run in other processes and it hears nothing).
 
     Every setting is checked before ``out`` is touched. The manifest (``pool.json``) records
     backend, preset, model, seed, n_traces, spacing, max_tokens, the problems digest and, for
@@ -359,6 +376,7 @@ def generate_pool(
                 writer.run_metadata(),
                 probe == "inline",
                 token_ids,
+                detail,
             )
             if on_question is not None:
                 on_question(qid, table)
