@@ -374,26 +374,9 @@ def solve(
     settings = live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)
     grid = live_grid(spacing, max_tokens)
 
-    t0 = time.perf_counter()
-    warm_table = read_warmup(warmup_file, problem.qid, warmup) if warmup_file else None
-    if warm_table is None:
-        warm_records: list[TraceRecord] = []
-        if warmup:
-            say = prefixed(detail, f"q{problem.qid} warmup: ")
-            if say is not None:
-                say(f"starting {warmup} traces")
-            batch = backend.start(problem, warmup, seed, first_trace=0)
-            try:
-                warm_records = run_batch(batch, spacing, max_tokens=max_tokens, detail=say)
-            finally:
-                batch.close()
-        warm_table = records_to_table(problem.qid, 0, warm_records)
-        warm_wall = time.perf_counter() - t0
-        if warmup_file and warmup:
-            write_warmup(warmup_file, warm_table, problem.qid, warm_wall)
-    else:
-        warm_wall = _warmup_wall(warm_table)
-        warm_table = warm_table.replace_schema_metadata(None)
+    warm_table, warm_wall = _warmup(
+        backend, problem, warmup, seed, spacing, max_tokens, warmup_file, detail
+    )
     t1 = time.perf_counter()
     ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces)
     say = prefixed(detail, f"q{problem.qid} {m.name}: ")
@@ -470,6 +453,39 @@ def solve(
             prefixed(detail, f"q{problem.qid} to completion: "),
         )
     return run
+
+
+def _warmup(
+    backend: Backend,
+    problem: Problem,
+    warmup: int,
+    seed: int,
+    spacing: int,
+    max_tokens: int,
+    kept: str | Path | None,
+    detail: Detail | None,
+) -> tuple[pa.Table, float]:
+    """The question's warmup traces (run to completion, or read back from ``kept`` where an
+    interrupted run left them; written there once they have run) and their wall time."""
+    table = read_warmup(kept, problem.qid, warmup) if kept else None
+    if table is not None:
+        return table.replace_schema_metadata(None), _warmup_wall(table)
+    t0 = time.perf_counter()
+    records: list[TraceRecord] = []
+    if warmup:
+        say = prefixed(detail, f"q{problem.qid} warmup: ")
+        if say is not None:
+            say(f"starting {warmup} traces")
+        batch = backend.start(problem, warmup, seed, first_trace=0)
+        try:
+            records = run_batch(batch, spacing, max_tokens=max_tokens, detail=say)
+        finally:
+            batch.close()
+    table = records_to_table(problem.qid, 0, records)
+    wall = time.perf_counter() - t0
+    if kept and warmup:
+        write_warmup(kept, table, problem.qid, wall)
+    return table, wall
 
 
 def write_warmup(path: str | Path, table: pa.Table, qid: int, wall_s: float) -> None:
