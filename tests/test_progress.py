@@ -33,6 +33,11 @@ class Recorder:
         assert self.calls == [(k, n) for k in range(n + 1)], self.calls
 
 
+def _solve(be, out, **kw):
+    """A small live run: sc-mars, 4 traces + 2 warmup per question of AIME 2025."""
+    return solve_pool(be, "aime_2025", out, "sc-mars", n_traces=4, warmup=2, **kw)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_fit_and_simulate_report_every_question(tmp_path, workers):
     pool = write_layout_pool(tmp_path / "pool", n_questions=3)
@@ -51,16 +56,7 @@ def test_generate_probe_and_solve_report_every_question(tmp_path):
         be, "aime_2025", 4, 0, tmp_path / "gen", questions=[0, 1], probe="none", progress=gen
     )
     probe_pool(out, tmp_path / "probed", be, spacing=4096, progress=probed)
-    solve_pool(
-        be,
-        "aime_2025",
-        tmp_path / "live",
-        "sc-mars",
-        n_traces=4,
-        warmup=2,
-        questions=[0, 1, 2],
-        progress=solved,
-    )
+    _solve(be, tmp_path / "live", questions=[0, 1, 2], progress=solved)
     gen.check(2)
     probed.check(2)
     solved.check(3)
@@ -89,17 +85,7 @@ def test_generate_and_solve_say_what_the_current_question_is_doing(tmp_path):
     assert positions == sorted(positions) and len(positions) > 1
 
     said.clear()
-    solve_pool(
-        be,
-        "aime_2025",
-        tmp_path / "live",
-        "sc-mars",
-        n_traces=4,
-        warmup=2,
-        questions=[0, 1],
-        compare_full=True,
-        detail=said.append,
-    )
+    _solve(be, tmp_path / "live", questions=[0, 1], compare_full=True, detail=said.append)
     for q in (0, 1):
         mine = [t for t in said if t.startswith(f"q{q} ")]
         phases = [t.split(":")[0] for t in mine]
