@@ -466,8 +466,17 @@ def _warmup(
     detail: Detail | None,
 ) -> tuple[pa.Table, float]:
     """The question's warmup traces (run to completion, or read back from ``kept`` where an
-    interrupted run left them; written there once they have run) and their wall time."""
-    table = read_warmup(kept, problem.qid, warmup) if kept else None
+    interrupted run of the same engine and settings left them; written there once they have run)
+    and their wall time."""
+    made_by = {
+        "qid": int(problem.qid),
+        "warmup": int(warmup),
+        "seed": int(seed),
+        "spacing": int(spacing),
+        "max_tokens": int(max_tokens),
+        "engine": backend_info(backend),
+    }
+    table = read_warmup(kept, made_by) if kept else None
     if table is not None:
         return table.replace_schema_metadata(None), _warmup_wall(table)
     t0 = time.perf_counter()
@@ -484,22 +493,24 @@ def _warmup(
     table = records_to_table(problem.qid, 0, records)
     wall = time.perf_counter() - t0
     if kept and warmup:
-        write_warmup(kept, table, problem.qid, wall)
+        write_warmup(kept, table, made_by, wall)
     return table, wall
 
 
-def write_warmup(path: str | Path, table: pa.Table, qid: int, wall_s: float) -> None:
-    """Keep a question's finished warmup traces (a trace file, atomically)."""
-    info = {"qid": int(qid), "warmup": table.num_rows, "wall_s": round(wall_s, 4)}
+def write_warmup(path: str | Path, table: pa.Table, made_by: dict, wall_s: float) -> None:
+    """Keep a question's finished warmup traces (a trace file, atomically), with what made them
+    (question, warmup size, seed, grid, engine) and their wall time."""
+    info = {**made_by, "wall_s": round(wall_s, 4)}
     write_trace_table(table, path, metadata={WARMUP_METADATA_KEY: json.dumps(info)})
 
 
-def read_warmup(path: str | Path, qid: int, warmup: int) -> pa.Table | None:
-    """The warmup traces kept by :func:`write_warmup` for question ``qid`` (None if there are
-    none); a file that is not this question's ``warmup`` warmup traces is one line naming it."""
+def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
+    """The warmup traces kept by :func:`write_warmup` (None if there are none); a file that is
+    not the warmup traces ``made_by`` describes is one line naming it."""
     path = Path(path)
     if not path.exists():
         return None
+    qid, warmup = made_by["qid"], made_by["warmup"]
     remedy = "remove it to run the warmup again"
     try:
         table = read_trace_table(path)
@@ -513,6 +524,10 @@ def read_warmup(path: str | Path, qid: int, warmup: int) -> pa.Table | None:
         ) from None
     if not info_ok or info.get("qid") != qid or info.get("warmup") != warmup:
         raise PoolError(f"{path}: not question {qid}'s {warmup} warmup traces; {remedy}")
+    expected = json.loads(json.dumps(made_by))  # as the file holds it (lists, not tuples)
+    other = [k for k in expected if info.get(k) != expected[k]]
+    if other:
+        raise PoolError(f"{path}: kept by a run with other settings ({', '.join(other)}); {remedy}")
     if table.num_rows != warmup or (qids != qid).any() or (idx != np.arange(warmup)).any():
         raise PoolError(
             f"{path}: rows are not question {qid}'s warmup traces 0..{warmup - 1}; {remedy}"

@@ -263,7 +263,8 @@ def test_an_interrupted_question_resumes_after_its_warmup(tmp_path, backend, pro
     [
         (lambda p: p.write_bytes(b"PAR1 not parquet"), "not a warmup file of this run"),
         (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "not a warmup file"),
-        ("other question", "not question 1's 16 warmup traces"),
+        ({"qid": 2}, "not question 1's 16 warmup traces"),
+        ({"seed": 4, "spacing": 1024}, r"kept by a run with other settings \(seed, spacing\)"),
         ("fewer rows", "rows are not question 1's warmup traces 0..15"),
     ],
 )
@@ -274,10 +275,10 @@ def test_a_damaged_kept_warmup_is_one_line_and_kept(tmp_path, backend, problems,
     with pytest.raises(KeyboardInterrupt):
         solve_pool(engine, problems, out, "sc", **kw)
     kept = out / "live" / "q000001.warmup.parquet"
-    if damage == "other question":
+    if isinstance(damage, dict):  # what the file says made it
         t = pq.read_table(kept)
         info = json.loads(t.schema.metadata[b"mars.live.warmup"])
-        meta = {b"mars.live.warmup": json.dumps({**info, "qid": 2}).encode()}
+        meta = {b"mars.live.warmup": json.dumps({**info, **damage}).encode()}
         pq.write_table(t.replace_schema_metadata(meta), kept)
     elif damage == "fewer rows":
         t = pq.read_table(kept)
