@@ -86,6 +86,7 @@ The API key, if any, is read from the environment variable ``api_key_env`` (defa
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import threading
@@ -100,7 +101,17 @@ import numpy as np
 
 from ..errors import MarsError
 from ..store.problems import Problem
+from . import cancel
 from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
+from .tokenizer import (
+    SERVER,
+    SERVER_TOKENIZERS,
+    ServerTokenizer,
+    describe_source,
+    load_local,
+    missing_modules,
+    tokenizer_needs,
+)
 from .tokens import (
     CONF_TOP_K,
     DEFAULT_PROMPT_TEMPLATE,
@@ -114,7 +125,6 @@ from .tokens import (
     derive_seed,
     encode_suffix,
     finite_confs,
-    load_tokenizer,
     parse_probe,
     prefix_text,
     token_confidence,
@@ -156,6 +166,11 @@ TOKEN_IDS, TEXT = "token ids", "text"
 
 class ServerError(MarsError):
     """The server is unreachable, refuses, or answers what the backend cannot use (one line)."""
+
+
+class ServerUnavailable(ServerError):
+    """A request failed every try (no connection, timeouts, busy or failing answers): the server
+    is down or overloaded, not refusing the request (another replica may take it)."""
 
 
 def generation_seed(seed: int, qid: int, trace_idx: int, start: int) -> int:
@@ -873,14 +888,30 @@ class Http:
             self._loop, self._pid, self._client, self._sem = loop, os.getpid(), None, None
         return self._loop
 
+    def submit(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> concurrent.futures.Future:
+        """Start the coroutine ``make()`` on the loop; its future (cancelling it cancels the
+        coroutine, and the requests it has in flight)."""
+        return asyncio.run_coroutine_threadsafe(make(), self._ensure_loop())
+
     def run(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-        """Run the coroutine ``make()`` on the loop and wait for it (Ctrl-C cancels it)."""
-        fut = asyncio.run_coroutine_threadsafe(make(), self._ensure_loop())
+        """Run the coroutine ``make()`` on the loop and wait for it (Ctrl-C, or the cancelled
+        scope of the caller (:mod:`mars.engines.cancel`), cancels it)."""
+        fut = self.submit(make)
+        scope = cancel.current()
+        if scope is not None:
+            scope.attach(fut)
         try:
             return fut.result()
+        except concurrent.futures.CancelledError:
+            if scope is not None and scope.cancelled:
+                raise cancel.Cancelled("cancelled") from None
+            raise
         except BaseException:
             fut.cancel()
             raise
+        finally:
+            if scope is not None:
+                scope.detach(fut)
 
     def limit(self, concurrency: int) -> None:
         """At most ``concurrency`` requests in flight from now on."""
@@ -963,7 +994,7 @@ class Http:
                 if attempt < self.retries:
                     self.stats["retries"] += 1
                     await asyncio.sleep(min(wait, MAX_BACKOFF))
-        raise ServerError(
+        raise ServerUnavailable(
             f"the server at {self.base_url} failed {self.retries + 1} times on {path}: {why}; "
             "rerun the same command to resume"
         )
@@ -1263,27 +1294,64 @@ class ServerBackend(TokenProbing, Backend):
             log.warning("server backend: %s", self.describe()["reproducible"])
 
     def _load_tokenizer(self, tokenizer) -> None:
+        """The model's tokenizer: an object given, ``server`` (the server's own), a path or hub id
+        (transformers), by default the model path the server reports, else the served name.
+        What a source needs is checked first (:mod:`mars.engines.tokenizer`); a default source
+        whose packages are missing gives way to the server's own tokenizer where it has one."""
         if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
             self.tokenizer, self.tokenizer_source = tokenizer, None
-        else:
+            self.suffix_ids = encode_suffix(self.tokenizer, self.probe_suffix)
+            return
+        given = tokenizer is not None
+        if tokenizer is None:
             reported = self.protocol.model_path(self.report)
-            if tokenizer is None:
-                tokenizer = reported if reported and os.path.exists(reported) else self.model
-            source = os.fspath(tokenizer)
+            tokenizer = reported if reported and os.path.exists(reported) else self.model
+        source = os.fspath(tokenizer)
+        missing = missing_modules(tokenizer_needs(source))
+        if missing and not given and self.protocol.kind in SERVER_TOKENIZERS:
+            log.info(
+                "server backend: the tokenizer is the server's own (/tokenize, /detokenize): %s "
+                "needs %s, not installed",
+                describe_source(source),
+                ", ".join(missing),
+            )
+            source = SERVER
+        elif missing:
+            raise ServerError(
+                f"{describe_source(source)} needs {', '.join(missing)}, which "
+                f"{'is' if len(missing) == 1 else 'are'} not installed: install "
+                f"{'it' if len(missing) == 1 else 'them'}, or pass tokenizer=server (the "
+                "server's own, llama.cpp and vLLM) or tokenizer=PATH of a tokenizer folder in "
+                "MARS_BACKEND_OPTIONS"
+            )
+        if source == SERVER:
+            if self.protocol.prompt_mode == TEXT:
+                raise ServerError(
+                    "tokenizer=server: a server that takes text prompts only needs the model's "
+                    "tokenizer here (pass tokenizer=PATH)"
+                )
+            self.tokenizer = ServerTokenizer(
+                self.protocol.kind, self.model, self._tokenizer_request, self.report
+            )
+            self.tokenizer_source = SERVER
+        else:
             try:
-                self.tokenizer = load_tokenizer(source)
+                self.tokenizer = load_local(source)
             except ImportError as exc:
-                raise ImportError(
-                    f"the server backend loads the model's tokenizer with transformers ({exc})"
-                ) from exc
+                raise ServerError(
+                    f"{describe_source(source)} cannot be loaded ({_one_line(exc, 120)})"
+                ) from None
             except (OSError, ValueError) as exc:
                 raise ServerError(
                     f"cannot load the tokenizer of {self.model!r} from {source!r} "
-                    f"({_one_line(exc, 120)}): pass tokenizer=PATH (a model directory or GGUF "
-                    "file) in MARS_BACKEND_OPTIONS"
+                    f"({_one_line(exc, 120)}): pass tokenizer=PATH (a model directory, "
+                    "tokenizer.json or GGUF file) or tokenizer=server in MARS_BACKEND_OPTIONS"
                 ) from None
             self.tokenizer_source = os.path.abspath(source) if os.path.exists(source) else source
         self.suffix_ids = encode_suffix(self.tokenizer, self.probe_suffix)
+
+    def _tokenizer_request(self, path: str, body: dict) -> tuple[int, Any]:
+        return self.http.run(lambda: self.http.request("POST", path, body, timeout=INFO_TIMEOUT))
 
     def _check_tokenizer(self) -> None:
         """The tokenizer must split a sample as the server does (when the server can say)."""
