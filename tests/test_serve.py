@@ -1,4 +1,5 @@
-"""``mars serve`` (mars/serve) in front of the synthetic engine, with the official ``openai`` client.
+"""``mars serve`` (mars/serve) in front of the synthetic engine, with the official ``openai``
+client.
 
 The app runs under a real uvicorn on a loopback port (tests/serving.py). The same checks against a
 real llama.cpp server are in tests/test_serve_llama.py.
@@ -18,13 +19,13 @@ from typer.testing import CliRunner
 openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 
+from serving import serving  # noqa: E402
+
 from mars.cli import app as cli  # noqa: E402
 from mars.live import replay  # noqa: E402
 from mars.serve.requests import Defaults  # noqa: E402
 from mars.serve.schedule import QueueFull, Scheduler  # noqa: E402
 from mars.store.pool import open_pool  # noqa: E402
-
-from serving import serving  # noqa: E402
 
 FAST = Defaults(traces=16, warmup=4, spacing=2048, max_tokens=16384)
 QUESTION = "What is the sum of the first 20 positive integers?"
