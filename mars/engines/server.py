@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import os
 import threading
@@ -953,12 +954,15 @@ class Http:
         retry_connect: bool = True,
         timeout: float | None = None,
         retry_status: frozenset[int] = RETRY_STATUS,
+        sse: bool = False,
     ) -> tuple[int, Any]:
         """(status, JSON) of ``method path``; 200 and 4xx answers come back, retryable failures
         are tried again, then one line.  ``retry_connect=False``: a refused connection is one
         line at once (at connect time, a server that is not there).  ``timeout``: this request's
         deadline instead of :attr:`timeout`.  ``retry_status``: the HTTP statuses tried again
-        (the others come back)."""
+        (the others come back).  ``sse``: the answer is a stream of server-sent events, read
+        whole (a list of their JSON objects): a streamed request is one a server stops working
+        on as soon as it is cancelled (llama.cpp does not notice a non-streamed request go)."""
         deadline = self.timeout if timeout is None else float(timeout)
         import httpx
 
@@ -972,7 +976,13 @@ class Http:
                 try:
                     self.stats["requests"] += 1
                     async with asyncio.timeout(deadline):  # the whole answer, not per byte
-                        r = await client.request(method, path, json=body)
+                        if sse:
+                            async with client.stream(method, path, json=body) as r:
+                                if r.status_code == 200:
+                                    return 200, await _read_sse(r, url)
+                                await r.aread()
+                        else:
+                            r = await client.request(method, path, json=body)
                 except (httpx.TimeoutException, TimeoutError):
                     why = f"no answer within {deadline:g} s"
                 except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
@@ -999,9 +1009,10 @@ class Http:
             "rerun the same command to resume"
         )
 
-    async def post(self, path: str, body: dict) -> Any:
-        """The JSON of a successful POST; an error answer is one line."""
-        status, out = await self.request("POST", path, body)
+    async def post(self, path: str, body: dict, sse: bool = False) -> Any:
+        """The JSON of a successful POST (``sse``: of each event of its stream); an error answer
+        is one line."""
+        status, out = await self.request("POST", path, body, sse=sse)
         if status != 200:
             raise ServerError(f"{self.base_url}{path}: HTTP {status}: {_message(out)}")
         return out
@@ -1019,6 +1030,23 @@ class Http:
             return self.run(go)
         except ExceptionGroup as eg:
             raise _first(eg) from None
+
+
+async def _read_sse(r, url: str) -> list:
+    """The JSON objects of a stream of server-sent events (``data: {...}`` lines; ``[DONE]``
+    ends it)."""
+    events = []
+    async for line in r.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        try:
+            events.append(json.loads(data))
+        except ValueError:
+            raise ServerError(f"{url}: a streamed event that is not JSON") from None
+    return events
 
 
 def _cause(exc: BaseException) -> str:

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,9 +107,12 @@ class Router:
                 log.warning("upstream %s is down: %s", u.url, why)
             u.up, u.last_error, u.down_at = False, why, time.monotonic()
 
-    def post_all(self, path: str, bodies: Sequence[dict]) -> list[Any]:
+    def post_all(
+        self, path: str, bodies: Sequence[dict], merge: Callable[[list], Any] | None = None
+    ) -> list[Any]:
         """POST every body (each to a replica), answers in order; a replica that fails a
-        request every try is marked down and the request goes to another."""
+        request every try is marked down and the request goes to another. ``merge``: the
+        requests are streamed, and ``merge`` makes each one's events its answer."""
         scope = cancel.current()
         outs: list[Any] = [None] * len(bodies)
         pending: dict[concurrent.futures.Future, tuple[int, int, Upstream]] = {}
@@ -120,7 +123,7 @@ class Router:
             idx = self.upstreams.index(u)
             tried[i].add(idx)
             http, body = u.backend.http, bodies[i]
-            fut = http.submit(lambda: http.post(path, body))
+            fut = http.submit(lambda: http.post(path, body, sse=merge is not None))
             if scope is not None:
                 scope.attach(fut)
             pending[fut] = (i, idx, u)
@@ -141,7 +144,7 @@ class Router:
                         raise cancel.Cancelled("cancelled")
                     exc = fut.exception()
                     if exc is None:
-                        outs[i] = fut.result()
+                        outs[i] = fut.result() if merge is None else merge(fut.result())
                         continue
                     u.errors += 1
                     if self.on_error is not None:
@@ -227,13 +230,40 @@ class ServedBackend(ServerBackend):
     def complete(
         self, requests: Sequence[tuple[list[int] | str, int, int | None]], logprobs: bool
     ) -> list[Completion]:
+        """The requests through the router; streamed to a server that stops a request only when
+        its stream is closed (llama.cpp), so a cancelled question stops there at once."""
         p = self.protocol
         bodies = [p.body(ids, m, self.sampling, s, logprobs) for ids, m, s in requests]
-        outs = self.router.post_all(p.path, bodies)
+        merge = STREAMED.get(p.kind)
+        if merge is not None:
+            bodies = [{**b, "stream": True} for b in bodies]
+        outs = self.router.post_all(p.path, bodies, merge)
         return [p.parse(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
 
     def close(self) -> None:  # the replicas outlive the question
         pass
+
+
+def merge_llama_stream(events: list) -> dict:
+    """The answer llama.cpp's ``/completion`` gives unstreamed, from the events of its stream: the
+    last event (``stop``: its end, counts and timings) with every event's text, token ids and
+    log-probabilities joined."""
+    if not events or not isinstance(events[-1], dict) or not events[-1].get("stop"):
+        raise ServerError("llama.cpp /completion: the stream ended before its last event")
+    if not all(isinstance(e, dict) for e in events):
+        raise ServerError("llama.cpp /completion: a streamed event that is not an object")
+    out = dict(events[-1])
+    out["content"] = "".join(str(e.get("content") or "") for e in events)
+    out["tokens"] = [t for e in events for t in (e.get("tokens") or ())]
+    if any("completion_probabilities" in e for e in events):
+        out["completion_probabilities"] = [
+            p for e in events for p in (e.get("completion_probabilities") or ())
+        ]
+    return out
+
+
+#: Servers the proxy streams its requests to, and how a stream reads back into an answer.
+STREAMED: dict[str, Callable[[list], Any]] = {"llama.cpp": merge_llama_stream}
 
 
 def synthetic_truth(prompt: str) -> str:
