@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -66,6 +68,35 @@ def test_a_completion_with_n_is_one_question_solved_and_recorded(served):
     pool = record / m["record"].split("/")[-2]
     assert all(row["match"] for row in replay(pool))
     assert open_pool(pool).manifest["live"]["method"] == "sc-mars-cal"
+
+
+def test_served_traffic_is_a_pool_that_simulate_reads(served, tmp_path):
+    running, record = served
+    c = client(running)
+    for k in range(3):
+        c.completions.create(model="synthetic:qwen3-8b", prompt=f"{QUESTION} ({k})", n=16, seed=k)
+    (pool,) = [p for p in record.iterdir() if p.name.startswith("sc-mars-cal-n16-w4")]
+    n = open_pool(pool).manifest["n_questions"]
+    assert n >= 3 and sorted(open_pool(pool).qids) == list(range(n))
+    res = CliRunner().invoke(
+        cli,
+        ["simulate", str(pool), "-m", "sc,sc-mars-cal", "--budget", "8", "--warmup", "4",
+         "--iterations", "4", "--out", str(tmp_path / "sim"), "-q"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "sim" / "sc-mars-cal" / "overall.json").is_file()
+
+
+def test_without_its_extra_serve_says_what_to_install():
+    code = (
+        "import sys\nsys.modules['starlette'] = sys.modules['uvicorn'] = None\n"
+        "from mars.cli import main\nraise SystemExit(main(['serve', '--upstream', 'synthetic']))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("error: mars serve needs starlette and uvicorn, which are not installed")
+    assert "[serve]" in line  # the extra, however the install hint names the distribution
 
 
 def test_chat_and_the_same_seed_give_the_same_answer(served):
@@ -165,6 +196,7 @@ def test_other_bad_requests_are_openai_errors(served):
         ({"prompt": QUESTION, "n": 5000}, 400, "more than this server's --max-traces 1024"),
         ({"prompt": QUESTION, "n": 4, "mars": {"bogus": 1}}, 400, "unknown keys ['bogus']"),
         ({"prompt": QUESTION, "n": 4, "logprobs": 3}, 400, "logprobs: not supported"),
+        ({"prompt": QUESTION, "n": 4, "temperature": 0}, 400, "every trace is the same greedy"),
         ({"prompt": QUESTION}, 400, "synthetic upstream answers MARS requests only"),
         ({"prompt": QUESTION, "n": 4, "model": "gpt-9"}, 404, "not served here"),
     ]

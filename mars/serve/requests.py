@@ -202,8 +202,12 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         raise BadRequest(str(exc), "mars") from None
     temperature = body.get("temperature", defaults.temperature)
     temperature = None if temperature is None else _number(temperature, "temperature")
-    if temperature is not None and temperature < 0:
-        raise BadRequest(f"temperature {temperature}: must be ≥ 0", "temperature")
+    if temperature is not None and temperature <= 0:
+        raise BadRequest(
+            f"temperature {temperature:g}: the traces of a MARS request must be sampled (> 0; "
+            "at 0 every trace is the same greedy one), e.g. 0.6",
+            "temperature",
+        )
     top_p = body.get("top_p", defaults.top_p)
     top_p = None if top_p is None else _number(top_p, "top_p")
     if top_p is not None and not 0 < top_p <= 1:

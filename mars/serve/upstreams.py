@@ -285,7 +285,10 @@ class Upstreams:
         retries: int = 2,
         tokenizer: str | None = None,
         on_error=None,
+        **options: Any,
     ):
+        """``options``: further :class:`~mars.engines.server.ServerBackend` keyword arguments
+        (sampling, ``probe_max_new_tokens``, ...)."""
         if not urls:
             raise UsageError("--upstream: give at least one (a server URL, or synthetic)")
         self.synthetic: Backend | None = None
@@ -315,6 +318,7 @@ class Upstreams:
                     timeout=timeout,
                     retries=retries,
                     tokenizer=tokenizer,
+                    **options,
                 )
                 self.list.append(Upstream(norm, be))
                 model = model or be.model
