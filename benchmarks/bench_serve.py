@@ -20,7 +20,9 @@ with ``--slots`` slots, or the server at ``--upstream``. ``mars serve`` runs in 
   traces + warmup + probes; and the main traces alone) and wall time, ``--repeat`` times each
   (new seeds), the two taking turns to go first; medians.
 * **overhead**: one question of N traces for each N of ``--overhead-traces`` with ``sc`` (never
-  stops: every checkpoint runs), no warmup, probes of ``--probe-new`` tokens. The proxy's time
+  stops: every checkpoint runs), no warmup, probes of ``--probe-new`` tokens, after an unmeasured
+  small question (one-off costs: compiling, first connections). ``--fake``: against the tests'
+  toy vLLM server in this process, which answers at once. The proxy's time
   per checkpoint is the question's wall time less the time it waited for the upstream's answers
   (every generation and probe request, measured around the router), over the checkpoints; the
   upstream's time per checkpoint is that wait. Goal: the proxy ≤ 5 % of the upstream.
@@ -177,10 +179,30 @@ def compare(args, ups: Upstreams, upstream_url: str) -> list[dict]:
     return rows
 
 
+def fake_upstream(args) -> Upstreams:
+    """The tests' toy vLLM server (tests/data/servers.py: an httpx transport in this process,
+    answering at once), so that the question's wall time less its waits is the proxy's alone."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("servers", ROOT / "tests/data/servers.py")
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    server = fake.FakeServer("vllm")
+    return Upstreams(
+        ["http://fake-vllm.invalid"],
+        tokenizer=fake.tokenizer(),
+        transport=server.transport(),
+        probe_max_new_tokens=args.probe_new,
+    )
+
+
 def overhead(args, upstream: str, sizes: list[int]) -> list[dict]:
     rows = []
     for n in sizes:
-        ups = Upstreams([upstream], probe_max_new_tokens=args.probe_new)
+        if args.fake:
+            ups = fake_upstream(args)
+        else:
+            ups = Upstreams([upstream], probe_max_new_tokens=args.probe_new)
         waits = Waits(ups.router)
         d = Defaults(
             method="sc",
@@ -191,6 +213,9 @@ def overhead(args, upstream: str, sizes: list[int]) -> list[dict]:
             max_traces=max(sizes),
         )
         with proxy(ups, d) as (url, _):
+            warm = {"messages": MESSAGES, "n": 4, "seed": 1, "mars": {"warmup": 2}}
+            httpx.post(url + "/v1/chat/completions", json=warm, timeout=7200).raise_for_status()
+            waits.seconds, waits.calls = 0.0, 0  # one-off costs (compiling, first requests) apart
             t0 = time.perf_counter()
             r = httpx.post(
                 url + "/v1/chat/completions",
@@ -206,6 +231,7 @@ def overhead(args, upstream: str, sizes: list[int]) -> list[dict]:
         rows.append(
             emit(
                 part="overhead",
+                upstream="toy (in-process)" if args.fake else "real",
                 traces=n,
                 checkpoints=m["checkpoints"],
                 requests=waits.calls,
@@ -276,6 +302,11 @@ def main() -> None:
     ap.add_argument("--overhead-tokens", type=int, default=64)
     ap.add_argument("--overhead-spacing", type=int, default=16)
     ap.add_argument("--probe-new", type=int, default=8)
+    ap.add_argument(
+        "--fake",
+        action="store_true",
+        help="overhead: against the tests' toy vLLM server in this process (answers at once)",
+    )
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--only", default="compare,overhead,load")
@@ -285,7 +316,7 @@ def main() -> None:
 
     with contextlib.ExitStack() as stack:
         url = args.upstream
-        if url is None:
+        if url is None and (parts != {"overhead"} or not args.fake):
             binary, model = find_server(args.server_bin), args.model or default_model()
             if not binary or not model:
                 sys.exit("no llama-server binary or model (see --help)")
@@ -313,7 +344,8 @@ def main() -> None:
     for r in rows:
         if r["part"] == "overhead":
             print(
-                f"| overhead | {r['traces']} traces: proxy / upstream per checkpoint | "
+                f"| overhead | {r['traces']} traces, {r['upstream']} upstream: proxy / upstream "
+                "per checkpoint | "
                 f"{r['proxy_ms_per_checkpoint']:.1f} / {r['upstream_ms_per_checkpoint']:.1f} ms "
                 f"({100 * r['proxy_share']:.1f} %) |"
             )
