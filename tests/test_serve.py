@@ -378,3 +378,56 @@ def test_the_cli_refuses_bad_defaults_in_one_line():
     res = CliRunner().invoke(cli, ["serve", "--upstream", "http://127.0.0.1:9", "--port", "1"])
     assert res.exit_code == 2 and "cannot connect to the server at http://127.0.0.1:9" in res.output
     assert json.dumps(res.output).count("\\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Replicas that fail: the tests' fake vLLM servers (tests/data/servers.py), answering 503 on
+# demand, which a real server will not (the real kill is in tests/test_serve_llama.py)
+
+
+def _fakes():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "data" / "servers.py"
+    spec = importlib.util.spec_from_file_location("fake_servers", path)
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    return fake
+
+
+def test_a_replica_that_fails_every_try_hands_its_traces_to_another_then_502():
+    from mars.serve.upstreams import Upstreams
+
+    fake = _fakes()
+    servers = {"a.test": fake.FakeServer("vllm"), "b.test": fake.FakeServer("vllm")}
+
+    async def route(request):
+        return await servers[request.url.host].handler(request)
+
+    ups = Upstreams(
+        ["http://a.test", "http://b.test"],
+        tokenizer=fake.tokenizer(),
+        transport=httpx.MockTransport(route),
+        retries=1,
+    )
+    servers["a.test"].fail = [503] * 10_000  # from now on every answer of a is "busy"
+    small = Defaults(method="sc", traces=4, warmup=0, spacing=8, max_tokens=32)
+    with serving(ups, small) as running:
+        c = client(running)
+        model = running.state.model
+        r = c.completions.create(model=model, prompt="What is 2 + 3?", n=4, seed=1)
+        assert r.model_extra["mars"]["stopped_by"] == "budget"
+        health = httpx.get(running.url + "/health").json()
+        assert [u["up"] for u in health["upstreams"]] == [False, True]
+        assert running.metric("upstream_errors", upstream="http://a.test") >= 1
+        assert running.metric("upstream_up", upstream="http://a.test") == 0
+        servers["b.test"].fail = [503] * 10_000
+        t0 = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as err:
+            c.completions.create(model=model, prompt="What is 2 + 3?", n=4, seed=2)
+        assert err.value.status_code == 502 and time.monotonic() - t0 < 30
+        e = err.value.response.json()["error"]
+        assert e["type"] == "upstream_error" and "http://b.test" in e["message"]
+        assert httpx.get(running.url + "/health").status_code == 503
+    ups.close()

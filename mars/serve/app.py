@@ -42,7 +42,7 @@ from .record import Recorder
 from .requests import CHAT, COMPLETIONS, BadRequest, Defaults, is_mars_request, read_question
 from .responses import chunk, completion, error_body, new_id, sse
 from .schedule import QueueFull, Scheduler
-from .solve import Outcome, Prepared, mars_object, prepare, run_question, usage
+from .solve import Outcome, Prepared, mars_object, prepare, run_question, usage, warm_up
 from .upstreams import REVIVE_S, Upstreams
 
 log = logging.getLogger("mars.serve")
@@ -104,6 +104,7 @@ class MarsServer:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app) -> AsyncIterator[None]:
+        await asyncio.to_thread(warm_up)
         self._revive = asyncio.create_task(self._revive_loop())
         try:
             yield

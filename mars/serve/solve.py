@@ -96,6 +96,38 @@ def _problem(upstreams: Upstreams, q: Question, text: str) -> Problem:
     return Problem(qid=prompt_seed(text), question=text, answer=truth, dataset=DATASET)
 
 
+def warm_up() -> None:
+    """Pay the live loop's one-off costs before the first client does (tens of seconds on a busy
+    CPU): the answer grader's imports (math-verify) and the compiled confidence pass, by deciding
+    a made-up question of two traces once."""
+    import pyarrow as pa
+
+    from ..live import decide, live_grid, live_settings
+    from ..method.registry import get_method
+    from ..store import schema
+    from ..store.pool import question_from_table
+
+    probe = {"position": 4, "answer": "\\frac{1}{2}", "raw_text": None, "conf": None,
+             "prompt_tokens": None, "cached_tokens": None, "generated_tokens": None}  # fmt: skip
+    table = pa.table(
+        {
+            "qid": [0, 0],
+            "trace_idx": [0, 1],
+            "final_answer": ["\\frac{1}{2}", "0.5"],
+            "length": [8, 8],
+            "finished": [True, True],
+            "confs": [[1.0] * 8, [2.0] * 8],
+            "probes": [[probe], [probe]],
+            "text": [None, None],
+            "token_ids": [None, None],
+        },
+        schema=schema.TRACE_SCHEMA,
+    )
+    q = question_from_table(table, 0, "<warm-up>", published=False, ground_truth="1/2")
+    settings = live_settings(2, 0, 0, 4, 8, {})
+    decide(q, get_method("sc"), settings, live_grid(4, 8), 0, np.zeros(2, bool))
+
+
 def progress_of(c: Checkpoint, n_traces: int) -> dict:
     """A streaming client's view of one decision: the leader and the vote shares of the answers
     the traces hold now."""
