@@ -26,6 +26,11 @@ with ``--slots`` slots, or the server at ``--upstream``. ``mars serve`` runs in 
   per checkpoint is the question's wall time less the time it waited for the upstream's answers
   (every generation and probe request, measured around the router), over the checkpoints; the
   upstream's time per checkpoint is that wait. Goal: the proxy ≤ 5 % of the upstream.
+* **synthetic** (``--only synthetic``, no server): reasoning-length traces, the synthetic engine
+  (calibrated on Qwen3-8B) behind ``mars serve``: ``--syn-questions`` AIME 2025 questions with
+  the defaults (``sc-mars-cal``, ``--syn-traces`` traces, 16 warmup, a checkpoint every 2,048
+  tokens) against the same request with ``sc``, which never stops (the same seed gives the same
+  traces): what plain n-sampling of those traces would have cost.
 * **load**: ``--clients`` threads, each sending small questions (4 traces, no warmup, cap 64,
   a checkpoint every 16 tokens) one after another for ``--seconds``: questions answered per
   minute, and failed requests (any non-200).
@@ -179,6 +184,45 @@ def compare(args, ups: Upstreams, upstream_url: str) -> list[dict]:
     return rows
 
 
+def synthetic(args) -> list[dict]:
+    """Reasoning-length traces: the synthetic engine (calibrated on Qwen3-8B) through ``mars
+    serve``, question by question, against the same traces run to completion (the same request
+    with ``sc``, which never stops: the same seed gives the same traces)."""
+    from mars.store.problems import load_problems
+
+    rows = []
+    ups = Upstreams(["synthetic"])
+    with proxy(ups, Defaults(traces=args.syn_traces, warmup=16)) as (url, _):
+        for p in load_problems("aime_2025")[: args.syn_questions]:
+            out = {}
+            for method in ("sc-mars-cal", "sc"):
+                t0 = time.perf_counter()
+                r = httpx.post(
+                    url + "/v1/completions",
+                    json={"prompt": p.question, "seed": p.qid, "mars": {"method": method}},
+                    timeout=3600,
+                )
+                r.raise_for_status()
+                out[method] = (r.json(), time.perf_counter() - t0)
+            (mars, wall), (full, full_wall) = out["sc-mars-cal"], out["sc"]
+            m = mars["mars"]
+            rows.append(
+                emit(
+                    part="synthetic",
+                    qid=p.qid,
+                    answer=m["answer"],
+                    full_answer=full["mars"]["answer"],
+                    stopped_by=m["stopped_by"],
+                    main_tokens=m["tokens"]["main"],
+                    usage_tokens=mars["usage"]["completion_tokens"],
+                    full_tokens=full["mars"]["tokens"]["main"],
+                    wall_s=round(wall, 2),
+                    full_wall_s=round(full_wall, 2),
+                )
+            )
+    return rows
+
+
 def fake_upstream(args) -> Upstreams:
     """The tests' toy vLLM server (tests/data/servers.py: an httpx transport in this process,
     answering at once), so that the question's wall time less its waits is the proxy's alone."""
@@ -309,6 +353,8 @@ def main() -> None:
     )
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=120)
+    ap.add_argument("--syn-questions", type=int, default=10)
+    ap.add_argument("--syn-traces", type=int, default=64)
     ap.add_argument("--only", default="compare,overhead,load")
     args = ap.parse_args()
     parts = set(args.only.split(","))
@@ -316,12 +362,17 @@ def main() -> None:
 
     with contextlib.ExitStack() as stack:
         url = args.upstream
-        if url is None and (parts != {"overhead"} or not args.fake):
+        needs_server = parts - {"synthetic"} and (
+            parts - {"synthetic"} != {"overhead"} or not args.fake
+        )
+        if url is None and needs_server:
             binary, model = find_server(args.server_bin), args.model or default_model()
             if not binary or not model:
                 sys.exit("no llama-server binary or model (see --help)")
             url = stack.enter_context(llama_server(binary, model, args.slots, args.threads, 1024))
         rows: list[dict] = []
+        if "synthetic" in parts:
+            rows += synthetic(args)
         if "compare" in parts:
             ups = Upstreams([url])
             rows += compare(args, ups, url)
@@ -341,6 +392,16 @@ def main() -> None:
             wall = statistics.median(r["wall_s"] for r in sel)
             what = f"{how}: tokens, wall (median of {len(sel)})"
             print(f"| compare | {what} | {tok:,.0f}, {wall:.2f} s |")
+    syn = [r for r in rows if r["part"] == "synthetic"]
+    if syn:
+        main, usage, full = (
+            sum(r[k] for r in syn) for k in ("main_tokens", "usage_tokens", "full_tokens")
+        )
+        same = sum(r["answer"] == r["full_answer"] for r in syn)
+        print(
+            f"| synthetic | {len(syn)} questions: main / with warmup and probes / run to "
+            f"completion (same answer) | {main:,} / {usage:,} / {full:,} ({same}/{len(syn)}) |"
+        )
     for r in rows:
         if r["part"] == "overhead":
             print(

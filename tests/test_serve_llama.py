@@ -55,13 +55,22 @@ class Upstream:
     replica: Callable[[Path], Upstream]  # another server of the same model (stop() it after)
     kill: Callable[[], None]  # SIGKILL, as a crash
     stop: Callable[[], None]
+    restart: Callable[[], object]  # start it again at the same URL
 
 
 def _llama(server: LlamaServer) -> Upstream:
     def replica(log: Path) -> Upstream:
         return _llama(LlamaServer(log).start())
 
-    return Upstream("llama.cpp", server.url, server.busy_slots, replica, server.kill, server.stop)
+    return Upstream(
+        "llama.cpp",
+        server.url,
+        server.busy_slots,
+        replica,
+        server.kill,
+        server.stop,
+        lambda: server.start(port=server.port),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -159,13 +168,17 @@ def test_streaming_reports_each_checkpoint(served):
     assert "\\boxed{" in content
 
 
-def test_plain_requests_pass_through(served):
+def test_plain_requests_pass_through_and_a_question_too_long_is_400(served):
     running, _ = served
     r = client(running).chat.completions.create(
         model=running.state.model, messages=question(), max_tokens=8, temperature=0
     )
     assert r.choices[0].message.content and "mars" not in (r.model_extra or {})
     assert r.usage.completion_tokens <= 8
+    with pytest.raises(openai.BadRequestError, match=r"use --max-tokens \d+ or less"):
+        client(running).chat.completions.create(
+            model=running.state.model, messages=question(), n=4, max_tokens=100_000
+        )
 
 
 def test_a_client_that_goes_away_stops_its_traces_upstream(upstream):
@@ -233,6 +246,12 @@ def test_an_upstream_killed_mid_request_moves_its_traces_then_fails_in_one_line(
             health = httpx.get(running.url + "/health").json()
             assert [u["up"] for u in health["upstreams"]] == [False, True]
             assert running.metric("upstream_errors", upstream=a.url) >= 1
+            a.restart()  # back at its URL: asked again within seconds, and taken back
+            deadline = time.monotonic() + 60
+            while not all(u["up"] for u in httpx.get(running.url + "/health").json()["upstreams"]):
+                assert time.monotonic() < deadline, "the restarted upstream was not taken back"
+                time.sleep(0.5)
+            a.kill()
             b.kill()
             t0 = time.monotonic()
             with pytest.raises(openai.APIStatusError) as err:
@@ -241,7 +260,7 @@ def test_an_upstream_killed_mid_request_moves_its_traces_then_fails_in_one_line(
             assert err.value.status_code == 502
             body = err.value.response.json()["error"]
             assert body["type"] == "upstream_error" and "\n" not in body["message"]
-            assert b.url in body["message"]
+            assert a.url in body["message"] and b.url in body["message"]
         ups.close()
     finally:
         a.stop()
