@@ -60,7 +60,7 @@ def serving(
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 300  # the first start pays the live loop's one-off costs
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("mars serve did not start")

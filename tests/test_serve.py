@@ -431,3 +431,27 @@ def test_a_replica_that_fails_every_try_hands_its_traces_to_another_then_502():
         assert e["type"] == "upstream_error" and "http://b.test" in e["message"]
         assert httpx.get(running.url + "/health").status_code == 503
     ups.close()
+
+
+def test_the_body_lm_evaluation_harness_sends_is_one_question(served):
+    """lm-evaluation-harness's ``local-chat-completions`` (``_create_payload``: messages, model,
+    max_tokens, temperature, stop (≤ 4 strings), seed 1234, then its ``--gen_kwargs``), with
+    ``n=16,temperature=0.6,max_gen_toks=16384``: one answer in ``choices[0].message.content``,
+    which is what it reads, cut at its ``until`` strings."""
+    running, _ = served
+    body = {
+        "messages": [{"role": "user", "content": QUESTION}],
+        "model": "synthetic:qwen3-8b",
+        "max_tokens": 16384,
+        "temperature": 0.6,
+        "stop": ["<|im_end|>", "Question:"],
+        "seed": 1234,
+        "n": 16,
+    }
+    r = httpx.post(running.url + "/v1/chat/completions", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert [c["index"] for c in out["choices"]] == [0]
+    content = out["choices"][0]["message"]["content"]
+    assert isinstance(content, str) and "Question:" not in content
+    assert out["mars"]["answer"] is None or out["mars"]["answer"] in content
