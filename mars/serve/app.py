@@ -226,9 +226,12 @@ class MarsServer:
         return _error(429, str(exc), "queue_full", None, **{"Retry-After": str(exc.retry_after)})
 
     def _start(self, prep: Prepared, scope: cancel.CancelScope, emit=None) -> asyncio.Future:
-        return asyncio.get_running_loop().run_in_executor(
+        job = asyncio.get_running_loop().run_in_executor(
             self.workers, run_question, self.upstreams, prep, scope, emit, self.recorder
         )
+        # a question whose client went away ends with Cancelled that no one reads
+        job.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return job
 
     def _respond(self, prep: Prepared, rid: str, o: Outcome) -> dict:
         q = prep.question
