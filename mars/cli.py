@@ -540,6 +540,7 @@ def _print_live(rows: list) -> None:
 
 @app.command()
 @with_settings(LIVE_KEYS)
+@with_engine_options("serve")
 def serve(
     upstream: list[str] = typer.Option(
         ...,
@@ -564,10 +565,6 @@ def serve(
     ),
     traces: int = typer.Option(64, help="default traces of a request without n (N)"),
     warmup: int = typer.Option(SPECS["warmup"].default, help="default warmup traces"),
-    spacing: int = typer.Option(CHECKPOINT_SPACING, help="default checkpoint spacing (tokens)"),
-    max_tokens: int | None = typer.Option(
-        None, help="default token cap of a trace (default: what the context leaves)"
-    ),
     max_traces: int = typer.Option(1024, help="n (traces) a request may ask for at most"),
     max_active: int = typer.Option(4, help="requests solved at once (the others queue)"),
     max_queue: int = typer.Option(64, help="requests that may wait; more are answered 429"),
@@ -581,20 +578,15 @@ def serve(
     upstream_key_env: str = typer.Option(
         "MARS_API_KEY", help="environment variable holding the upstreams' API key"
     ),
-    concurrency: int | None = typer.Option(
-        None, help="requests in flight per upstream (default: llama.cpp's slots, else 32)"
-    ),
-    timeout: float = typer.Option(600.0, help="seconds one upstream request may take"),
     retries: int = typer.Option(2, help="further tries of an upstream request before failover"),
     tokenizer: str | None = typer.Option(
         None,
         help="the model's tokenizer: 'server' (the upstream's /tokenize), a tokenizer folder, "
         "tokenizer.json or GGUF file (default: what the upstream reports)",
     ),
-    temperature: float | None = typer.Option(None, help="default sampling temperature (0.6)"),
-    top_p: float | None = typer.Option(None, help="default nucleus sampling (0.95)"),
     log_level: str = typer.Option("info", help="uvicorn's log level"),
     settings_given: dict | None = None,
+    engine_options: dict | None = None,
 ):
     """Serve MARS behind an OpenAI-compatible API: one request with n > 1 (or a mars object) is
     one question solved live on the upstream servers; other requests pass through."""
@@ -602,6 +594,10 @@ def serve(
 
     from .errors import need_extra
 
+    opts = dict(engine_options or {})
+    spacing, max_tokens = opts.pop("spacing"), opts.pop("max_tokens")
+    temperature, top_p = opts.pop("temperature"), opts.pop("top_p")
+    sampling = {k: v for k, v in opts.items() if k == "top_k" and v is not None}
     with user_errors():
         need_extra(("starlette", "uvicorn", "httpx", "prometheus_client"), "serve", "mars serve")
         from .serve.app import ServeOptions, create_app
@@ -625,10 +621,11 @@ def serve(
             upstream,
             model=model,
             api_key_env=upstream_key_env,
-            concurrency=concurrency,
-            timeout=timeout,
+            concurrency=opts["concurrency"],
+            timeout=opts["timeout"] or 600.0,
             retries=retries,
             tokenizer=tokenizer,
+            **sampling,
         )
         options = ServeOptions(
             defaults,

@@ -253,7 +253,12 @@ def _slow(running, seed: int, results: list) -> threading.Thread:
     def go():
         r = httpx.post(
             running.url + "/v1/completions",
-            json={"prompt": QUESTION, "seed": seed, "mars": {"traces": 64, "spacing": 256}},
+            json={  # sc never stops: every one of the 256 checkpoints runs (seconds)
+                "prompt": QUESTION,
+                "seed": seed,
+                "max_tokens": 16384,
+                "mars": {"traces": 64, "spacing": 64, "method": "sc"},
+            },
             timeout=120,
         )
         results.append(r.status_code)

@@ -17,8 +17,8 @@ from typing import Any
 
 from ..store.schema import CHECKPOINT_SPACING
 
-#: the commands that run an engine
-GENERATE, PROBE, SOLVE = "generate", "probe", "solve"
+#: the commands that run an engine (``serve``: the defaults of the questions it serves)
+GENERATE, PROBE, SOLVE, SERVE = "generate", "probe", "solve", "serve"
 #: where the workflow config sets an option: a model's own key (``models.<m>.<name>``), its
 #: ``sampling`` or ``engine`` map, a model's or the probe section's server keys, the ``probe``
 #: section (the ``sampling`` map there for sampling options), or not at all (None)
@@ -81,7 +81,7 @@ OPTIONS: tuple[Option, ...] = (
         "spacing",
         int,
         "probe every this many tokens (and at each trace's end)",
-        ALL,
+        (*ALL, SERVE),
         config=PROBE,
         default=CHECKPOINT_SPACING,
         low=1,
@@ -129,7 +129,7 @@ OPTIONS: tuple[Option, ...] = (
         "max_tokens",
         int,
         "token cap per trace (default the backend's)",
-        (GENERATE, SOLVE),
+        (GENERATE, SOLVE, SERVE),
         config=MODEL,
         low=1,
     ),
@@ -137,7 +137,7 @@ OPTIONS: tuple[Option, ...] = (
         "temperature",
         float,
         "sampling temperature (real engines; probes default 0.6)",
-        ALL,
+        (*ALL, SERVE),
         config=SAMPLING,
         low=0,
     ),
@@ -145,7 +145,7 @@ OPTIONS: tuple[Option, ...] = (
         "top_p",
         float,
         "nucleus sampling (real engines; probes default 0.95)",
-        ALL,
+        (*ALL, SERVE),
         config=SAMPLING,
         low=0,
         high=1,
@@ -155,7 +155,7 @@ OPTIONS: tuple[Option, ...] = (
         "top_k",
         int,
         "top-k sampling (real engines; probes default 20)",
-        ALL,
+        (*ALL, SERVE),
         config=SAMPLING,
         low=1,
     ),
@@ -173,7 +173,7 @@ OPTIONS: tuple[Option, ...] = (
         "concurrency",
         int,
         "server: requests in flight at most (default: llama.cpp's slots, else 32)",
-        ALL,
+        (*ALL, SERVE),
         config=SERVER,
         low=1,
     ),
@@ -181,7 +181,7 @@ OPTIONS: tuple[Option, ...] = (
         "timeout",
         float,
         "server: seconds one request may take (default 600)",
-        ALL,
+        (*ALL, SERVE),
         config=SERVER,
         low=0,
         low_open=True,
