@@ -68,10 +68,10 @@ from .errors import MarsError, UsageError, first_line
 from .method.answers import group_answers_online, is_correct
 from .method.arrays import QuestionArrays, build_arrays, checkpoint_answers, checkpoint_confidences
 from .method.registry import DEFAULT_METHOD, Method, get_method, live_method
-from .method.settings import LIVE_KEYS, Settings
+from .method.settings import Settings
 from .progress import Detail, Progress, counted, prefixed
 from .simulate import MethodResult, QuestionContext, run_method
-from .stepper import Stopper, Warmup
+from .stepper import MAX_CHECKPOINTS, Stopper, Warmup, check_knobs
 from .store import schema
 from .store.atomic import write_atomic, write_json_atomic
 from .store.pool import PoolError, QuestionData, open_pool, question_from_table, read_trace_table
@@ -84,10 +84,6 @@ LIVE_RECORD = ".solve.json"
 SUMMARY_FILE = "live.csv"
 #: Parquet metadata key of a kept warmup file (question, warmup size, its wall time; JSON)
 WARMUP_METADATA_KEY = "mars.live.warmup"
-#: The most checkpoints a live grid may have. The grid is fixed in advance and every look of the
-#: rule builds arrays over all of it, so this bounds the memory of a run and of its replay,
-#: whatever a manifest claims (at a 2,048-token spacing: 8.4 million tokens).
-MAX_CHECKPOINTS = 1 << 12
 
 
 def live_grid(spacing: int, max_tokens: int) -> np.ndarray:
@@ -116,9 +112,7 @@ def live_settings(
         raise UsageError(f"--traces {n_traces}: must be at least 1")
     if warmup < 0:
         raise UsageError(f"--warmup {warmup}: must be ≥ 0")
-    bad = sorted(set(knobs) - set(LIVE_KEYS))
-    if bad:
-        raise UsageError(f"unknown or fixed live settings {bad} (live: {', '.join(LIVE_KEYS)})")
+    check_knobs(knobs, "live setting")
     live_grid(spacing, max_tokens)
     return Settings(
         budget=n_traces, iterations=1, warmup=warmup, seed=seed, spacing=spacing, **knobs
