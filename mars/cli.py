@@ -544,13 +544,17 @@ def replay(
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
 ):
     """Re-simulate a live run from its records; exit 1 if any question differs from what ran live."""  # noqa: E501 - typer shows it verbatim as the command summary
+    from .live import open_live_run
     from .live import replay as replay_run
 
     with user_errors():
+        state = open_live_run(run)
         rows = replay_run(run, parse_question_spec(questions))
     bad = [r for r in rows if not r["match"]]
     for r in bad:
         print(f"question {r['qid']}: live {r['live']} != replay {r['replay']}", file=sys.stderr)
+    if not state.finished:
+        print(state.unfinished_line(), file=sys.stderr)
     print(f"{len(rows) - len(bad)}/{len(rows)} questions replay exactly")
     if bad:
         raise typer.Exit(1)

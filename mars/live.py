@@ -46,6 +46,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
+import os
 import reprlib
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -54,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .engines.base import Backend, TraceBatch, TraceResult
 from .engines.generate import (
@@ -73,11 +76,20 @@ from .progress import Detail, Progress, counted, prefixed
 from .simulate import MethodResult, QuestionContext, run_method
 from .stepper import MAX_CHECKPOINTS, Stopper, Warmup, check_knobs
 from .store import schema
-from .store.atomic import write_atomic, write_json_atomic
-from .store.pool import PoolError, QuestionData, open_pool, question_from_table, read_trace_table
-from .store.problems import Problem, problems_digest, select_problems
+from .store.atomic import folder_lock, make_dirs, output_dir, write_atomic, write_json_atomic
+from .store.pool import (
+    LayoutPool,
+    PoolError,
+    QuestionData,
+    open_pool,
+    question_from_table,
+    read_trace_table,
+)
+from .store.problems import Problem, problem_digest, problems_digest, select_problems
 from .store.userfiles import read_json_object
-from .store.write import PoolDirWriter, write_trace_table
+from .store.write import RUN_METADATA_KEY, PoolDirWriter, write_trace_table
+
+log = logging.getLogger(__name__)
 
 LIVE_DIR = "live"
 LIVE_RECORD = ".solve.json"
@@ -201,6 +213,7 @@ class LiveRun:
     checkpoints: int  # checkpoints the rule was asked at
     wall_s: dict  # warmup, main (generation + probes + decisions), decide (decisions only)
     replay_ok: bool  # the stored records re-simulate to this answer, stop position and tokens
+    inputs: dict  # what the records are made from: the question's digest, the warmup's inputs
     full: dict | None = None  # the same N traces run to completion (compare_full)
     table: pa.Table | None = field(default=None, repr=False)
 
@@ -368,9 +381,8 @@ def solve(
     settings = live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)
     grid = live_grid(spacing, max_tokens)
 
-    warm_table, warm_wall = _warmup(
-        backend, problem, warmup, seed, spacing, max_tokens, warmup_file, detail
-    )
+    made_by = warmup_inputs(backend, problem, warmup, seed, spacing, max_tokens)
+    warm_table, warm_wall = _warmup(backend, problem, made_by, warmup_file, detail)
     t1 = time.perf_counter()
     ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces)
     say = prefixed(detail, f"q{problem.qid} {m.name}: ")
@@ -429,6 +441,7 @@ def solve(
             "decide": round(ctl.decide_s, 4),
         },
         replay_ok=bool(replay_ok),
+        inputs={"problem": made_by["problem"], "warmup": made_by},
         table=table,
     )
     if compare_full:
@@ -449,27 +462,35 @@ def solve(
     return run
 
 
-def _warmup(
-    backend: Backend,
-    problem: Problem,
-    warmup: int,
-    seed: int,
-    spacing: int,
-    max_tokens: int,
-    kept: str | Path | None,
-    detail: Detail | None,
-) -> tuple[pa.Table, float]:
-    """The question's warmup traces (run to completion, or read back from ``kept`` where an
-    interrupted run of the same engine and settings left them; written there once they have run)
-    and their wall time."""
-    made_by = {
+def warmup_inputs(
+    backend: Backend, problem: Problem, warmup: int, seed: int, spacing: int, max_tokens: int
+) -> dict:
+    """What a question's warmup traces are made from: the question itself (its content's digest),
+    the warmup size, seed, grid and engine. A kept warmup file records it and is used only for
+    the same; each live record carries it (``inputs``), and `mars replay` checks it."""
+    return {
         "qid": int(problem.qid),
+        "problem": problem_digest(problem),
         "warmup": int(warmup),
         "seed": int(seed),
         "spacing": int(spacing),
         "max_tokens": int(max_tokens),
         "engine": backend_info(backend),
     }
+
+
+def _warmup(
+    backend: Backend,
+    problem: Problem,
+    made_by: dict,
+    kept: str | Path | None,
+    detail: Detail | None,
+) -> tuple[pa.Table, float]:
+    """The question's warmup traces (run to completion, or read back from ``kept`` where an
+    interrupted run of the same question, engine and settings left them; written there once they
+    have run) and their wall time."""
+    warmup, seed = made_by["warmup"], made_by["seed"]
+    spacing, max_tokens = made_by["spacing"], made_by["max_tokens"]
     table = read_warmup(kept, made_by) if kept else None
     if table is not None:
         return table.replace_schema_metadata(None), _warmup_wall(table)
@@ -493,23 +514,27 @@ def _warmup(
 
 def write_warmup(path: str | Path, table: pa.Table, made_by: dict, wall_s: float) -> None:
     """Keep a question's finished warmup traces (a trace file, atomically), with what made them
-    (question, warmup size, seed, grid, engine) and their wall time."""
+    (:func:`warmup_inputs`) and their wall time."""
     info = {**made_by, "wall_s": round(wall_s, 4)}
     write_trace_table(table, path, metadata={WARMUP_METADATA_KEY: json.dumps(info)})
 
 
 def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
-    """The warmup traces kept by :func:`write_warmup` (None if there are none); a file that is
-    not the warmup traces ``made_by`` describes is one line naming it."""
+    """The warmup traces kept by :func:`write_warmup` (None if there are none), checked against
+    what ``made_by`` (:func:`warmup_inputs`) says they must be made from — the question's content,
+    not only its id — and row by row as the live run reads them; anything else is one line naming
+    the file and saying to remove it."""
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     qid, warmup = made_by["qid"], made_by["warmup"]
     remedy = "remove it to run the warmup again"
+    if not path.is_file():
+        raise PoolError(f"{path}: not a file, so not a kept warmup of this run; {remedy}")
     try:
         table = read_trace_table(path)
         info = json.loads((table.schema.metadata or {})[WARMUP_METADATA_KEY.encode()])
-        info_ok = isinstance(info, dict) and isinstance(info.get("wall_s"), (int, float))
+        info_ok = isinstance(info, dict) and _number(info.get("wall_s"))
         qids = table.column("qid").to_numpy(zero_copy_only=False)
         idx = table.column("trace_idx").to_numpy(zero_copy_only=False)
     except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
@@ -518,6 +543,11 @@ def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
         ) from None
     if not info_ok or info.get("qid") != qid or info.get("warmup") != warmup:
         raise PoolError(f"{path}: not question {qid}'s {warmup} warmup traces; {remedy}")
+    if info.get("problem") != made_by["problem"]:
+        raise PoolError(
+            f"{path}: warmup traces of another question {qid} (its text, answer or problem set "
+            f"differ from this run's); {remedy}"
+        )
     expected = json.loads(json.dumps(made_by))  # as the file holds it (lists, not tuples)
     other = [k for k in expected if info.get(k) != expected[k]]
     if other:
@@ -526,7 +556,28 @@ def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
         raise PoolError(
             f"{path}: rows are not question {qid}'s warmup traces 0..{warmup - 1}; {remedy}"
         )
+    try:  # every row as the live run reads it
+        if not table.schema.remove_metadata().equals(schema.TRACE_SCHEMA):
+            raise PoolError("its columns are not a trace file's")
+        q = question_from_table(table, qid, str(path), published=False, ground_truth="")
+        _check_warmup_traces(q, made_by)
+    except PoolError as exc:
+        why = first_line(exc).removeprefix(f"{path}: ")
+        raise PoolError(f"{path}: damaged warmup traces ({why}); {remedy}") from None
     return table
+
+
+def _check_warmup_traces(q: QuestionData, made_by: dict) -> None:
+    """Warmup traces as a run of ``made_by``'s grid wrote them: none past the token cap, each
+    probed at the grid's first checkpoints and at no others."""
+    spacing, max_tokens = made_by["spacing"], made_by["max_tokens"]
+    long = np.flatnonzero(q.lengths > max_tokens)
+    if long.size:
+        raise PoolError(f"trace {int(q.trace_idx[long[0]])} is longer than {max_tokens:,} tokens")
+    for j in range(q.n_traces):
+        at = q.probe_positions[q.probe_offsets[j] : q.probe_offsets[j + 1]]
+        if (at != spacing * np.arange(1, len(at) + 1)).any() or (at > q.lengths[j]).any():
+            raise PoolError(f"trace {int(q.trace_idx[j])} is not probed every {spacing:,} tokens")
 
 
 def _warmup_wall(table: pa.Table) -> float:
@@ -638,45 +689,63 @@ def solve_pool(
         params_of=lambda manifest: manifest.get("live", {}),
         done_marker=lambda qid: _live_path(out, qid),
     )
-    if writer.start(qids):
-        (out / LIVE_DIR).mkdir(exist_ok=True)
-        todo = writer.todo(qids)
-        # a damaged record of a question done earlier is refused before any work
-        read_records(out, [q for q in qids if q not in todo], warmup, n_traces, SUMMARY_FIELDS)
-        for qid in counted(todo, len(todo), progress):
-            run = solve(
-                backend,
-                by_qid[qid],
-                m,
-                n_traces=n_traces,
-                warmup=warmup,
-                seed=seed,
-                spacing=spacing,
-                max_tokens=max_tokens,
-                compare_full=compare_full,
-                warmup_file=_warmup_path(out, qid),
-                detail=detail,
-                **knobs,
-            )
-            assert run.table is not None
-            writer.write_question(qid, run.table)
-            write_json_atomic(_live_path(out, qid), run.summary())
-            _warmup_path(out, qid).unlink(missing_ok=True)
-            if on_question is not None:
-                on_question(run)
-        summaries = read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
-        _write_summary_csv(out / SUMMARY_FILE, summaries)
-        manifest = {
-            **{
-                k: v
-                for k, v in params.items()
-                if k not in ("settings", "method", "warmup", "compare_full")
-            },
-            "n_traces": int(warmup + n_traces),
-            "live": params,
-        }
-        writer.finish(question_rows(by_qid, qids, params.get("model", ""), backend), manifest)
-    return read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
+
+    def busy() -> None:
+        log.warning("%s: another `mars solve` is writing into it; waiting for it to finish", out)
+
+    # one writer at a time: a second identical command waits, then finds the questions done
+    with output_dir(out), folder_lock(out, busy):
+        if writer.start(qids):
+            make_dirs(out / LIVE_DIR)
+            todo = writer.todo(qids)
+            _remove_litter(out, [q for q in qids if q not in todo])
+            # a damaged record of a question done earlier is refused before any work
+            read_records(out, [q for q in qids if q not in todo], warmup, n_traces, SUMMARY_FIELDS)
+            for qid in counted(todo, len(todo), progress):
+                run = solve(
+                    backend,
+                    by_qid[qid],
+                    m,
+                    n_traces=n_traces,
+                    warmup=warmup,
+                    seed=seed,
+                    spacing=spacing,
+                    max_tokens=max_tokens,
+                    compare_full=compare_full,
+                    warmup_file=_warmup_path(out, qid),
+                    detail=detail,
+                    **knobs,
+                )
+                assert run.table is not None
+                writer.write_question(qid, run.table)
+                write_json_atomic(_live_path(out, qid), run.summary())
+                _warmup_path(out, qid).unlink(missing_ok=True)
+                if on_question is not None:
+                    on_question(run)
+            summaries = read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
+            _write_summary_csv(out / SUMMARY_FILE, summaries)
+            manifest = {
+                **{
+                    k: v
+                    for k, v in params.items()
+                    if k not in ("settings", "method", "warmup", "compare_full")
+                },
+                "n_traces": int(warmup + n_traces),
+                "live": params,
+            }
+            writer.finish(question_rows(by_qid, qids, params.get("model", ""), backend), manifest)
+        else:
+            _remove_litter(out, qids)
+        return read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
+
+
+def _remove_litter(out: Path, done: Iterable[int]) -> None:
+    """What a run stopped at the wrong moment leaves in ``live/``: the kept warmup of a question
+    whose record was written just before (it is never read again), and half-written files."""
+    for qid in done:
+        _warmup_path(out, qid).unlink(missing_ok=True)
+    for tmp in (out / LIVE_DIR).glob(".*.tmp-*"):
+        tmp.unlink(missing_ok=True)
 
 
 SUMMARY_COLUMNS = (
@@ -776,6 +845,15 @@ REPLAY_FIELDS: Fields = {
         lambda v: isinstance(v, list) and all(map(_whole, v)),
         "a list of trace ids",
     ),
+    "inputs": (
+        _object_with(
+            {
+                "problem": (_str, ""),
+                "warmup": (_object_with({"problem": (_str, ""), "qid": (_whole, "")}), ""),
+            }
+        ),
+        "an object with the question's digest and the warmup's inputs",
+    ),
 }
 _FULL: Fields = {
     "tokens": (_whole, ""),
@@ -840,10 +918,10 @@ class _LiveParams:
 _WHOLE_PARAMS = ("n_traces", "warmup", "seed", "spacing", "max_tokens")
 
 
-def _live_params(path: Path, manifest: dict) -> _LiveParams:
-    """The method, settings and grid of the live run in ``path``, checked as `mars solve` checks
-    its options; one line naming the manifest otherwise."""
-    live = manifest.get("live")
+def _live_params(path: Path, live: object, source: Path) -> _LiveParams:
+    """The method, settings and grid of the live run in ``path`` (its parameters ``live``, read
+    from ``source``), checked as `mars solve` checks its options; one line naming ``source``
+    otherwise."""
     if live is None:
         raise PoolError(f"{path}: not a live run (no 'live' block in {schema.POOL_MANIFEST})")
     try:
@@ -870,7 +948,9 @@ def _live_params(path: Path, manifest: dict) -> _LiveParams:
         )
         grid = live_grid(live["spacing"], live["max_tokens"])
     except MarsError as exc:
-        raise PoolError(f"{path / schema.POOL_MANIFEST}: 'live' block: {exc}") from None
+        what = "'live' block: " if source.name == schema.POOL_MANIFEST else ""
+        raise PoolError(f"{source}: {what}{exc}") from None
+    assert isinstance(live, dict)
     return _LiveParams(method, settings, live["warmup"], live["n_traces"], live["max_tokens"], grid)
 
 
@@ -896,22 +976,114 @@ def _ids(ids: np.ndarray) -> str:
     return reprlib.repr(ids.tolist())
 
 
+class _UnfinishedPool(LayoutPool):
+    """The trace files of an unfinished live run's finished questions: a pool directory but for
+    ``questions.parquet`` and ``pool.json``, which a run writes last."""
+
+    def __init__(self, path: Path, qids: list[int]):
+        self.path, self.source, self.manifest = path, str(path), {}
+        self.recorded_spacing = None
+        self._questions = {
+            q: {"qid": q, "ground_truth": "", "question": None, "dataset": None, "model": None}
+            for q in qids
+        }
+        self.qids = list(qids)
+
+
+@dataclass
+class LiveRunDir:
+    """A `mars solve` output directory, finished or not: its parameters, its questions and those
+    done (each with its record and trace file)."""
+
+    path: Path
+    params: dict  # the run's parameters (the manifest's "live" block)
+    run: _LiveParams
+    qids: list[int]  # every question the run answers
+    done: list[int]  # those with a record (all of them once the run is finished)
+    pool: LayoutPool
+    finished: bool
+
+    def unfinished_line(self) -> str:
+        """What to tell a user about a run that has not finished."""
+        return (
+            f"unfinished run ({len(self.done)}/{len(self.qids)} questions): rerun the same "
+            "command to finish"
+        )
+
+
+def open_live_run(path: str | Path) -> LiveRunDir:
+    """The live run in ``path``; an interrupted one (its parameters in ``.solve.json``, no
+    ``pool.json`` yet) gives the questions it finished."""
+    path = Path(path)
+    record = path / LIVE_RECORD
+    if path.is_dir() and not os.path.lexists(path / schema.POOL_MANIFEST):
+        if os.path.lexists(record):
+            params = read_json_object(record, PoolError)
+            run = _live_params(path, params, record)
+            qids = params.get("qids")
+            if not isinstance(qids, list) or not all(map(_whole, qids)):
+                raise PoolError(f"{record}: 'qids' is {reprlib.repr(qids)}, not question ids")
+            done = [q for q in qids if os.path.lexists(_live_path(path, q))]
+            return LiveRunDir(path, params, run, qids, done, _UnfinishedPool(path, done), False)
+    pool = open_pool(path)
+    if not isinstance(pool, LayoutPool):
+        raise PoolError(f"{path}: not a live run (a parquet file, not a `mars solve` directory)")
+    live = pool.manifest.get("live")
+    run = _live_params(path, live, path / schema.POOL_MANIFEST)
+    assert isinstance(live, dict)
+    return LiveRunDir(path, live, run, list(pool.qids), list(pool.qids), pool, True)
+
+
+def _check_inputs(d: LiveRunDir, rec: dict, q: QuestionData) -> None:
+    """A record (and its trace file) made for this question of this run: the question's content
+    (where the run has written it), the warmup's inputs, the run that wrote the trace file."""
+    where = _live_path(d.path, rec["qid"])
+    inputs, warm = rec["inputs"], rec["inputs"]["warmup"]
+    if d.finished:
+        meta = d.pool.question_meta(q.qid)
+        problem = Problem(q.qid, meta.get("question") or "", meta["ground_truth"], meta["dataset"])
+        if inputs["problem"] != problem_digest(problem):
+            raise PoolError(
+                f"{where}: made for another question {q.qid} (its text, answer or problem set "
+                f"differ from {schema.POOL_QUESTIONS}'s)"
+            )
+    if warm["problem"] != inputs["problem"] or warm["qid"] != q.qid:
+        raise PoolError(f"{where}: its warmup traces were made for another question")
+    other = [k for k in ("warmup", "seed", "spacing", "max_tokens") if warm.get(k) != d.params[k]]
+    if other:
+        raise PoolError(f"{where}: its warmup traces were made with other {', '.join(other)}")
+    trace_file = d.path / schema.trace_file_name(q.qid)
+    try:
+        raw = (pq.read_schema(trace_file).metadata or {}).get(RUN_METADATA_KEY.encode())
+        written_by = json.loads(raw) if raw is not None else None
+    except (OSError, ValueError, pa.ArrowException):
+        written_by = None
+    if written_by != d.params:
+        raise PoolError(f"{trace_file}: not written by this live run (its parameters differ)")
+
+
 def replay(path: str | Path, questions: Iterable[int] | None = None) -> list[dict]:
-    """Re-simulate a live run from its stored records; per question the live and replayed results.
+    """Re-simulate a live run from its stored records; per question the live and replayed results
+    (of an interrupted run, of the questions it finished: :func:`open_live_run`).
 
     Each dict has ``qid``, ``live`` and ``replay`` (answer, stopped_by, stop_position, tokens) and
     ``match`` (all equal). The manifest and every record are checked before any question is
-    re-simulated; the records' traces as each is read.
+    re-simulated; the records' traces and what they were made from (the question, the warmup's
+    inputs, the run) as each is read.
     """
-    path = Path(path)
-    pool = open_pool(path)
-    run = _live_params(path, getattr(pool, "manifest", {}))
-    qids = list(pool.qids if questions is None else questions)
-    records = read_records(path, qids, run.warmup, run.n_traces)
+    d = open_live_run(path)
+    run = d.run
+    qids = list(d.done if questions is None else questions)
+    if not d.finished:
+        todo = [q for q in qids if q not in d.done]
+        if todo:
+            raise PoolError(f"{d.path}: question {todo[0]} is not done yet; {d.unfinished_line()}")
+    records = read_records(d.path, qids, run.warmup, run.n_traces)
     out = []
     for qid, rec in zip(qids, records):
-        q = pool.read_question(qid)
+        q = d.pool.read_question(qid)
         _check_traces(q, run)
+        _check_inputs(d, rec, q)
         stopped = np.isin(q.trace_idx, rec["stopped_traces"])
         res, arr = decide(q, run.method, run.settings, run.grid, run.warmup, stopped)
         a = int(res.answer[0])

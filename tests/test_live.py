@@ -7,6 +7,7 @@ resampling) gives the live run's answer, stop position and tokens exactly, for e
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from mars.method.answers import group_answers_online
 from mars.method.registry import live_methods
 from mars.simulate import SimulationError
 from mars.store import schema
+from mars.store.atomic import LOCK_NAME, folder_lock
 from mars.store.pool import PoolError, open_pool
 from mars.store.problems import load_problems
 
@@ -258,10 +260,40 @@ def test_an_interrupted_question_resumes_after_its_warmup(tmp_path, backend, pro
     _assert_same_run(out, ref_out, qids)  # identical to the uninterrupted run
 
 
+def _edit_rows(path, edit):
+    """Rewrite a kept warmup's rows through ``edit(rows)``, its metadata kept."""
+    t = pq.read_table(path)
+    rows = t.to_pylist()
+    edit(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=t.schema), path)
+
+
+def _probe_shift(rows):
+    rows[3]["probes"][0]["position"] += 1
+
+
+def _longer(rows):
+    rows[2]["length"] += 1
+
+
+def _past_cap(rows):
+    rows[5]["length"] = 10**9
+
+
+def _confs_cut(rows):
+    rows[1]["confs"] = rows[1]["confs"][:-2]
+
+
 @pytest.mark.parametrize(
     "damage, msg",
     [
         (lambda p: p.write_bytes(b"PAR1 not parquet"), "not a warmup file of this run"),
+        (lambda p: (p.unlink(), p.mkdir()), "not a file"),
+        (lambda p: _edit_rows(p, _probe_shift), r"damaged warmup traces \(trace 3 is not probed"),
+        (lambda p: _edit_rows(p, _longer), r"damaged warmup traces \(.*trace 2: .* confidences"),
+        (lambda p: _edit_rows(p, _past_cap), "damaged warmup traces"),
+        (lambda p: _edit_rows(p, _confs_cut), "damaged warmup traces"),
+        ({"problem": "0" * 24}, "warmup traces of another question 1"),
         (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "not a warmup file"),
         ({"qid": 2}, "not question 1's 16 warmup traces"),
         ({"seed": 4, "spacing": 1024}, r"kept by a run with other settings \(seed, spacing\)"),
@@ -285,11 +317,73 @@ def test_a_damaged_kept_warmup_is_one_line_and_kept(tmp_path, backend, problems,
         pq.write_table(t.slice(0, 15).replace_schema_metadata(t.schema.metadata), kept)
     else:
         damage(kept)
-    before = kept.read_bytes()
+    before = kept.read_bytes() if kept.is_file() else None
     with pytest.raises(PoolError, match=msg) as err:
         solve_pool(engine, problems, out, "sc", **kw)
     assert str(kept) in str(err.value) and "remove it" in str(err.value)
-    assert len(str(err.value).splitlines()) == 1 and kept.read_bytes() == before
+    assert len(str(err.value).splitlines()) == 1
+    assert (kept.read_bytes() if kept.is_file() else None) == before
+
+
+def test_a_kept_warmup_of_another_problem_set_is_refused(tmp_path, backend, problems):
+    """Question 1's warmup kept by an AIME run, copied into a BRUMO run of the same engine, seed
+    and grid: refused (it used to be taken, moving the BRUMO question's stop)."""
+    kw = {"n_traces": 8, "warmup": 16, "seed": 3, "questions": [1]}
+    brumo = load_problems("brumo_2025")
+    for probs, out in ((problems, tmp_path / "aime"), (brumo, tmp_path / "brumo")):
+        with pytest.raises(KeyboardInterrupt):
+            solve_pool(_StopsAfterWarmup(backend, qid=1), probs, out, "sc", **kw)
+    kept = tmp_path / "brumo" / "live" / "q000001.warmup.parquet"
+    shutil.copy(tmp_path / "aime" / "live" / "q000001.warmup.parquet", kept)
+    before = kept.read_bytes()
+    with pytest.raises(PoolError, match="warmup traces of another question 1") as err:
+        solve_pool(backend, brumo, tmp_path / "brumo", "sc", **kw)
+    assert str(kept) in str(err.value) and "remove it" in str(err.value)
+    assert kept.read_bytes() == before
+    kept.unlink()  # as the message says: the question then runs its own warmup
+    solve_pool(backend, brumo, tmp_path / "brumo", "sc", **kw)
+    assert replay(tmp_path / "brumo")[0]["match"]
+
+
+class _StopsAfterRecord:
+    """Interrupts a live run right after question ``qid``'s record is written, before its kept
+    warmup is removed."""
+
+    def __init__(self, qid: int):
+        self.qid = qid
+
+    def __call__(self, path, obj):
+        from mars.store.atomic import write_json_atomic
+
+        write_json_atomic(path, obj)
+        if path.name == f"q{self.qid:06d}.json":
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("case", ["a question left", "the last question", "a finished run"])
+def test_a_run_stopped_between_record_and_warmup_removal_leaves_no_warmup(
+    tmp_path, backend, problems, monkeypatch, case
+):
+    """The kept warmup of a question whose record was written is litter: the next run of the
+    same command removes it, whether questions are left to do, none is, or the run had finished
+    (as an older version left it)."""
+    out, kw = tmp_path / "run", {"n_traces": 8, "warmup": 4, "seed": 2, "questions": [0, 1]}
+    last = case != "a question left"
+    with monkeypatch.context() as m:
+        m.setattr("mars.live.write_json_atomic", _StopsAfterRecord(qid=1 if last else 0))
+        with pytest.raises(KeyboardInterrupt):
+            solve_pool(backend, problems, out, "sc", **kw)
+    kept = out / "live" / f"q00000{int(last)}.warmup.parquet"
+    assert kept.exists()
+    if case == "a finished run":
+        data = kept.read_bytes()
+        solve_pool(backend, problems, out, "sc", **kw)
+        kept.write_bytes(data)
+        assert (out / schema.POOL_MANIFEST).exists()
+    (out / "live" / ".q000000.json.tmp-99999").write_text("{")  # a killed writer's half file
+    solve_pool(backend, problems, out, "sc", **kw)
+    assert sorted(p.name for p in (out / "live").iterdir()) == ["q000000.json", "q000001.json"]
+    assert [r["match"] for r in replay(out)] == [True, True]
 
 
 def test_other_seed_other_run(backend, problems):
@@ -395,6 +489,15 @@ def _live(edit):
     return lambda run: _edit_json(run / schema.POOL_MANIFEST, lambda m: edit(m["live"]))
 
 
+def _retag_traces(run):
+    """Question 0's trace file as another run (another problem set) would have written it."""
+    path = run / schema.trace_file_name(0)
+    t = pq.read_table(path)
+    params = json.loads(t.schema.metadata[b"mars.run"])
+    meta = {**t.schema.metadata, b"mars.run": json.dumps({**params, "dataset": "brumo_2025"})}
+    pq.write_table(t.replace_schema_metadata(meta), path)
+
+
 def _drop_last_trace(run):
     path = run / schema.trace_file_name(0)
     t = pq.read_table(path)
@@ -470,7 +573,44 @@ DAMAGE = {
         "4 warmup + 9 traces",
     ),
     "a trace missing": (_drop_last_trace, "q000000.parquet", "trace ids 0..10"),
+    # what the records were made from (issue 30, item 2)
+    "record without inputs": (
+        lambda run: _edit_json(_record(run), lambda r: r.pop("inputs")),
+        "q000000.json",
+        "'inputs'",
+    ),
+    "record made for another question": (
+        lambda run: _edit_json(_record(run), lambda r: r["inputs"].update(problem="0" * 24)),
+        "q000000.json",
+        "made for another question 0",
+    ),
+    "warmup made for another question": (
+        lambda run: _edit_json(
+            _record(run), lambda r: r["inputs"]["warmup"].update(problem="0" * 24)
+        ),
+        "q000000.json",
+        "warmup traces were made for another question",
+    ),
+    "warmup made with another seed": (
+        lambda run: _edit_json(_record(run), lambda r: r["inputs"]["warmup"].update(seed=9)),
+        "q000000.json",
+        "made with other seed",
+    ),
+    "question text changed": (
+        lambda run: _edit_questions(run, question="What is 1 + 1?"),
+        "q000000.json",
+        "made for another question 0",
+    ),
+    "trace file of another run": (_retag_traces, "q000000.parquet", "not written by this live run"),
 }
+
+
+def _edit_questions(run, **change):
+    path = run / schema.POOL_QUESTIONS
+    t = pq.read_table(path)
+    rows = t.to_pylist()
+    rows[0].update(change)
+    pq.write_table(pa.Table.from_pylist(rows, schema=t.schema), path)
 
 
 @pytest.mark.parametrize("case", DAMAGE)
@@ -484,6 +624,33 @@ def test_replay_refuses_a_damaged_run_in_one_line(tmp_path, small_run, case):
     assert res.exit_code == 2, (res.output, res.exception)
     assert res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
     assert file in res.output and needle in res.output, res.output
+
+
+def test_replay_of_an_unfinished_run_reads_its_finished_questions(tmp_path, backend, problems):
+    """An interrupted run: replay says so and how to finish, and replays what is done."""
+    out, kw = tmp_path / "run", {**SMALL, "questions": [0, 1, 2]}
+
+    def stop_after_two(run):
+        if run.qid == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        solve_pool(backend, problems, out, "sc-mars-cal", on_question=stop_after_two, **kw)
+    runner = CliRunner()
+    res = runner.invoke(app, ["replay", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "unfinished run (2/3 questions): rerun the same command to finish" in res.output
+    assert "2/2 questions replay exactly" in res.output
+    res = runner.invoke(app, ["replay", str(out), "--questions", "2"])
+    assert res.exit_code == 2 and "question 2 is not done yet; unfinished run (2/3" in res.output
+    _edit_json(out / "live" / "q000001.json", lambda r: r.update(tokens=r["tokens"] + 1))
+    res = runner.invoke(app, ["replay", str(out)])
+    assert res.exit_code == 1 and "question 1: live" in res.output
+    _edit_json(out / "live" / "q000001.json", lambda r: r.update(tokens=r["tokens"] - 1))
+    solve_pool(backend, problems, out, "sc-mars-cal", **kw)
+    res = runner.invoke(app, ["replay", str(out)])
+    assert res.exit_code == 0 and "unfinished" not in res.output
+    assert "3/3 questions replay exactly" in res.output
 
 
 def test_replay_of_an_undamaged_small_run_matches(small_run):
@@ -508,6 +675,34 @@ def test_solve_refuses_to_resume_over_a_damaged_record(tmp_path, small_run, fini
     assert "q000000.json" in res.output and "'wall_s'" in res.output
     assert finished or not (run / schema.trace_file_name(1)).exists()  # question 1 not solved
     assert all(p.read_bytes() == data for p, data in before.items())
+
+
+@pytest.mark.slow
+def test_solves_into_one_folder_take_turns(tmp_path, small_run):
+    """A second `mars solve` into the folder a first one writes waits its turn (saying so), then
+    finds the questions done; two started at once both finish, with the one run's records (they
+    used to race on the kept warmup, one failing on a file the other had removed)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    cmd = [sys.executable, "-m", "mars.cli", "solve", *SMALL_CLI, "--out"]
+    with folder_lock(out):
+        proc = subprocess.Popen([*cmd, str(out)], stderr=subprocess.PIPE, text=True)
+        try:
+            assert "another `mars solve` is writing into it" in proc.stderr.readline()
+            assert os.listdir(out) == [LOCK_NAME]  # nothing done while it waits
+        except BaseException:
+            proc.kill()
+            raise
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    _assert_same_run(out, small_run, [0, 1])
+    both = tmp_path / "both"
+    procs = [
+        subprocess.Popen([*cmd, str(both)], stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()
+    _assert_same_run(both, small_run, [0, 1])
+    assert replay(both)[0]["match"] and not (both / LOCK_NAME).exists()
 
 
 def test_live_grid_is_bounded_before_anything_is_allocated(tmp_path, backend, problems):

@@ -101,6 +101,12 @@ def select_problems(
     return by_qid, qids
 
 
+def problem_digest(problem: Problem) -> str:
+    """Identity of one question's content (its id, text, answer and problem set): what an
+    artifact made for it records, and is checked against when loaded."""
+    return problems_digest([problem])
+
+
 def problems_digest(problems: Iterable[Problem]) -> str:
     """Identity of a problem selection (recorded in pool manifests, compared on resume)."""
     h = hashlib.blake2b(digest_size=12)
