@@ -44,6 +44,7 @@ Output of :func:`solve_pool` (a pool directory, so ``mars simulate`` reads it to
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import logging
@@ -56,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .engines.base import Backend, TraceBatch, TraceResult
@@ -515,8 +517,24 @@ def _warmup(
 def write_warmup(path: str | Path, table: pa.Table, made_by: dict, wall_s: float) -> None:
     """Keep a question's finished warmup traces (a trace file, atomically), with what made them
     (:func:`warmup_inputs`) and their wall time."""
-    info = {**made_by, "wall_s": round(wall_s, 4)}
+    info = {**made_by, "wall_s": round(wall_s, 4), "rows": _rows_digest(table)}
     write_trace_table(table, path, metadata={WARMUP_METADATA_KEY: json.dumps(info)})
+
+
+def _rows_digest(table: pa.Table) -> str:
+    """Digest of a trace table's rows as producers build them (confidences as float16 lists):
+    what a kept warmup must still hold when it is read back."""
+    h = hashlib.sha256()
+    for name in table.column_names:
+        col = table.column(name).combine_chunks()
+        h.update(name.encode())
+        if name == "confs":  # token by token, as the bytes they are
+            h.update(pc.fill_null(pc.list_value_length(col), -1).to_numpy().tobytes())
+            flat = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.float16)
+            h.update(flat.view(np.uint16).tobytes())
+        else:
+            h.update(json.dumps(col.to_pylist()).encode())
+    return h.hexdigest()[:32]
 
 
 def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
@@ -534,14 +552,16 @@ def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
     try:
         table = read_trace_table(path)
         info = json.loads((table.schema.metadata or {})[WARMUP_METADATA_KEY.encode()])
-        info_ok = isinstance(info, dict) and _number(info.get("wall_s"))
+        wall = info.get("wall_s") if isinstance(info, dict) else None
+        if not (isinstance(wall, int | float) and 0 <= wall < float("inf")):
+            raise ValueError("its metadata is damaged")
         qids = table.column("qid").to_numpy(zero_copy_only=False)
         idx = table.column("trace_idx").to_numpy(zero_copy_only=False)
     except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
         raise PoolError(
             f"{path}: not a warmup file of this run ({first_line(exc)}); {remedy}"
         ) from None
-    if not info_ok or info.get("qid") != qid or info.get("warmup") != warmup:
+    if info.get("qid") != qid or info.get("warmup") != warmup:
         raise PoolError(f"{path}: not question {qid}'s {warmup} warmup traces; {remedy}")
     if info.get("problem") != made_by["problem"]:
         raise PoolError(
@@ -561,6 +581,8 @@ def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
             raise PoolError("its columns are not a trace file's")
         q = question_from_table(table, qid, str(path), published=False, ground_truth="")
         _check_warmup_traces(q, made_by)
+        if info.get("rows") != _rows_digest(table):
+            raise PoolError("its rows are not those the run kept")
     except PoolError as exc:
         why = first_line(exc).removeprefix(f"{path}: ")
         raise PoolError(f"{path}: damaged warmup traces ({why}); {remedy}") from None

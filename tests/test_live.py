@@ -280,6 +280,10 @@ def _past_cap(rows):
     rows[5]["length"] = 10**9
 
 
+def _other_final(rows):
+    rows[0]["final_answer"] = "12345"
+
+
 def _confs_cut(rows):
     rows[1]["confs"] = rows[1]["confs"][:-2]
 
@@ -293,6 +297,7 @@ def _confs_cut(rows):
         (lambda p: _edit_rows(p, _longer), r"damaged warmup traces \(.*trace 2: .* confidences"),
         (lambda p: _edit_rows(p, _past_cap), "damaged warmup traces"),
         (lambda p: _edit_rows(p, _confs_cut), "damaged warmup traces"),
+        (lambda p: _edit_rows(p, _other_final), "rows are not those the run kept"),
         ({"problem": "0" * 24}, "warmup traces of another question 1"),
         (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "not a warmup file"),
         ({"qid": 2}, "not question 1's 16 warmup traces"),
@@ -384,6 +389,151 @@ def test_a_run_stopped_between_record_and_warmup_removal_leaves_no_warmup(
     solve_pool(backend, problems, out, "sc", **kw)
     assert sorted(p.name for p in (out / "live").iterdir()) == ["q000000.json", "q000001.json"]
     assert [r["match"] for r in replay(out)] == [True, True]
+
+
+WARM_KW = {"n_traces": 8, "warmup": 4, "seed": 3, "questions": [1]}
+
+
+@pytest.fixture(scope="module")
+def kept_warmup(tmp_path_factory, backend, problems):
+    """A run interrupted after question 1's warmup (its kept warmup file), and the same run
+    uninterrupted."""
+    root = tmp_path_factory.mktemp("kept")
+    with pytest.raises(KeyboardInterrupt):
+        solve_pool(
+            _StopsAfterWarmup(backend, qid=1), problems, root / "cut", "sc-mars-cal", **WARM_KW
+        )
+    solve_pool(backend, problems, root / "ref", "sc-mars-cal", **WARM_KW)
+    return root / "cut", root / "ref"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@st.composite
+def _warmup_damage(draw):
+    """One random change to a kept warmup file: its metadata, a row, or its bytes."""
+    kind = draw(st.sampled_from(["meta key", "meta text", "row", "rows", "bytes"]))
+    if kind == "meta key":
+        key = draw(
+            st.sampled_from(
+                [
+                    "qid",
+                    "problem",
+                    "warmup",
+                    "seed",
+                    "spacing",
+                    "max_tokens",
+                    "engine",
+                    "wall_s",
+                    "rows",
+                    "other",
+                ]
+            )
+        )
+        return kind, (key, draw(st.none() | _JSON), draw(st.booleans()))
+    if kind == "meta text":
+        return kind, draw(st.binary(max_size=20) | _JSON.map(lambda v: json.dumps(v).encode()))
+    if kind == "row":
+        column = draw(
+            st.sampled_from(
+                [
+                    "qid",
+                    "trace_idx",
+                    "final_answer",
+                    "length",
+                    "finished",
+                    "position",
+                    "answer",
+                    "confs",
+                ]
+            )
+        )
+        value = {
+            "qid": st.integers(-2, 3),
+            "trace_idx": st.integers(-2, 5),
+            "final_answer": st.none() | st.text(max_size=3),
+            "length": st.integers(0, 40000),
+            "finished": st.booleans(),
+            "position": st.integers(-1, 40000),
+            "answer": st.none() | st.text(max_size=3),
+            "confs": st.none() | st.lists(st.floats(width=16), max_size=4),
+        }[column]
+        return kind, (draw(st.integers(0, 3)), column, draw(value))
+    if kind == "rows":
+        return kind, draw(st.sampled_from(["drop", "duplicate", "reverse"]))
+    return kind, (draw(st.floats(0, 1)), draw(st.integers(0, 255)))
+
+
+def _damage_warmup(path, kind, how):
+    if kind == "meta key":
+        key, value, drop = how
+        t = pq.read_table(path)
+        info = json.loads(t.schema.metadata[b"mars.live.warmup"])
+        if drop:
+            info.pop(key, None)
+        else:
+            info[key] = value
+        meta = {**t.schema.metadata, b"mars.live.warmup": json.dumps(info).encode()}
+        pq.write_table(t.replace_schema_metadata(meta), path)
+    elif kind == "meta text":
+        t = pq.read_table(path)
+        pq.write_table(
+            t.replace_schema_metadata({**t.schema.metadata, b"mars.live.warmup": how}), path
+        )
+    elif kind == "row":
+        j, column, value = how
+
+        def edit(rows):
+            if column in ("position", "answer"):
+                if rows[j]["probes"]:
+                    rows[j]["probes"][0][column] = value
+            elif column == "confs" and value is not None:
+                rows[j]["confs"] = np.asarray(value, np.float16).tobytes()
+            else:
+                rows[j][column] = value
+
+        try:
+            _edit_rows(path, edit)
+        except (pa.ArrowException, OverflowError):
+            pass  # a value the file's schema cannot hold: nothing written
+    elif kind == "rows":
+        t = pq.read_table(path)
+        idx = {"drop": [0, 1, 2], "duplicate": [0, 1, 2, 3, 3], "reverse": [3, 2, 1, 0]}[how]
+        pq.write_table(t.take(idx), path)
+    else:
+        at, byte = how
+        data = bytearray(path.read_bytes())
+        data[min(int(at * len(data)), len(data) - 1)] = byte
+        path.write_bytes(bytes(data))
+
+
+@settings(max_examples=40, deadline=None)
+@given(damage=_warmup_damage())
+def test_fuzz_kept_warmup_files(tmp_path_factory, backend, problems, kept_warmup, damage):
+    """Any change to a kept warmup file: the run refuses it in one line naming the file and
+    saying to remove it (the file left as it was), or it resumes with the uninterrupted run's
+    records. Never a traceback, never another run's result."""
+    cut, ref = kept_warmup
+    out = tmp_path_factory.mktemp("fuzz") / "run"
+    shutil.copytree(cut, out)
+    kept = out / "live" / "q000001.warmup.parquet"
+    _damage_warmup(kept, *damage)
+    before = kept.read_bytes()
+    try:
+        solve_pool(backend, problems, out, "sc-mars-cal", **WARM_KW)
+    except PoolError as exc:
+        msg = str(exc)
+        assert len(msg.splitlines()) == 1 and msg.startswith(f"{kept}: ") and "remove it" in msg
+        assert kept.read_bytes() == before
+    else:
+        _assert_same_run(out, ref, [1])
 
 
 def test_other_seed_other_run(backend, problems):
