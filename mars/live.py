@@ -48,6 +48,7 @@ import hashlib
 import io
 import json
 import logging
+import math
 import os
 import reprlib
 import time
@@ -553,7 +554,7 @@ def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
         table = read_trace_table(path)
         info = json.loads((table.schema.metadata or {})[WARMUP_METADATA_KEY.encode()])
         wall = info.get("wall_s") if isinstance(info, dict) else None
-        if not (isinstance(wall, int | float) and 0 <= wall < float("inf")):
+        if isinstance(wall, bool) or not (isinstance(wall, int | float) and 0 <= wall < math.inf):
             raise ValueError("its metadata is damaged")
         qids = table.column("qid").to_numpy(zero_copy_only=False)
         idx = table.column("trace_idx").to_numpy(zero_copy_only=False)
