@@ -43,9 +43,7 @@ Output of :func:`solve_pool` (a pool directory, so ``mars simulate`` reads it to
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import logging
 import math
@@ -71,6 +69,7 @@ from .engines.generate import (
     token_cap,
 )
 from .errors import MarsError, UsageError, first_line
+from .live_summary import write_csv
 from .method.answers import group_answers_online, is_correct
 from .method.arrays import QuestionArrays, build_arrays, checkpoint_answers, checkpoint_confidences
 from .method.registry import DEFAULT_METHOD, Method, get_method, live_method
@@ -79,7 +78,7 @@ from .progress import Detail, Progress, counted, prefixed
 from .simulate import MethodResult, QuestionContext, run_method
 from .stepper import MAX_CHECKPOINTS, Stopper, Warmup, check_knobs
 from .store import schema
-from .store.atomic import folder_lock, make_dirs, output_dir, write_atomic, write_json_atomic
+from .store.atomic import folder_lock, make_dirs, output_dir, write_json_atomic
 from .store.pool import (
     LayoutPool,
     PoolError,
@@ -188,9 +187,16 @@ def _question(problem: Problem, tables: Sequence[pa.Table]) -> QuestionData:
         problem.qid,
         f"<live question {problem.qid}>",
         published=False,
-        ground_truth=problem.answer,
+        ground_truth=problem.answer or "",  # not known: nothing is graded correct
         question=problem.question,
     )
+
+
+def _graded(answer: str | None, problem: Problem) -> bool | None:
+    """Whether ``answer`` is ``problem``'s; None when its answer is not known."""
+    if problem.answer is None:
+        return None
+    return bool(answer is not None and is_correct(answer, problem.answer))
 
 
 @dataclass
@@ -200,7 +206,7 @@ class LiveRun:
     qid: int
     method: str
     answer: str | None
-    correct: bool
+    correct: bool | None  # None: the question's answer is not known
     stopped_by: str  # the rule's label (margin, certified, pp_consensus, consensus) or "budget"
     stop_position: int | None  # checkpoint where the rule fired; None: every trace ran to its end
     tokens: int
@@ -426,7 +432,7 @@ def solve(
         qid=problem.qid,
         method=m.name,
         answer=answer,
-        correct=bool(answer is not None and is_correct(answer, problem.answer)),
+        correct=_graded(answer, problem),
         stopped_by=label,
         stop_position=None if label == "budget" else position,
         tokens=tokens,
@@ -639,7 +645,7 @@ def _run_full(
         "tokens": int(sum(r.result.length for r in records)),
         "wall_s": round(wall, 4),
         "answer": arr.representatives[a] if a >= 0 else None,
-        "correct": bool(res.correct[0]),
+        "correct": None if problem.answer is None else bool(res.correct[0]),
     }
 
 
@@ -746,7 +752,7 @@ def solve_pool(
                 if on_question is not None:
                     on_question(run)
             summaries = read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
-            _write_summary_csv(out / SUMMARY_FILE, summaries)
+            write_csv(out / SUMMARY_FILE, summaries)
             manifest = {
                 **{
                     k: v
@@ -769,57 +775,6 @@ def _remove_litter(out: Path, done: Iterable[int]) -> None:
         _warmup_path(out, qid).unlink(missing_ok=True)
     for tmp in (out / LIVE_DIR).glob(".*.tmp-*"):
         tmp.unlink(missing_ok=True)
-
-
-SUMMARY_COLUMNS = (
-    "qid",
-    "method",
-    "answer",
-    "correct",
-    "stopped_by",
-    "stop_position",
-    "tokens",
-    "warmup_tokens",
-    "probe_tokens",
-    "gamma",
-    "n_stopped",
-    "wall_main_s",
-    "full_tokens",
-    "full_wall_s",
-    "full_answer",
-    "full_correct",
-    "replay_ok",
-)
-
-
-def _write_summary_csv(path: Path, summaries: list[dict]) -> None:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(SUMMARY_COLUMNS)
-    for s in summaries:
-        full = s.get("full") or {}
-        w.writerow(
-            [
-                s["qid"],
-                s["method"],
-                s["answer"],
-                s["correct"],
-                s["stopped_by"],
-                s["stop_position"],
-                s["tokens"],
-                s["warmup_tokens"],
-                s["probe_tokens"],
-                s["gamma"],
-                len(s["stopped_traces"]),
-                s["wall_s"]["main"],
-                full.get("tokens"),
-                full.get("wall_s"),
-                full.get("answer"),
-                full.get("correct"),
-                s["replay_ok"],
-            ]
-        )
-    write_atomic(path, lambda p: p.write_text(buf.getvalue()))
 
 
 #: A record's fields: name -> (test of its value, what the value must be).
@@ -848,6 +803,10 @@ def _str_or_null(v: object) -> bool:
 
 def _bool(v: object) -> bool:
     return isinstance(v, bool)
+
+
+def _bool_or_null(v: object) -> bool:
+    return v is None or isinstance(v, bool)
 
 
 def _object_with(fields: Fields, null: bool = False) -> Callable[[object], bool]:
@@ -882,13 +841,14 @@ _FULL: Fields = {
     "tokens": (_whole, ""),
     "wall_s": (_number, ""),
     "answer": (_str_or_null, ""),
-    "correct": (_bool, ""),
+    "correct": (_bool_or_null, ""),
 }
 #: ... and what the summary (``live.csv``, `mars solve`'s table) reads besides.
 SUMMARY_FIELDS: Fields = {
     **REPLAY_FIELDS,
     "method": (_str, "a string"),
-    "correct": (_bool, "true or false"),
+    "warmup": (_whole, "a whole number"),
+    "correct": (_bool_or_null, "true, false or null (answer not known)"),
     "warmup_tokens": (_whole, "a whole number"),
     "probe_tokens": (_whole_or_null, "a whole number or null"),
     "gamma": (_number, "a number"),
