@@ -67,6 +67,7 @@ from .engines.generate import (
     records_to_table,
     run_batch,
     token_cap,
+    warn_without_final_answers,
 )
 from .errors import MarsError, UsageError, first_line
 from .live_summary import write_csv
@@ -403,6 +404,8 @@ def solve(
     finally:
         batch.close()
     t2 = time.perf_counter()
+    ran = [r.result for r, stopped in zip(records, ctl.stopped) if not stopped]
+    warn_without_final_answers(problem.qid, ran, max_tokens, "traces that ran to their end")
     for j in np.flatnonzero(ctl.stopped):
         records[j].result = _as_stopped(records[j].result)
     table = pa.concat_tables([warm_table, records_to_table(problem.qid, warmup, records)])
@@ -514,6 +517,8 @@ def _warmup(
             records = run_batch(batch, spacing, max_tokens=max_tokens, detail=say)
         finally:
             batch.close()
+        results = [r.result for r in records]
+        warn_without_final_answers(problem.qid, results, max_tokens, "warmup traces")
     table = records_to_table(problem.qid, 0, records)
     wall = time.perf_counter() - t0
     if kept and warmup:

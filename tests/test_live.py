@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
+from util import NoBoxed
 
 from mars.cli import app
 from mars.engines.synthetic import SyntheticBackend
@@ -534,6 +535,26 @@ def test_fuzz_kept_warmup_files(tmp_path_factory, backend, problems, kept_warmup
         assert kept.read_bytes() == before
     else:
         _assert_same_run(out, ref, [1])
+
+
+def test_a_warmup_without_final_answers_is_said_before_the_main_traces(backend, problems, caplog):
+    """A question whose warmup traces all end without a \\boxed{} answer is said as the warmup
+    ends, before its main traces start (and again once they ran to their end)."""
+    engine, heard = NoBoxed(backend), []
+
+    class Watching:
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+        def start(self, problem, n, seed, first_trace=0):
+            heard.append((first_trace, caplog.text))
+            return engine.start(problem, n, seed, first_trace=first_trace)
+
+    with caplog.at_level("WARNING", logger="mars.engines.generate"):
+        run = solve(Watching(), problems[1], "sc-mars-cal", n_traces=8, warmup=4, seed=0)
+    assert heard[0] == (0, "") and heard[1][0] == 4
+    assert "question 1: none of its 4 warmup traces ended with a \\boxed{}" in heard[1][1]
+    assert "none of its 8 traces that ran to their end" in caplog.text and run.answer is None
 
 
 def test_other_seed_other_run(backend, problems):
