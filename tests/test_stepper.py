@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +23,13 @@ from mars.store.pool import open_pool
 DOC = Path(__file__).resolve().parents[1] / "docs" / "library.md"
 
 
+def _blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+
+
 def _example() -> str:
-    return re.search(r"```python\n(.*?)```", DOC.read_text(), re.S).group(1)
+    """The docs' loop (its second block; the first makes the pool it reads)."""
+    return _blocks()[1]
 
 
 def _example_against_simulator(tmp_path, method, knobs, seed, n_answers=3) -> dict:
@@ -31,7 +38,13 @@ def _example_against_simulator(tmp_path, method, knobs, seed, n_answers=3) -> di
     pool = write_layout_pool(
         tmp_path / "pool", seed=seed, n_questions=1, n=40, n_answers=n_answers, max_len=40000
     )
-    scope = {"pool_path": pool, "method": method, "knobs": knobs, "print": lambda *a: None}
+    scope = {
+        "pool_path": pool,
+        "qid": 0,
+        "method": method,
+        "knobs": knobs,
+        "print": lambda *a: None,
+    }
     exec(_example(), scope)
     W, N, grid, d = scope["W"], scope["N"], scope["grid"], scope["d"]
     q = open_pool(pool).read_question(0)
@@ -81,9 +94,21 @@ def test_answers_outgrowing_their_room_keep_the_decisions(tmp_path, method, knob
     assert scope["stopper"].width > 64
 
 
+def test_docs_example_runs_as_written(tmp_path, monkeypatch):
+    """Both blocks of docs/library.md, pasted into a fresh interpreter, run (the loop once used
+    names nothing defined)."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "example.py"
+    script.write_text("\n".join(_blocks()))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert re.fullmatch(r"stop at \d+ tokens: \S+ \(\w+\)\n", res.stdout), res.stdout
+
+
 def test_mars_exposes_the_stopper():
     assert {"Stopper", "Warmup", "Decision"} <= set(mars.__all__)
     assert mars.Stopper.__module__ == "mars.stepper"
+    assert {"Stopper", "Warmup", "Decision", "__version__"} <= set(dir(mars))
 
 
 def test_bad_use_is_one_clear_error():
