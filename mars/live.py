@@ -16,8 +16,9 @@ The decision is the simulator's own (one step of :class:`mars.simulate.MethodRun
 iteration whose sample is the N main traces and whose warmup is the W warmup traces, running
 traces shown as traces stopped at the checkpoint). The records are written once, at the end of the
 question (the finished warmup traces are kept meanwhile, so an interrupted question resumes after
-its warmup); re-simulating them (:func:`decide`, :func:`replay`) gives the run's answer, stop
-position and tokens exactly, which every run checks (``replay_ok``). Three things differ from
+its warmup: :mod:`mars.live_warmup`); re-simulating them (:func:`decide`,
+:func:`mars.replay.replay`) gives the run's answer, stop position and tokens exactly, which every
+run checks (``replay_ok``). Three things differ from
 the offline simulator, each because a live run cannot see the future:
 
 * the checkpoint grid is fixed in advance (``spacing``, 2·spacing, … ≤ ``max_tokens``), not taken
@@ -35,20 +36,19 @@ Output of :func:`solve_pool` (a pool directory, so ``mars simulate`` reads it to
 
     OUT/traces/qNNNNNN.parquet   warmup + main traces; a stopped trace has its length at the stop,
                                  finished = false, no final answer, and its last probe at the stop
-    OUT/live/qNNNNNN.json        the live result of the question (see :class:`LiveRun`)
-    OUT/live.csv                 one row per question; OUT/pool.json has the run's parameters
+    OUT/live/qNNNNNN.json        the live result of the question (see :class:`LiveRun`;
+                                 :mod:`mars.live_records`)
+    OUT/live.csv                 one row per question (:mod:`mars.live_summary`); OUT/pool.json
+                                 has the run's parameters
     OUT/live/qNNNNNN.warmup.parquet  the question's finished warmup traces while its main traces
                                  run (an interrupted question resumes after its warmup)
+
+One run writes into ``OUT`` at a time (its lock); a second waits its turn.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
-import os
-import reprlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -56,8 +56,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .engines.base import Backend, TraceBatch, TraceResult
 from .engines.generate import (
@@ -69,110 +67,52 @@ from .engines.generate import (
     token_cap,
     warn_without_final_answers,
 )
-from .errors import MarsError, UsageError, first_line
+from .live_records import (
+    LIVE_DIR,
+    LIVE_RECORD,
+    SUMMARY_FIELDS,
+    SUMMARY_FILE,
+    live_grid,
+    live_path,
+    live_settings,
+    read_records,
+    warmup_path,
+)
 from .live_summary import write_csv
-from .method.answers import group_answers_online, is_correct
-from .method.arrays import QuestionArrays, build_arrays, checkpoint_answers, checkpoint_confidences
+from .live_warmup import warmup_inputs, warmup_traces
+from .method.answers import is_correct
+from .method.arrays import checkpoint_answers, checkpoint_confidences
 from .method.registry import DEFAULT_METHOD, Method, get_method, live_method
 from .method.settings import Settings
 from .progress import Detail, Progress, counted, prefixed
-from .simulate import MethodResult, QuestionContext, run_method
-from .stepper import MAX_CHECKPOINTS, Stopper, Warmup, check_knobs
+from .replay import LiveRunDir, decide, open_live_run, replay
+from .stepper import MAX_CHECKPOINTS, Stopper, Warmup
 from .store import schema
 from .store.atomic import folder_lock, make_dirs, output_dir, write_json_atomic
 from .store.pool import (
-    LayoutPool,
-    PoolError,
     QuestionData,
-    open_pool,
     question_from_table,
-    read_trace_table,
 )
-from .store.problems import Problem, problem_digest, problems_digest, select_problems
-from .store.userfiles import read_json_object
-from .store.write import RUN_METADATA_KEY, PoolDirWriter, write_trace_table
+from .store.problems import Problem, problems_digest, select_problems
+from .store.write import PoolDirWriter
 
 log = logging.getLogger(__name__)
 
-LIVE_DIR = "live"
-LIVE_RECORD = ".solve.json"
-SUMMARY_FILE = "live.csv"
-#: Parquet metadata key of a kept warmup file (question, warmup size, its wall time; JSON)
-WARMUP_METADATA_KEY = "mars.live.warmup"
-
-
-def live_grid(spacing: int, max_tokens: int) -> np.ndarray:
-    """Checkpoints of a live run: spacing, 2·spacing, … ≤ max_tokens."""
-    if spacing <= 0 or max_tokens < spacing:
-        raise UsageError(f"no checkpoint: --spacing {spacing}, --max-tokens {max_tokens}")
-    n = max_tokens // spacing
-    if n > MAX_CHECKPOINTS:
-        raise UsageError(
-            f"--max-tokens {max_tokens:,} at --spacing {spacing:,}: {n:,} checkpoints, more than "
-            f"{MAX_CHECKPOINTS:,} (raise --spacing or lower --max-tokens)"
-        )
-    return spacing * np.arange(1, n + 1, dtype=np.int64)
-
-
-def live_settings(
-    n_traces: int, warmup: int, seed: int, spacing: int, max_tokens: int, knobs: dict
-) -> Settings:
-    """The simulator settings of a live run: N traces, one iteration, the rule's knobs.
-
-    ``knobs`` are the settings `mars solve` takes (:data:`mars.method.settings.LIVE_KEYS`); the
-    others
-    are fixed by the run itself.
-    """
-    if n_traces < 1:
-        raise UsageError(f"--traces {n_traces}: must be at least 1")
-    if warmup < 0:
-        raise UsageError(f"--warmup {warmup}: must be ≥ 0")
-    check_knobs(knobs, "live setting")
-    live_grid(spacing, max_tokens)
-    return Settings(
-        budget=n_traces, iterations=1, warmup=warmup, seed=seed, spacing=spacing, **knobs
-    ).validate()
-
-
-def decide(
-    q: QuestionData,
-    method: Method,
-    settings: Settings,
-    grid: np.ndarray,
-    n_warm: int,
-    stopped: np.ndarray,
-    memo: dict | None = None,
-) -> tuple[MethodResult, QuestionArrays]:
-    """The simulator's decision on a live run's records (traces 0..n_warm-1 = warmup, then main).
-
-    ``stopped`` marks traces stopped early (and, during the run, traces still running); ``memo``
-    keeps the warmup's fitted q-model and γ between checkpoints.
-    """
-    answers = checkpoint_answers(q, grid, stopped)
-    warm, main = np.arange(n_warm), np.arange(n_warm, q.n_traces)
-    finals = q.final_answers
-    arrival = [
-        *answers[warm].T.ravel(),
-        *finals[:n_warm],
-        *answers[main].T.ravel(),
-        *finals[n_warm:],
-    ]
-    groups = group_answers_online(arrival)
-    assert settings.spacing is not None  # live settings carry the spacing
-    arr = build_arrays(
-        q,
-        settings.spacing,
-        settings.window,
-        groups,
-        grid=grid,
-        stopped=stopped,
-        conf_window="before",
-        group_stats=False,
-    )
-    ctx = QuestionContext(
-        arr, settings, samples=main[None, :], warm=warm[arr.final_ids[warm] >= 0], memo=memo
-    )
-    return run_method(ctx, method), arr
+#: the live run's face; the replay, grid and settings of :mod:`mars.replay` and
+#: :mod:`mars.live_records` are here too, where callers have found them
+__all__ = [
+    "MAX_CHECKPOINTS",
+    "LiveRun",
+    "LiveRunDir",
+    "decide",
+    "live_grid",
+    "live_method",
+    "live_settings",
+    "open_live_run",
+    "replay",
+    "solve",
+    "solve_pool",
+]
 
 
 def _as_stopped(r: TraceResult) -> TraceResult:
@@ -392,7 +332,7 @@ def solve(
     grid = live_grid(spacing, max_tokens)
 
     made_by = warmup_inputs(backend, problem, warmup, seed, spacing, max_tokens)
-    warm_table, warm_wall = _warmup(backend, problem, made_by, warmup_file, detail)
+    warm_table, warm_wall = warmup_traces(backend, problem, made_by, warmup_file, detail)
     t1 = time.perf_counter()
     ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces)
     say = prefixed(detail, f"q{problem.qid} {m.name}: ")
@@ -474,150 +414,6 @@ def solve(
     return run
 
 
-def warmup_inputs(
-    backend: Backend, problem: Problem, warmup: int, seed: int, spacing: int, max_tokens: int
-) -> dict:
-    """What a question's warmup traces are made from: the question itself (its content's digest),
-    the warmup size, seed, grid and engine. A kept warmup file records it and is used only for
-    the same; each live record carries it (``inputs``), and `mars replay` checks it."""
-    return {
-        "qid": int(problem.qid),
-        "problem": problem_digest(problem),
-        "warmup": int(warmup),
-        "seed": int(seed),
-        "spacing": int(spacing),
-        "max_tokens": int(max_tokens),
-        "engine": backend_info(backend),
-    }
-
-
-def _warmup(
-    backend: Backend,
-    problem: Problem,
-    made_by: dict,
-    kept: str | Path | None,
-    detail: Detail | None,
-) -> tuple[pa.Table, float]:
-    """The question's warmup traces (run to completion, or read back from ``kept`` where an
-    interrupted run of the same question, engine and settings left them; written there once they
-    have run) and their wall time."""
-    warmup, seed = made_by["warmup"], made_by["seed"]
-    spacing, max_tokens = made_by["spacing"], made_by["max_tokens"]
-    table = read_warmup(kept, made_by) if kept else None
-    if table is not None:
-        return table.replace_schema_metadata(None), _warmup_wall(table)
-    t0 = time.perf_counter()
-    records: list[TraceRecord] = []
-    if warmup:
-        say = prefixed(detail, f"q{problem.qid} warmup: ")
-        if say is not None:
-            say(f"starting {warmup} traces")
-        batch = backend.start(problem, warmup, seed, first_trace=0)
-        try:
-            records = run_batch(batch, spacing, max_tokens=max_tokens, detail=say)
-        finally:
-            batch.close()
-        results = [r.result for r in records]
-        warn_without_final_answers(problem.qid, results, max_tokens, "warmup traces")
-    table = records_to_table(problem.qid, 0, records)
-    wall = time.perf_counter() - t0
-    if kept and warmup:
-        write_warmup(kept, table, made_by, wall)
-    return table, wall
-
-
-def write_warmup(path: str | Path, table: pa.Table, made_by: dict, wall_s: float) -> None:
-    """Keep a question's finished warmup traces (a trace file, atomically), with what made them
-    (:func:`warmup_inputs`) and their wall time."""
-    info = {**made_by, "wall_s": round(wall_s, 4), "rows": _rows_digest(table)}
-    write_trace_table(table, path, metadata={WARMUP_METADATA_KEY: json.dumps(info)})
-
-
-def _rows_digest(table: pa.Table) -> str:
-    """Digest of a trace table's rows as producers build them (confidences as float16 lists):
-    what a kept warmup must still hold when it is read back."""
-    h = hashlib.sha256()
-    for name in table.column_names:
-        col = table.column(name).combine_chunks()
-        h.update(name.encode())
-        if name == "confs":  # token by token, as the bytes they are
-            h.update(pc.fill_null(pc.list_value_length(col), -1).to_numpy().tobytes())
-            flat = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.float16)
-            h.update(flat.view(np.uint16).tobytes())
-        else:
-            h.update(json.dumps(col.to_pylist()).encode())
-    return h.hexdigest()[:32]
-
-
-def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
-    """The warmup traces kept by :func:`write_warmup` (None if there are none), checked against
-    what ``made_by`` (:func:`warmup_inputs`) says they must be made from — the question's content,
-    not only its id — and row by row as the live run reads them; anything else is one line naming
-    the file and saying to remove it."""
-    path = Path(path)
-    if not os.path.lexists(path):
-        return None
-    qid, warmup = made_by["qid"], made_by["warmup"]
-    remedy = "remove it to run the warmup again"
-    if not path.is_file():
-        raise PoolError(f"{path}: not a file, so not a kept warmup of this run; {remedy}")
-    try:
-        table = read_trace_table(path)
-        info = json.loads((table.schema.metadata or {})[WARMUP_METADATA_KEY.encode()])
-        wall = info.get("wall_s") if isinstance(info, dict) else None
-        if isinstance(wall, bool) or not (isinstance(wall, int | float) and 0 <= wall < math.inf):
-            raise ValueError("its metadata is damaged")
-        qids = table.column("qid").to_numpy(zero_copy_only=False)
-        idx = table.column("trace_idx").to_numpy(zero_copy_only=False)
-    except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
-        raise PoolError(
-            f"{path}: not a warmup file of this run ({first_line(exc)}); {remedy}"
-        ) from None
-    if info.get("qid") != qid or info.get("warmup") != warmup:
-        raise PoolError(f"{path}: not question {qid}'s {warmup} warmup traces; {remedy}")
-    if info.get("problem") != made_by["problem"]:
-        raise PoolError(
-            f"{path}: warmup traces of another question {qid} (its text, answer or problem set "
-            f"differ from this run's); {remedy}"
-        )
-    expected = json.loads(json.dumps(made_by))  # as the file holds it (lists, not tuples)
-    other = [k for k in expected if info.get(k) != expected[k]]
-    if other:
-        raise PoolError(f"{path}: kept by a run with other settings ({', '.join(other)}); {remedy}")
-    if table.num_rows != warmup or (qids != qid).any() or (idx != np.arange(warmup)).any():
-        raise PoolError(
-            f"{path}: rows are not question {qid}'s warmup traces 0..{warmup - 1}; {remedy}"
-        )
-    try:  # every row as the live run reads it
-        if not table.schema.remove_metadata().equals(schema.TRACE_SCHEMA):
-            raise PoolError("its columns are not a trace file's")
-        q = question_from_table(table, qid, str(path), published=False, ground_truth="")
-        _check_warmup_traces(q, made_by)
-        if info.get("rows") != _rows_digest(table):
-            raise PoolError("its rows are not those the run kept")
-    except PoolError as exc:
-        why = first_line(exc).removeprefix(f"{path}: ")
-        raise PoolError(f"{path}: damaged warmup traces ({why}); {remedy}") from None
-    return table
-
-
-def _check_warmup_traces(q: QuestionData, made_by: dict) -> None:
-    """Warmup traces as a run of ``made_by``'s grid wrote them: none past the token cap, each
-    probed at the grid's first checkpoints and at no others."""
-    spacing, max_tokens = made_by["spacing"], made_by["max_tokens"]
-    long = np.flatnonzero(q.lengths > max_tokens)
-    if long.size:
-        raise PoolError(f"trace {int(q.trace_idx[long[0]])} is longer than {max_tokens:,} tokens")
-    for j in range(q.n_traces):
-        at = q.probe_positions[q.probe_offsets[j] : q.probe_offsets[j + 1]]
-        if (at != spacing * np.arange(1, len(at) + 1)).any() or (at > q.lengths[j]).any():
-            raise PoolError(f"trace {int(q.trace_idx[j])} is not probed every {spacing:,} tokens")
-
-
-def _warmup_wall(table: pa.Table) -> float:
-    return float(json.loads(table.schema.metadata[WARMUP_METADATA_KEY.encode()])["wall_s"])
-
-
 def _run_full(
     backend,
     problem,
@@ -656,14 +452,6 @@ def _run_full(
 
 # ---------------------------------------------------------------------------------------------
 # Many questions into a pool directory (resumable), and the replay of one
-
-
-def _live_path(out: Path, qid: int) -> Path:
-    return out / LIVE_DIR / f"q{qid:06d}.json"
-
-
-def _warmup_path(out: Path, qid: int) -> Path:
-    return out / LIVE_DIR / f"q{qid:06d}.warmup.parquet"
 
 
 def solve_pool(
@@ -721,7 +509,7 @@ def solve_pool(
         record=LIVE_RECORD,
         what="live run",
         params_of=lambda manifest: manifest.get("live", {}),
-        done_marker=lambda qid: _live_path(out, qid),
+        done_marker=lambda qid: live_path(out, qid),
     )
 
     def busy() -> None:
@@ -746,14 +534,14 @@ def solve_pool(
                     spacing=spacing,
                     max_tokens=max_tokens,
                     compare_full=compare_full,
-                    warmup_file=_warmup_path(out, qid),
+                    warmup_file=warmup_path(out, qid),
                     detail=detail,
                     **knobs,
                 )
                 assert run.table is not None
                 writer.write_question(qid, run.table)
-                write_json_atomic(_live_path(out, qid), run.summary())
-                _warmup_path(out, qid).unlink(missing_ok=True)
+                write_json_atomic(live_path(out, qid), run.summary())
+                warmup_path(out, qid).unlink(missing_ok=True)
                 if on_question is not None:
                     on_question(run)
             summaries = read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
@@ -777,311 +565,6 @@ def _remove_litter(out: Path, done: Iterable[int]) -> None:
     """What a run stopped at the wrong moment leaves in ``live/``: the kept warmup of a question
     whose record was written just before (it is never read again), and half-written files."""
     for qid in done:
-        _warmup_path(out, qid).unlink(missing_ok=True)
+        warmup_path(out, qid).unlink(missing_ok=True)
     for tmp in (out / LIVE_DIR).glob(".*.tmp-*"):
         tmp.unlink(missing_ok=True)
-
-
-#: A record's fields: name -> (test of its value, what the value must be).
-Fields = dict[str, tuple[Callable[[object], bool], str]]
-
-
-def _whole(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _whole_or_null(v: object) -> bool:
-    return v is None or _whole(v)
-
-
-def _number(v: object) -> bool:
-    return isinstance(v, float) or _whole(v)
-
-
-def _str(v: object) -> bool:
-    return isinstance(v, str)
-
-
-def _str_or_null(v: object) -> bool:
-    return v is None or isinstance(v, str)
-
-
-def _bool(v: object) -> bool:
-    return isinstance(v, bool)
-
-
-def _bool_or_null(v: object) -> bool:
-    return v is None or isinstance(v, bool)
-
-
-def _object_with(fields: Fields, null: bool = False) -> Callable[[object], bool]:
-    return lambda v: (
-        (v is None and null)
-        or (isinstance(v, dict) and all(k in v and ok(v[k]) for k, (ok, _) in fields.items()))
-    )
-
-
-#: What :func:`replay` reads of a live record (:meth:`LiveRun.summary`).
-REPLAY_FIELDS: Fields = {
-    "qid": (_whole, "a whole number"),
-    "answer": (_str_or_null, "a string or null"),
-    "stopped_by": (_str, "a string"),
-    "stop_position": (_whole_or_null, "a whole number or null"),
-    "tokens": (_whole, "a whole number"),
-    "stopped_traces": (
-        lambda v: isinstance(v, list) and all(map(_whole, v)),
-        "a list of trace ids",
-    ),
-    "inputs": (
-        _object_with(
-            {
-                "problem": (_str, ""),
-                "warmup": (_object_with({"problem": (_str, ""), "qid": (_whole, "")}), ""),
-            }
-        ),
-        "an object with the question's digest and the warmup's inputs",
-    ),
-}
-_FULL: Fields = {
-    "tokens": (_whole, ""),
-    "wall_s": (_number, ""),
-    "answer": (_str_or_null, ""),
-    "correct": (_bool_or_null, ""),
-}
-#: ... and what the summary (``live.csv``, `mars solve`'s table) reads besides.
-SUMMARY_FIELDS: Fields = {
-    **REPLAY_FIELDS,
-    "method": (_str, "a string"),
-    "warmup": (_whole, "a whole number"),
-    "correct": (_bool_or_null, "true, false or null (answer not known)"),
-    "warmup_tokens": (_whole, "a whole number"),
-    "probe_tokens": (_whole_or_null, "a whole number or null"),
-    "gamma": (_number, "a number"),
-    "replay_ok": (_bool, "true or false"),
-    "wall_s": (_object_with({"main": (_number, "")}), "an object with a number 'main'"),
-    "full": (_object_with(_FULL, null=True), f"null or an object with {', '.join(_FULL)}"),
-}
-
-
-def read_records(
-    out: Path, qids: Iterable[int], warmup: int, n_traces: int, fields: Fields = REPLAY_FIELDS
-) -> list[dict]:
-    """The live records of ``qids``, each checked for ``fields``, its question and its stopped
-    traces (main traces of a run with ``warmup`` + ``n_traces``); one line naming the file
-    otherwise."""
-    records = []
-    for qid in qids:
-        path = _live_path(out, qid)
-        rec = read_json_object(path, PoolError, f"{path}: missing live record of question {qid}")
-        for key, (ok, what) in fields.items():
-            if key not in rec:
-                raise PoolError(f"{path}: no {key!r}")
-            if not ok(rec[key]):
-                raise PoolError(f"{path}: {key!r} is {reprlib.repr(rec[key])}, not {what}")
-        if rec["qid"] != qid:
-            raise PoolError(f"{path}: holds the record of question {rec['qid']}, not {qid}")
-        main = range(warmup, warmup + n_traces)
-        outside = [j for j in rec["stopped_traces"] if j not in main]
-        if outside:
-            raise PoolError(
-                f"{path}: stopped trace {outside[0]} is not a main trace "
-                f"({main.start}..{main.stop - 1})"
-            )
-        records.append(rec)
-    return records
-
-
-@dataclass(frozen=True)
-class _LiveParams:
-    """What a live run's manifest says about how it decided."""
-
-    method: Method
-    settings: Settings
-    warmup: int
-    n_traces: int
-    max_tokens: int
-    grid: np.ndarray
-
-
-_WHOLE_PARAMS = ("n_traces", "warmup", "seed", "spacing", "max_tokens")
-
-
-def _live_params(path: Path, live: object, source: Path) -> _LiveParams:
-    """The method, settings and grid of the live run in ``path`` (its parameters ``live``, read
-    from ``source``), checked as `mars solve` checks its options; one line naming ``source``
-    otherwise."""
-    if live is None:
-        raise PoolError(f"{path}: not a live run (no 'live' block in {schema.POOL_MANIFEST})")
-    try:
-        if not isinstance(live, dict):
-            raise PoolError(f"is {reprlib.repr(live)}, not an object")
-        missing = [k for k in ("method", *_WHOLE_PARAMS, "settings") if k not in live]
-        if missing:
-            raise PoolError(f"no {', '.join(map(repr, missing))}")
-        for key in _WHOLE_PARAMS:
-            if not _whole(live[key]):
-                raise PoolError(f"{key!r} is {reprlib.repr(live[key])}, not a whole number")
-        if not isinstance(live["method"], str):
-            raise PoolError(f"'method' is {reprlib.repr(live['method'])}, not a string")
-        if not isinstance(live["settings"], dict):
-            raise PoolError(f"'settings' is {reprlib.repr(live['settings'])}, not an object")
-        method = live_method(live["method"])
-        settings = live_settings(
-            live["n_traces"],
-            live["warmup"],
-            live["seed"],
-            live["spacing"],
-            live["max_tokens"],
-            live["settings"],
-        )
-        grid = live_grid(live["spacing"], live["max_tokens"])
-    except MarsError as exc:
-        what = "'live' block: " if source.name == schema.POOL_MANIFEST else ""
-        raise PoolError(f"{source}: {what}{exc}") from None
-    assert isinstance(live, dict)
-    return _LiveParams(method, settings, live["warmup"], live["n_traces"], live["max_tokens"], grid)
-
-
-def _check_traces(q: QuestionData, run: _LiveParams) -> None:
-    """The records of a live run hold its warmup + main traces, none past its token cap."""
-    n = run.warmup + run.n_traces
-    if not np.array_equal(q.trace_idx, np.arange(n)):
-        raise PoolError(
-            f"{q.where()}: trace ids {_ids(q.trace_idx)}, but the live run has {run.warmup} "
-            f"warmup + {run.n_traces} traces (ids 0..{n - 1})"
-        )
-    long = np.flatnonzero(q.lengths > run.max_tokens)
-    if long.size:
-        raise PoolError(
-            f"{q.where(int(long[0]))}: {int(q.lengths[long[0]]):,} tokens, past the live run's "
-            f"max_tokens {run.max_tokens:,}"
-        )
-
-
-def _ids(ids: np.ndarray) -> str:
-    if len(ids) and np.array_equal(ids, np.arange(ids[0], ids[0] + len(ids))):
-        return f"{ids[0]}..{ids[-1]}"
-    return reprlib.repr(ids.tolist())
-
-
-class _UnfinishedPool(LayoutPool):
-    """The trace files of an unfinished live run's finished questions: a pool directory but for
-    ``questions.parquet`` and ``pool.json``, which a run writes last."""
-
-    def __init__(self, path: Path, qids: list[int]):
-        self.path, self.source, self.manifest = path, str(path), {}
-        self.recorded_spacing = None
-        self._questions = {
-            q: {"qid": q, "ground_truth": "", "question": None, "dataset": None, "model": None}
-            for q in qids
-        }
-        self.qids = list(qids)
-
-
-@dataclass
-class LiveRunDir:
-    """A `mars solve` output directory, finished or not: its parameters, its questions and those
-    done (each with its record and trace file)."""
-
-    path: Path
-    params: dict  # the run's parameters (the manifest's "live" block)
-    run: _LiveParams
-    qids: list[int]  # every question the run answers
-    done: list[int]  # those with a record (all of them once the run is finished)
-    pool: LayoutPool
-    finished: bool
-
-    def unfinished_line(self) -> str:
-        """What to tell a user about a run that has not finished."""
-        return (
-            f"unfinished run ({len(self.done)}/{len(self.qids)} questions): rerun the same "
-            "command to finish"
-        )
-
-
-def open_live_run(path: str | Path) -> LiveRunDir:
-    """The live run in ``path``; an interrupted one (its parameters in ``.solve.json``, no
-    ``pool.json`` yet) gives the questions it finished."""
-    path = Path(path)
-    record = path / LIVE_RECORD
-    if path.is_dir() and not os.path.lexists(path / schema.POOL_MANIFEST):
-        if os.path.lexists(record):
-            params = read_json_object(record, PoolError)
-            run = _live_params(path, params, record)
-            qids = params.get("qids")
-            if not isinstance(qids, list) or not all(map(_whole, qids)):
-                raise PoolError(f"{record}: 'qids' is {reprlib.repr(qids)}, not question ids")
-            done = [q for q in qids if os.path.lexists(_live_path(path, q))]
-            return LiveRunDir(path, params, run, qids, done, _UnfinishedPool(path, done), False)
-    pool = open_pool(path)
-    if not isinstance(pool, LayoutPool):
-        raise PoolError(f"{path}: not a live run (a parquet file, not a `mars solve` directory)")
-    live = pool.manifest.get("live")
-    run = _live_params(path, live, path / schema.POOL_MANIFEST)
-    assert isinstance(live, dict)
-    return LiveRunDir(path, live, run, list(pool.qids), list(pool.qids), pool, True)
-
-
-def _check_inputs(d: LiveRunDir, rec: dict, q: QuestionData) -> None:
-    """A record (and its trace file) made for this question of this run: the question's content
-    (where the run has written it), the warmup's inputs, the run that wrote the trace file."""
-    where = _live_path(d.path, rec["qid"])
-    inputs, warm = rec["inputs"], rec["inputs"]["warmup"]
-    if d.finished:
-        meta = d.pool.question_meta(q.qid)
-        problem = Problem(q.qid, meta.get("question") or "", meta["ground_truth"], meta["dataset"])
-        if inputs["problem"] != problem_digest(problem):
-            raise PoolError(
-                f"{where}: made for another question {q.qid} (its text, answer or problem set "
-                f"differ from {schema.POOL_QUESTIONS}'s)"
-            )
-    if warm["problem"] != inputs["problem"] or warm["qid"] != q.qid:
-        raise PoolError(f"{where}: its warmup traces were made for another question")
-    other = [k for k in ("warmup", "seed", "spacing", "max_tokens") if warm.get(k) != d.params[k]]
-    if other:
-        raise PoolError(f"{where}: its warmup traces were made with other {', '.join(other)}")
-    trace_file = d.path / schema.trace_file_name(q.qid)
-    try:
-        raw = (pq.read_schema(trace_file).metadata or {}).get(RUN_METADATA_KEY.encode())
-        written_by = json.loads(raw) if raw is not None else None
-    except (OSError, ValueError, pa.ArrowException):
-        written_by = None
-    if written_by != d.params:
-        raise PoolError(f"{trace_file}: not written by this live run (its parameters differ)")
-
-
-def replay(path: str | Path, questions: Iterable[int] | None = None) -> list[dict]:
-    """Re-simulate a live run from its stored records; per question the live and replayed results
-    (of an interrupted run, of the questions it finished: :func:`open_live_run`).
-
-    Each dict has ``qid``, ``live`` and ``replay`` (answer, stopped_by, stop_position, tokens) and
-    ``match`` (all equal). The manifest and every record are checked before any question is
-    re-simulated; the records' traces and what they were made from (the question, the warmup's
-    inputs, the run) as each is read.
-    """
-    d = open_live_run(path)
-    run = d.run
-    qids = list(d.done if questions is None else questions)
-    if not d.finished:
-        todo = [q for q in qids if q not in d.done]
-        if todo:
-            raise PoolError(f"{d.path}: question {todo[0]} is not done yet; {d.unfinished_line()}")
-    records = read_records(d.path, qids, run.warmup, run.n_traces)
-    out = []
-    for qid, rec in zip(qids, records):
-        q = d.pool.read_question(qid)
-        _check_traces(q, run)
-        _check_inputs(d, rec, q)
-        stopped = np.isin(q.trace_idx, rec["stopped_traces"])
-        res, arr = decide(q, run.method, run.settings, run.grid, run.warmup, stopped)
-        a = int(res.answer[0])
-        label = str(res.stopped_by[0])
-        again = {
-            "answer": arr.representatives[a] if a >= 0 else None,
-            "stopped_by": label,
-            "stop_position": None if label == "budget" else int(res.position[0]),
-            "tokens": int(res.tokens[0]),
-        }
-        was = {k: rec[k] for k in again}
-        out.append({"qid": qid, "live": was, "replay": again, "match": was == again})
-    return out

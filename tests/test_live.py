@@ -25,9 +25,10 @@ from util import NoBoxed
 from mars.cli import app
 from mars.engines.synthetic import SyntheticBackend
 from mars.errors import UsageError
-from mars.live import MAX_CHECKPOINTS, live_grid, live_method, replay, solve, solve_pool
+from mars.live import MAX_CHECKPOINTS, live_grid, live_method, solve, solve_pool
 from mars.method.answers import group_answers_online
 from mars.method.registry import live_methods
+from mars.replay import replay
 from mars.simulate import SimulationError
 from mars.store import schema
 from mars.store.atomic import LOCK_NAME, folder_lock
