@@ -203,15 +203,8 @@ def _settings(settings: Any, knobs: dict, n: int, w: int) -> Settings:
         raise UsageError(f"give settings or knobs ({', '.join(knobs)}), not both")
     if not isinstance(settings, Settings):
         raise UsageError(f"settings: {_shown(settings)} is not a mars Settings")
-    settings.validate()
-    fixed = {"budget": n, "iterations": 1, "warmup": w}
-    other = {k: getattr(settings, k) for k, v in fixed.items() if getattr(settings, k) != v}
-    if other:
-        raise UsageError(
-            f"settings: {', '.join(f'{k} {v}' for k, v in other.items())}, but the stopper has "
-            f"{n} traces, one iteration and {w} warmup traces"
-        )
-    return settings
+    # the stopper's own traces, one iteration and its warmup, whatever the settings say
+    return settings.replace(budget=n, iterations=1, warmup=w).validate()
 
 
 def _warmup(warmup: Any, m: int) -> tuple[list, list, np.ndarray, np.ndarray | None]:

@@ -228,6 +228,15 @@ def test_a_refused_step_changes_nothing(traces, method):
     assert _decisions(tried, steps, _hostile) == clean
 
 
+def test_the_stopper_fixes_budget_iterations_and_warmup():
+    """Settings given whole keep their knobs; the budget, iterations and warmup are the
+    stopper's own."""
+    given = mars.method.settings.Settings(budget=512, iterations=64, warmup=16, gamma=0.7)
+    s = mars.Stopper("sc-mars", n_traces=4, grid=[2048, 4096], settings=given)
+    assert (s.settings.budget, s.settings.iterations, s.settings.warmup) == (4, 1, 0)
+    assert s.settings.gamma == 0.7
+
+
 @pytest.mark.parametrize(
     "kwargs, msg",
     [
@@ -260,7 +269,6 @@ def test_a_refused_step_changes_nothing(traces, method):
             },
             "not both",
         ),
-        ({"settings": mars.method.settings.Settings(budget=5, iterations=1, warmup=0)}, "budget 5"),
         ({"memo": []}, "memo"),
     ],
 )
