@@ -48,6 +48,7 @@ One run writes into ``OUT`` at a time (its lock); a second waits its turn.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -72,6 +73,7 @@ from .live_records import (
     LIVE_RECORD,
     SUMMARY_FIELDS,
     SUMMARY_FILE,
+    check_made_for,
     live_grid,
     live_path,
     live_settings,
@@ -93,7 +95,7 @@ from .store.pool import (
     QuestionData,
     question_from_table,
 )
-from .store.problems import Problem, problems_digest, select_problems
+from .store.problems import Problem, problem_digest, problems_digest, select_problems
 from .store.write import PoolDirWriter
 
 log = logging.getLogger(__name__)
@@ -521,8 +523,13 @@ def solve_pool(
             make_dirs(out / LIVE_DIR)
             todo = writer.todo(qids)
             _remove_litter(out, [q for q in qids if q not in todo])
-            # a damaged record of a question done earlier is refused before any work
-            read_records(out, [q for q in qids if q not in todo], warmup, n_traces, SUMMARY_FIELDS)
+            # a damaged record of a question done earlier, or one made for another question or
+            # run, is refused before any work
+            done = [q for q in qids if q not in todo]
+            as_written = json.loads(json.dumps(params))  # as the files hold them
+            for rec in read_records(out, done, warmup, n_traces, SUMMARY_FIELDS):
+                problem = by_qid[rec["qid"]]
+                check_made_for(out, rec, as_written, problem_digest(problem), "--problems'")
             for qid in counted(todo, len(todo), progress):
                 run = solve(
                     backend,

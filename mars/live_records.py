@@ -4,17 +4,22 @@ each must hold, and their reader (one line naming the file for anything else).""
 
 from __future__ import annotations
 
+import json
 import reprlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .errors import UsageError
 from .method.settings import Settings
 from .stepper import MAX_CHECKPOINTS, check_knobs
+from .store import schema
 from .store.pool import PoolError
 from .store.userfiles import read_json_object
+from .store.write import RUN_METADATA_KEY
 
 LIVE_DIR = "live"
 #: the parameters of a run still under way (the pool writer's record; pool.json once finished)
@@ -171,3 +176,32 @@ def read_records(
             )
         records.append(rec)
     return records
+
+
+def check_made_for(
+    out: Path, rec: dict, params: dict, digest: str | None, against: str = "this run's"
+) -> None:
+    """A record of ``out`` (and its question's trace file) made for its question of the run of
+    ``params``: the question's content (its ``digest``, where known), the warmup's inputs, the
+    run that wrote the trace file. One line naming the file otherwise."""
+    qid = rec["qid"]
+    where = live_path(out, qid)
+    inputs, warm = rec["inputs"], rec["inputs"]["warmup"]
+    if digest is not None and inputs["problem"] != digest:
+        raise PoolError(
+            f"{where}: made for another question {qid} (its text, answer or problem set differ "
+            f"from {against})"
+        )
+    if warm["problem"] != inputs["problem"] or warm["qid"] != qid:
+        raise PoolError(f"{where}: its warmup traces were made for another question")
+    other = [k for k in ("warmup", "seed", "spacing", "max_tokens") if warm.get(k) != params[k]]
+    if other:
+        raise PoolError(f"{where}: its warmup traces were made with other {', '.join(other)}")
+    trace_file = out / schema.trace_file_name(qid)
+    try:
+        raw = (pq.read_schema(trace_file).metadata or {}).get(RUN_METADATA_KEY.encode())
+        written_by = json.loads(raw) if raw is not None else None
+    except (OSError, ValueError, pa.ArrowException):
+        written_by = None
+    if written_by != params:
+        raise PoolError(f"{trace_file}: not written by this live run (its parameters differ)")

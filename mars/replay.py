@@ -9,7 +9,6 @@ where the run has written it, the warmup's inputs, the run that wrote the trace 
 
 from __future__ import annotations
 
-import json
 import os
 import reprlib
 from collections.abc import Iterable
@@ -17,11 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .errors import MarsError
-from .live_records import LIVE_RECORD, is_whole, live_grid, live_path, live_settings, read_records
+from .live_records import (
+    LIVE_RECORD,
+    check_made_for,
+    is_whole,
+    live_grid,
+    live_path,
+    live_settings,
+    read_records,
+)
 from .method.answers import group_answers_online
 from .method.arrays import QuestionArrays, build_arrays, checkpoint_answers
 from .method.registry import Method, live_method
@@ -31,7 +36,6 @@ from .store import schema
 from .store.pool import LayoutPool, PoolError, QuestionData, open_pool
 from .store.problems import Problem, problem_digest
 from .store.userfiles import read_json_object
-from .store.write import RUN_METADATA_KEY
 
 
 def decide(
@@ -209,29 +213,12 @@ def open_live_run(path: str | Path) -> LiveRunDir:
 def _check_inputs(d: LiveRunDir, rec: dict, q: QuestionData) -> None:
     """A record (and its trace file) made for this question of this run: the question's content
     (where the run has written it), the warmup's inputs, the run that wrote the trace file."""
-    where = live_path(d.path, rec["qid"])
-    inputs, warm = rec["inputs"], rec["inputs"]["warmup"]
+    digest = None
     if d.finished:
         meta = d.pool.question_meta(q.qid)
         problem = Problem(q.qid, meta.get("question") or "", meta["ground_truth"], meta["dataset"])
-        if inputs["problem"] != problem_digest(problem):
-            raise PoolError(
-                f"{where}: made for another question {q.qid} (its text, answer or problem set "
-                f"differ from {schema.POOL_QUESTIONS}'s)"
-            )
-    if warm["problem"] != inputs["problem"] or warm["qid"] != q.qid:
-        raise PoolError(f"{where}: its warmup traces were made for another question")
-    other = [k for k in ("warmup", "seed", "spacing", "max_tokens") if warm.get(k) != d.params[k]]
-    if other:
-        raise PoolError(f"{where}: its warmup traces were made with other {', '.join(other)}")
-    trace_file = d.path / schema.trace_file_name(q.qid)
-    try:
-        raw = (pq.read_schema(trace_file).metadata or {}).get(RUN_METADATA_KEY.encode())
-        written_by = json.loads(raw) if raw is not None else None
-    except (OSError, ValueError, pa.ArrowException):
-        written_by = None
-    if written_by != d.params:
-        raise PoolError(f"{trace_file}: not written by this live run (its parameters differ)")
+        digest = problem_digest(problem)
+    check_made_for(d.path, rec, d.params, digest, f"{schema.POOL_QUESTIONS}'s")
 
 
 def replay(path: str | Path, questions: Iterable[int] | None = None) -> list[dict]:

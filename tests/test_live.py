@@ -878,6 +878,28 @@ def test_solves_into_one_folder_take_turns(tmp_path, small_run):
     assert replay(both)[0]["match"] and not (both / LOCK_NAME).exists()
 
 
+def test_solve_refuses_to_resume_over_a_record_of_another_question(tmp_path, small_run):
+    """A finished question's record and trace file copied from a run of another problem set:
+    resuming refuses them in one line before any work (it used to take the question as done)."""
+    run = _copy(small_run, tmp_path / "run")  # as it was before question 1 was solved:
+    live = json.loads((run / schema.POOL_MANIFEST).read_text())["live"]
+    (run / ".solve.json").write_text(json.dumps(live))
+    for f in (schema.POOL_MANIFEST, schema.trace_file_name(1), "live/q000001.json"):
+        (run / f).unlink()
+    brumo = tmp_path / "brumo"
+    res = CliRunner().invoke(
+        app, ["solve", "--out", str(brumo), *SMALL_CLI[2:], "--problems", "brumo_2025"]
+    )
+    assert res.exit_code == 0, res.output
+    for f in (schema.trace_file_name(0), "live/q000000.json"):
+        shutil.copy(brumo / f, run / f)
+    res = CliRunner().invoke(app, ["solve", "--out", str(run), *SMALL_CLI])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
+    assert "q000000.json: made for another question 0" in res.output
+    assert not (run / schema.trace_file_name(1)).exists()  # nothing solved
+
+
 def test_live_grid_is_bounded_before_anything_is_allocated(tmp_path, backend, problems):
     assert len(live_grid(2048, 2048 * MAX_CHECKPOINTS)) == MAX_CHECKPOINTS
     with pytest.raises(UsageError, match="checkpoints, more than"):
