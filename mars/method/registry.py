@@ -90,11 +90,12 @@ def _never(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
 
 
 def _mars(ctx: QuestionContext, method: Method, gamma: Any, certified: bool = False) -> Rule:
-    from .stopping import Mars
+    from .stopping import GUARD_BEFORE, Mars
 
     return Mars(
         gamma=gamma,
         guard_answer=ctx.warm_ref,
+        guard_before=GUARD_BEFORE if ctx.s.guard == "tokens" else None,
         certified=certified,
         delta=ctx.s.delta,
         label="certified" if certified else "margin",
