@@ -346,3 +346,42 @@ def test_an_early_guess_is_lost_off_the_papers_grid_and_kept_by_the_guard_by_tok
     for name in ("answer", "tokens", "position", "stopped_by", "seq_tokens"):
         assert np.array_equal(getattr(same, name), getattr(other, name)), name
     assert same.correct.mean() > 0.9
+
+
+def test_the_planned_launch_is_mars2_at_once_or_two_rounds(tmp_path):
+    """sc-mars2-launch (mars.method.launch): where the warmup says no wave below the budget could
+    decide, every trace starts at once and the result is sc-mars2's, iteration by iteration; else a
+    first wave of the planned size, then at most one more round (the rest at once)."""
+    from mars.engines.generate import generate_pool
+    from mars.engines.synthetic import SyntheticBackend
+    from mars.method import launch
+    from mars.simulate import QuestionContext, run_method
+    from mars.store.problems import load_problems
+
+    problems = load_problems("hmmt_feb_2025")[:8]
+    pool = generate_pool(
+        SyntheticBackend("qwen3-8b", skill=0.25, with_confs=False),
+        problems,
+        64,
+        2,
+        tmp_path / "p",
+        progress=False,
+    )
+    s = Settings(budget=48, iterations=8, spacing=2048)
+    m2, planned = parse_methods("sc-mars2,sc-mars2-launch")
+    kinds = set()
+    for q in open_pool(pool).questions():
+        ctx = QuestionContext(build_arrays(q), s)
+        launches = launch.plan(ctx.arr.final_ids[ctx.warm], ctx.arr.n_answers, 16, 48)
+        a, b = run_method(ctx, m2), run_method(ctx, planned)
+        kinds.add(len(launches))
+        if launches == [(0, 48)]:
+            for name in ("answer", "tokens", "position", "seq_tokens"):
+                assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        else:
+            (_, first), _rest = launches
+            cap = ctx.arr.lengths[ctx.samples]
+            two_rounds = cap[:, :first].max(axis=1) + cap[:, first:].max(axis=1)
+            assert (b.seq_tokens <= two_rounds).all()
+            assert b.rounds == first
+    assert kinds == {1, 2}  # both plans occur on these questions
