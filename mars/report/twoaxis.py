@@ -35,6 +35,7 @@ SAVED_GOAL = 45.0
 #: the latency reference: Parallel-Probe's main-table controller
 LATENCY_REFERENCE = next(m.name for m in METHODS.values() if m.rule == PROBE_CONTROLLER)
 COLUMNS = [
+    "panel",
     "model",
     "dataset",
     "protocol",
@@ -78,8 +79,9 @@ def two_axis_points(results: Results) -> pd.DataFrame:
                 }
             )
     frames = []
-    for rows in groups.values():
+    for panel, rows in enumerate(groups.values()):
         df = pd.DataFrame(rows)
+        df.insert(0, "panel", panel)
         # a method run alike in several runs (SC beside every setting) is one point; one run
         # under other stopping settings its label does not show is told by its setting
         df = df.drop_duplicates(["method", "accuracy_pct", "tokens_mean", "seq_tokens_mean"])
@@ -115,14 +117,14 @@ def two_axis_points(results: Results) -> pd.DataFrame:
 
 
 def fig_two_axis(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
-    """Tokens saved against sequential tokens per pool and protocol, frontier and goal drawn."""
+    """Tokens saved against sequential tokens per pool and samples, frontier and goal drawn."""
     df = two_axis_points(results)
     fo = FigureOut(
         "fig-two-axis",
         "The two-axis frontier: total tokens saved and sequential tokens",
-        "Per pool and protocol (one row each), every method of the runs that drew the same "
-        "samples: total tokens saved against the full-budget vote (SC, %) and mean sequential "
-        f"tokens per question, what a user waits for. Filled: accuracy within "
+        "Per pool and protocol (one row per set of runs that drew the same samples), every "
+        "method of those runs: total tokens saved against the full-budget vote (SC, %) and "
+        f"mean sequential tokens per question, what a user waits for. Filled: accuracy within "
         f"{ACCURACY_TOLERANCE} points of SC's; hollow: further below (accuracy in the key). The "
         "dashed line joins the frontier of the filled points (none beats them on both axes); "
         f"the shaded box is the goal: at least {SAVED_GOAL:.0f} % saved and no more sequential "
@@ -130,29 +132,38 @@ def fig_two_axis(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
         "traces in rounds move right and up; methods that start every trace at once sit low.",
         data=df,
     )
-    panels = list(dict.fromkeys(zip(df.model, df.dataset, df.protocol))) if len(df) else []
+    panels = list(dict.fromkeys(df.panel)) if len(df) else []
     shown = panels[:6]
+    heights = [max(3.4, 0.5 + 0.105 * (1 + int((df.panel == p).sum()))) for p in shown] or [3.4]
     with style():
         nrows = max(len(shown), 1)
         fig, axes = plt.subplots(
             nrows,
             2,
-            figsize=(9.5, 0.6 + 3.4 * nrows),
+            figsize=(9.5, 0.6 + sum(heights)),
             squeeze=False,
             layout="constrained",
-            gridspec_kw={"width_ratios": [1, 0.8]},
+            gridspec_kw={"width_ratios": [1, 0.8], "height_ratios": heights},
         )
         if not shown:
             axes[0][0].text(0.5, 0.5, "no results with sequential tokens", ha="center")
             for ax in axes[0]:
                 ax.set_axis_off()
             fo.notes.append("no results with sequential tokens")
-        for (ax, key), (model, dataset, protocol) in zip(axes, shown):
-            sub = df[(df.model == model) & (df.dataset == dataset) & (df.protocol == protocol)]
+        for (ax, key), panel in zip(axes, shown):
+            sub = df[df.panel == panel]
             sub = sub[np.isfinite(sub.saved_pct.astype(float))].reset_index(drop=True)
-            _panel(ax, sub)
-            title = f"{results.model_title(model)} · {dataset} · {protocol} protocol"
-            ax.set_title(title, fontsize=9, loc="left")
+            first = df[df.panel == panel].iloc[0]
+            title = f"{results.model_title(first.model)} · {first.dataset} · {first.protocol}"
+            same_pool = df[(df.model == first.model) & (df.dataset == first.dataset)]
+            if same_pool.panel.nunique() > 1:  # several samples of one pool: name the runs
+                title += " · " + ", ".join(dict.fromkeys(df[df.panel == panel].setting))
+            ax.set_title(_short(title), fontsize=9, loc="left")
+            if len(sub) == 0:
+                ax.text(0.5, 0.5, "no full-budget vote (sc) in these runs", ha="center")
+                ax.set_axis_off()
+            else:
+                _panel(ax, sub)
             key.set_axis_off()
             lines = [f"{'':>3} {'method':<34} {'acc':>5} {'saved':>6} {'seq':>7}"]
             for i, p in sub.iterrows():
@@ -161,11 +172,18 @@ def fig_two_axis(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                     f"{i + 1:>2}{mark} {p.label[:34]:<34} {p.accuracy_pct:5.1f} "
                     f"{p.saved_pct:5.1f}% {p.seq_tokens_mean / 1e3:6.1f}k"
                 )
-            key.text(0, 1, "\n".join(lines), va="top", ha="left", fontsize=5.6, family="monospace")
+            text = key.text(0, 1, "\n".join(lines), va="top", ha="left", fontsize=5.6)
+            text.set_family("monospace")
+            text.set_in_layout(False)  # the row is sized for it; the axes keep their room
     if len(shown) < len(panels):
-        fo.notes.append("the first 6 pools and protocols are drawn; the CSV holds them all")
-    fo.label_data(_sources(results, list(dict.fromkeys((m, d) for m, d, _ in shown))))
+        fo.notes.append("the first 6 pools and samples are drawn; the CSV holds them all")
+    pairs = df[df.panel.isin(shown)][["model", "dataset"]].drop_duplicates()
+    fo.label_data(_sources(results, list(pairs.itertuples(index=False, name=None))))
     return _finish(fo, fig, out_dir, formats)
+
+
+def _short(title: str, n: int = 90) -> str:
+    return title if len(title) <= n else title[: n - 1] + "…"
 
 
 def _panel(ax, sub: pd.DataFrame) -> None:
