@@ -154,7 +154,9 @@ def fig_two_axis(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
             sub = df[df.panel == panel]
             sub = sub[np.isfinite(sub.saved_pct.astype(float))].reset_index(drop=True)
             first = df[df.panel == panel].iloc[0]
-            title = f"{results.model_title(first.model)} · {first.dataset} · {first.protocol}"
+            title = (
+                f"{results.model_title(first.model)} · {first.dataset} · {first.protocol} protocol"
+            )
             same_pool = df[(df.model == first.model) & (df.dataset == first.dataset)]
             if same_pool.panel.nunique() > 1:  # several samples of one pool: name the runs
                 title += " · " + ", ".join(dict.fromkeys(df[df.panel == panel].setting))
