@@ -112,8 +112,10 @@ def _render(rep: Report, figures: bool, formats) -> None:
     if figures:
         from .figures import all_figures
         from .tradeoff import fig_tradeoff
+        from .twoaxis import fig_two_axis
 
         rep.figures = all_figures(results, fdir, formats)
+        rep.figures.append(fig_two_axis(results, fdir, formats))
         tradeoff = fig_tradeoff(results, fdir, formats)
         if tradeoff is not None:
             rep.figures.append(tradeoff)
