@@ -77,7 +77,7 @@ from .store.atomic import write_atomic, write_json_atomic
 from .store.pool import PoolError, QuestionData, open_pool, question_from_table, read_trace_table
 from .store.problems import Problem, problems_digest, select_problems
 from .store.userfiles import read_json_object
-from .store.write import PoolDirWriter, write_trace_table
+from .store.write import PoolDirWriter, stood_in_of, with_stood_in, write_trace_table
 
 LIVE_DIR = "live"
 LIVE_RECORD = ".solve.json"
@@ -390,7 +390,11 @@ def solve(
     t2 = time.perf_counter()
     for j in np.flatnonzero(ctl.stopped):
         records[j].result = _as_stopped(records[j].result)
-    table = pa.concat_tables([warm_table, records_to_table(problem.qid, warmup, records)])
+    main_table = records_to_table(problem.qid, warmup, records)
+    table = with_stood_in(
+        pa.concat_tables([warm_table, main_table]),
+        stood_in_of(warm_table) + stood_in_of(main_table),
+    )
 
     # the final look: the answer when the rule never fired, and the replay check
     stopped = np.concatenate([np.zeros(warmup, bool), ctl.stopped])
@@ -478,7 +482,9 @@ def _warmup(
     }
     table = read_warmup(kept, made_by) if kept else None
     if table is not None:
-        return table.replace_schema_metadata(None), _warmup_wall(table)
+        return with_stood_in(table.replace_schema_metadata(None), stood_in_of(table)), _warmup_wall(
+            table
+        )
     t0 = time.perf_counter()
     records: list[TraceRecord] = []
     if warmup:

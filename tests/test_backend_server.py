@@ -826,10 +826,17 @@ def test_the_stood_in_count_survives_a_resumed_run_and_a_live_solve(tmp_path):
 
     q2 = Problem(qid=4, question="What is 2 + 4?", answer="6", dataset="toy")
     server = fake.FakeServer("vllm", mangle=nan_at("vllm", [1], once=True))
-    be = backend(server, max_tokens=24)
-    generate_pool(be, [Q], 3, 0, tmp_path / "pool", spacing=8, progress=False)
-    (tmp_path / "pool" / "pool.json").unlink()  # as if stopped before its last question
-    out = generate_pool(be, [Q, q2], 3, 0, tmp_path / "pool", spacing=8, progress=False)
+    out = generate_pool(
+        backend(server, max_tokens=24), [Q, q2], 3, 0, tmp_path / "pool", spacing=8,
+        progress=False,
+    )  # fmt: skip
+    assert open_pool(out).manifest["stood_in_confs"] == 1
+    (out / "pool.json").unlink()  # as if stopped before its last question
+    (out / schema.trace_file_name(q2.qid)).unlink()
+    out = generate_pool(
+        backend(fake.FakeServer("vllm"), max_tokens=24), [Q, q2], 3, 0, out, spacing=8,
+        progress=False,
+    )  # fmt: skip
     assert open_pool(out).manifest["stood_in_confs"] == 1  # the first question's, kept
     server = fake.FakeServer("vllm", mangle=nan_at("vllm", [1, 2], once=True))
     live = tmp_path / "live"
@@ -892,8 +899,8 @@ def _llama_entry(value):
         ("llama.cpp", set_at("llama.cpp", [0], "-1.5"), "not a number"),
         ("vllm", set_at("vllm", [0], "x"), "not a number"),
         ("sglang", set_at("sglang", [0], True), "not a number"),
-        ("llama.cpp", _llama_entry({"id": 1}), "not a number"),
-        ("llama.cpp", _llama_entry(7), "not a number"),
+        ("llama.cpp", _llama_entry({"id": 1}), "not an object with a logprob"),
+        ("llama.cpp", _llama_entry(7), "not an object with a logprob"),
         ("vllm", lambda out, b: top_values("vllm", out).__setitem__(0, [1, 2]) or out, "dict"),
         ("sglang", lambda out, b: top_values("sglang", out)[0].__setitem__(0, 5) or out, "list"),
     ],

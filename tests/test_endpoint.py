@@ -101,8 +101,9 @@ def test_a_key_read_from_a_file_loses_its_final_newline(monkeypatch):
 
 
 def test_redact_hides_every_url_s_credentials():
-    text = "at http://u:p@a:1/x and https://tok@b then http://c:2"
-    assert redact(text) == "at http://***@a:1/x and https://***@b then http://c:2"
+    text = "at http://u:p@a:1/x and https://tok@b then http://c:2, 'al:pw@h:80'"
+    assert redact(text) == "at http://***@a:1/x and https://***@b then http://c:2, '***@h:80'"
+    assert redact("mail me at a@b.org, at 10:30@home") == "mail me at a@b.org, at ***@home"
 
 
 @pytest.mark.parametrize(

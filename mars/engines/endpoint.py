@@ -22,8 +22,10 @@ from urllib.parse import urlsplit
 
 from ..errors import MarsError
 
-#: Credentials in a URL (``scheme://user:pass@``): the part :func:`redact` hides.
+#: Credentials in a URL (``scheme://user:pass@``), or in one written without its scheme
+#: (``user:pass@host``): the part :func:`redact` hides.
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@")
+_BARE_USERINFO = re.compile(r"(?<![\w/.+:-])[^\s/?#@:'\"]+:[^\s/?#@'\"]*@(?=[\w\[])")
 #: Terminal escape sequences: CSI (``ESC [ … final``), OSC/DCS/APC/PM/SOS strings (ended by BEL
 #: or ``ESC \``), and any other two-character ``ESC x``.
 _ESCAPES = re.compile(
@@ -41,18 +43,20 @@ _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 
 def redact(text: object) -> str:
     """``text`` with the credentials of every URL in it replaced by ``***``."""
-    return _USERINFO.sub(r"\1***@", str(text))
+    return _BARE_USERINFO.sub("***@", _USERINFO.sub(r"\1***@", str(text)))
 
 
 def printable(text: object, limit: int = 200) -> str:
     """``text`` as one line of printable text: terminal escape sequences and control or format
     characters removed, whitespace runs made one space, at most ``limit`` characters."""
     s = _ESCAPES.sub("", str(text))
-    s = "".join(
-        " " if c.isspace() else c for c in s if c.isspace() or unicodedata.category(c) not in _HIDDEN
-    )
+    s = "".join(" " if c.isspace() else c for c in s if _shown_char(c))
     s = " ".join(s.split())
     return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _shown_char(c: str) -> bool:
+    return c.isspace() or unicodedata.category(c) not in _HIDDEN
 
 
 def shown(value: object, limit: int = 120) -> str:

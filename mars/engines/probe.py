@@ -41,8 +41,18 @@ from ..store.write import PoolDirWriter, probes_array
 from .base import Backend, GeneratorInfo, StoredTrace
 
 PROBE_RECORD = ".probe.json"
-#: Manifest keys of the input that describe its probes, replaced by the probe stage's.
-_REPLACED = ("format", "version", "n_questions", "qids", "spacing", "probes", "probe")
+#: Manifest keys of the input that describe its probes, replaced by the probe stage's (and the
+#: count of stood-in confidences, counted again over the trace files it writes).
+_REPLACED = (
+    "format",
+    "version",
+    "n_questions",
+    "qids",
+    "spacing",
+    "probes",
+    "probe",
+    "stood_in_confs",
+)
 
 
 def probe_positions(length: int, spacing: int) -> np.ndarray:
