@@ -257,7 +257,7 @@ def import_parallel_probe(
                     "of tokens"
                 )
             freqs.add(freq)
-        if len(freqs) != 1:
+        if len(freqs) > 1:
             raise PoolError(
                 f"{src}: questions have different probe_freq values {sorted(freqs)}; "
                 "a native import needs one spacing"
