@@ -518,9 +518,15 @@ def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
         return None
     qid, warmup = made_by["qid"], made_by["warmup"]
     remedy = "remove it to run the warmup again"
+    if not path.is_file():
+        what = "a directory" if path.is_dir() else "not a regular file"
+        raise PoolError(f"{path}: {what}, not a warmup file; {remedy}")
     try:
         table = read_trace_table(path)
-        info = json.loads((table.schema.metadata or {})[WARMUP_METADATA_KEY.encode()])
+        raw = (table.schema.metadata or {}).get(WARMUP_METADATA_KEY.encode())
+        if raw is None:
+            raise ValueError("it records no warmup")
+        info = json.loads(raw)
         info_ok = isinstance(info, dict) and isinstance(info.get("wall_s"), (int, float))
         qids = table.column("qid").to_numpy(zero_copy_only=False)
         idx = table.column("trace_idx").to_numpy(zero_copy_only=False)

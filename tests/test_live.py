@@ -292,6 +292,26 @@ def test_a_damaged_kept_warmup_is_one_line_and_kept(tmp_path, backend, problems,
     assert len(str(err.value).splitlines()) == 1 and kept.read_bytes() == before
 
 
+def test_a_kept_warmup_that_is_no_warmup_file_says_what_it_is(tmp_path):
+    """A directory where the warmup file goes, or a trace file with no warmup record: one line
+    saying so (not a bytes literal), naming it, with the remedy."""
+    from mars.live import read_warmup
+
+    made_by = {"qid": 1, "warmup": 2}
+    kept = tmp_path / "q000001.warmup.parquet"
+    kept.mkdir()
+    with pytest.raises(PoolError) as err:
+        read_warmup(kept, made_by)
+    msg = str(err.value)
+    assert msg.startswith(f"{kept}: a directory, not a warmup file") and "remove it" in msg
+    kept.rmdir()
+    pq.write_table(pa.table({"qid": [1]}), kept)
+    with pytest.raises(PoolError) as err:
+        read_warmup(kept, made_by)
+    msg = str(err.value)
+    assert "b'" not in msg and "records no warmup" in msg and "remove it" in msg
+
+
 def test_other_seed_other_run(backend, problems):
     a = solve(backend, problems[2], "sc-mars-cal", n_traces=24, warmup=8, seed=0)
     b = solve(backend, problems[2], "sc-mars-cal", n_traces=24, warmup=8, seed=1)
