@@ -1048,7 +1048,7 @@ def test_no_error_of_the_http_client_shows_the_key(monkeypatch):
     assert "s3cret" not in msg and "pw" not in msg
 
 
-def test_credentials_in_the_url_are_sent_and_never_shown():
+def test_credentials_in_the_url_are_sent_and_never_shown(monkeypatch):
     """``http://user:pass@host``: sent as basic authentication, shown as ``http://***@host``
     in every message (a dead port, a wrong URL, an error answer)."""
     with socket.socket() as s:
@@ -1079,6 +1079,10 @@ def test_credentials_in_the_url_are_sent_and_never_shown():
     server.fail = [400]
     msg = one_line_refusal(lambda: be.start(Q, 1, 0).advance(8), "http://***@toy:8000")
     assert "s3cret" not in msg
+    monkeypatch.setenv("MARS_API_KEY", "k3y")  # one Authorization header: not both
+    msg = one_line_refusal(lambda: backend(server), "holds credentials and $MARS_API_KEY a key")
+    assert "s3cret" not in msg and "k3y" not in msg
+    monkeypatch.delenv("MARS_API_KEY")
 
     def other_api(request):
         return httpx.Response(404, json={"detail": "Not Found"})

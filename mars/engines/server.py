@@ -239,6 +239,36 @@ def _int(value: object, what: str) -> int:
     return int(value)
 
 
+def _dig(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]…`` where every level is a dict, else None: a server's report may be any
+    JSON."""
+    for k in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(k)
+    return obj
+
+
+def _count(value: Any) -> int | None:
+    """A positive whole number a server reports (a context length, its slots), else None: not
+    known."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        return None
+    return int(value) if value >= 1 else None
+
+
+def _label(value: Any) -> str | None:
+    """A text a server reports about itself (its version), printable; None if it is no text."""
+    return printable(value) or None if isinstance(value, str) else None
+
+
+def _path(value: Any) -> str | None:
+    """A path a server reports (where it loaded its model from), None if it is no text."""
+    return value if isinstance(value, str) and value and "\x00" not in value else None
+
+
 def _logprob(value: object, where: str) -> float:
     """One reported log-probability: a number at most 0 (−inf is the floor's matter), or NaN
     when the server sent none (``null``, NaN: counted and stood in for by the trace).  +inf, a
@@ -414,16 +444,14 @@ class LlamaCppProtocol(Protocol):
         return self._check_length(c, max_new, where)
 
     def context_length(self, report):
-        n = (report.get("/props") or {}).get("default_generation_settings", {}).get("n_ctx")
-        if n is None:
-            n = ((report.get("model") or {}).get("meta") or {}).get("n_ctx")
-        return int(n) if n else None
+        n = _dig(report, "/props", "default_generation_settings", "n_ctx")
+        return _count(n if n is not None else _dig(report, "model", "meta", "n_ctx"))
 
     def version(self, report):
-        return (report.get("/props") or {}).get("build_info")
+        return _label(_dig(report, "/props", "build_info"))
 
     def model_path(self, report):
-        return (report.get("/props") or {}).get("model_path")
+        return _path(_dig(report, "/props", "model_path"))
 
     def reproducible(self, report):
         return (
@@ -451,12 +479,12 @@ def _align_llama_confs(ids: list[int], probs: list, where: str) -> list[float]:
         if _int(entry.get("id"), "a token id") != ids[j]:
             continue
         tops = entry["top_logprobs"]
-        bad = next((e for e in tops if not isinstance(e, dict) or "logprob" not in e), None)
-        if bad is not None:
-            raise ServerError(
-                f"{where}: a top log-probability entry that is not an object with a logprob "
-                f"({shown(bad, 40)})"
-            )
+        for e in tops:
+            if not isinstance(e, dict) or "logprob" not in e:
+                raise ServerError(
+                    f"{where}: a top log-probability entry that is not an object with a logprob "
+                    f"({shown(e, 40)})"
+                )
         confs[j] = _top_confidence([e["logprob"] for e in tops], where)
         k -= 1
     if k >= 0:
@@ -549,14 +577,13 @@ class VLLMProtocol(Protocol):
         return self._check_length(c, max_new, where)
 
     def context_length(self, report):
-        n = (report.get("model") or {}).get("max_model_len")
-        return int(n) if n else None
+        return _count(_dig(report, "model", "max_model_len"))
 
     def version(self, report):
-        return (report.get("/version") or {}).get("version")
+        return _label(_dig(report, "/version", "version"))
 
     def model_path(self, report):
-        return (report.get("model") or {}).get("root")
+        return _path(_dig(report, "model", "root"))
 
     def reproducible(self, report):
         return (
@@ -611,13 +638,12 @@ class SGLangProtocol(Protocol):
             if not isinstance(top, list):
                 raise ServerError(f"{where}: no top log-probabilities for every token")
             for e in top:
-                bad = e if e and not isinstance(e, list) else None
-                bad = next((x for x in e if not isinstance(x, list) or not x), None) if e else bad
-                if bad is not None:
-                    raise ServerError(
-                        f"{where}: a top log-probability entry that is not a list "
-                        f"({shown(bad, 40)})"
-                    )
+                for x in [e] if e and not isinstance(e, list) else e or []:
+                    if not isinstance(x, list) or not x:
+                        raise ServerError(
+                            f"{where}: a top log-probability entry that is not a list "
+                            f"({shown(x, 40)})"
+                        )
             confs = [
                 float("nan") if not e else _top_confidence([x[0] for x in e], where) for e in top
             ]
@@ -642,21 +668,19 @@ class SGLangProtocol(Protocol):
         return self._check_length(c, max_new, where)
 
     def context_length(self, report):
-        n = (report.get("model") or {}).get("max_model_len")
-        if not n:
-            n = (report.get("/get_server_info") or {}).get("context_length")
-        return int(n) if n else None
+        n = _count(_dig(report, "model", "max_model_len"))
+        return n or _count(_dig(report, "/get_server_info", "context_length"))
 
     def version(self, report):
-        return (report.get("/get_server_info") or {}).get("version")
+        return _label(_dig(report, "/get_server_info", "version"))
 
     def model_path(self, report):
-        info = report.get("/get_model_info") or {}
-        return info.get("tokenizer_path") or info.get("model_path")
+        tok = _path(_dig(report, "/get_model_info", "tokenizer_path"))
+        return tok or _path(_dig(report, "/get_model_info", "model_path"))
 
     def reproducible(self, report):
-        det = (report.get("/get_server_info") or {}).get("enable_deterministic_inference")
-        if det:
+        det = _dig(report, "/get_server_info", "enable_deterministic_inference")
+        if det is True:
             return "yes: the server runs with deterministic inference (seeds honoured)"
         return (
             "no: the server does not report --enable-deterministic-inference, so SGLang ignores "
@@ -1007,6 +1031,25 @@ class Http:
             s = s.replace(secret, "***")
         return _one_line(s, limit)
 
+    def message(self, out: Any) -> str:
+        """The error message of a server's JSON error answer, as it may be shown (a server may
+        echo what it was sent)."""
+        return self.hide(_message(out)) or "no message"
+
+    def json(self, status: int, data: bytes, url: str) -> Any:
+        """The JSON of an answer; an answer of 200 that is none is one line, an error answer
+        that is none becomes ``{"error": its text}``."""
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            text = data[:4096].decode("utf-8", "replace")
+            if status == 200:
+                raise ServerError(
+                    f"{url}: the answer is not JSON ({self.hide(text, 80)!r}): is this the "
+                    "server's base URL?"
+                ) from None
+            return {"error": self.hide(text) or f"HTTP {status}"}
+
     # -- requests ----------------------------------------------------------------------------
 
     async def request(
@@ -1064,8 +1107,8 @@ class Http:
                     raise ServerError(f"{url}: {self.hide(exc)}") from None
                 else:
                     if status not in retry_status:
-                        return status, _json(status, data, url)
-                    why = f"HTTP {status} ({_message(_json(status, data, url))})"
+                        return status, self.json(status, data, url)
+                    why = f"HTTP {status} ({self.message(self.json(status, data, url))})"
                     after = _retry_after(headers.get("retry-after"))
                     if after is not None:
                         wait = after
@@ -1100,7 +1143,7 @@ class Http:
         """The JSON of a successful POST; an error answer is one line."""
         status, out = await self.request("POST", path, body, limit=limit, asked=asked)
         if status != 200:
-            raise ServerError(f"{self.shown}{path}: HTTP {status}: {_message(out)}")
+            raise ServerError(f"{self.shown}{path}: HTTP {status}: {self.message(out)}")
         return out
 
     def post_all(self, path: str, bodies: Sequence[dict], limits: Sequence[tuple[int, str]]):
@@ -1159,21 +1202,6 @@ def _first(eg: BaseExceptionGroup) -> BaseException:
     return exc
 
 
-def _json(status: int, data: bytes, url: str) -> Any:
-    """The JSON of an answer; an answer of 200 that is none is one line, an error answer that is
-    none becomes ``{"error": its text}``."""
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        text = data[:4096].decode("utf-8", "replace")
-        if status == 200:
-            raise ServerError(
-                f"{url}: the answer is not JSON ({_one_line(text, 80)!r}): is this the "
-                "server's base URL?"
-            ) from None
-        return {"error": _one_line(text) or f"HTTP {status}"}
-
-
 def _message(out: Any) -> str:
     """The error message of a server's JSON error answer (OpenAI, FastAPI and llama.cpp forms)."""
     if isinstance(out, dict):
@@ -1181,8 +1209,8 @@ def _message(out: Any) -> str:
         if isinstance(err, dict):
             err = err.get("message", err)
         if err is not None:
-            return _one_line(err)
-    return _one_line(out)
+            return _one_line(err) or "no message"
+    return _one_line(out) or "no message"
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -1304,6 +1332,11 @@ class ServerBackend(TokenProbing, Backend):
             key = api_key(api_key_env)
         except MarsError as exc:
             raise ServerError(str(exc)) from None
+        if key and urlsplit(url).username is not None:
+            raise ServerError(
+                f"--base-url {self.base_url} holds credentials and ${api_key_env} a key: both "
+                "would go in the one Authorization header; give one of them"
+            )
         self.http = Http(
             url,
             headers={"Authorization": f"Bearer {key}"} if key else None,
@@ -1359,7 +1392,7 @@ class ServerBackend(TokenProbing, Backend):
             )
         if required:
             raise ServerError(
-                f"{self.base_url}{path}: HTTP {status} ({_message(out)}): not an "
+                f"{self.base_url}{path}: HTTP {status} ({self.http.message(out)}): not an "
                 "OpenAI-compatible server at this URL?"
             )
         return None
@@ -1373,13 +1406,13 @@ class ServerBackend(TokenProbing, Backend):
         names = sorted(served)[:20]
         if model is None:
             if len(served) != 1:
-                listed = ", ".join(shown(m, 60) for m in names)
+                listed = ", ".join(self.http.hide(shown(m, 60)) for m in names)
                 raise ServerError(f"the server serves [{listed}]: pass --model NAME")
             model = next(iter(served))
         if model not in served:
             raise ServerError(
                 f"--model {shown(model)} is not served at {self.base_url} (served: "
-                f"{', '.join(printable(m, 60) for m in names)})"
+                f"{', '.join(self.http.hide(m, 60) for m in names)})"
             )
         self.model = str(model)
         card = served[self.model]
@@ -1397,9 +1430,9 @@ class ServerBackend(TokenProbing, Backend):
         self.report = report
         self.context_len = self.protocol.context_length(report)
         if concurrency is None and server == "llama.cpp":
-            slots = (report.get("/props") or {}).get("total_slots")
+            slots = _count(_dig(report, "/props", "total_slots"))
             if slots:
-                self.http.limit(int(slots))
+                self.http.limit(slots)
         if concurrency is None and card.get("owned_by") == LLAMA_CPP_PYTHON_OWNER:
             # llama-cpp-python runs one request at a time: more in flight only queue, and the
             # order they come in sets its cache state, hence its logits (a run would not repeat)
@@ -1488,10 +1521,10 @@ class ServerBackend(TokenProbing, Backend):
         if status != 200:
             raise ServerError(
                 f"the {self.protocol.kind} server at {self.base_url} refused a token-id prompt "
-                f"with {CONF_TOP_K} top log-probabilities (HTTP {status}: {_message(out)})"
+                f"with {CONF_TOP_K} top log-probabilities (HTTP {status}: {self.http.message(out)})"
                 + (
                     ": start vLLM with --max-logprobs 20 or more"
-                    if self.protocol.kind == "vllm" and "logprob" in _message(out).lower()
+                    if self.protocol.kind == "vllm" and "logprob" in self.http.message(out).lower()
                     else ""
                 )
             )
@@ -1552,7 +1585,7 @@ class ServerBackend(TokenProbing, Backend):
                 "does not say which server it is: pass server=vllm, sglang or llama.cpp in "
                 "MARS_BACKEND_OPTIONS if it is one of them, or server=openai to send text prompts"
             )
-        return f"HTTP {status}: {_message(out)}"
+        return f"HTTP {status}: {self.http.message(out)}"
 
     def _trial_text(self) -> None:
         """Two tokens with top-20 log-probabilities from a text prompt: the server takes text
@@ -1570,7 +1603,7 @@ class ServerBackend(TokenProbing, Backend):
                 f"the server at {self.base_url} refused "
                 + (f"a token-id prompt ({refused}) and " if refused else "")
                 + f"a text prompt with {CONF_TOP_K} top log-probabilities (HTTP {status}: "
-                f"{_message(out)})"
+                f"{self.http.message(out)})"
             )
         c = self.read(out, 2, logprobs=True)
         top = out["choices"][0]["logprobs"]["top_logprobs"]
@@ -1726,8 +1759,12 @@ class ServerBackend(TokenProbing, Backend):
     def read(self, out: Any, max_new: int, logprobs: bool) -> Completion:
         """A completion from a server's answer: read by its protocol, every token id checked
         against the tokenizer's vocabulary (an id it does not have would be stored, and the probe
-        stage would crash on it)."""
-        c = self.protocol.parse(out, max_new, logprobs)
+        stage would crash on it).  A refusal quoting the answer hides what the server echoes of
+        the key."""
+        try:
+            c = self.protocol.parse(out, max_new, logprobs)
+        except ServerError as exc:
+            raise ServerError(self.http.hide(exc, 1000)) from None
         n = self.vocab_size
         bad = next((t for t in c.ids if t < 0 or (n is not None and t >= n)), None)
         if bad is not None:
