@@ -21,7 +21,18 @@ the prompt's text + the trace's text so far instead (:class:`TextTraceBatch`, be
   server's slots for llama.cpp, 32 otherwise).  A 408/429/5xx answer, a timeout (``timeout``
   seconds per request) or a lost connection is retried ``retries`` times with exponential
   backoff (``Retry-After`` honoured, at most :data:`MAX_BACKOFF` s), then the run stops with one
-  line; any other error answer stops it at once.  Nothing waits without a bound.
+  line; any other error answer stops it at once.  Nothing waits without a bound, and no answer
+  is read past a bound of bytes set by what its request asked for (:func:`answer_limit`: far
+  above any real answer; a larger one is refused as it streams in).
+* **What an answer may hold**: token ids of the tokenizer's vocabulary, log-probabilities that
+  are numbers at most 0 (``-inf`` counts as the floor); anything else — an id the tokenizer does
+  not have, ``+inf``, a string, an entry of another shape — is one line naming the server.  A
+  log-probability the server did not send (``null``, NaN, a missing entry) is stood in for: the
+  token takes the confidence of the token before it (0 at a trace's start).  Each stand-in is
+  counted (:attr:`~mars.engines.base.TraceResult.stood_in`; the pool's ``pool.json`` records the
+  sum as ``stood_in_confs`` and ``mars generate``/``solve`` say it), and a question whose
+  stand-ins pass :data:`MAX_STOOD_IN_SHARE` of its tokens (beyond :data:`STOOD_IN_FREE`) is
+  refused: its confidences would be made up.
 * **advance(target)**: ``prompt + trace so far`` → ``target − length`` new tokens, the sampling of
   the run, top-20 log-probabilities, and a seed derived from (seed, qid, trace_idx, length):
   every request of a trace has its own seed, so a trace is a function of the seed and the
@@ -80,7 +91,11 @@ Per server (:class:`Protocol`; the shapes are pinned by ``tests/test_backend_ser
   llama-cpp-python, which runs one at a time.
 
 The API key, if any, is read from the environment variable ``api_key_env`` (default
-``MARS_API_KEY``) and sent as a bearer token; it is never recorded.
+``MARS_API_KEY``) and sent as a bearer token; it is never recorded, and never shown: a key a
+header cannot carry (a line break, a space, a control or non-ASCII character) is refused naming
+the variable, before any request.  Credentials in the URL (``http://user:pass@host``) go as basic
+authentication (not with a key: one Authorization header) and are shown as ``***`` in every
+message; a server's own text is shown printable only (:mod:`mars.engines.endpoint`).
 """
 
 from __future__ import annotations
@@ -280,7 +295,7 @@ def _logprob(value: object, where: str) -> float:
     try:
         x = float(value)
     except OverflowError:  # an integer past a float's range
-        x = math.inf if value > 0 else -math.inf  # type: ignore[operator]
+        x = math.inf if value > 0 else -math.inf
     if x > LOGPROB_MAX:
         raise ServerError(f"{where}: a log-probability of {x:g}, above 0 (not a log-probability)")
     return x
@@ -1371,6 +1386,9 @@ class ServerBackend(TokenProbing, Backend):
         self.token_ids_refused: str | None = None
         try:
             self._connect(model, server, concurrency, tokenizer)
+        except ServerError as exc:  # a refusal may quote the server, which may echo the key
+            self.http.close()
+            raise ServerError(self.http.hide(exc, 1000)) from None
         except BaseException:
             self.http.close()
             raise

@@ -272,14 +272,14 @@ class PoolDirWriter:
         )
         table = pa.Table.from_pylist(rows, schema=schema.QUESTION_SCHEMA)
         write_atomic(self.root / schema.POOL_QUESTIONS, lambda p: pq.write_table(table, p))
-        full = {
+        full: dict[str, Any] = {
             "format": schema.POOL_FORMAT,
             "version": schema.POOL_FORMAT_VERSION,
             **manifest,
             "n_questions": len(rows),
         }
         full.pop(STOOD_IN_MANIFEST_KEY, None)
-        stood_in = sum(self._stood_in(r["qid"]) for r in rows)
+        stood_in = sum(self._stood_in(int(q["qid"])) for q in questions)
         if stood_in:
             full[STOOD_IN_MANIFEST_KEY] = stood_in
         write_json_atomic(self.root / schema.POOL_MANIFEST, full)
