@@ -169,7 +169,12 @@ def decide(
 def _as_stopped(r: TraceResult) -> TraceResult:
     """A trace stopped early has no final answer (what it would say is its probe)."""
     return TraceResult(
-        length=r.length, final_answer=None, finished=False, confs=r.confs, text=r.text
+        length=r.length,
+        final_answer=None,
+        finished=False,
+        confs=r.confs,
+        text=r.text,
+        stood_in=r.stood_in,
     )
 
 
@@ -482,9 +487,8 @@ def _warmup(
     }
     table = read_warmup(kept, made_by) if kept else None
     if table is not None:
-        return with_stood_in(table.replace_schema_metadata(None), stood_in_of(table)), _warmup_wall(
-            table
-        )
+        wall, stood_in = _warmup_wall(table), stood_in_of(table, str(kept))
+        return with_stood_in(table.replace_schema_metadata(None), stood_in), wall
     t0 = time.perf_counter()
     records: list[TraceRecord] = []
     if warmup:

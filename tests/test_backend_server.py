@@ -845,6 +845,17 @@ def test_the_stood_in_count_survives_a_resumed_run_and_a_live_solve(tmp_path):
         seed=0, spacing=8, progress=False, consensus=0.3,
     )  # fmt: skip
     assert open_pool(live).manifest["stood_in_confs"] == 2  # the warmup's
+    target = generation_seed(0, Q.qid, 2, 0)  # main trace 2's first request: stopped early
+    change = set_at("vllm", [1], float("nan"))
+    server = fake.FakeServer(
+        "vllm", mangle=lambda out, b: change(out, b) if b.get("seed") == target else out
+    )
+    rows = solve_pool(
+        backend(server, max_tokens=64), [Q], tmp_path / "live2", "sc-consensus", n_traces=4,
+        warmup=2, seed=0, spacing=8, progress=False, consensus=0.3,
+    )  # fmt: skip
+    assert 2 in rows[0]["stopped_traces"]
+    assert open_pool(tmp_path / "live2").manifest["stood_in_confs"] == 1
 
 
 def test_generate_and_solve_show_the_stood_in_count(tmp_path, monkeypatch):
