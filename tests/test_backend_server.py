@@ -787,11 +787,15 @@ def one_line_refusal(fn, *needles) -> str:
     return msg
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [*KINDS, "llama.cpp without entries"])
 def test_nan_log_probabilities_everywhere_are_refused_naming_the_server(kind, tmp_path):
-    """A server that sends NaN for every log-probability is refused in one line naming it and
-    the share, not written as a pool of made-up confidences."""
-    server = fake.FakeServer(kind, mangle=nan_at(kind, range(64)))
+    """A server that sends NaN for every log-probability (or llama.cpp leaving out the entries
+    of tokens after which the text is whole: no character it is inside) is refused in one line
+    naming it and the share, not written as a pool of made-up confidences."""
+    if kind == "llama.cpp without entries":
+        server = fake.FakeServer("llama.cpp", split_chars=set(range(64)))
+    else:
+        server = fake.FakeServer(kind, mangle=nan_at(kind, range(64)))
     be = backend(server, max_tokens=24)
     one_line_refusal(
         lambda: generate_pool(be, [Q], 3, 0, tmp_path / "pool", spacing=8, progress=False),
@@ -1043,20 +1047,24 @@ def test_a_key_with_a_line_break_is_refused_before_any_request(monkeypatch):
 
 def test_no_error_of_the_http_client_shows_the_key(monkeypatch):
     """Whatever an HTTP client error quotes (h11 quotes a header it refuses), the key is hidden."""
-    monkeypatch.setenv("MARS_API_KEY", "s3cret")
 
     def handler(request):
-        raise httpx.LocalProtocolError(f"Illegal header value b'Bearer s3cret' in {request.url}")
+        auth = request.headers.get("authorization")
+        raise httpx.LocalProtocolError(f"Illegal header value {auth!r} in {request.url}")
 
-    msg = one_line_refusal(
-        lambda: ServerBackend(
-            base_url="http://u:pw@toy:8000",
-            transport=httpx.MockTransport(handler),
-            tokenizer=fake.tokenizer(),
-        ),
-        "Illegal header value",
-    )
-    assert "s3cret" not in msg and "pw" not in msg
+    for url, key, secret in (
+        ("http://toy:8000", "s3cret", "s3cret"),
+        ("http://u:pw-s3cret@toy:8000", "", "pw-s3cret"),
+        ("http://u:pw-s3cret@toy:8000", "", "dTpwdy1zM2NyZXQ="),  # its basic authentication
+    ):
+        monkeypatch.setenv("MARS_API_KEY", key)
+        msg = one_line_refusal(
+            lambda url=url: ServerBackend(
+                base_url=url, transport=httpx.MockTransport(handler), tokenizer=fake.tokenizer()
+            ),
+            "Illegal header value",
+        )
+        assert secret not in msg
 
 
 def test_credentials_in_the_url_are_sent_and_never_shown(monkeypatch):
@@ -1091,7 +1099,14 @@ def test_credentials_in_the_url_are_sent_and_never_shown(monkeypatch):
     msg = one_line_refusal(lambda: be.start(Q, 1, 0).advance(8), "http://***@toy:8000")
     assert "s3cret" not in msg
     monkeypatch.setenv("MARS_API_KEY", "k3y")  # one Authorization header: not both
-    msg = one_line_refusal(lambda: backend(server), "holds credentials and $MARS_API_KEY a key")
+    msg = one_line_refusal(
+        lambda: ServerBackend(
+            base_url="http://alice:s3cret@toy:8000",
+            transport=server.transport(),
+            tokenizer=fake.tokenizer(),
+        ),
+        "holds credentials and $MARS_API_KEY a key",
+    )
     assert "s3cret" not in msg and "k3y" not in msg
     monkeypatch.delenv("MARS_API_KEY")
 
@@ -1440,6 +1455,28 @@ def test_llama_server_pool_probed_sharded_consolidated_simulated(
         "--iterations", 4, "--out", tmp_path / "sim", "-q",
     )  # fmt: skip
     assert (tmp_path / "sim" / "sc-mars" / "overall.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.llama_server
+def test_llama_server_characters_spelt_in_bytes_are_stood_in_and_counted(
+    llama, smol_tokenizer, cli_env, tmp_path
+):
+    """Text the vocabulary spells byte by byte (emoji, for SmolLM2): llama.cpp sends no
+    log-probabilities for a token after which the text ends inside a character, its documented
+    behaviour.  Those confidences are stood in for, counted in pool.json and said by `mars
+    generate`, and not refused however many (on this question about two tokens in three)."""
+    problems = tmp_path / "emoji.jsonl"
+    question = "Write a short poem with emojis about the number 7 🎉✨, then give 7*6."
+    problems.write_text(json.dumps({"question": question, "answer": "42"}) + "\n")
+    res = mars_cli(
+        "generate", "--problems", problems, "--traces", 4, "--max-tokens", 384, "--spacing", 128,
+        "--backend", "server", "--base-url", llama.url, "--out", tmp_path / "pool", "-q",
+    )  # fmt: skip
+    n = open_pool(tmp_path / "pool").manifest["stood_in_confs"]
+    tokens = sum(r["length"] for r in rows_of(tmp_path / "pool", 0))
+    assert n > 0.05 * tokens  # more than the share a server's own omissions may take
+    assert f"{n:,} token confidences were stood in" in " ".join(res.stderr.split())
 
 
 @pytest.mark.slow

@@ -30,9 +30,11 @@ the prompt's text + the trace's text so far instead (:class:`TextTraceBatch`, be
   log-probability the server did not send (``null``, NaN, a missing entry) is stood in for: the
   token takes the confidence of the token before it (0 at a trace's start).  Each stand-in is
   counted (:attr:`~mars.engines.base.TraceResult.stood_in`; the pool's ``pool.json`` records the
-  sum as ``stood_in_confs`` and ``mars generate``/``solve`` say it), and a question whose
-  stand-ins pass :data:`MAX_STOOD_IN_SHARE` of its tokens (beyond :data:`STOOD_IN_FREE`) is
-  refused: its confidences would be made up.
+  sum as ``stood_in_confs`` and ``mars generate``/``solve`` say it).  A question for which the
+  server left out more than :data:`MAX_STOOD_IN_SHARE` of its tokens' log-probabilities (beyond
+  :data:`STOOD_IN_FREE`) is refused: its confidences would be made up.  llama.cpp's documented
+  omissions (a token after which the text ends inside a character) are stood in for and counted
+  but not refused: text the vocabulary spells in bytes (emoji for SmolLM2) has many.
 * **advance(target)**: ``prompt + trace so far`` → ``target − length`` new tokens, the sampling of
   the run, top-20 log-probabilities, and a seed derived from (seed, qid, trace_idx, length):
   every request of a trace has its own seed, so a trace is a function of the seed and the
@@ -109,7 +111,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence, Sized
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -178,21 +180,24 @@ LOGPROB_MAX = 1e-3
 #: beyond :data:`STOOD_IN_FREE` tokens: more, and the confidences would be made up, not measured.
 MAX_STOOD_IN_SHARE = 0.05
 STOOD_IN_FREE = 8
-#: The most bytes an answer may take: a frame (an error page, the answer's fields), then per
-#: token asked for — its id and text, and with log-probabilities 20 entries each up to a long
-#: token's text (a llama.cpp entry spells its bytes too).  Far above any real answer; a larger
-#: one is refused as it streams in, never read whole.
+#: The most bytes an answer may take: a frame (an error page, the answer's fields), per token
+#: (or character) of the prompt (a server may echo it: vLLM its ids, llama.cpp its text), then
+#: per token asked for — its id and text, and with log-probabilities 20 entries each up to a
+#: long token's text (a llama.cpp entry spells its bytes too).  Far above any real answer; a
+#: larger one is refused as it streams in, never read whole.
 ANSWER_FRAME_BYTES = 1 << 20
+ANSWER_PROMPT_BYTES = 64
 ANSWER_TOKEN_BYTES = 2 << 10
 ANSWER_LOGPROB_TOKEN_BYTES = 32 << 10
 #: The most bytes a connect-time answer (models, server report, tokenizer check) may take.
 INFO_ANSWER_BYTES = 16 << 20
 
 
-def answer_limit(max_new: int, logprobs: bool) -> int:
-    """The most bytes an answer of ``max_new`` tokens may take (:data:`ANSWER_FRAME_BYTES`)."""
+def answer_limit(max_new: int, logprobs: bool, prompt: Sized = ()) -> int:
+    """The most bytes an answer of ``max_new`` tokens after ``prompt`` (token ids or text) may
+    take (:data:`ANSWER_FRAME_BYTES`)."""
     per = ANSWER_LOGPROB_TOKEN_BYTES if logprobs else ANSWER_TOKEN_BYTES
-    return ANSWER_FRAME_BYTES + int(max_new) * per
+    return ANSWER_FRAME_BYTES + len(prompt) * ANSWER_PROMPT_BYTES + int(max_new) * per
 
 
 class ServerError(MarsError):
@@ -1202,6 +1207,20 @@ class Http:
         return self.hide(exc) or type(exc).__name__
 
 
+def _url_secrets(url: str) -> list[str]:
+    """What of a URL's credentials a message must never show: the password as written, as the
+    client decodes it, and the basic-authentication header made of them (base64)."""
+    import base64
+    from urllib.parse import unquote
+
+    parts = urlsplit(url)
+    if parts.username is None:
+        return []
+    user, password = unquote(parts.username), unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return [s for s in (parts.password, password, token) if s]
+
+
 def _asked(max_new: int) -> str:
     return f"a request of {max_new} token{'s' if max_new != 1 else ''}"
 
@@ -1360,7 +1379,7 @@ class ServerBackend(TokenProbing, Backend):
             retries=retries,
             concurrency=concurrency or 32,
             transport=transport,
-            secrets=[key, urlsplit(url).password or ""],
+            secrets=[key, *_url_secrets(url)],
         )
         #: server-reported token counts, summed (generation and probes)
         self.stats = {
@@ -1533,7 +1552,11 @@ class ServerBackend(TokenProbing, Backend):
         body = self.protocol.body(ids, 2, self.sampling, 0, logprobs=True)
         status, out = self.http.run(
             lambda: self.http.request(
-                "POST", self.protocol.path, body, limit=answer_limit(2, True), asked=_asked(2)
+                "POST",
+                self.protocol.path,
+                body,
+                limit=answer_limit(2, True, ids),
+                asked=_asked(2),
             )
         )
         if status != 200:
@@ -1612,7 +1635,7 @@ class ServerBackend(TokenProbing, Backend):
         body = p.body(self.prompt_text("What is 1 + 1?"), 2, self.sampling, 0, logprobs=True)
         status, out = self.http.run(
             lambda: self.http.request(
-                "POST", p.path, body, limit=answer_limit(2, True), asked="a request of 2 tokens"
+                "POST", p.path, body, limit=answer_limit(2, True, body["prompt"]), asked=_asked(2)
             )
         )
         refused = self.token_ids_refused
@@ -1770,7 +1793,7 @@ class ServerBackend(TokenProbing, Backend):
         is token ids, or text for a text-prompt server."""
         p = self.protocol
         bodies = [p.body(ids, m, self.sampling, s, logprobs) for ids, m, s in requests]
-        limits = [(answer_limit(m, logprobs), _asked(m)) for _, m, _ in requests]
+        limits = [(answer_limit(m, logprobs, prompt), _asked(m)) for prompt, m, _ in requests]
         outs = self.http.post_all(p.path, bodies, limits)
         return [self.read(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
 
@@ -1853,7 +1876,8 @@ class ServerBackend(TokenProbing, Backend):
                 body = p.body(
                     req, m, self.sampling, probe_seed(seed, problem.qid, t.trace_idx, d), False
                 )
-                answer = await self.http.post(p.path, body, answer_limit(m, False), _asked(m))
+                limit = answer_limit(m, False, req)
+                answer = await self.http.post(p.path, body, limit, _asked(m))
                 c = self.read(answer, m, False)
                 conf = None if t.confs is None else window_conf(t.confs, d)
                 out[i][k] = self.probe_result(c, n, conf)
@@ -1886,6 +1910,12 @@ class ServerTraceBatch(TokenTraceBatch):
 
     backend: ServerBackend
 
+    def __init__(self, backend, problem: Problem, n: int, seed: int, first_trace: int):
+        super().__init__(backend, problem, n, seed, first_trace)
+        #: per trace: log-probabilities the server left out for no reason it has
+        #: (:meth:`_count_missing`), which :meth:`_check_stood_in` bounds
+        self._missing = np.zeros(self.n, np.int64)
+
     def _trace(self, j: int) -> int:
         return self.first_trace + int(j)
 
@@ -1915,6 +1945,7 @@ class ServerTraceBatch(TokenTraceBatch):
             self._ids[j].extend(c.ids)
             assert c.confs is not None
             self._add_confs(j, c.confs)
+            self._count_missing(j, c.confs)
             if c.finished:
                 self._eos[j] = True
             be.count("generate", c)
@@ -1922,11 +1953,30 @@ class ServerTraceBatch(TokenTraceBatch):
         log.debug("to %d: %d requests, %.2f s", target, len(run), time.perf_counter() - t0)
         return True
 
+    def _count_missing(self, j: int, confs: Sequence[float]) -> None:
+        """Count the log-probabilities trace ``j``'s last request left out (its last
+        ``len(confs)`` tokens) that the server had no reason to leave out.  llama.cpp leaves out
+        those of a token after which the text ends inside a multi-byte character (its
+        documented behaviour: text in a script the vocabulary splits into bytes has many);
+        anything else missing is the server's fault."""
+        ids, base = self._ids[j], len(self._ids[j]) - len(confs)
+        inside = self.backend.protocol.kind == LlamaCppProtocol.kind
+        for i, v in enumerate(confs):
+            if math.isnan(v) and not (inside and self._ends_inside_a_character(ids, base + i)):
+                self._missing[j] += 1
+
+    def _ends_inside_a_character(self, ids: list[int], k: int) -> bool:
+        """Whether the text of ``ids`` ends inside a character after token ``k`` (a character
+        takes at most 4 bytes, so the 4 tokens up to it tell)."""
+        tail = self.backend.tokenizer.decode(ids[max(0, k - 3) : k + 1], skip_special_tokens=False)
+        return tail.endswith("\ufffd")
+
     def _check_stood_in(self) -> None:
-        """Refuse the question once more of its confidences were stood in for than
-        :data:`MAX_STOOD_IN_SHARE` of its tokens (beyond :data:`STOOD_IN_FREE`): the server's
-        log-probabilities are missing, and its confidences would be made up, not measured."""
-        n, total = int(self._stood_in.sum()), int(self.lengths.sum())
+        """Refuse the question once the server left out, for no reason it has (see
+        :meth:`_count_missing`), the log-probabilities of more than :data:`MAX_STOOD_IN_SHARE`
+        of its tokens (beyond :data:`STOOD_IN_FREE`): its confidences would be made up, not
+        measured.  Every stand-in is counted into the pool's provenance all the same."""
+        n, total = int(self._missing.sum()), int(self.lengths.sum())
         if n > STOOD_IN_FREE and n > MAX_STOOD_IN_SHARE * total:
             raise ServerError(
                 f"the server at {self.backend.base_url} sent no usable log-probabilities for "
@@ -2009,6 +2059,7 @@ class TextTraceBatch(ServerTraceBatch):
                 c.confs[0] = self._confs[j][-1] if self._confs[j] else 0.0
             self._ids[j].extend(c.ids[:k])
             self._add_confs(j, c.confs[:k])
+            self._count_missing(j, c.confs[:k])
             if c.finished and k == len(c.ids):
                 self._eos[j] = True
             be.count("generate", c, k)
