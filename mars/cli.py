@@ -406,8 +406,10 @@ def _stood_in_note(out: Path) -> None:
         err.print(
             f"note: {n:,} token confidence{' was' if n == 1 else 's were'} stood in for "
             "log-probabilities the server did not send (each takes the confidence of the token "
-            f"before it; {out / POOL_MANIFEST} records the count as {STOOD_IN_MANIFEST_KEY}; more "
-            f"than {MAX_STOOD_IN_SHARE * 100:g} % of a question's tokens is refused)",
+            f"before it; {out / POOL_MANIFEST} records the count as {STOOD_IN_MANIFEST_KEY}): "
+            "llama.cpp sends none for a token after which the text ends inside a character; a "
+            f"server leaving out more than {MAX_STOOD_IN_SHARE * 100:g} % of a question's "
+            "otherwise is refused",
             highlight=False,
             soft_wrap=True,
         )
