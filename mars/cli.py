@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
+from .engines.endpoint import printable
 from .engines.factory import BACKENDS, bundled_presets
 from .errors import MarsError
 from .method.registry import DEFAULT_METHOD, live_methods
@@ -53,8 +54,9 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except MarsError as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"error: {msg}", file=sys.stderr)
+        msg = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # printable text only: a message may quote a file's or a server's words
+        print(f"error: {printable(msg, 4000)}", file=sys.stderr)
         raise typer.Exit(2) from None
     except OSError as exc:
         full = disk_full_message(exc)
@@ -384,6 +386,33 @@ def generate(
                 token_ids=token_ids,
                 detail=progress.detail,
             )
+    _stood_in_note(out)
+
+
+def _stood_in_note(out: Path) -> None:
+    """Say how many of a written pool's confidences were stood in for (its pool.json records
+    the count; none: nothing said)."""
+    import json
+
+    from .engines.server import MAX_STOOD_IN_SHARE
+    from .store.schema import POOL_MANIFEST
+    from .store.write import STOOD_IN_MANIFEST_KEY
+
+    try:
+        n = json.loads((out / POOL_MANIFEST).read_text()).get(STOOD_IN_MANIFEST_KEY)
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(n, int) and n > 0:
+        err.print(
+            f"note: {n:,} token confidence{' was' if n == 1 else 's were'} stood in for "
+            "log-probabilities the server did not send (each takes the confidence of the token "
+            f"before it; {out / POOL_MANIFEST} records the count as {STOOD_IN_MANIFEST_KEY}): "
+            "llama.cpp sends none for a token after which the text ends inside a character; a "
+            f"server leaving out more than {MAX_STOOD_IN_SHARE * 100:g} % of a question's "
+            "otherwise is refused",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @app.command()
@@ -499,6 +528,7 @@ def solve(
             )
     if not quiet:
         _print_live(rows)
+    _stood_in_note(out)
 
 
 def _print_live(rows: list) -> None:

@@ -96,7 +96,7 @@ from .store.pool import (
     question_from_table,
 )
 from .store.problems import Problem, problem_digest, problems_digest, select_problems
-from .store.write import PoolDirWriter
+from .store.write import PoolDirWriter, stood_in_of, with_stood_in
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,12 @@ __all__ = [
 def _as_stopped(r: TraceResult) -> TraceResult:
     """A trace stopped early has no final answer (what it would say is its probe)."""
     return TraceResult(
-        length=r.length, final_answer=None, finished=False, confs=r.confs, text=r.text
+        length=r.length,
+        final_answer=None,
+        finished=False,
+        confs=r.confs,
+        text=r.text,
+        stood_in=r.stood_in,
     )
 
 
@@ -350,7 +355,11 @@ def solve(
     warn_without_final_answers(problem.qid, ran, max_tokens, "traces that ran to their end")
     for j in np.flatnonzero(ctl.stopped):
         records[j].result = _as_stopped(records[j].result)
-    table = pa.concat_tables([warm_table, records_to_table(problem.qid, warmup, records)])
+    main_table = records_to_table(problem.qid, warmup, records)
+    table = with_stood_in(
+        pa.concat_tables([warm_table, main_table]),
+        stood_in_of(warm_table) + stood_in_of(main_table),
+    )
 
     # the final look: the answer when the rule never fired, and the replay check
     stopped = np.concatenate([np.zeros(warmup, bool), ctl.stopped])

@@ -33,7 +33,7 @@ from .progress import Detail, prefixed
 from .store import schema
 from .store.pool import PoolError, QuestionData, question_from_table, read_trace_table
 from .store.problems import Problem, problem_digest
-from .store.write import write_trace_table
+from .store.write import stood_in_of, with_stood_in, write_trace_table
 
 #: Parquet metadata key of a kept warmup file (what made it, its wall time, its rows' digest; JSON)
 WARMUP_METADATA_KEY = "mars.live.warmup"
@@ -70,7 +70,8 @@ def warmup_traces(
     spacing, max_tokens = made_by["spacing"], made_by["max_tokens"]
     table = read_warmup(kept, made_by) if kept else None
     if table is not None:
-        return table.replace_schema_metadata(None), warmup_wall(table)
+        wall, stood_in = warmup_wall(table), stood_in_of(table, str(kept))
+        return with_stood_in(table.replace_schema_metadata(None), stood_in), wall
     t0 = time.perf_counter()
     records: list[TraceRecord] = []
     if warmup:
@@ -125,10 +126,14 @@ def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
     qid, warmup = made_by["qid"], made_by["warmup"]
     remedy = "remove it to run the warmup again"
     if not path.is_file():
-        raise PoolError(f"{path}: not a file, so not a kept warmup of this run; {remedy}")
+        what = "a directory" if path.is_dir() else "not a regular file"
+        raise PoolError(f"{path}: {what}, not a warmup file; {remedy}")
     try:
         table = read_trace_table(path)
-        info = json.loads((table.schema.metadata or {})[WARMUP_METADATA_KEY.encode()])
+        raw = (table.schema.metadata or {}).get(WARMUP_METADATA_KEY.encode())
+        if raw is None:
+            raise ValueError("it records no warmup")
+        info = json.loads(raw)
         wall = info.get("wall_s") if isinstance(info, dict) else None
         if isinstance(wall, bool) or not (isinstance(wall, int | float) and 0 <= wall < math.inf):
             raise ValueError("its metadata is damaged")

@@ -160,11 +160,9 @@ def _grid(given: Any) -> np.ndarray:
     items = _items(given, "grid", "checkpoint positions")
     if not items or len(items) > MAX_CHECKPOINTS:
         raise UsageError(f"grid: {len(items)} checkpoints (1 to {MAX_CHECKPOINTS:,})")
-    bad = next(
-        (v for v in items if isinstance(v, bool) or not isinstance(v, int | np.integer)), None
-    )
-    if bad is not None:
-        raise UsageError(f"grid: {_shown(bad)} is not a whole number of tokens")
+    bad = [v for v in items if isinstance(v, bool) or not isinstance(v, int | np.integer)]
+    if bad:  # a list, not next(..., None): None itself is a bad position
+        raise UsageError(f"grid: {_shown(bad[0])} is not a whole number of tokens")
     if min(items) <= 0 or max(items) >= 2**62:
         raise UsageError("grid: checkpoint positions must be positive and increasing")
     grid = np.array(items, dtype=np.int64)

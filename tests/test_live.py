@@ -295,7 +295,7 @@ def _confs_cut(rows):
     "damage, msg",
     [
         (lambda p: p.write_bytes(b"PAR1 not parquet"), "not a warmup file of this run"),
-        (lambda p: (p.unlink(), p.mkdir()), "not a file"),
+        (lambda p: (p.unlink(), p.mkdir()), "a directory, not a warmup file"),
         (lambda p: _edit_rows(p, _probe_shift), r"damaged warmup traces \(trace 3 is not probed"),
         (lambda p: _edit_rows(p, _longer), r"damaged warmup traces \(.*trace 2: .* confidences"),
         (lambda p: _edit_rows(p, _past_cap), "damaged warmup traces"),
@@ -557,6 +557,26 @@ def test_a_warmup_without_final_answers_is_said_before_the_main_traces(backend, 
     assert heard[0] == (0, "") and heard[1][0] == 4
     assert "question 1: none of its 4 warmup traces ended with a \\boxed{}" in heard[1][1]
     assert "none of its 8 traces that ran to their end" in caplog.text and run.answer is None
+
+
+def test_a_kept_warmup_that_is_no_warmup_file_says_what_it_is(tmp_path):
+    """A directory where the warmup file goes, or a trace file with no warmup record: one line
+    saying so (not a bytes literal), naming it, with the remedy."""
+    from mars.live_warmup import read_warmup
+
+    made_by = {"qid": 1, "warmup": 2}
+    kept = tmp_path / "q000001.warmup.parquet"
+    kept.mkdir()
+    with pytest.raises(PoolError) as err:
+        read_warmup(kept, made_by)
+    msg = str(err.value)
+    assert msg.startswith(f"{kept}: a directory, not a warmup file") and "remove it" in msg
+    kept.rmdir()
+    pq.write_table(pa.table({"qid": [1]}), kept)
+    with pytest.raises(PoolError) as err:
+        read_warmup(kept, made_by)
+    msg = str(err.value)
+    assert "b'" not in msg and "records no warmup" in msg and "remove it" in msg
 
 
 def test_other_seed_other_run(backend, problems):

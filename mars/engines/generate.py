@@ -28,7 +28,13 @@ from ..progress import Detail, Progress, counted, prefixed
 from ..store import schema
 from ..store.consolidate import GENERATION_RECORD, shard_range
 from ..store.problems import Problem, problems_digest, select_problems
-from ..store.write import PoolDirWriter, probes_array, token_ids_array, write_trace_table
+from ..store.write import (
+    PoolDirWriter,
+    probes_array,
+    token_ids_array,
+    with_stood_in,
+    write_trace_table,
+)
 from ..workers import process_pool
 from .base import Backend, ProbeResult, TraceBatch, TraceResult
 
@@ -140,7 +146,8 @@ def warn_without_final_answers(
 
 def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord]) -> pa.Table:
     """One question's trace table (:data:`mars.store.schema.TRACE_SCHEMA`);
-    trace_idx = first_trace + j."""
+    trace_idx = first_trace + j; the count of confidences the engine stood in for rides in its
+    metadata (:func:`mars.store.write.stood_in_of`)."""
     n = len(records)
     res = [r.result for r in records]
     has_confs = [r.confs is not None for r in res]
@@ -172,7 +179,7 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
         confs = pa.nulls(n, pa.list_(pa.float16()))
 
     probes = probes_array([r.probes for r in records])
-    return pa.Table.from_arrays(
+    table = pa.Table.from_arrays(
         [
             pa.array(np.full(n, qid, np.int64)),
             pa.array(first_trace + np.arange(n, dtype=np.int64)),
@@ -186,6 +193,7 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
         ],
         schema=schema.TRACE_SCHEMA,
     )
+    return with_stood_in(table, sum(getattr(r, "stood_in", 0) for r in res))
 
 
 def backend_info(backend: Backend) -> dict:

@@ -47,6 +47,36 @@ from .userfiles import parse_json, read_json_object
 ParamsOf = Callable[[dict], dict]
 #: Parquet metadata key of a resumable run's trace files: the run's parameters (JSON).
 RUN_METADATA_KEY = "mars.run"
+#: Parquet metadata key of a trace table (and file) some of whose confidences were stood in for
+#: log-probabilities the engine did not send: how many (absent: none).  :meth:`PoolDirWriter.finish`
+#: sums them into the manifest's ``stood_in_confs``.
+STOOD_IN_KEY = "mars.stood_in_confs"
+#: The manifest key of that sum (absent: none stood in).
+STOOD_IN_MANIFEST_KEY = "stood_in_confs"
+
+
+def stood_in_of(table: pa.Table | pa.Schema, where: str = "trace table") -> int:
+    """How many of a trace table's confidences were stood in for (:data:`STOOD_IN_KEY`)."""
+    meta = table.metadata if isinstance(table, pa.Schema) else table.schema.metadata
+    raw = (meta or {}).get(STOOD_IN_KEY.encode())
+    if raw is None:
+        return 0
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise PoolError(f"{where}: its count of stood-in confidences {raw[:40]!r} is not a count")
+    return n
+
+
+def with_stood_in(table: pa.Table, n: int) -> pa.Table:
+    """``table`` recording that ``n`` of its confidences were stood in for (0: none)."""
+    meta = dict(table.schema.metadata or {})
+    meta.pop(STOOD_IN_KEY.encode(), None)
+    if n:
+        meta[STOOD_IN_KEY.encode()] = str(int(n)).encode()
+    return table.replace_schema_metadata(meta or None)
 
 
 def _params_at_top(params: dict) -> ParamsOf:
@@ -58,8 +88,9 @@ def write_trace_table(
 ) -> None:
     """Write one question's trace table atomically, with the pool's parquet options (and
     ``metadata`` as its schema metadata, replacing any it had), its confidences stored as bytes
-    (:mod:`mars.store.confs`)."""
-    table = confs.stored_table(table).replace_schema_metadata(metadata)
+    (:mod:`mars.store.confs`); the table's count of stood-in confidences is kept."""
+    n = stood_in_of(table)
+    table = with_stood_in(confs.stored_table(table).replace_schema_metadata(metadata), n)
     write_atomic(path, lambda p: pq.write_table(table, p, **schema.TRACE_PARQUET_OPTIONS))
 
 
@@ -76,7 +107,7 @@ def _as_trace_table(traces: pa.Table | dict) -> pa.Table:
         base = base.cast(schema.TRACE_FILE_SCHEMA)
     for f in extra:
         base = base.append_column(f, traces.column(f.name).cast(f.type))
-    return base
+    return with_stood_in(base, stood_in_of(traces))
 
 
 class PoolDirWriter:
@@ -248,12 +279,16 @@ class PoolDirWriter:
         )
         table = pa.Table.from_pylist(rows, schema=schema.QUESTION_SCHEMA)
         write_atomic(self.root / schema.POOL_QUESTIONS, lambda p: pq.write_table(table, p))
-        full = {
+        full: dict[str, Any] = {
             "format": schema.POOL_FORMAT,
             "version": schema.POOL_FORMAT_VERSION,
             **manifest,
             "n_questions": len(rows),
         }
+        full.pop(STOOD_IN_MANIFEST_KEY, None)
+        stood_in = sum(self._stood_in(int(q["qid"])) for q in questions)
+        if stood_in:
+            full[STOOD_IN_MANIFEST_KEY] = stood_in
         write_json_atomic(self.root / schema.POOL_MANIFEST, full)
         if self._tmp is not None:
             if self.out.exists() and self.overwrite:
@@ -264,6 +299,14 @@ class PoolDirWriter:
             with contextlib.suppress(FileNotFoundError):
                 self.record.unlink()
         return self.out
+
+    def _stood_in(self, qid: int) -> int:
+        """The count of stood-in confidences a question's trace file records."""
+        path = self.trace_path(int(qid))
+        try:
+            return stood_in_of(pq.read_schema(path), str(path))
+        except (OSError, pa.ArrowException):
+            return 0  # a question without a trace file of its own (no file: nothing recorded)
 
     def abort(self) -> None:
         if self._tmp is not None:
