@@ -98,7 +98,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..errors import MarsError
+from ..errors import MarsError, install_hint
 from ..store.problems import Problem
 from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
 from .tokens import (
@@ -1143,7 +1143,7 @@ class ServerBackend(TokenProbing, Backend):
         try:
             import httpx  # noqa: F401
         except ImportError as exc:
-            raise ImportError("the server backend needs httpx: pip install 'mars[server]'") from exc
+            raise ImportError(f"the server backend needs httpx: {install_hint('server')}") from exc
         self.base_url = normalise_base_url(base_url)
         self.sampling = Sampling(float(temperature), float(top_p), int(top_k or 0), min_p)
         self.max_tokens = int(max_tokens)
