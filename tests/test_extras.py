@@ -88,7 +88,7 @@ def test_the_distribution_is_ours_and_every_extra_names_it():
 
     project = _pyproject()["project"]
     assert project["name"] == DISTRIBUTION != "mars"
-    assert project["scripts"] == {"mars": "mars.cli:main"}
+    assert project["scripts"] == {"mars": "mars.cli:run"}
     for extra, reqs in project["optional-dependencies"].items():
         for req in reqs:
             assert not req.startswith("mars["), (extra, req)
