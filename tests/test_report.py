@@ -902,7 +902,7 @@ def test_synthetic_results_say_so(synthetic, tmp_path):
     out = tmp_path / "report"
     rep = render_report([results], out, formats=("png",))
     index = (out / "report.md").read_text()
-    first = index.split("## Inputs")[0]
+    first = index.split("## Tables")[0]
     assert "Synthetic data" in first and "Qwen/Qwen3-8B (preset qwen3-8b)" in first
     for t in rep.tables:
         for ext in ("md", "tex", "csv", "html"):
@@ -972,6 +972,19 @@ def test_figures_name_what_they_show(tree, tmp_path):
     assert "oracle bound" not in captions and "oracle-first" in captions
     share = (out / "tables" / "table-oracle-share.md").read_text()
     assert "oracle bound" not in share and "Share of oracle-first" in share
+
+
+def test_the_index_puts_the_results_first_and_the_provenance_last(tree):
+    """Issue 35 (10): Table 1 comes before the commands and inputs that made it, not after
+    ~100 lines of them."""
+    _, out, rep = tree
+    index = (out / "report.md").read_text()
+    table1 = index.index(rep.tables[0].title)
+    assert table1 < index.index("## Figures") < index.index("## Provenance")
+    provenance = index[index.index("## Provenance") :]
+    assert rep.command in provenance and "### Inputs" in provenance
+    assert "mars simulate " in provenance and "mars simulate " not in index[:table1]
+    assert len(index[:table1].splitlines()) < 12
 
 
 def test_the_index_shows_the_report_command_once(tree):
