@@ -137,7 +137,9 @@ def test_without_a_terminal_the_bar_is_plain_lines_a_log_keeps(capsys):
         "  q0 warmup: 16,384 tokens, 2 of 2 running",
         "  q0 warmup: to the end (at most 32,768 tokens)",
         "  q0 sc: starting 4 traces",
-    ] + [lines[6]] + ["solve (sc): 2/2 questions done"]
+        lines[6],
+        "solve (sc): 2/2 questions done",
+    ]
     assert re.fullmatch(r"solve \(sc\): 1/2 questions done, about \d:\d\d:\d\d left", lines[6])
 
 

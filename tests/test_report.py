@@ -8,13 +8,14 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from mars.report import collect, discover, figures, render_report
+from mars.report import collect, comparison, discover, render_report
 from mars.report.collect import ReportError, split_label
 from mars.report.fmt import md_escape, read_table_csv, tex_escape
 
@@ -939,17 +940,18 @@ def test_real_and_unknown_sources_are_named(tmp_path):
 def _legend_of(make, results, out_dir) -> set[str]:
     """The legend entries of the figure ``make(results, out_dir)`` draws."""
     seen: set[str] = set()
-    finish = figures._finish
+    module = sys.modules[make.__module__]
+    finish = module._finish
 
     def spy(fo, fig, *args):
         seen.update(t.get_text() for leg in fig.legends for t in leg.get_texts())
         return finish(fo, fig, *args)
 
-    figures._finish = spy
+    module._finish = spy
     try:
         make(results, out_dir)
     finally:
-        figures._finish = finish
+        module._finish = finish
     return seen
 
 
@@ -966,8 +968,8 @@ def test_figures_name_what_they_show(tree, tmp_path):
     frontier = pd.read_csv(out / "figures" / "fig-frontier.csv")
     pp = frontier[frontier.method == "sc-pp"]
     assert sorted(pp.pp_conv.astype(int)) == [3, 3, 4, 4]  # two models × u = 3, 4
-    legend = _legend_of(figures.fig_frontier, collect([results]), tmp_path)
-    assert {"Parallel-Probe, u=3", "Parallel-Probe, u=4", "oracle-first savings"} <= legend
+    legend = _legend_of(comparison.fig_frontier, collect([results]), tmp_path)
+    assert {"Parallel-Probe (u=3)", "Parallel-Probe (u=4)", "oracle-first savings"} <= legend
     captions = " ".join(f.caption + f.title for f in rep.figures)
     assert "oracle bound" not in captions and "oracle-first" in captions
     share = (out / "tables" / "table-oracle-share.md").read_text()
