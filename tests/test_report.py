@@ -1037,3 +1037,38 @@ def test_a_symlinked_out_keeps_its_link(tmp_path):
         assert _report_cli(results, tmp_path / "link").exit_code == 0
     assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "report.md").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "results"]
+
+
+def test_a_small_number_is_never_shown_as_zero():
+    """Issue 35 (10): 0.04 % of savings is "<0.1%", not "0.0%"."""
+    from mars.report.fmt import num, pct
+
+    assert pct(0.04).md() == "<0.1%" and pct(0.04).latex() == r"$<$0.1\%"
+    assert num(-0.03).md() == ">-0.1" and num(0.004, 2).md() == "<0.01"
+    assert pct(0.0).md() == "0.0%" and pct(-0.0).md() == "0.0%" and pct(0.05).md() == "0.1%"
+    assert pct(2.1, mark="†").md() == "2.1%†" and pct(2.1, mark="†").latex() == r"2.1\%$^{\dagger}$"
+
+
+def test_a_method_on_fewer_traces_says_what_its_savings_are_against(tmp_path):
+    """Issue 35 (10): single-sac's savings are against its one trace; the tables mark them and
+    say what share of the full-budget vote's tokens it spends."""
+    from mars.report.tables import all_tables
+
+    rng = np.random.default_rng(3)
+    run = tmp_path / "results" / MODEL / DATASET / "default" / "sim"
+    for m in ("sc", "single-sac", "sc-mars-cal"):
+        _write_method(run, m, rng, SETTINGS)
+    results = collect([tmp_path / "results"])
+    spent = 100 * overall(tmp_path / "results", MODEL, "default", "single-sac")["tokens_mean"]
+    spent /= overall(tmp_path / "results", MODEL, "default", "sc")["tokens_mean"]
+    tables = {t.key: t for t in all_tables(results, "mars report")}
+    for key in ("table3-full-toy-model-co", "table-oracle-share", "table-probe-cost"):
+        md = tables[key].markdown()
+        (row,) = [line for line in md.splitlines() if "`single-sac`" in line]
+        (mars,) = [line for line in md.splitlines() if "`sc-mars-cal`" in line]
+        assert "†" in row and "†" not in mars, key
+        assert (
+            "- † single-sac runs 1 trace of each sample: its savings are against that trace run "
+            "to the end, not against the full-budget vote (sc); it spends "
+            f"{spent:.1f} % of sc's tokens."
+        ) in md, key

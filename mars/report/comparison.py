@@ -23,7 +23,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..method.registry import CALIBRATED_MARS, METHODS, ORACLE_FIRST_STOP, PIPELINES
+from ..method.registry import (
+    CALIBRATED_MARS,
+    CONSENSUS,
+    CONVERGENCE_EXIT,
+    MARS,
+    MARS_CERTIFIED,
+    METHODS,
+    ORACLE_FIRST_STOP,
+    PARALLEL_PROBE,
+    PIPELINES,
+    PROBE_CONTROLLER,
+    RISK,
+)
 from .collect import Results, Run
 from .figures import (
     FORMATS,
@@ -52,13 +64,14 @@ FAMILY_COLORS = {
 }
 #: the family of an early-stopping rule (by its kind); the rest is said by the method itself
 RULE_FAMILIES = {
-    "mars": "MARS",
-    "certified": "MARS",
-    "risk": "MARS",
-    "pp": "Parallel-Probe",
-    "pp-main": "Parallel-Probe",
-    "consensus": "consensus",
-    "sac": "convergence exit",
+    rule.kind: family
+    for family, rules in (
+        ("MARS", (MARS, MARS_CERTIFIED, RISK)),
+        ("Parallel-Probe", (PARALLEL_PROBE, PROBE_CONTROLLER)),
+        ("consensus", (CONSENSUS,)),
+        ("convergence exit", (CONVERGENCE_EXIT,)),
+    )
+    for rule in rules
 }
 #: a mark's shape: a method starts at the shape of its place in the registry (so it keeps its mark
 #: from figure to figure) and takes the next one its colour has free

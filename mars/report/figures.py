@@ -939,13 +939,11 @@ def fig_ablations(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut
 
 
 def all_figures(results: Results, out_dir: Path, formats=FORMATS) -> list[FigureOut]:
-    from .comparison import fig_frontier, fig_latency
-
+    """The paper's figures (the comparison figures and the trade-off are
+    :mod:`mars.report.comparison`'s and :mod:`mars.report.tradeoff`'s)."""
     return [
         fig_savings(results, out_dir, formats),
         fig_example(results, out_dir, formats),
         fig_pp_failure(results, out_dir, formats),
         fig_ablations(results, out_dir, formats),
-        fig_frontier(results, out_dir, formats),
-        fig_latency(results, out_dir, formats),
     ]

@@ -111,10 +111,12 @@ def _render(rep: Report, figures: bool, formats) -> None:
         (tdir / f"{t.key}.html").write_text(table_html(t))
 
     if figures:
+        from .comparison import fig_frontier, fig_latency
         from .figures import all_figures
         from .tradeoff import fig_tradeoff
 
         rep.figures = all_figures(results, fdir, formats)
+        rep.figures += [make(results, fdir, formats) for make in (fig_frontier, fig_latency)]
         tradeoff = fig_tradeoff(results, fdir, formats)
         if tradeoff is not None:
             rep.figures.append(tradeoff)
