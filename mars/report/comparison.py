@@ -348,7 +348,8 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
         f"returns the full-budget answer can save more than {ORACLE_FIRST}; a rule that "
         "sometimes returns another answer can, so it is a reference point, not a bound. Every "
         "savings is against the full-budget vote, also for a method that runs fewer traces than "
-        "the budget (single-sac: the tables give its savings against its one trace). Each "
+        "the budget (one trace with a convergence exit: the tables give its savings against "
+        "that trace). Each "
         "pool's main run and the runs that drew its samples; the numbers are in "
         "fig-frontier.csv.",
         data=df,
