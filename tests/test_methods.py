@@ -142,8 +142,8 @@ def _simulate(pool, out, methods):
 
 def test_a_registered_method_appears_in_the_report(toy, tmp_path):
     """The toy, declared only in the fixture, gets rows in the report's every-method tables and
-    points on the frontier (a mark labelled with its label), measured against its pipeline's baseline and
-    oracle-first stop; its future-reading twin stays off both, as the oracles do."""
+    points on the frontier (a mark named by its label), measured against its pipeline's
+    baseline and oracle-first stop; its future-reading twin stays off both, as the oracles do."""
     pool = write_layout_pool(tmp_path / "pool", seed=3, n_questions=2)
     _simulate(pool, tmp_path / "res" / "m" / "d", "sc,sc-toy,sc-toy-oracle,oracle-first")
     out = tmp_path / "report"
