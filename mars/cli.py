@@ -556,38 +556,17 @@ def solve(
 def _print_live(rows: list) -> None:
     from rich.table import Table
 
+    from .live_summary import summarize
+
+    summary = summarize(rows)
     t = Table(title="live runs", show_lines=False)
-    for c in ("q", "answer", "ok", "stopped", "at", "tokens", "full", "saved", "wall", "full wall"):
+    for c in summary.header:
         t.add_column(c, justify="right")
-    for r in rows:
-        full = r.get("full") or {}
-        saved = f"{1 - r['tokens'] / full['tokens']:.0%}" if full.get("tokens") else ""
-        t.add_row(
-            str(r["qid"]),
-            str(r["answer"]),
-            "✓" if r["correct"] else "✗",
-            r["stopped_by"],
-            str(r["stop_position"] or ""),
-            f"{r['tokens']:,}",
-            f"{full['tokens']:,}" if full else "",
-            saved,
-            f"{r['wall_s']['main']:.1f}s",
-            f"{full['wall_s']:.1f}s" if full else "",
-        )
+    for row in summary.rows:
+        t.add_row(*map(escape, row))
     err.print(t)
-    n = len(rows)
-    acc = sum(r["correct"] for r in rows) / n
-    tokens = sum(r["tokens"] for r in rows)
-    warm = sum(r["warmup_tokens"] for r in rows)
-    line = f"{n} questions, accuracy {acc:.1%}, tokens {tokens:,} (+ warmup {warm:,})"
-    if all(r.get("full") for r in rows):
-        ft = sum(r["full"]["tokens"] for r in rows)
-        full_acc = sum(r["full"]["correct"] for r in rows) / n
-        line += (
-            f"; run to completion: {ft:,} tokens, accuracy {full_acc:.1%}, "
-            f"saved {1 - tokens / ft:.1%}"
-        )
-    err.print(line)
+    for line in summary.lines:
+        err.print(escape(line))
 
 
 @app.command()
@@ -596,13 +575,17 @@ def replay(
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
 ):
     """Re-simulate a live run from its records; exit 1 if any question differs from what ran live."""  # noqa: E501 - typer shows it verbatim as the command summary
-    from .live import replay as replay_run
+    from .replay import open_live_run
+    from .replay import replay as replay_run
 
     with user_errors():
+        state = open_live_run(run)
         rows = replay_run(run, parse_question_spec(questions))
     bad = [r for r in rows if not r["match"]]
     for r in bad:
         print(f"question {r['qid']}: live {r['live']} != replay {r['replay']}", file=sys.stderr)
+    if not state.finished:
+        print(state.unfinished_line(), file=sys.stderr)
     print(f"{len(rows) - len(bad)}/{len(rows)} questions replay exactly")
     if bad:
         raise typer.Exit(1)

@@ -729,6 +729,12 @@ def simulate_pool(
         raise PoolError(
             f"{pool.source}: no question {missing[0]} (questions: {', '.join(map(str, pool.qids))})"
         )
+    unknown = [q for q in qids if q in getattr(pool, "unknown_answers", ())]
+    if unknown:
+        raise SimulationError(
+            f"{pool.source}: question {unknown[0]} has no known answer (null ground_truth), and "
+            "accuracy is scored against it; leave it out with --questions"
+        )
     size_notes(pool, methods, settings, qids)
     if fit_dir is not None:
         _worker_fit(str(fit_dir)).check(pool, settings, qids)

@@ -15,6 +15,7 @@ One path for all engines and both modes:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ from ..store.problems import Problem, problems_digest, select_problems
 from ..store.write import PoolDirWriter, probes_array, token_ids_array, write_trace_table
 from ..workers import process_pool
 from .base import Backend, ProbeResult, TraceBatch, TraceResult
+
+log = logging.getLogger(__name__)
 
 #: Largest pool (traces per question, all shards) and largest shard a generation accepts: far
 #: above the paper's 4,096, far below what exhausts memory.
@@ -108,6 +111,31 @@ def run_batch(
     for j in range(batch.n):
         records[j].result = batch.result(j)
     return records
+
+
+def warn_without_final_answers(
+    qid: int, results: Sequence[TraceResult], max_tokens: int, what: str = "traces"
+) -> bool:
+    """Warn, the moment a question's traces have ended, when none holds a final answer: nothing
+    would vote on the question (`mars simulate` finds nothing to sample), and the cause is most
+    often the prompt or the token cap, which the rest of the run would not change. True if it
+    warned."""
+    if not results or any(r.final_answer is not None for r in results):
+        return False
+    n, cut = len(results), sum(not r.finished for r in results)
+    if cut == n:
+        why = f"all were cut at --max-tokens {max_tokens:,} first (raise it)"
+    else:
+        why = f"{n - cut} finished without one: does the prompt ask for the answer in \\boxed{{}}?"
+    log.warning(
+        "question %d: none of its %d %s ended with a \\boxed{} final answer, so nothing votes "
+        "on it; %s",
+        qid,
+        n,
+        what,
+        why,
+    )
+    return True
 
 
 def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord]) -> pa.Table:
@@ -229,6 +257,7 @@ def _generate_question(
         )
     finally:
         batch.close()
+    warn_without_final_answers(problem.qid, [r.result for r in records], max_tokens)
     for r in records:
         if not with_confs:
             r.result.confs = None

@@ -165,7 +165,7 @@ def _problem(pool: LayoutPool, qid: int) -> Problem:
     return Problem(
         qid=qid,
         question=str(meta.get("question") or ""),
-        answer=str(meta["ground_truth"]),
+        answer=meta["ground_truth"],  # None: not known
         dataset=str(meta.get("dataset") or ""),
     )
 

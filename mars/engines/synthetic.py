@@ -464,7 +464,8 @@ def question_latent(problem: Problem, seed: int, prm: dict) -> QuestionLatent:
     dw = np.sort(rng.dirichlet(np.full(K, prm["distractor_alpha"])))[::-1]
     E = max(1, prm["n_explore"])
     ew = rng.dirichlet(np.full(E, prm["explore_alpha"]))
-    truth = problem.answer.strip()
+    # a question whose answer is not known gets a stand-in the model converges on
+    truth = problem.answer.strip() if problem.answer is not None else str(problem.qid + 100)
     vocab = {0: truth}
     used = {truth}
     salt = int(rng.integers(1 << 40))

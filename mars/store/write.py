@@ -32,7 +32,14 @@ import pyarrow.parquet as pq
 
 from ..errors import MarsError
 from . import confs, schema
-from .atomic import check_output_dir, make_dirs, make_temp_dir, write_atomic, write_json_atomic
+from .atomic import (
+    LOCK_NAME,
+    check_output_dir,
+    make_dirs,
+    make_temp_dir,
+    write_atomic,
+    write_json_atomic,
+)
 from .pool import PoolError, QuestionData
 from .userfiles import parse_json, read_json_object
 
@@ -167,7 +174,7 @@ class PoolDirWriter:
                     f"{out}: holds an interrupted {self.what} with other parameters"
                     f"{_other_run(prev, self.params)}"
                 )
-        elif out.exists() and any(out.iterdir()):
+        elif out.exists() and any(p.name != LOCK_NAME for p in out.iterdir()):
             # no record and no manifest (e.g. a workflow manager deleted the completion marker
             # of a finished run): the trace files still say which run wrote them
             found = self._recorded_params()
