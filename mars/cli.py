@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import inspect
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -64,6 +66,31 @@ def user_errors() -> Iterator[None]:
             raise
         print(f"error: {full}", file=sys.stderr)
         raise typer.Exit(2) from None
+
+
+@contextlib.contextmanager
+def resumable_bar(description: str, quiet: bool, out: Path) -> Iterator[Any]:
+    """The progress of a stage that resumes (generate, probe, solve); Ctrl-C ends it with one
+    line saying what is kept and the command that goes on from there (exit 130)."""
+    from .progress import bar
+
+    with bar(description, disable=quiet) as shown:
+        try:
+            yield shown
+        except KeyboardInterrupt:
+            pass
+        else:
+            return
+    done = f"{shown.done} of {shown.total} questions" if shown.total else "no question"
+    again = "the same command"
+    if sys.argv[1:2] and Path(sys.argv[0]).name in ("mars", "cli.py"):
+        again = f"`{shlex.join(['mars', *sys.argv[1:]])}`"
+    print(
+        f"interrupted: {done} finished in this run, kept in {out}; {again} resumes from there",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise typer.Exit(130)
 
 
 def setting_help(spec: SettingSpec, more: str = "") -> str:
@@ -358,7 +385,6 @@ def generate(
     """Generate traces and probe them every `spacing` tokens (resumable; sharded)."""
     from .engines.factory import make_backend
     from .engines.generate import generate_pool
-    from .progress import bar
     from .store.atomic import check_apart
 
     opts = dict(engine_options or {})
@@ -368,7 +394,7 @@ def generate(
         qids = parse_question_spec(questions)
         check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
         be = make_backend(backend, model=model, preset=preset, with_confs=confs, **opts)
-        with bar(f"generate ({backend})", disable=quiet) as progress:
+        with resumable_bar(f"generate ({backend})", quiet, out) as progress:
             generate_pool(
                 be,
                 problems,
@@ -386,7 +412,35 @@ def generate(
                 token_ids=token_ids,
                 detail=progress.detail,
             )
+        if not quiet:
+            _print_generated(out)
     _stood_in_note(out)
+
+
+def _print_generated(out: Path) -> None:
+    """The closing line of ``mars generate``: what the folder now holds."""
+    import pyarrow.parquet as pq
+
+    from .store import schema
+    from .store.pool import LayoutPool
+
+    pool = LayoutPool(out)
+    n = final = 0
+    for q in pool.qids:
+        answers = pq.read_table(out / schema.trace_file_name(q), columns=["final_answer"])
+        n += answers.num_rows
+        final += answers.num_rows - answers.column(0).null_count
+    share = f" ({final / n:.0%})" if n else ""
+    print(  # a line a log keeps whole (rich would wrap it)
+        f"wrote {n:,} traces of {len(pool.qids)} questions, {final:,} with a final answer{share}, "
+        f"to {out}",
+        file=sys.stderr,
+    )
+    if n and not final:
+        print(
+            "no trace has a final answer (\\boxed{...}): `mars simulate` has nothing to sample",
+            file=sys.stderr,
+        )
 
 
 def _stood_in_note(out: Path) -> None:
@@ -437,7 +491,6 @@ def probe(
 ):
     """Probe stored traces again, at any spacing and with any probe model (no regeneration)."""
     from .engines.probe import probe_backend, probe_pool
-    from .progress import bar
     from .store.atomic import check_apart
     from .store.pool import LayoutPool, open_pool
 
@@ -460,7 +513,7 @@ def probe(
             probe_max_new_tokens=max_new_tokens,
             **opts,
         )
-        with bar(f"probe every {spacing} tokens", disable=quiet) as progress:
+        with resumable_bar(f"probe every {spacing} tokens", quiet, out) as progress:
             probe_pool(
                 traces, out, be, spacing=spacing, questions=qids, progress=progress, replace=replace
             )
@@ -500,7 +553,6 @@ def solve(
     """Answer questions live: stop the parallel traces the moment the method fires."""
     from .engines.factory import make_backend
     from .live import solve_pool
-    from .progress import bar
     from .store.atomic import check_apart
 
     opts = dict(engine_options or {})
@@ -509,7 +561,7 @@ def solve(
         qids = parse_question_spec(questions)
         check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
         be = make_backend(backend, model=model, preset=preset, **opts)
-        with bar(f"solve ({method})", disable=quiet) as progress:
+        with resumable_bar(f"solve ({method})", quiet, out) as progress:
             rows = solve_pool(
                 be,
                 problems,
@@ -724,5 +776,15 @@ def main(argv=None) -> int:
     return 0
 
 
+def run() -> None:
+    """The ``mars`` command: :func:`main`, then the exit without the interpreter's last sweep of
+    cyclic garbage, which visits every object of every module loaded (seconds once transformers
+    has loaded torch, on Ctrl-C too); files and outputs are closed before it (the temporary ones
+    removed), and whatever ``atexit`` holds still runs."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -43,7 +43,8 @@ def problems():
 
 def gen(problems, out, seed=0, n=8, **kw):
     kw.setdefault("spacing", SPACING)
-    return generate_pool(backend(), problems, n, seed, out, questions=QS, **kw)
+    kw.setdefault("questions", QS)
+    return generate_pool(backend(), problems, n, seed, out, **kw)
 
 
 def trace_bytes(pool_dir):
@@ -178,6 +179,28 @@ def test_resume_after_interruption(tmp_path, problems):
     assert seen == [2, 3]  # finished questions are skipped
     assert trace_bytes(run) == clean
     open_pool(run)
+
+
+def test_other_questions_are_refused_saying_what_to_do(tmp_path, problems):
+    """Issue 35 (10): a finished or interrupted pool and a run with other --questions: the line
+    names what differs, the questions it holds and the ways on."""
+    out = gen(problems, tmp_path / "p")
+    interrupted = tmp_path / "i"
+    with pytest.raises(RuntimeError):
+        gen(problems, interrupted, questions=[0, 1, 2, 5], on_question=_stop_after_one)
+    for folder, held in ((out, "0-3"), (interrupted, "0-2,5")):
+        with pytest.raises(PoolError) as caught:
+            gen(problems, folder, questions=[0, 1, 7])
+        (line,) = str(caught.value).splitlines()
+        assert "with other parameters (problems_digest, qids): to keep it, rerun with its " in line
+        assert line.endswith(
+            f"parameters (its questions: --questions {held}); for these, choose another --out; "
+            "to replace it, delete the folder"
+        )
+
+
+def _stop_after_one(qid, table):
+    raise RuntimeError("interrupted")
 
 
 def test_refuses_other_parameters_or_foreign_dirs(tmp_path, problems):

@@ -8,13 +8,14 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from mars.report import collect, discover, figures, render_report
+from mars.report import collect, comparison, discover, render_report
 from mars.report.collect import ReportError, split_label
 from mars.report.fmt import md_escape, read_table_csv, tex_escape
 
@@ -953,7 +954,7 @@ def test_synthetic_results_say_so(synthetic, tmp_path):
     out = tmp_path / "report"
     rep = render_report([results], out, formats=("png",))
     index = (out / "report.md").read_text()
-    first = index.split("## Inputs")[0]
+    first = index.split("## Tables")[0]
     assert "Synthetic data" in first and "Qwen/Qwen3-8B (preset qwen3-8b)" in first
     for t in rep.tables:
         for ext in ("md", "tex", "csv", "html"):
@@ -990,17 +991,18 @@ def test_real_and_unknown_sources_are_named(tmp_path):
 def _legend_of(make, results, out_dir) -> set[str]:
     """The legend entries of the figure ``make(results, out_dir)`` draws."""
     seen: set[str] = set()
-    finish = figures._finish
+    module = sys.modules[make.__module__]
+    finish = module._finish
 
     def spy(fo, fig, *args):
         seen.update(t.get_text() for leg in fig.legends for t in leg.get_texts())
         return finish(fo, fig, *args)
 
-    figures._finish = spy
+    module._finish = spy
     try:
         make(results, out_dir)
     finally:
-        figures._finish = finish
+        module._finish = finish
     return seen
 
 
@@ -1017,12 +1019,25 @@ def test_figures_name_what_they_show(tree, tmp_path):
     frontier = pd.read_csv(out / "figures" / "fig-frontier.csv")
     pp = frontier[frontier.method == "sc-pp"]
     assert sorted(pp.pp_conv.astype(int)) == [3, 3, 4, 4]  # two models × u = 3, 4
-    legend = _legend_of(figures.fig_frontier, collect([results]), tmp_path)
-    assert {"Parallel-Probe, u=3", "Parallel-Probe, u=4", "oracle-first savings"} <= legend
+    legend = _legend_of(comparison.fig_frontier, collect([results]), tmp_path)
+    assert {"Parallel-Probe (u=3)", "Parallel-Probe (u=4)", "oracle-first savings"} <= legend
     captions = " ".join(f.caption + f.title for f in rep.figures)
     assert "oracle bound" not in captions and "oracle-first" in captions
     share = (out / "tables" / "table-oracle-share.md").read_text()
     assert "oracle bound" not in share and "Share of oracle-first" in share
+
+
+def test_the_index_puts_the_results_first_and_the_provenance_last(tree):
+    """Issue 35 (10): Table 1 comes before the commands and inputs that made it, not after
+    ~100 lines of them."""
+    _, out, rep = tree
+    index = (out / "report.md").read_text()
+    table1 = index.index(rep.tables[0].title)
+    assert table1 < index.index("## Figures") < index.index("## Provenance")
+    provenance = index[index.index("## Provenance") :]
+    assert rep.command in provenance and "### Inputs" in provenance
+    assert "mars simulate " in provenance and "mars simulate " not in index[:table1]
+    assert len(index[:table1].splitlines()) < 12
 
 
 def test_the_index_shows_the_report_command_once(tree):
@@ -1073,3 +1088,38 @@ def test_a_symlinked_out_keeps_its_link(tmp_path):
         assert _report_cli(results, tmp_path / "link").exit_code == 0
     assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "report.md").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "results"]
+
+
+def test_a_small_number_is_never_shown_as_zero():
+    """Issue 35 (10): 0.04 % of savings is "<0.1%", not "0.0%"."""
+    from mars.report.fmt import num, pct
+
+    assert pct(0.04).md() == "<0.1%" and pct(0.04).latex() == r"$<$0.1\%"
+    assert num(-0.03).md() == ">-0.1" and num(0.004, 2).md() == "<0.01"
+    assert pct(0.0).md() == "0.0%" and pct(-0.0).md() == "0.0%" and pct(0.05).md() == "0.1%"
+    assert pct(2.1, mark="†").md() == "2.1%†" and pct(2.1, mark="†").latex() == r"2.1\%$^{\dagger}$"
+
+
+def test_a_method_on_fewer_traces_says_what_its_savings_are_against(tmp_path):
+    """Issue 35 (10): single-sac's savings are against its one trace; the tables mark them and
+    say what share of the full-budget vote's tokens it spends."""
+    from mars.report.tables import all_tables
+
+    rng = np.random.default_rng(3)
+    run = tmp_path / "results" / MODEL / DATASET / "default" / "sim"
+    for m in ("sc", "single-sac", "sc-mars-cal"):
+        _write_method(run, m, rng, SETTINGS)
+    results = collect([tmp_path / "results"])
+    spent = 100 * overall(tmp_path / "results", MODEL, "default", "single-sac")["tokens_mean"]
+    spent /= overall(tmp_path / "results", MODEL, "default", "sc")["tokens_mean"]
+    tables = {t.key: t for t in all_tables(results, "mars report")}
+    for key in ("table3-full-toy-model-co", "table-oracle-share", "table-probe-cost"):
+        md = tables[key].markdown()
+        (row,) = [line for line in md.splitlines() if "`single-sac`" in line]
+        (mars,) = [line for line in md.splitlines() if "`sc-mars-cal`" in line]
+        assert "†" in row and "†" not in mars, key
+        assert (
+            "- † single-sac runs 1 trace of each sample: its savings are against that trace run "
+            "to the end, not against the full-budget vote (sc); it spends "
+            f"{spent:.1f} % of sc's tokens."
+        ) in md, key

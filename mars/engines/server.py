@@ -119,7 +119,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..errors import MarsError
+from ..errors import MarsError, install_hint
 from ..store.problems import Problem
 from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
 from .endpoint import api_key, check_base_url, printable, redact, shown
@@ -1349,7 +1349,7 @@ class ServerBackend(TokenProbing, Backend):
         try:
             import httpx  # noqa: F401
         except ImportError as exc:
-            raise ImportError("the server backend needs httpx: pip install 'mars[server]'") from exc
+            raise ImportError(f"the server backend needs httpx: {install_hint('server')}") from exc
         url = normalise_base_url(base_url)
         #: the server as messages name it: credentials in its URL hidden
         self.base_url = redact(url)

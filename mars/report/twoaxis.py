@@ -162,7 +162,7 @@ def fig_two_axis(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                 title += " · " + ", ".join(dict.fromkeys(df[df.panel == panel].setting))
             ax.set_title(_short(title), fontsize=9, loc="left")
             if len(sub) == 0:
-                ax.text(0.5, 0.5, "no full-budget vote (sc) in these runs", ha="center")
+                ax.text(0.5, 0.5, "no full-budget vote in these runs", ha="center")
                 ax.set_axis_off()
             else:
                 _panel(ax, sub)

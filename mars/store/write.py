@@ -189,7 +189,10 @@ class PoolDirWriter:
         if os.path.lexists(manifest_path):
             done = read_json_object(manifest_path, PoolError)
             if self.params_of(done) != self.params:
-                raise PoolError(f"{out}: holds a finished pool {self.what} with other parameters")
+                raise PoolError(
+                    f"{out}: holds a finished pool {self.what} with other parameters"
+                    f"{_other_run(self.params_of(done), self.params)}"
+                )
             if all(self.is_done(q) for q in qids):
                 return False
             # files were deleted since: regenerate them (the manifest is rewritten at the end)
@@ -199,8 +202,8 @@ class PoolDirWriter:
             prev = read_json_object(self.record, PoolError)
             if prev != self.params:
                 raise PoolError(
-                    f"{out}: holds an interrupted {self.what} with other parameters "
-                    f"({', '.join(_differing(prev, self.params))})"
+                    f"{out}: holds an interrupted {self.what} with other parameters"
+                    f"{_other_run(prev, self.params)}"
                 )
         elif out.exists() and any(p.name != LOCK_NAME for p in out.iterdir()):
             # no record and no manifest (e.g. a workflow manager deleted the completion marker
@@ -212,9 +215,8 @@ class PoolDirWriter:
                 )
             if found != self.params:
                 raise PoolError(
-                    f"{out}: holds a {self.what} with other parameters "
-                    f"({', '.join(_differing(found, self.params))}); to keep it, run with its "
-                    "parameters; to replace it, delete the folder"
+                    f"{out}: holds a {self.what} with other parameters"
+                    f"{_other_run(found, self.params)}"
                 )
         try:
             make_dirs(out / schema.POOL_TRACES_DIR)
@@ -322,6 +324,28 @@ class PoolDirWriter:
 
 def _differing(a: dict, b: dict) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def _other_run(found: dict, wanted: dict) -> str:
+    """What differs between the run a folder holds and the one asked for, and what to do: the
+    end of the line refusing it."""
+    keys = _differing(found, wanted)
+    text = f" ({', '.join(keys)}): to keep it, rerun with its parameters"
+    qids = found.get("qids")
+    if "qids" in keys and isinstance(qids, list) and all(isinstance(q, int) for q in qids):
+        text += f" (its questions: --questions {_question_spec(qids)})"
+    return text + "; for these, choose another --out; to replace it, delete the folder"
+
+
+def _question_spec(qids: list[int]) -> str:
+    """[0, 1, 2, 5] → "0-2,5" (what --questions reads)."""
+    parts: list[str] = []
+    for q in sorted(set(qids)):
+        if parts and q == int(parts[-1].rsplit("-", 1)[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{q}"
+        else:
+            parts.append(str(q))
+    return ",".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
