@@ -65,6 +65,16 @@ from ..errors import MarsError
 from ..store.problems import Problem
 from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
 from .models import _split_model_path, _torch, convert_gguf, load_model, save_model
+from .static_decode import (
+    DecoderPool,
+    StaticDecoder,
+    check_device,
+    check_static,
+    kv_source,
+    length_for,
+    pow2,
+    rows_for,
+)
 from .tokens import (
     CONF_TOP_K,
     DEFAULT_PROMPT_TEMPLATE,
@@ -143,6 +153,9 @@ class TransformersBackend(TokenProbing, Backend):
             generated the traces being probed, when the pool's recorded model path cannot be
             loaded here (default: loaded from the pool's manifest when needed).
         prompt_template, system_prompt: the chat prompt (user message ``prompt_template``).
+        decode: ``"eager"`` (a growing ``DynamicCache``, one forward pass per step), ``"static"``
+            (a static KV cache) or ``"cuda-graphs"`` (static, each step replayed as a CUDA graph;
+            CUDA only): :mod:`mars.engines.static_decode`.
         model, tokenizer: an already loaded model and tokenizer (``model_path`` is then only a
             name).
         name: the model name recorded in the pool (default: ``model_path`` as given).
@@ -169,6 +182,7 @@ class TransformersBackend(TokenProbing, Backend):
         generator_tokenizer=None,
         prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
         system_prompt: str | None = None,
+        decode: str = "eager",
         model=None,
         tokenizer=None,
         name: str | None = None,
@@ -190,6 +204,7 @@ class TransformersBackend(TokenProbing, Backend):
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = str(device)
+        check_device(decode, self.device)  # before the model loads
         if model is None or tokenizer is None:
             if model_path is None:
                 raise MarsError("give model_path, or both model and tokenizer")
@@ -238,6 +253,9 @@ class TransformersBackend(TokenProbing, Backend):
             if "logits_to_keep" in params
             else ("num_logits_to_keep" if "num_logits_to_keep" in params else None)
         )
+        self.decode = decode
+        if decode != "eager":
+            check_static(model, decode)
         #: cumulative counters (tokens decoded, forward passes, probe tokens, wall time per phase)
         self.stats = {
             "trace_tokens": 0,
@@ -248,6 +266,10 @@ class TransformersBackend(TokenProbing, Backend):
             "generate_s": 0.0,
             "probe_s": 0.0,
         }
+        #: static decoders kept between uses (``decode`` static or cuda-graphs)
+        self._pool = DecoderPool(
+            model, graphs=decode == "cuda-graphs", keep_kw=self._keep_kw, stats=self.stats
+        )
 
     # -- interface -------------------------------------------------------------------------------
 
@@ -288,6 +310,8 @@ class TransformersBackend(TokenProbing, Backend):
             "prompt_template": self.prompt_template,
             "system_prompt": self.system_prompt,
             "torch": torch.__version__.split("+")[0],
+            # recorded only when not the default, so that eager pools keep their parameters
+            **({"decode": self.decode} if self.decode != "eager" else {}),
         }
 
     def describe_probe(self) -> dict:
@@ -350,17 +374,24 @@ class TransformersBackend(TokenProbing, Backend):
     # -- probes (inline, and the probe stage) ------------------------------------------------------
 
     def _probe_tokens(
-        self, n: int, seeds: list[int], device, cache=None, full=None
+        self, n: int, seeds: list[int], device, cache=None, rows=None, full=None
     ) -> list[list[int]]:
         """Sample the probes of ``n`` rows and return each row's tokens (EOS included).
 
-        From ``cache`` (each row's prompt + prefix; consumed) after prefilling the probe suffix,
-        or from scratch on ``full`` (prompt + prefix + suffix per row).  Row ``i`` draws its
-        tokens with a generator seeded ``seeds[i]``; a row stops at EOS or after
+        From ``cache`` (a ``DynamicCache``, or the :class:`StaticDecoder` of a chunk: each row's
+        prompt + prefix; left as it is), its rows ``rows`` (default all), after prefilling the
+        probe suffix; or from scratch on ``full`` (prompt + prefix + suffix per row).  Row ``i``
+        draws its tokens with a generator seeded ``seeds[i]``; a row stops at EOS or after
         ``probe_max_new_tokens`` tokens.
         """
         torch = _torch()
+        sel = None if rows is None else torch.as_tensor(np.asarray(rows, np.int64), device=device)
+        if self.decode != "eager":
+            return self._probe_tokens_static(n, seeds, cache, sel, full)
         if cache is not None:
+            cache = copy.deepcopy(cache)
+            if sel is not None:
+                cache.batch_select_indices(sel)
             suffix = torch.tensor(self.suffix_ids, device=device)
             logits, cache = self._forward(suffix.expand(n, -1), cache)
             self.stats["prefill_tokens"] += n * suffix.numel()
@@ -390,6 +421,46 @@ class TransformersBackend(TokenProbing, Backend):
                 torch.as_tensor(tok, device=logits.device).unsqueeze(-1), cache
             )
         del cache
+        return out
+
+    def _probe_tokens_static(self, n: int, seeds: list[int], cache, sel, full) -> list[list[int]]:
+        """:meth:`_probe_tokens` in a static decoder of the pool: row ``i`` in slot ``i``, a row
+        that ends fed dummies until every row has (a probe is at most 50 steps)."""
+        torch = _torch()
+        new = self.probe_max_new_tokens
+        if cache is not None:
+            kv, ctx = kv_source(cache)
+            dec = self._pool.take(pow2(n), length_for(ctx + len(self.suffix_ids) + new))
+            dec.load(kv, ctx, sel)
+            suffix = torch.tensor(self.suffix_ids, device=self.device)
+            logits = dec.feed(suffix.expand(n, -1))
+            self.stats["prefill_tokens"] += n * suffix.numel()
+        else:
+            ids = torch.tensor(full, device=self.device)
+            dec = self._pool.take(pow2(n), length_for(ids.shape[1] + new))
+            dec.seek(0)
+            logits = dec.feed(ids)
+            self.stats["prefill_tokens"] += int(ids.numel())
+        streams = [_Stream(s) for s in seeds]
+        out: list[list[int]] = [[] for _ in range(n)]
+        alive = np.arange(n)
+        try:
+            for step in range(new):
+                tok, _ = self._sample(logits, np.array([streams[i].next() for i in alive.tolist()]))
+                keep = np.ones(alive.size, bool)
+                for a, i in enumerate(alive.tolist()):
+                    out[i].append(int(tok[a]))
+                    if int(tok[a]) in self.eos_ids:
+                        keep[a] = False
+                self.stats["probe_tokens"] += int(alive.size)
+                if step == new - 1 or not keep.any():
+                    break
+                alive, tok = alive[keep], tok[keep]
+                feed = np.zeros(dec.rows, np.int64)
+                feed[alive] = tok
+                logits = dec.step(feed).index_select(0, torch.as_tensor(alive, device=self.device))
+        finally:
+            self._pool.give(dec)
         return out
 
     def _probe_result(
@@ -490,11 +561,8 @@ class TransformersBackend(TokenProbing, Backend):
             if here:
                 seeds = [derive_seed(seed, problem.qid, traces[rows[a]].trace_idx, e) for a in here]
                 if kv:
-                    branch = copy.deepcopy(cache)
-                    if len(here) < len(alive):
-                        sel = [alive.index(a) for a in here]
-                        branch.batch_select_indices(torch.as_tensor(sel, device=self.device))
-                    toks = self._probe_tokens(len(here), seeds, self.device, cache=branch)
+                    sel = [alive.index(a) for a in here] if len(here) < len(alive) else None
+                    toks = self._probe_tokens(len(here), seeds, self.device, cache=cache, rows=sel)
                 else:
                     full = [prompt + ids[a][:e].tolist() + self.suffix_ids for a in here]
                     toks = self._probe_tokens(len(here), seeds, self.device, full=full)
@@ -533,7 +601,7 @@ class TransformersBackend(TokenProbing, Backend):
                 if len(seq) > n:
                     cache = self._feed(cache, np.asarray(seq[n:], np.int64)[None, :])
                 fed = np.asarray(seq, np.int64)
-                toks = self._probe_tokens(1, s, self.device, cache=copy.deepcopy(cache))
+                toks = self._probe_tokens(1, s, self.device, cache=cache)
             else:
                 full = [prompt + np.asarray(seq).tolist() + self.suffix_ids]
                 toks = self._probe_tokens(1, s, self.device, full=full)
@@ -630,6 +698,71 @@ class _Chunk:
         self.logits = self.logits.index_select(0, sel)
         self.rows = self.rows[keep]
 
+    def feed(self, be: TransformersBackend, tok: np.ndarray) -> None:
+        """Feed each row its next token; the logits after it."""
+        torch = _torch()
+        ids = torch.as_tensor(tok, device=self.logits.device).unsqueeze(-1)
+        self.logits, self.cache = be._forward(ids, self.cache)
+
+    def probe_source(self, want: np.ndarray) -> tuple[Any, np.ndarray | None]:
+        """The cache a probe of the rows ``want`` branches off, and those rows (None: all)."""
+        return self.cache, None if want.all() else np.flatnonzero(want)
+
+    def release(self) -> None:
+        self.rows, self.cache, self.logits = self.rows[:0], None, None
+
+
+class _StaticChunk:
+    """A chunk decoding in a :class:`StaticDecoder`: live row ``rows[i]`` in slot ``slots[i]``
+    (a row that ends leaves its slot dead; the live rows move to a smaller decoder once they fit
+    in half of it, and to a longer one when it is full)."""
+
+    def __init__(self, be: TransformersBackend, rows: np.ndarray, dec: StaticDecoder, logits, cap):
+        self.be = be
+        self.rows = rows
+        self.dec: StaticDecoder | None = dec
+        self.slots = np.arange(rows.size)
+        self.logits = logits
+        self.cap = int(cap)  # the most positions a row can hold (prompt + max_tokens)
+
+    def select(self, keep: np.ndarray) -> None:
+        if keep.all():
+            return
+        if not keep.any():
+            self.release()
+            return
+        torch = _torch()
+        sel = torch.as_tensor(np.flatnonzero(keep), device=self.logits.device)
+        self.logits = self.logits.index_select(0, sel)
+        self.rows, self.slots = self.rows[keep], self.slots[keep]
+
+    def feed(self, be: TransformersBackend, tok: np.ndarray) -> None:
+        torch = _torch()
+        dec = self.dec
+        assert dec is not None
+        rows = rows_for(self.rows.size, dec.rows)
+        full = dec.pos + 1 > dec.length
+        if full or rows < dec.rows:
+            length = length_for(dec.pos + 1, self.cap) if full else dec.length
+            moved = be._pool.take(rows, length)
+            moved.load(dec.kv(), dec.pos, torch.as_tensor(self.slots, device=dec.device))
+            be._pool.give(dec)
+            self.dec, self.slots, dec = moved, np.arange(self.rows.size), moved
+        ids = np.zeros(dec.rows, np.int64)
+        ids[self.slots] = tok
+        out = dec.step(ids)
+        if self.slots.size < dec.rows or (self.slots != np.arange(dec.rows)).any():
+            out = out.index_select(0, torch.as_tensor(self.slots, device=dec.device))
+        self.logits = out
+
+    def probe_source(self, want: np.ndarray) -> tuple[Any, np.ndarray | None]:
+        return self.dec, self.slots[want]
+
+    def release(self) -> None:
+        if self.dec is not None:
+            self.be._pool.give(self.dec)
+        self.rows, self.dec, self.logits = self.rows[:0], None, None
+
 
 class TransformersTraceBatch(TokenTraceBatch):
     """``n`` traces of one question, decoded in chunks of ``backend.batch_size``."""
@@ -645,7 +778,7 @@ class TransformersTraceBatch(TokenTraceBatch):
             for j in range(self.n)
         ]
         self._chunk_of = np.full(self.n, -1, np.int64)
-        self._chunks: list[_Chunk] = []
+        self._chunks: list[Any] = []
         if self.n == 0:
             return
         import time
@@ -655,11 +788,18 @@ class TransformersTraceBatch(TokenTraceBatch):
             ids = torch.tensor([self.prompt], device=be.device)
             logits, cache = be._forward(ids)
             be.stats["prefill_tokens"] += len(self.prompt)
+            cap = len(self.prompt) + be.max_tokens
             for c, lo in enumerate(range(0, self.n, be.batch_size)):
                 rows = np.arange(lo, min(self.n, lo + be.batch_size))
-                ch_cache = copy.deepcopy(cache)
-                ch_cache.batch_repeat_interleave(rows.size)
-                self._chunks.append(_Chunk(rows, ch_cache, logits.expand(rows.size, -1).clone()))
+                first = logits.expand(rows.size, -1).clone()
+                if be.decode == "eager":
+                    ch_cache = copy.deepcopy(cache)
+                    ch_cache.batch_repeat_interleave(rows.size)
+                    self._chunks.append(_Chunk(rows, ch_cache, first))
+                else:
+                    dec = be._pool.take(rows.size, length_for(len(self.prompt) + 1, cap))
+                    dec.load(*kv_source(cache))
+                    self._chunks.append(_StaticChunk(be, rows, dec, first, cap))
                 self._chunk_of[rows] = c
         be.stats["generate_s"] += time.perf_counter() - t0
 
@@ -678,9 +818,8 @@ class TransformersTraceBatch(TokenTraceBatch):
                     self._step(ch)
         be.stats["generate_s"] += time.perf_counter() - t0
 
-    def _step(self, ch: _Chunk) -> None:
+    def _step(self, ch) -> None:
         """Sample the next token of every row of ``ch``; feed it unless the row ended."""
-        torch = _torch()
         be = self.backend
         u = np.array([self._streams[j].next() for j in ch.rows.tolist()])
         tok, conf = be._sample(ch.logits, u)
@@ -698,8 +837,7 @@ class TransformersTraceBatch(TokenTraceBatch):
         be.stats["trace_tokens"] += int(ch.rows.size)
         ch.select(keep)
         if ch.rows.size:
-            sel = torch.as_tensor(tok[keep], device=ch.logits.device).unsqueeze(-1)
-            ch.logits, ch.cache = be._forward(sel, ch.cache)
+            ch.feed(be, tok[keep])
 
     def stop(self, idx) -> None:
         idx = np.asarray(idx, np.int64)
@@ -727,9 +865,8 @@ class TransformersTraceBatch(TokenTraceBatch):
         be.stats["probe_s"] += time.perf_counter() - t0
         return [results[j] for j in idx.tolist()]
 
-    def _probe_chunk(self, ch: _Chunk, want: np.ndarray) -> list[ProbeResult]:
+    def _probe_chunk(self, ch, want: np.ndarray) -> list[ProbeResult]:
         """Probe the rows ``want`` of chunk ``ch`` together (all hold the same number of tokens)."""
-        torch = _torch()
         be = self.backend
         rows = ch.rows[want]
         p = len(self._ids[rows[0]])
@@ -737,16 +874,12 @@ class TransformersTraceBatch(TokenTraceBatch):
             derive_seed(self.seed, self.problem.qid, self.first_trace + j, p) for j in rows.tolist()
         ]
         if be.probe_kv_reuse:
-            cache = copy.deepcopy(ch.cache)
-            if not want.all():
-                cache.batch_select_indices(
-                    torch.as_tensor(np.flatnonzero(want), device=ch.logits.device)
-                )
-            out = be._probe_tokens(rows.size, seeds, ch.logits.device, cache=cache)
+            cache, sel = ch.probe_source(want)
+            out = be._probe_tokens(rows.size, seeds, be.device, cache=cache, rows=sel)
             cached = len(self.prompt) + p
         else:
             full = [self.prompt + self._ids[j] + be.suffix_ids for j in rows.tolist()]
-            out = be._probe_tokens(rows.size, seeds, ch.logits.device, full=full)
+            out = be._probe_tokens(rows.size, seeds, be.device, full=full)
             cached = 0
         return [
             be._probe_result(
@@ -759,4 +892,6 @@ class TransformersTraceBatch(TokenTraceBatch):
         ]
 
     def close(self) -> None:
+        for ch in self._chunks:
+            ch.release()
         self._chunks = []
