@@ -113,8 +113,8 @@ def check_static(model, mode: str) -> None:
     if kinds != {StaticLayer}:
         names = ", ".join(sorted(k.__name__ for k in kinds - {StaticLayer}))
         raise MarsError(
-            f"--decode {mode}: {type(model).__name__} has layers a static cache cannot hold "
-            f"plainly ({names}); use --decode eager"
+            f"--decode {mode}: {type(model).__name__} has attention layers it does not handle "
+            f"(sliding window or other: {names}); use --decode eager"
         )
 
 
