@@ -49,11 +49,13 @@ __all__ = [
     "IDLE_MAX",
     "MIN_LENGTH",
     "DecoderPool",
+    "StaticChunk",
     "StaticDecoder",
     "check_device",
     "check_static",
     "kv_source",
     "length_for",
+    "probe_decoder",
     "rows_for",
 ]
 
@@ -302,3 +304,83 @@ class DecoderPool:
     def clear(self) -> None:
         """Free every idle decoder (its cache and graph)."""
         self._idle.clear()
+
+
+class StaticChunk:
+    """A chunk decoding in a :class:`StaticDecoder`: live row ``rows[i]`` in slot ``slots[i]``
+    (a row that ends leaves its slot dead; the live rows move to a smaller decoder once they fit
+    in half of it, and to a longer one when it is full)."""
+
+    def __init__(self, pool: DecoderPool, rows: np.ndarray, dec: StaticDecoder, logits, cap: int):
+        self.pool = pool
+        self.rows = rows
+        self.dec: StaticDecoder | None = dec
+        self.slots = np.arange(rows.size)
+        self.logits = logits
+        self.cap = int(cap)  # the most positions a row can hold (prompt + max_tokens)
+
+    def select(self, keep: np.ndarray) -> None:
+        if keep.all():
+            return
+        if not keep.any():
+            self.release()
+            return
+        torch = _torch()
+        sel = torch.as_tensor(np.flatnonzero(keep), device=self.logits.device)
+        self.logits = self.logits.index_select(0, sel)
+        self.rows, self.slots = self.rows[keep], self.slots[keep]
+
+    @classmethod
+    def start(cls, pool: DecoderPool, rows: np.ndarray, prompt, logits, cap: int) -> StaticChunk:
+        """The chunk of ``rows`` after the prompt (its cache ``prompt``, one row, repeated;
+        ``logits`` those after it, one row per trace); ``cap``: prompt + the token cap."""
+        kv, n = kv_source(prompt)
+        dec = pool.take(rows.size, length_for(n + 1, cap))
+        dec.load(kv, n)
+        return cls(pool, rows, dec, logits, cap)
+
+    def feed(self, tok: np.ndarray) -> None:
+        """Feed each live row its next token (moving the rows first when the decoder is full or
+        they fit in half of it); the logits after it."""
+        torch = _torch()
+        dec = self.dec
+        assert dec is not None
+        rows = rows_for(self.rows.size, dec.rows)
+        full = dec.pos + 1 > dec.length
+        if full or rows < dec.rows:
+            length = length_for(dec.pos + 1, self.cap) if full else dec.length
+            moved = self.pool.take(rows, length)
+            moved.load(dec.kv(), dec.pos, torch.as_tensor(self.slots, device=dec.device))
+            self.pool.give(dec)
+            self.dec, self.slots, dec = moved, np.arange(self.rows.size), moved
+        ids = np.zeros(dec.rows, np.int64)
+        ids[self.slots] = tok
+        out = dec.step(ids)
+        if self.slots.size < dec.rows or (self.slots != np.arange(dec.rows)).any():
+            out = out.index_select(0, torch.as_tensor(self.slots, device=dec.device))
+        self.logits = out
+
+    def probe_source(self, want: np.ndarray) -> tuple[Any, np.ndarray | None]:
+        return self.dec, self.slots[want]
+
+    def release(self) -> None:
+        if self.dec is not None:
+            self.pool.give(self.dec)
+        self.rows, self.dec, self.logits = self.rows[:0], None, None
+
+
+def probe_decoder(
+    pool: DecoderPool, n: int, source, index, prefill: int, new: int
+) -> StaticDecoder:
+    """A decoder of the pool for ``n`` probes: ``source``'s rows ``index`` (a ``DynamicCache`` or
+    a :class:`StaticDecoder`; all rows if None) loaded into slots ``0..n-1``, or nothing
+    (``source`` None: the probes prefill from scratch), with room for ``prefill`` tokens fed at
+    once and ``new`` decoded (rows and positions in powers of two, so that probes reuse it)."""
+    if source is None:
+        dec = pool.take(pow2(n), length_for(prefill + new))
+        dec.seek(0)
+        return dec
+    kv, ctx = kv_source(source)
+    dec = pool.take(pow2(n), length_for(ctx + prefill + new))
+    dec.load(kv, ctx, index)
+    return dec

@@ -9,6 +9,10 @@ sampling loop:
   for up to ``batch_size`` traces (a *chunk*) that then decode together.  All traces of a chunk hold
   the same number of tokens while running, so there is no padding and no attention mask; a trace
   that ends (EOS, token cap, :meth:`stop`) is dropped from the chunk's cache at once.
+* **Decoding** (``decode``): ``"eager"`` (a ``DynamicCache`` that grows, rows dropped as traces
+  end), ``"static"`` (a static cache of fixed shapes) or ``"cuda-graphs"`` (static, each step
+  replayed as a captured CUDA graph): :mod:`mars.engines.static_decode`; probes decode the same
+  way.
 * **Per-trace randomness.**  Every trace owns a ``torch.Generator`` seeded from
   ``(seed, qid, trace_idx)`` (:func:`derive_seed`); a token is drawn by inverse-CDF sampling with
   one uniform of that generator, so a trace does not depend on which other traces share its chunk's
@@ -67,13 +71,11 @@ from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
 from .models import _split_model_path, _torch, convert_gguf, load_model, save_model
 from .static_decode import (
     DecoderPool,
+    StaticChunk,
     StaticDecoder,
     check_device,
     check_static,
-    kv_source,
-    length_for,
-    pow2,
-    rows_for,
+    probe_decoder,
 )
 from .tokens import (
     CONF_TOP_K,
@@ -382,85 +384,57 @@ class TransformersBackend(TokenProbing, Backend):
         prompt + prefix; left as it is), its rows ``rows`` (default all), after prefilling the
         probe suffix; or from scratch on ``full`` (prompt + prefix + suffix per row).  Row ``i``
         draws its tokens with a generator seeded ``seeds[i]``; a row stops at EOS or after
-        ``probe_max_new_tokens`` tokens.
+        ``probe_max_new_tokens`` tokens.  Decoded eagerly, or (``decode`` static, cuda-graphs) in
+        a static cache of the pool, row ``i`` in slot ``i``, a row that ended fed dummies.
         """
         torch = _torch()
         sel = None if rows is None else torch.as_tensor(np.asarray(rows, np.int64), device=device)
+        suffix = torch.tensor(self.suffix_ids, device=device).expand(n, -1)
+        ids = suffix if cache is not None else torch.tensor(full, device=device)
+        self.stats["prefill_tokens"] += int(ids.numel())
+        dec: StaticDecoder | None = None
         if self.decode != "eager":
-            return self._probe_tokens_static(n, seeds, cache, sel, full)
-        if cache is not None:
+            dec = probe_decoder(self._pool, n, cache, sel, ids.shape[1], self.probe_max_new_tokens)
+            logits = dec.feed(ids)
+        elif cache is not None:
             cache = copy.deepcopy(cache)
             if sel is not None:
                 cache.batch_select_indices(sel)
-            suffix = torch.tensor(self.suffix_ids, device=device)
-            logits, cache = self._forward(suffix.expand(n, -1), cache)
-            self.stats["prefill_tokens"] += n * suffix.numel()
+            logits, cache = self._forward(ids, cache)
         else:
-            ids = torch.tensor(full, device=device)
             logits, cache = self._forward(ids)
-            self.stats["prefill_tokens"] += int(ids.numel())
-        streams = [_Stream(s) for s in seeds]
-        out: list[list[int]] = [[] for _ in range(n)]
-        alive = np.arange(n)
-        for step in range(self.probe_max_new_tokens):
-            tok, _ = self._sample(logits, np.array([streams[i].next() for i in alive.tolist()]))
-            keep = np.ones(alive.size, bool)
-            for a, i in enumerate(alive.tolist()):
-                out[i].append(int(tok[a]))
-                if int(tok[a]) in self.eos_ids:
-                    keep[a] = False
-            self.stats["probe_tokens"] += int(alive.size)
-            if step == self.probe_max_new_tokens - 1 or not keep.any():
-                break
-            if not keep.all():
-                sel = torch.as_tensor(np.flatnonzero(keep), device=logits.device)
-                cache.batch_select_indices(sel)
-                alive = alive[keep]
-                tok = tok[keep]
-            logits, cache = self._forward(
-                torch.as_tensor(tok, device=logits.device).unsqueeze(-1), cache
-            )
-        del cache
-        return out
-
-    def _probe_tokens_static(self, n: int, seeds: list[int], cache, sel, full) -> list[list[int]]:
-        """:meth:`_probe_tokens` in a static decoder of the pool: row ``i`` in slot ``i``, a row
-        that ends fed dummies until every row has (a probe is at most 50 steps)."""
-        torch = _torch()
-        new = self.probe_max_new_tokens
-        if cache is not None:
-            kv, ctx = kv_source(cache)
-            dec = self._pool.take(pow2(n), length_for(ctx + len(self.suffix_ids) + new))
-            dec.load(kv, ctx, sel)
-            suffix = torch.tensor(self.suffix_ids, device=self.device)
-            logits = dec.feed(suffix.expand(n, -1))
-            self.stats["prefill_tokens"] += n * suffix.numel()
-        else:
-            ids = torch.tensor(full, device=self.device)
-            dec = self._pool.take(pow2(n), length_for(ids.shape[1] + new))
-            dec.seek(0)
-            logits = dec.feed(ids)
-            self.stats["prefill_tokens"] += int(ids.numel())
         streams = [_Stream(s) for s in seeds]
         out: list[list[int]] = [[] for _ in range(n)]
         alive = np.arange(n)
         try:
-            for step in range(new):
-                tok, _ = self._sample(logits, np.array([streams[i].next() for i in alive.tolist()]))
+            for step in range(self.probe_max_new_tokens):
+                u = np.array([streams[i].next() for i in alive.tolist()])
+                tok, _ = self._sample(logits, u)
                 keep = np.ones(alive.size, bool)
                 for a, i in enumerate(alive.tolist()):
                     out[i].append(int(tok[a]))
                     if int(tok[a]) in self.eos_ids:
                         keep[a] = False
                 self.stats["probe_tokens"] += int(alive.size)
-                if step == new - 1 or not keep.any():
+                if step == self.probe_max_new_tokens - 1 or not keep.any():
                     break
-                alive, tok = alive[keep], tok[keep]
-                feed = np.zeros(dec.rows, np.int64)
-                feed[alive] = tok
-                logits = dec.step(feed).index_select(0, torch.as_tensor(alive, device=self.device))
+                if dec is not None:
+                    alive, tok = alive[keep], tok[keep]
+                    feed = np.zeros(dec.rows, np.int64)
+                    feed[alive] = tok
+                    live = torch.as_tensor(alive, device=device)
+                    logits = dec.step(feed).index_select(0, live)
+                    continue
+                if not keep.all():
+                    cache.batch_select_indices(torch.as_tensor(np.flatnonzero(keep), device=device))
+                    alive, tok = alive[keep], tok[keep]
+                logits, cache = self._forward(
+                    torch.as_tensor(tok, device=device).unsqueeze(-1), cache
+                )
         finally:
-            self._pool.give(dec)
+            if dec is not None:
+                self._pool.give(dec)
+        del cache
         return out
 
     def _probe_result(
@@ -680,7 +654,8 @@ class _Stream:
 class _Chunk:
     """Traces decoding together: their KV cache (rows in ``rows`` order) and next-token logits."""
 
-    def __init__(self, rows: np.ndarray, cache, logits):
+    def __init__(self, be: TransformersBackend, rows: np.ndarray, cache, logits):
+        self.be = be
         self.rows = rows
         self.cache = cache
         self.logits = logits
@@ -698,11 +673,11 @@ class _Chunk:
         self.logits = self.logits.index_select(0, sel)
         self.rows = self.rows[keep]
 
-    def feed(self, be: TransformersBackend, tok: np.ndarray) -> None:
+    def feed(self, tok: np.ndarray) -> None:
         """Feed each row its next token; the logits after it."""
         torch = _torch()
         ids = torch.as_tensor(tok, device=self.logits.device).unsqueeze(-1)
-        self.logits, self.cache = be._forward(ids, self.cache)
+        self.logits, self.cache = self.be._forward(ids, self.cache)
 
     def probe_source(self, want: np.ndarray) -> tuple[Any, np.ndarray | None]:
         """The cache a probe of the rows ``want`` branches off, and those rows (None: all)."""
@@ -710,58 +685,6 @@ class _Chunk:
 
     def release(self) -> None:
         self.rows, self.cache, self.logits = self.rows[:0], None, None
-
-
-class _StaticChunk:
-    """A chunk decoding in a :class:`StaticDecoder`: live row ``rows[i]`` in slot ``slots[i]``
-    (a row that ends leaves its slot dead; the live rows move to a smaller decoder once they fit
-    in half of it, and to a longer one when it is full)."""
-
-    def __init__(self, be: TransformersBackend, rows: np.ndarray, dec: StaticDecoder, logits, cap):
-        self.be = be
-        self.rows = rows
-        self.dec: StaticDecoder | None = dec
-        self.slots = np.arange(rows.size)
-        self.logits = logits
-        self.cap = int(cap)  # the most positions a row can hold (prompt + max_tokens)
-
-    def select(self, keep: np.ndarray) -> None:
-        if keep.all():
-            return
-        if not keep.any():
-            self.release()
-            return
-        torch = _torch()
-        sel = torch.as_tensor(np.flatnonzero(keep), device=self.logits.device)
-        self.logits = self.logits.index_select(0, sel)
-        self.rows, self.slots = self.rows[keep], self.slots[keep]
-
-    def feed(self, be: TransformersBackend, tok: np.ndarray) -> None:
-        torch = _torch()
-        dec = self.dec
-        assert dec is not None
-        rows = rows_for(self.rows.size, dec.rows)
-        full = dec.pos + 1 > dec.length
-        if full or rows < dec.rows:
-            length = length_for(dec.pos + 1, self.cap) if full else dec.length
-            moved = be._pool.take(rows, length)
-            moved.load(dec.kv(), dec.pos, torch.as_tensor(self.slots, device=dec.device))
-            be._pool.give(dec)
-            self.dec, self.slots, dec = moved, np.arange(self.rows.size), moved
-        ids = np.zeros(dec.rows, np.int64)
-        ids[self.slots] = tok
-        out = dec.step(ids)
-        if self.slots.size < dec.rows or (self.slots != np.arange(dec.rows)).any():
-            out = out.index_select(0, torch.as_tensor(self.slots, device=dec.device))
-        self.logits = out
-
-    def probe_source(self, want: np.ndarray) -> tuple[Any, np.ndarray | None]:
-        return self.dec, self.slots[want]
-
-    def release(self) -> None:
-        if self.dec is not None:
-            self.be._pool.give(self.dec)
-        self.rows, self.dec, self.logits = self.rows[:0], None, None
 
 
 class TransformersTraceBatch(TokenTraceBatch):
@@ -795,11 +718,9 @@ class TransformersTraceBatch(TokenTraceBatch):
                 if be.decode == "eager":
                     ch_cache = copy.deepcopy(cache)
                     ch_cache.batch_repeat_interleave(rows.size)
-                    self._chunks.append(_Chunk(rows, ch_cache, first))
+                    self._chunks.append(_Chunk(be, rows, ch_cache, first))
                 else:
-                    dec = be._pool.take(rows.size, length_for(len(self.prompt) + 1, cap))
-                    dec.load(*kv_source(cache))
-                    self._chunks.append(_StaticChunk(be, rows, dec, first, cap))
+                    self._chunks.append(StaticChunk.start(be._pool, rows, cache, first, cap))
                 self._chunk_of[rows] = c
         be.stats["generate_s"] += time.perf_counter() - t0
 
@@ -837,7 +758,7 @@ class TransformersTraceBatch(TokenTraceBatch):
         be.stats["trace_tokens"] += int(ch.rows.size)
         ch.select(keep)
         if ch.rows.size:
-            ch.feed(be, tok[keep])
+            ch.feed(tok[keep])
 
     def stop(self, idx) -> None:
         idx = np.asarray(idx, np.int64)
