@@ -23,6 +23,7 @@
 #   report      summary.md and summary.json (also rewritten after every part)
 # Each part's output is in OUT/<part>.log; OUT/parts.jsonl has each part's exit status and time.
 # OUT is $OUT (the device machine's result folder), else benchmarks/out/gpu-run.
+# GPU_RUN_PARTS="tiny 8b-graphs" runs only those parts (a second, shorter call).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -65,6 +66,9 @@ echo "gpu_run: device $DEVICE, results in $OUT, deadline in $((DEADLINE - START)
 part() {
     local name=$1 limit=$2 left t0 rc
     shift 2
+    if [ -n "${GPU_RUN_PARTS:-}" ] && [[ " $GPU_RUN_PARTS " != *" $name "* ]]; then
+        return
+    fi
     left=$((DEADLINE - $(date +%s) - 10))
     if [ "$left" -lt 15 ]; then
         echo "== $name: skipped (${left}s left)"
@@ -123,8 +127,8 @@ fi
 part 8b-long 40 bench bench-8b-long.jsonl --random "$BIG" --decode "${GRAPHS:-static}" \
     --traces "${NS##*,}" --tokens "$LONG" --spacing $((LONG / 2)) --probe-new 50 \
     --probe-modes reuse
-part smol-eager 50 bench bench-smol.jsonl --random "$SMALL" --decode eager,static \
-    --traces "$NS" --tokens $((TOK / 2)) --spacing $((TOK / 4)) --probe-new 16 --probe-modes reuse
+part smol-eager 60 bench bench-smol.jsonl --random "$SMALL" --decode eager,static \
+    --traces "$NS" --tokens $((TOK / 2)) --spacing $((TOK / 4)) --probe-new 8 --probe-modes reuse
 "$PY" benchmarks/gpu_run.py report "$OUT" >"$OUT/report.log" 2>&1
 echo "== done in $(($(date +%s) - START)) s: $OUT/summary.md"
 cat "$OUT/summary.md" 2>/dev/null | head -120
