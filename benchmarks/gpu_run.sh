@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_run.sh --prepare   # first, here: benchmarks/out/gpu-assets (SmolLM2's
 #                                          # tokenizer, Math-Verify and gguf as pure Python; ~10 MB)
 #   bash benchmarks/gpu_run.sh             # on the GPU machine, benchmarks/out/gpu-assets carried
-#   bash benchmarks/gpu_run.sh --cpu       # the same parts on this CPU with tiny models (dry run)
+#   bash benchmarks/gpu_run.sh --cpu       # the same parts on this CPU with tiny models (a dry
+#                                          # run of the logic: 3x the time limits, no graphs)
 #
 # Parts, most important first, each under its own `timeout` and within one overall deadline
 # (GPU_RUN_BUDGET seconds, default 345; a part that would not fit is cut short or skipped):
@@ -46,10 +47,13 @@ WORK=$(mktemp -d)  # big files (a model written for mars solve) stay out of OUT
 trap 'rm -rf "$WORK"' EXIT
 export PYTHONPATH="$ROOT:$ASSETS/pylib${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export NUMBA_CACHE_DIR=$WORK/numba PYTHONUNBUFFERED=1
+# numba compiles mars's confidence pass once per cache (seconds on the GPU machine's CPU)
+export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-$ROOT/benchmarks/out/numba-cache} PYTHONUNBUFFERED=1
 
+SCALE=1
 if [ $CPU = 1 ]; then
     export OMP_NUM_THREADS=1  # a shared CPU: one thread each (mars solve takes torch's default)
+    SCALE=3                   # a dry run checks the logic: a slow CPU gets 3x the time
     DEVICE=cpu BIG=tiny-qwen3 SMALL=tiny NS=1,4 GRAPHS="" TOK=32 LONG=64
     SOLVE="--traces 4 --warmup 2 --max-tokens 32 --spacing 16"
     export MARS_BACKEND_OPTIONS='{"probe_max_new_tokens": 8}'
@@ -58,13 +62,13 @@ else
     SOLVE="--traces 16 --warmup 4 --max-tokens 256 --spacing 64"  # probes of 50 tokens
 fi
 START=$(date +%s)
-DEADLINE=$((START + ${GPU_RUN_BUDGET:-345}))
+DEADLINE=$((START + SCALE * ${GPU_RUN_BUDGET:-345}))
 echo "gpu_run: device $DEVICE, results in $OUT, deadline in $((DEADLINE - START)) s"
 
 # part NAME LIMIT CMD...: run CMD under `timeout` (at most LIMIT s, and not past the deadline
 # less 10 s kept for the report), its output in OUT/NAME.log, its status in OUT/parts.jsonl
 part() {
-    local name=$1 limit=$2 left t0 rc
+    local name=$1 limit=$(($2 * SCALE)) left t0 rc
     shift 2
     if [ -n "${GPU_RUN_PARTS:-}" ] && [[ " $GPU_RUN_PARTS " != *" $name "* ]]; then
         return
