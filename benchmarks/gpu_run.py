@@ -145,6 +145,48 @@ def _agree_text(row: dict, rows: list[dict], mode: str) -> str:
     return f"{same}/{n}" + ("" if first is None else f" (first differs at {first})")
 
 
+def _flat(rec: dict, prefix: str = "") -> dict:
+    """A record's scalar fields, those of its maps named ``map.key`` (lists left out)."""
+    out: dict = {}
+    for k, v in rec.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        elif not isinstance(v, list):
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def headline(rows: list[dict]) -> list[str]:
+    """Per model and N: each mode's best ms per decoding step, the speed-up of cuda-graphs
+    over eager, and whether cuda-graphs' tokens equal static's and eager's."""
+    best: dict[tuple, dict] = {}
+    for r in rows:  # of several runs of a mode, the shortest (the eager runs are the shortest)
+        if r.get("ms_per_step_best"):
+            cell = best.setdefault((r["model"], r["traces"]), {})
+            if r["decode"] not in cell or r["tokens"] < cell[r["decode"]]["tokens"]:
+                cell[r["decode"]] = r
+    if not best:
+        return []
+    out = [
+        "## Best ms per decoding step (the steady state), and tokens",
+        "",
+        "| model | N | eager | static | cuda-graphs | eager ÷ cuda-graphs "
+        "| cuda-graphs tokens = static | = eager |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for (model, n), modes in sorted(best.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        ms = {m: modes[m]["ms_per_step_best"] for m in modes}
+        graphs = modes.get("cuda-graphs")
+        ratio = ms["eager"] / ms["cuda-graphs"] if {"eager", "cuda-graphs"} <= set(ms) else None
+        cells = [model, n, ms.get("eager"), ms.get("static"), ms.get("cuda-graphs"), ratio]
+        if graphs is not None:
+            cells += [_agree_text(graphs, rows, "static"), _agree_text(graphs, rows, "eager")]
+        else:
+            cells += ["", ""]
+        out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return [*out, ""]
+
+
 def _cell(v) -> str:
     if v is None:
         return ""
@@ -173,15 +215,19 @@ def report(out: Path) -> int:
         lines += ["| part | exit | seconds | limit |", "|---|---:|---:|---:|"]
         for line in parts.read_text().splitlines():
             p = json.loads(line)
-            status = {0: "ok", 124: "timeout", 137: "killed"}.get(p["rc"], f"rc {p['rc']}")
+            status = {0: "ok", 124: "timeout", 137: "killed", -1: "skipped (no time left)"}
+            status = status.get(p["rc"], f"rc {p['rc']}")
             lines.append(f"| {p['part']} | {status} | {p['seconds']} | {p['limit']} |")
         lines.append("")
     rows = _rows(out)
+    lines += headline(rows)
     tables: dict[tuple, list[dict]] = {}
     for r in rows:
         key = (r.get("model"), r.get("tokens"), r.get("spacing"), r.get("probe_new_tokens"))
         tables.setdefault(key, []).append(r)
-    for (model, tokens, spacing, new), group in tables.items():
+    for (model, tokens, spacing, new), group in sorted(
+        tables.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)
+    ):
         h = group[0]
         probes = sorted({"+".join(r.get("probe_modes") or []) or "none" for r in group})
         lines += [
@@ -211,7 +257,7 @@ def report(out: Path) -> int:
                 None,
             )
             speed = (
-                round(eager["ms_per_step_best"] / r["ms_per_step_best"], 1)
+                round(eager["ms_per_step_best"] / r["ms_per_step_best"], 2)
                 if eager and r.get("ms_per_step_best")
                 else None
             )
@@ -233,10 +279,7 @@ def report(out: Path) -> int:
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         lines.append("")
     for live in sorted(out.glob("solve-*/live/*.json")):
-        rec = json.loads(live.read_text())
-        flat = {k: v for k, v in rec.items() if not isinstance(v, (dict, list))}
-        full = rec.get("full") or {}
-        flat.update({f"full {k}": v for k, v in full.items() if not isinstance(v, (dict, list))})
+        flat = _flat(json.loads(live.read_text()))
         lines += [f"## live `mars solve`: {live.parent.parent.name}", ""]
         lines += [f"* {k}: {_cell(v)}" for k, v in flat.items()]
         lines.append("")
