@@ -921,6 +921,10 @@ def test_static_decoding_gives_the_eager_traces_and_probes_tiny(tiny, monkeypatc
     assert any(length > static_decode.length_for(prompt + 1) for _, length in grown)
     assert be.stats["static_decoders"] > 0 and be.stats["forward_calls"] > 0
     assert "graph_captures" not in be.stats  # no graphs on a CPU
+    idle = be._pool._idle
+    assert 0 < len(idle) <= static_decode.IDLE_MAX
+    held = sum(k.nbytes + v.nbytes for k, v in idle[0].kv())
+    assert be._pool.nbytes(idle[0].rows, idle[0].length) == held
     # the pool's caches, reused by a second run, hold nothing of the first
     made = be.stats["static_decoders"]
     static.close()

@@ -262,8 +262,8 @@ class StaticDecoder:
 
 class DecoderPool:
     """Static decoders of one model, kept between uses (module docstring): at most
-    :data:`IDLE_MAX` idle ones, the least recently used freed first, and all of them before a
-    new decoder is refused memory."""
+    :data:`IDLE_MAX` idle ones, the least recently used freed first, and all of them when a new
+    one would not fit beside them (on a GPU) or is refused memory."""
 
     def __init__(
         self, model, *, graphs: bool = False, keep_kw: str | None = None, stats: dict | None = None
@@ -286,6 +286,15 @@ class DecoderPool:
         )
         if self._layout is not None:
             torch = _torch()
+            if dec.device.type == "cuda" and self._idle:
+                # idle caches give way when the new one (and as much again for what loading and
+                # decoding it allocates) would not fit beside them
+                free, _ = torch.cuda.mem_get_info(dec.device)
+                free += torch.cuda.memory_reserved(dec.device)
+                free -= torch.cuda.memory_allocated(dec.device)
+                if free < 2 * self.nbytes(rows, length):
+                    self.clear()
+                    torch.cuda.empty_cache()
             try:
                 dec.allocate(self._layout)
             except torch.cuda.OutOfMemoryError:
@@ -293,6 +302,11 @@ class DecoderPool:
                 torch.cuda.empty_cache()
                 dec.allocate(self._layout)
         return dec
+
+    def nbytes(self, rows: int, length: int) -> int:
+        """Bytes of a cache of ``rows`` × ``length`` positions (0 before the first is known)."""
+        per = sum(k.nbytes + v.nbytes for k, v in self._layout or [])  # one row, one position
+        return per * int(rows) * int(length)
 
     def give(self, decoder: StaticDecoder) -> None:
         """Keep ``decoder`` for a next use of its shape."""
