@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -50,6 +51,11 @@ def assets(out: Path = ASSETS) -> int:
             raise SystemExit(f"{name} is not installed here")
         src = Path(next(iter(spec.submodule_search_locations)))
         shutil.copytree(src, out / "pylib" / name, ignore=shutil.ignore_patterns("__pycache__"))
+    # their distributions' metadata too: latex2sympy2 asks importlib.metadata for antlr4's version
+    dists = importlib.metadata.packages_distributions()
+    for dist in sorted({d for name in PYLIB for d in dists.get(name, [])}):
+        meta = Path(str(importlib.metadata.distribution(dist)._path))  # type: ignore[attr-defined]
+        shutil.copytree(meta, out / "pylib" / meta.name)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"{out}: {size / 2**20:.1f} MiB (carry it: its path relative to the repository root)")
     return 0

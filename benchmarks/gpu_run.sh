@@ -123,12 +123,12 @@ if [ $CPU = 0 ]; then
 fi
 part 8b-eager 100 bench bench-8b.jsonl --random "$BIG" --decode eager,static --traces "$NS" \
     --tokens "$TOK" --spacing $((TOK / 2)) --probe-new 16 --probe-modes reuse
-part solve 45 solve
+part solve "${GPU_SOLVE_LIMIT:-45}" solve
 if [ $CPU = 0 ]; then
     part smol-graphs 30 bench bench-smol.jsonl --random "$SMALL" --decode cuda-graphs \
         --traces "$NS" --tokens $((2 * TOK)) --spacing "$TOK" --probe-new 16
 fi
-part 8b-long 40 bench bench-8b-long.jsonl --random "$BIG" --decode "${GRAPHS:-static}" \
+part 8b-long "${GPU_LONG_LIMIT:-40}" bench bench-8b-long.jsonl --random "$BIG" --decode "${GRAPHS:-static}" \
     --traces "${NS##*,}" --tokens "$LONG" --spacing $((LONG / 2)) --probe-new 50 \
     --probe-modes reuse
 part smol-eager 60 bench bench-smol.jsonl --random "$SMALL" --decode eager,static \
