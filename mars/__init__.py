@@ -11,9 +11,17 @@ __version__ = "0.1.0"
 __all__ = ["Decision", "Stopper", "Warmup", "__version__"]
 
 
+_LAZY = ("Decision", "Stopper", "Warmup")
+
+
 def __getattr__(name: str):
-    if name in ("Decision", "Stopper", "Warmup"):
+    if name in _LAZY:
         from . import stepper
 
         return getattr(stepper, name)
     raise AttributeError(f"module 'mars' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """What ``dir(mars)`` and completion show: the lazy names too (they are not loaded yet)."""
+    return sorted({*globals(), *__all__})

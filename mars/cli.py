@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import inspect
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
+from .engines.endpoint import printable
 from .engines.factory import BACKENDS, bundled_presets
 from .errors import MarsError
 from .method.registry import DEFAULT_METHOD, live_methods
@@ -53,8 +56,9 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except MarsError as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"error: {msg}", file=sys.stderr)
+        msg = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # printable text only: a message may quote a file's or a server's words
+        print(f"error: {printable(msg, 4000)}", file=sys.stderr)
         raise typer.Exit(2) from None
     except OSError as exc:
         full = disk_full_message(exc)
@@ -62,6 +66,31 @@ def user_errors() -> Iterator[None]:
             raise
         print(f"error: {full}", file=sys.stderr)
         raise typer.Exit(2) from None
+
+
+@contextlib.contextmanager
+def resumable_bar(description: str, quiet: bool, out: Path) -> Iterator[Any]:
+    """The progress of a stage that resumes (generate, probe, solve); Ctrl-C ends it with one
+    line saying what is kept and the command that goes on from there (exit 130)."""
+    from .progress import bar
+
+    with bar(description, disable=quiet) as shown:
+        try:
+            yield shown
+        except KeyboardInterrupt:
+            pass
+        else:
+            return
+    done = f"{shown.done} of {shown.total} questions" if shown.total else "no question"
+    again = "the same command"
+    if sys.argv[1:2] and Path(sys.argv[0]).name in ("mars", "cli.py"):
+        again = f"`{shlex.join(['mars', *sys.argv[1:]])}`"
+    print(
+        f"interrupted: {done} finished in this run, kept in {out}; {again} resumes from there",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise typer.Exit(130)
 
 
 def setting_help(spec: SettingSpec, more: str = "") -> str:
@@ -356,7 +385,6 @@ def generate(
     """Generate traces and probe them every `spacing` tokens (resumable; sharded)."""
     from .engines.factory import make_backend
     from .engines.generate import generate_pool
-    from .progress import bar
     from .store.atomic import check_apart
 
     opts = dict(engine_options or {})
@@ -366,7 +394,7 @@ def generate(
         qids = parse_question_spec(questions)
         check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
         be = make_backend(backend, model=model, preset=preset, with_confs=confs, **opts)
-        with bar(f"generate ({backend})", disable=quiet) as progress:
+        with resumable_bar(f"generate ({backend})", quiet, out) as progress:
             generate_pool(
                 be,
                 problems,
@@ -384,6 +412,61 @@ def generate(
                 token_ids=token_ids,
                 detail=progress.detail,
             )
+        if not quiet:
+            _print_generated(out)
+    _stood_in_note(out)
+
+
+def _print_generated(out: Path) -> None:
+    """The closing line of ``mars generate``: what the folder now holds."""
+    import pyarrow.parquet as pq
+
+    from .store import schema
+    from .store.pool import LayoutPool
+
+    pool = LayoutPool(out)
+    n = final = 0
+    for q in pool.qids:
+        answers = pq.read_table(out / schema.trace_file_name(q), columns=["final_answer"])
+        n += answers.num_rows
+        final += answers.num_rows - answers.column(0).null_count
+    share = f" ({final / n:.0%})" if n else ""
+    print(  # a line a log keeps whole (rich would wrap it)
+        f"wrote {n:,} traces of {len(pool.qids)} questions, {final:,} with a final answer{share}, "
+        f"to {out}",
+        file=sys.stderr,
+    )
+    if n and not final:
+        print(
+            "no trace has a final answer (\\boxed{...}): `mars simulate` has nothing to sample",
+            file=sys.stderr,
+        )
+
+
+def _stood_in_note(out: Path) -> None:
+    """Say how many of a written pool's confidences were stood in for (its pool.json records
+    the count; none: nothing said)."""
+    import json
+
+    from .engines.server import MAX_STOOD_IN_SHARE
+    from .store.schema import POOL_MANIFEST
+    from .store.write import STOOD_IN_MANIFEST_KEY
+
+    try:
+        n = json.loads((out / POOL_MANIFEST).read_text()).get(STOOD_IN_MANIFEST_KEY)
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(n, int) and n > 0:
+        err.print(
+            f"note: {n:,} token confidence{' was' if n == 1 else 's were'} stood in for "
+            "log-probabilities the server did not send (each takes the confidence of the token "
+            f"before it; {out / POOL_MANIFEST} records the count as {STOOD_IN_MANIFEST_KEY}): "
+            "llama.cpp sends none for a token after which the text ends inside a character; a "
+            f"server leaving out more than {MAX_STOOD_IN_SHARE * 100:g} % of a question's "
+            "otherwise is refused",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @app.command()
@@ -408,7 +491,6 @@ def probe(
 ):
     """Probe stored traces again, at any spacing and with any probe model (no regeneration)."""
     from .engines.probe import probe_backend, probe_pool
-    from .progress import bar
     from .store.atomic import check_apart
     from .store.pool import LayoutPool, open_pool
 
@@ -431,7 +513,7 @@ def probe(
             probe_max_new_tokens=max_new_tokens,
             **opts,
         )
-        with bar(f"probe every {spacing} tokens", disable=quiet) as progress:
+        with resumable_bar(f"probe every {spacing} tokens", quiet, out) as progress:
             probe_pool(
                 traces, out, be, spacing=spacing, questions=qids, progress=progress, replace=replace
             )
@@ -471,7 +553,6 @@ def solve(
     """Answer questions live: stop the parallel traces the moment the method fires."""
     from .engines.factory import make_backend
     from .live import solve_pool
-    from .progress import bar
     from .store.atomic import check_apart
 
     opts = dict(engine_options or {})
@@ -480,7 +561,7 @@ def solve(
         qids = parse_question_spec(questions)
         check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
         be = make_backend(backend, model=model, preset=preset, **opts)
-        with bar(f"solve ({method})", disable=quiet) as progress:
+        with resumable_bar(f"solve ({method})", quiet, out) as progress:
             rows = solve_pool(
                 be,
                 problems,
@@ -499,43 +580,23 @@ def solve(
             )
     if not quiet:
         _print_live(rows)
+    _stood_in_note(out)
 
 
 def _print_live(rows: list) -> None:
     from rich.table import Table
 
+    from .live_summary import summarize
+
+    summary = summarize(rows)
     t = Table(title="live runs", show_lines=False)
-    for c in ("q", "answer", "ok", "stopped", "at", "tokens", "full", "saved", "wall", "full wall"):
+    for c in summary.header:
         t.add_column(c, justify="right")
-    for r in rows:
-        full = r.get("full") or {}
-        saved = f"{1 - r['tokens'] / full['tokens']:.0%}" if full.get("tokens") else ""
-        t.add_row(
-            str(r["qid"]),
-            str(r["answer"]),
-            "✓" if r["correct"] else "✗",
-            r["stopped_by"],
-            str(r["stop_position"] or ""),
-            f"{r['tokens']:,}",
-            f"{full['tokens']:,}" if full else "",
-            saved,
-            f"{r['wall_s']['main']:.1f}s",
-            f"{full['wall_s']:.1f}s" if full else "",
-        )
+    for row in summary.rows:
+        t.add_row(*map(escape, row))
     err.print(t)
-    n = len(rows)
-    acc = sum(r["correct"] for r in rows) / n
-    tokens = sum(r["tokens"] for r in rows)
-    warm = sum(r["warmup_tokens"] for r in rows)
-    line = f"{n} questions, accuracy {acc:.1%}, tokens {tokens:,} (+ warmup {warm:,})"
-    if all(r.get("full") for r in rows):
-        ft = sum(r["full"]["tokens"] for r in rows)
-        full_acc = sum(r["full"]["correct"] for r in rows) / n
-        line += (
-            f"; run to completion: {ft:,} tokens, accuracy {full_acc:.1%}, "
-            f"saved {1 - tokens / ft:.1%}"
-        )
-    err.print(line)
+    for line in summary.lines:
+        err.print(escape(line))
 
 
 @app.command()
@@ -595,7 +656,7 @@ def serve(
     from .errors import need_extra
 
     opts = dict(engine_options or {})
-    spacing, max_tokens = opts.pop("spacing"), opts.pop("max_tokens")
+    spacing, max_tokens, seed = opts.pop("spacing"), opts.pop("max_tokens"), opts.pop("seed")
     temperature, top_p = opts.pop("temperature"), opts.pop("top_p")
     sampling = {k: v for k, v in opts.items() if k == "top_k" and v is not None}
     with user_errors():
@@ -612,6 +673,7 @@ def serve(
             max_tokens=max_tokens,
             knobs=dict(settings_given or {}),
             max_traces=max_traces,
+            seed=seed,
             temperature=temperature,
             top_p=top_p,
         ).check()
@@ -654,13 +716,17 @@ def replay(
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
 ):
     """Re-simulate a live run from its records; exit 1 if any question differs from what ran live."""  # noqa: E501 - typer shows it verbatim as the command summary
-    from .live import replay as replay_run
+    from .replay import open_live_run
+    from .replay import replay as replay_run
 
     with user_errors():
+        state = open_live_run(run)
         rows = replay_run(run, parse_question_spec(questions))
     bad = [r for r in rows if not r["match"]]
     for r in bad:
         print(f"question {r['qid']}: live {r['live']} != replay {r['replay']}", file=sys.stderr)
+    if not state.finished:
+        print(state.unfinished_line(), file=sys.stderr)
     print(f"{len(rows) - len(bad)}/{len(rows)} questions replay exactly")
     if bad:
         raise typer.Exit(1)
@@ -821,5 +887,15 @@ def main(argv=None) -> int:
     return 0
 
 
+def run() -> None:
+    """The ``mars`` command: :func:`main`, then the exit without the interpreter's last sweep of
+    cyclic garbage, which visits every object of every module loaded (seconds once transformers
+    has loaded torch, on Ctrl-C too); files and outputs are closed before it (the temporary ones
+    removed), and whatever ``atexit`` holds still runs."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

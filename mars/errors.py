@@ -8,6 +8,10 @@ exits with code 2; any other exception is a bug and shows its traceback. It subc
 
 from __future__ import annotations
 
+#: the distribution's name (``pip install``); the package imports as ``mars`` and its command is
+#: ``mars``. ``mars`` on PyPI is an unrelated project: no install hint may name it.
+DISTRIBUTION = "mars-stopping"
+
 
 class MarsError(ValueError):
     """Bad input from the user. The message is one line naming the file / question / argument."""
@@ -27,6 +31,12 @@ def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def install_hint(extra: str) -> str:
+    """The command that installs the package extra ``extra``, for an install and for a checkout
+    (pip installs only the extra's dependencies where the package itself is already installed)."""
+    return f"pip install '{DISTRIBUTION}[{extra}]' (in a checkout: pip install -e '.[{extra}]')"
+
+
 def need_extra(modules: tuple[str, ...], extra: str, what: str) -> None:
     """Refuse in one line, before any work, a command whose optional dependencies (the package
     extra ``extra``) are not installed: the core (pools, fit, simulate, the stopping rules) needs
@@ -36,6 +46,5 @@ def need_extra(modules: tuple[str, ...], extra: str, what: str) -> None:
     missing = [m for m in modules if find_spec(m) is None]
     if missing:
         raise UsageError(
-            f"{what} needs {' and '.join(missing)}, which are not installed: "
-            f"pip install 'mars[{extra}]'"
+            f"{what} needs {' and '.join(missing)}, which are not installed: {install_hint(extra)}"
         )

@@ -16,8 +16,9 @@ The decision is the simulator's own (one step of :class:`mars.simulate.MethodRun
 iteration whose sample is the N main traces and whose warmup is the W warmup traces, running
 traces shown as traces stopped at the checkpoint). The records are written once, at the end of the
 question (the finished warmup traces are kept meanwhile, so an interrupted question resumes after
-its warmup); re-simulating them (:func:`decide`, :func:`replay`) gives the run's answer, stop
-position and tokens exactly, which every run checks (``replay_ok``). Three things differ from
+its warmup: :mod:`mars.live_warmup`); re-simulating them (:func:`decide`,
+:func:`mars.replay.replay`) gives the run's answer, stop position and tokens exactly, which every
+run checks (``replay_ok``). Three things differ from
 the offline simulator, each because a live run cannot see the future:
 
 * the checkpoint grid is fixed in advance (``spacing``, 2·spacing, … ≤ ``max_tokens``), not taken
@@ -35,18 +36,20 @@ Output of :func:`solve_pool` (a pool directory, so ``mars simulate`` reads it to
 
     OUT/traces/qNNNNNN.parquet   warmup + main traces; a stopped trace has its length at the stop,
                                  finished = false, no final answer, and its last probe at the stop
-    OUT/live/qNNNNNN.json        the live result of the question (see :class:`LiveRun`)
-    OUT/live.csv                 one row per question; OUT/pool.json has the run's parameters
+    OUT/live/qNNNNNN.json        the live result of the question (see :class:`LiveRun`;
+                                 :mod:`mars.live_records`)
+    OUT/live.csv                 one row per question (:mod:`mars.live_summary`); OUT/pool.json
+                                 has the run's parameters
     OUT/live/qNNNNNN.warmup.parquet  the question's finished warmup traces while its main traces
                                  run (an interrupted question resumes after its warmup)
+
+One run writes into ``OUT`` at a time (its lock); a second waits its turn.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import reprlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -63,113 +66,66 @@ from .engines.generate import (
     records_to_table,
     run_batch,
     token_cap,
+    warn_without_final_answers,
 )
-from .errors import MarsError, UsageError, first_line
-from .method.answers import group_answers_online, is_correct
-from .method.arrays import QuestionArrays, build_arrays, checkpoint_answers, checkpoint_confidences
+from .live_records import (
+    LIVE_DIR,
+    LIVE_RECORD,
+    SUMMARY_FIELDS,
+    SUMMARY_FILE,
+    check_made_for,
+    live_grid,
+    live_path,
+    live_settings,
+    read_records,
+    warmup_path,
+)
+from .live_summary import write_csv
+from .live_warmup import warmup_inputs, warmup_traces
+from .method.answers import is_correct
+from .method.arrays import checkpoint_answers, checkpoint_confidences
 from .method.registry import DEFAULT_METHOD, Method, get_method, live_method
-from .method.settings import LIVE_KEYS, Settings
+from .method.settings import Settings
 from .progress import Detail, Progress, counted, prefixed
-from .simulate import MethodResult, QuestionContext, run_method
-from .stepper import Stopper, Warmup
+from .replay import LiveRunDir, decide, open_live_run, replay
+from .stepper import MAX_CHECKPOINTS, Stopper, Warmup
 from .store import schema
-from .store.atomic import write_atomic, write_json_atomic
-from .store.pool import PoolError, QuestionData, open_pool, question_from_table, read_trace_table
-from .store.problems import Problem, problems_digest, select_problems
-from .store.userfiles import read_json_object
-from .store.write import PoolDirWriter, write_trace_table
+from .store.atomic import folder_lock, make_dirs, output_dir, write_json_atomic
+from .store.pool import (
+    QuestionData,
+    question_from_table,
+)
+from .store.problems import Problem, problem_digest, problems_digest, select_problems
+from .store.write import PoolDirWriter, stood_in_of, with_stood_in
 
-LIVE_DIR = "live"
-LIVE_RECORD = ".solve.json"
-SUMMARY_FILE = "live.csv"
-#: Parquet metadata key of a kept warmup file (question, warmup size, its wall time; JSON)
-WARMUP_METADATA_KEY = "mars.live.warmup"
-#: The most checkpoints a live grid may have. The grid is fixed in advance and every look of the
-#: rule builds arrays over all of it, so this bounds the memory of a run and of its replay,
-#: whatever a manifest claims (at a 2,048-token spacing: 8.4 million tokens).
-MAX_CHECKPOINTS = 1 << 12
+log = logging.getLogger(__name__)
 
-
-def live_grid(spacing: int, max_tokens: int) -> np.ndarray:
-    """Checkpoints of a live run: spacing, 2·spacing, … ≤ max_tokens."""
-    if spacing <= 0 or max_tokens < spacing:
-        raise UsageError(f"no checkpoint: --spacing {spacing}, --max-tokens {max_tokens}")
-    n = max_tokens // spacing
-    if n > MAX_CHECKPOINTS:
-        raise UsageError(
-            f"--max-tokens {max_tokens:,} at --spacing {spacing:,}: {n:,} checkpoints, more than "
-            f"{MAX_CHECKPOINTS:,} (raise --spacing or lower --max-tokens)"
-        )
-    return spacing * np.arange(1, n + 1, dtype=np.int64)
-
-
-def live_settings(
-    n_traces: int, warmup: int, seed: int, spacing: int, max_tokens: int, knobs: dict
-) -> Settings:
-    """The simulator settings of a live run: N traces, one iteration, the rule's knobs.
-
-    ``knobs`` are the settings `mars solve` takes (:data:`mars.method.settings.LIVE_KEYS`); the
-    others
-    are fixed by the run itself.
-    """
-    if n_traces < 1:
-        raise UsageError(f"--traces {n_traces}: must be at least 1")
-    if warmup < 0:
-        raise UsageError(f"--warmup {warmup}: must be ≥ 0")
-    bad = sorted(set(knobs) - set(LIVE_KEYS))
-    if bad:
-        raise UsageError(f"unknown or fixed live settings {bad} (live: {', '.join(LIVE_KEYS)})")
-    live_grid(spacing, max_tokens)
-    return Settings(
-        budget=n_traces, iterations=1, warmup=warmup, seed=seed, spacing=spacing, **knobs
-    ).validate()
-
-
-def decide(
-    q: QuestionData,
-    method: Method,
-    settings: Settings,
-    grid: np.ndarray,
-    n_warm: int,
-    stopped: np.ndarray,
-    memo: dict | None = None,
-) -> tuple[MethodResult, QuestionArrays]:
-    """The simulator's decision on a live run's records (traces 0..n_warm-1 = warmup, then main).
-
-    ``stopped`` marks traces stopped early (and, during the run, traces still running); ``memo``
-    keeps the warmup's fitted q-model and γ between checkpoints.
-    """
-    answers = checkpoint_answers(q, grid, stopped)
-    warm, main = np.arange(n_warm), np.arange(n_warm, q.n_traces)
-    finals = q.final_answers
-    arrival = [
-        *answers[warm].T.ravel(),
-        *finals[:n_warm],
-        *answers[main].T.ravel(),
-        *finals[n_warm:],
-    ]
-    groups = group_answers_online(arrival)
-    assert settings.spacing is not None  # live settings carry the spacing
-    arr = build_arrays(
-        q,
-        settings.spacing,
-        settings.window,
-        groups,
-        grid=grid,
-        stopped=stopped,
-        conf_window="before",
-        group_stats=False,
-    )
-    ctx = QuestionContext(
-        arr, settings, samples=main[None, :], warm=warm[arr.final_ids[warm] >= 0], memo=memo
-    )
-    return run_method(ctx, method), arr
+#: the live run's face; the replay, grid and settings of :mod:`mars.replay` and
+#: :mod:`mars.live_records` are here too, where callers have found them
+__all__ = [
+    "MAX_CHECKPOINTS",
+    "LiveRun",
+    "LiveRunDir",
+    "decide",
+    "live_grid",
+    "live_method",
+    "live_settings",
+    "open_live_run",
+    "replay",
+    "solve",
+    "solve_pool",
+]
 
 
 def _as_stopped(r: TraceResult) -> TraceResult:
     """A trace stopped early has no final answer (what it would say is its probe)."""
     return TraceResult(
-        length=r.length, final_answer=None, finished=False, confs=r.confs, text=r.text
+        length=r.length,
+        final_answer=None,
+        finished=False,
+        confs=r.confs,
+        text=r.text,
+        stood_in=r.stood_in,
     )
 
 
@@ -179,9 +135,16 @@ def _question(problem: Problem, tables: Sequence[pa.Table]) -> QuestionData:
         problem.qid,
         f"<live question {problem.qid}>",
         published=False,
-        ground_truth=problem.answer,
+        ground_truth=problem.answer or "",  # not known: nothing is graded correct
         question=problem.question,
     )
+
+
+def _graded(answer: str | None, problem: Problem) -> bool | None:
+    """Whether ``answer`` is ``problem``'s; None when its answer is not known."""
+    if problem.answer is None:
+        return None
+    return bool(answer is not None and is_correct(answer, problem.answer))
 
 
 @dataclass
@@ -191,7 +154,7 @@ class LiveRun:
     qid: int
     method: str
     answer: str | None
-    correct: bool
+    correct: bool | None  # None: the question's answer is not known
     stopped_by: str  # the rule's label (margin, certified, pp_consensus, consensus) or "budget"
     stop_position: int | None  # checkpoint where the rule fired; None: every trace ran to its end
     tokens: int
@@ -207,6 +170,7 @@ class LiveRun:
     checkpoints: int  # checkpoints the rule was asked at
     wall_s: dict  # warmup, main (generation + probes + decisions), decide (decisions only)
     replay_ok: bool  # the stored records re-simulate to this answer, stop position and tokens
+    inputs: dict  # what the records are made from: the question's digest, the warmup's inputs
     full: dict | None = None  # the same N traces run to completion (compare_full)
     table: pa.Table | None = field(default=None, repr=False)
 
@@ -399,9 +363,8 @@ def solve(
     settings = live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)
     grid = live_grid(spacing, max_tokens)
 
-    warm_table, warm_wall = _warmup(
-        backend, problem, warmup, seed, spacing, max_tokens, warmup_file, detail
-    )
+    made_by = warmup_inputs(backend, problem, warmup, seed, spacing, max_tokens)
+    warm_table, warm_wall = warmup_traces(backend, problem, made_by, warmup_file, detail)
     t1 = time.perf_counter()
     ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces, watch)
     say = prefixed(detail, f"q{problem.qid} {m.name}: ")
@@ -413,9 +376,15 @@ def solve(
     finally:
         batch.close()
     t2 = time.perf_counter()
+    ran = [r.result for r, stopped in zip(records, ctl.stopped) if not stopped]
+    warn_without_final_answers(problem.qid, ran, max_tokens, "traces that ran to their end")
     for j in np.flatnonzero(ctl.stopped):
         records[j].result = _as_stopped(records[j].result)
-    table = pa.concat_tables([warm_table, records_to_table(problem.qid, warmup, records)])
+    main_table = records_to_table(problem.qid, warmup, records)
+    table = with_stood_in(
+        pa.concat_tables([warm_table, main_table]),
+        stood_in_of(warm_table) + stood_in_of(main_table),
+    )
 
     # the final look: the answer when the rule never fired, and the replay check
     stopped = np.concatenate([np.zeros(warmup, bool), ctl.stopped])
@@ -442,7 +411,7 @@ def solve(
         qid=problem.qid,
         method=m.name,
         answer=answer,
-        correct=bool(answer is not None and is_correct(answer, problem.answer)),
+        correct=_graded(answer, problem),
         stopped_by=label,
         stop_position=None if label == "budget" else position,
         tokens=tokens,
@@ -460,6 +429,7 @@ def solve(
             "decide": round(ctl.decide_s, 4),
         },
         replay_ok=bool(replay_ok),
+        inputs={"problem": made_by["problem"], "warmup": made_by},
         table=table,
     )
     if compare_full:
@@ -478,90 +448,6 @@ def solve(
             prefixed(detail, f"q{problem.qid} to completion: "),
         )
     return run
-
-
-def _warmup(
-    backend: Backend,
-    problem: Problem,
-    warmup: int,
-    seed: int,
-    spacing: int,
-    max_tokens: int,
-    kept: str | Path | None,
-    detail: Detail | None,
-) -> tuple[pa.Table, float]:
-    """The question's warmup traces (run to completion, or read back from ``kept`` where an
-    interrupted run of the same engine and settings left them; written there once they have run)
-    and their wall time."""
-    made_by = {
-        "qid": int(problem.qid),
-        "warmup": int(warmup),
-        "seed": int(seed),
-        "spacing": int(spacing),
-        "max_tokens": int(max_tokens),
-        "engine": backend_info(backend),
-    }
-    table = read_warmup(kept, made_by) if kept else None
-    if table is not None:
-        return table.replace_schema_metadata(None), _warmup_wall(table)
-    t0 = time.perf_counter()
-    records: list[TraceRecord] = []
-    if warmup:
-        say = prefixed(detail, f"q{problem.qid} warmup: ")
-        if say is not None:
-            say(f"starting {warmup} traces")
-        batch = backend.start(problem, warmup, seed, first_trace=0)
-        try:
-            records = run_batch(batch, spacing, max_tokens=max_tokens, detail=say)
-        finally:
-            batch.close()
-    table = records_to_table(problem.qid, 0, records)
-    wall = time.perf_counter() - t0
-    if kept and warmup:
-        write_warmup(kept, table, made_by, wall)
-    return table, wall
-
-
-def write_warmup(path: str | Path, table: pa.Table, made_by: dict, wall_s: float) -> None:
-    """Keep a question's finished warmup traces (a trace file, atomically), with what made them
-    (question, warmup size, seed, grid, engine) and their wall time."""
-    info = {**made_by, "wall_s": round(wall_s, 4)}
-    write_trace_table(table, path, metadata={WARMUP_METADATA_KEY: json.dumps(info)})
-
-
-def read_warmup(path: str | Path, made_by: dict) -> pa.Table | None:
-    """The warmup traces kept by :func:`write_warmup` (None if there are none); a file that is
-    not the warmup traces ``made_by`` describes is one line naming it."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    qid, warmup = made_by["qid"], made_by["warmup"]
-    remedy = "remove it to run the warmup again"
-    try:
-        table = read_trace_table(path)
-        info = json.loads((table.schema.metadata or {})[WARMUP_METADATA_KEY.encode()])
-        info_ok = isinstance(info, dict) and isinstance(info.get("wall_s"), (int, float))
-        qids = table.column("qid").to_numpy(zero_copy_only=False)
-        idx = table.column("trace_idx").to_numpy(zero_copy_only=False)
-    except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
-        raise PoolError(
-            f"{path}: not a warmup file of this run ({first_line(exc)}); {remedy}"
-        ) from None
-    if not info_ok or info.get("qid") != qid or info.get("warmup") != warmup:
-        raise PoolError(f"{path}: not question {qid}'s {warmup} warmup traces; {remedy}")
-    expected = json.loads(json.dumps(made_by))  # as the file holds it (lists, not tuples)
-    other = [k for k in expected if info.get(k) != expected[k]]
-    if other:
-        raise PoolError(f"{path}: kept by a run with other settings ({', '.join(other)}); {remedy}")
-    if table.num_rows != warmup or (qids != qid).any() or (idx != np.arange(warmup)).any():
-        raise PoolError(
-            f"{path}: rows are not question {qid}'s warmup traces 0..{warmup - 1}; {remedy}"
-        )
-    return table
-
-
-def _warmup_wall(table: pa.Table) -> float:
-    return float(json.loads(table.schema.metadata[WARMUP_METADATA_KEY.encode()])["wall_s"])
 
 
 def _run_full(
@@ -596,20 +482,12 @@ def _run_full(
         "tokens": int(sum(r.result.length for r in records)),
         "wall_s": round(wall, 4),
         "answer": arr.representatives[a] if a >= 0 else None,
-        "correct": bool(res.correct[0]),
+        "correct": None if problem.answer is None else bool(res.correct[0]),
     }
 
 
 # ---------------------------------------------------------------------------------------------
 # Many questions into a pool directory (resumable), and the replay of one
-
-
-def _live_path(out: Path, qid: int) -> Path:
-    return out / LIVE_DIR / f"q{qid:06d}.json"
-
-
-def _warmup_path(out: Path, qid: int) -> Path:
-    return out / LIVE_DIR / f"q{qid:06d}.warmup.parquet"
 
 
 def solve_pool(
@@ -667,292 +545,67 @@ def solve_pool(
         record=LIVE_RECORD,
         what="live run",
         params_of=lambda manifest: manifest.get("live", {}),
-        done_marker=lambda qid: _live_path(out, qid),
-    )
-    if writer.start(qids):
-        (out / LIVE_DIR).mkdir(exist_ok=True)
-        todo = writer.todo(qids)
-        # a damaged record of a question done earlier is refused before any work
-        read_records(out, [q for q in qids if q not in todo], warmup, n_traces, SUMMARY_FIELDS)
-        for qid in counted(todo, len(todo), progress):
-            run = solve(
-                backend,
-                by_qid[qid],
-                m,
-                n_traces=n_traces,
-                warmup=warmup,
-                seed=seed,
-                spacing=spacing,
-                max_tokens=max_tokens,
-                compare_full=compare_full,
-                warmup_file=_warmup_path(out, qid),
-                detail=detail,
-                **knobs,
-            )
-            assert run.table is not None
-            writer.write_question(qid, run.table)
-            write_json_atomic(_live_path(out, qid), run.summary())
-            _warmup_path(out, qid).unlink(missing_ok=True)
-            if on_question is not None:
-                on_question(run)
-        summaries = read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
-        _write_summary_csv(out / SUMMARY_FILE, summaries)
-        manifest = {
-            **{
-                k: v
-                for k, v in params.items()
-                if k not in ("settings", "method", "warmup", "compare_full")
-            },
-            "n_traces": int(warmup + n_traces),
-            "live": params,
-        }
-        writer.finish(question_rows(by_qid, qids, params.get("model", ""), backend), manifest)
-    return read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
-
-
-SUMMARY_COLUMNS = (
-    "qid",
-    "method",
-    "answer",
-    "correct",
-    "stopped_by",
-    "stop_position",
-    "tokens",
-    "warmup_tokens",
-    "probe_tokens",
-    "gamma",
-    "n_stopped",
-    "wall_main_s",
-    "full_tokens",
-    "full_wall_s",
-    "full_answer",
-    "full_correct",
-    "replay_ok",
-)
-
-
-def _write_summary_csv(path: Path, summaries: list[dict]) -> None:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(SUMMARY_COLUMNS)
-    for s in summaries:
-        full = s.get("full") or {}
-        w.writerow(
-            [
-                s["qid"],
-                s["method"],
-                s["answer"],
-                s["correct"],
-                s["stopped_by"],
-                s["stop_position"],
-                s["tokens"],
-                s["warmup_tokens"],
-                s["probe_tokens"],
-                s["gamma"],
-                len(s["stopped_traces"]),
-                s["wall_s"]["main"],
-                full.get("tokens"),
-                full.get("wall_s"),
-                full.get("answer"),
-                full.get("correct"),
-                s["replay_ok"],
-            ]
-        )
-    write_atomic(path, lambda p: p.write_text(buf.getvalue()))
-
-
-#: A record's fields: name -> (test of its value, what the value must be).
-Fields = dict[str, tuple[Callable[[object], bool], str]]
-
-
-def _whole(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _whole_or_null(v: object) -> bool:
-    return v is None or _whole(v)
-
-
-def _number(v: object) -> bool:
-    return isinstance(v, float) or _whole(v)
-
-
-def _str(v: object) -> bool:
-    return isinstance(v, str)
-
-
-def _str_or_null(v: object) -> bool:
-    return v is None or isinstance(v, str)
-
-
-def _bool(v: object) -> bool:
-    return isinstance(v, bool)
-
-
-def _object_with(fields: Fields, null: bool = False) -> Callable[[object], bool]:
-    return lambda v: (
-        (v is None and null)
-        or (isinstance(v, dict) and all(k in v and ok(v[k]) for k, (ok, _) in fields.items()))
+        done_marker=lambda qid: live_path(out, qid),
     )
 
+    def busy() -> None:
+        log.warning("%s: another `mars solve` is writing into it; waiting for it to finish", out)
 
-#: What :func:`replay` reads of a live record (:meth:`LiveRun.summary`).
-REPLAY_FIELDS: Fields = {
-    "qid": (_whole, "a whole number"),
-    "answer": (_str_or_null, "a string or null"),
-    "stopped_by": (_str, "a string"),
-    "stop_position": (_whole_or_null, "a whole number or null"),
-    "tokens": (_whole, "a whole number"),
-    "stopped_traces": (
-        lambda v: isinstance(v, list) and all(map(_whole, v)),
-        "a list of trace ids",
-    ),
-}
-_FULL: Fields = {
-    "tokens": (_whole, ""),
-    "wall_s": (_number, ""),
-    "answer": (_str_or_null, ""),
-    "correct": (_bool, ""),
-}
-#: ... and what the summary (``live.csv``, `mars solve`'s table) reads besides.
-SUMMARY_FIELDS: Fields = {
-    **REPLAY_FIELDS,
-    "method": (_str, "a string"),
-    "correct": (_bool, "true or false"),
-    "warmup_tokens": (_whole, "a whole number"),
-    "probe_tokens": (_whole_or_null, "a whole number or null"),
-    "gamma": (_number, "a number"),
-    "replay_ok": (_bool, "true or false"),
-    "wall_s": (_object_with({"main": (_number, "")}), "an object with a number 'main'"),
-    "full": (_object_with(_FULL, null=True), f"null or an object with {', '.join(_FULL)}"),
-}
-
-
-def read_records(
-    out: Path, qids: Iterable[int], warmup: int, n_traces: int, fields: Fields = REPLAY_FIELDS
-) -> list[dict]:
-    """The live records of ``qids``, each checked for ``fields``, its question and its stopped
-    traces (main traces of a run with ``warmup`` + ``n_traces``); one line naming the file
-    otherwise."""
-    records = []
-    for qid in qids:
-        path = _live_path(out, qid)
-        rec = read_json_object(path, PoolError, f"{path}: missing live record of question {qid}")
-        for key, (ok, what) in fields.items():
-            if key not in rec:
-                raise PoolError(f"{path}: no {key!r}")
-            if not ok(rec[key]):
-                raise PoolError(f"{path}: {key!r} is {reprlib.repr(rec[key])}, not {what}")
-        if rec["qid"] != qid:
-            raise PoolError(f"{path}: holds the record of question {rec['qid']}, not {qid}")
-        main = range(warmup, warmup + n_traces)
-        outside = [j for j in rec["stopped_traces"] if j not in main]
-        if outside:
-            raise PoolError(
-                f"{path}: stopped trace {outside[0]} is not a main trace "
-                f"({main.start}..{main.stop - 1})"
-            )
-        records.append(rec)
-    return records
+    # one writer at a time: a second identical command waits, then finds the questions done
+    with output_dir(out), folder_lock(out, busy):
+        if writer.start(qids):
+            make_dirs(out / LIVE_DIR)
+            todo = writer.todo(qids)
+            _remove_litter(out, [q for q in qids if q not in todo])
+            # a damaged record of a question done earlier, or one made for another question or
+            # run, is refused before any work
+            done = [q for q in qids if q not in todo]
+            as_written = json.loads(json.dumps(params))  # as the files hold them
+            for rec in read_records(out, done, warmup, n_traces, SUMMARY_FIELDS):
+                problem = by_qid[rec["qid"]]
+                check_made_for(out, rec, as_written, problem_digest(problem), "--problems'")
+            for qid in counted(todo, len(todo), progress):
+                run = solve(
+                    backend,
+                    by_qid[qid],
+                    m,
+                    n_traces=n_traces,
+                    warmup=warmup,
+                    seed=seed,
+                    spacing=spacing,
+                    max_tokens=max_tokens,
+                    compare_full=compare_full,
+                    warmup_file=warmup_path(out, qid),
+                    detail=detail,
+                    **knobs,
+                )
+                assert run.table is not None
+                writer.write_question(qid, run.table)
+                write_json_atomic(live_path(out, qid), run.summary())
+                warmup_path(out, qid).unlink(missing_ok=True)
+                if on_question is not None:
+                    on_question(run)
+            summaries = read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
+            write_csv(out / SUMMARY_FILE, summaries)
+            manifest = {
+                **{
+                    k: v
+                    for k, v in params.items()
+                    if k not in ("settings", "method", "warmup", "compare_full")
+                },
+                "n_traces": int(warmup + n_traces),
+                "live": params,
+            }
+            writer.finish(question_rows(by_qid, qids, params.get("model", ""), backend), manifest)
+        else:
+            _remove_litter(out, qids)
+        return read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
 
 
-@dataclass(frozen=True)
-class _LiveParams:
-    """What a live run's manifest says about how it decided."""
-
-    method: Method
-    settings: Settings
-    warmup: int
-    n_traces: int
-    max_tokens: int
-    grid: np.ndarray
-
-
-_WHOLE_PARAMS = ("n_traces", "warmup", "seed", "spacing", "max_tokens")
-
-
-def _live_params(path: Path, manifest: dict) -> _LiveParams:
-    """The method, settings and grid of the live run in ``path``, checked as `mars solve` checks
-    its options; one line naming the manifest otherwise."""
-    live = manifest.get("live")
-    if live is None:
-        raise PoolError(f"{path}: not a live run (no 'live' block in {schema.POOL_MANIFEST})")
-    try:
-        if not isinstance(live, dict):
-            raise PoolError(f"is {reprlib.repr(live)}, not an object")
-        missing = [k for k in ("method", *_WHOLE_PARAMS, "settings") if k not in live]
-        if missing:
-            raise PoolError(f"no {', '.join(map(repr, missing))}")
-        for key in _WHOLE_PARAMS:
-            if not _whole(live[key]):
-                raise PoolError(f"{key!r} is {reprlib.repr(live[key])}, not a whole number")
-        if not isinstance(live["method"], str):
-            raise PoolError(f"'method' is {reprlib.repr(live['method'])}, not a string")
-        if not isinstance(live["settings"], dict):
-            raise PoolError(f"'settings' is {reprlib.repr(live['settings'])}, not an object")
-        method = live_method(live["method"])
-        settings = live_settings(
-            live["n_traces"],
-            live["warmup"],
-            live["seed"],
-            live["spacing"],
-            live["max_tokens"],
-            live["settings"],
-        )
-        grid = live_grid(live["spacing"], live["max_tokens"])
-    except MarsError as exc:
-        raise PoolError(f"{path / schema.POOL_MANIFEST}: 'live' block: {exc}") from None
-    return _LiveParams(method, settings, live["warmup"], live["n_traces"], live["max_tokens"], grid)
-
-
-def _check_traces(q: QuestionData, run: _LiveParams) -> None:
-    """The records of a live run hold its warmup + main traces, none past its token cap."""
-    n = run.warmup + run.n_traces
-    if not np.array_equal(q.trace_idx, np.arange(n)):
-        raise PoolError(
-            f"{q.where()}: trace ids {_ids(q.trace_idx)}, but the live run has {run.warmup} "
-            f"warmup + {run.n_traces} traces (ids 0..{n - 1})"
-        )
-    long = np.flatnonzero(q.lengths > run.max_tokens)
-    if long.size:
-        raise PoolError(
-            f"{q.where(int(long[0]))}: {int(q.lengths[long[0]]):,} tokens, past the live run's "
-            f"max_tokens {run.max_tokens:,}"
-        )
-
-
-def _ids(ids: np.ndarray) -> str:
-    if len(ids) and np.array_equal(ids, np.arange(ids[0], ids[0] + len(ids))):
-        return f"{ids[0]}..{ids[-1]}"
-    return reprlib.repr(ids.tolist())
-
-
-def replay(path: str | Path, questions: Iterable[int] | None = None) -> list[dict]:
-    """Re-simulate a live run from its stored records; per question the live and replayed results.
-
-    Each dict has ``qid``, ``live`` and ``replay`` (answer, stopped_by, stop_position, tokens) and
-    ``match`` (all equal). The manifest and every record are checked before any question is
-    re-simulated; the records' traces as each is read.
-    """
-    path = Path(path)
-    pool = open_pool(path)
-    run = _live_params(path, getattr(pool, "manifest", {}))
-    qids = list(pool.qids if questions is None else questions)
-    records = read_records(path, qids, run.warmup, run.n_traces)
-    out = []
-    for qid, rec in zip(qids, records):
-        q = pool.read_question(qid)
-        _check_traces(q, run)
-        stopped = np.isin(q.trace_idx, rec["stopped_traces"])
-        res, arr = decide(q, run.method, run.settings, run.grid, run.warmup, stopped)
-        a = int(res.answer[0])
-        label = str(res.stopped_by[0])
-        again = {
-            "answer": arr.representatives[a] if a >= 0 else None,
-            "stopped_by": label,
-            "stop_position": None if label == "budget" else int(res.position[0]),
-            "tokens": int(res.tokens[0]),
-        }
-        was = {k: rec[k] for k in again}
-        out.append({"qid": qid, "live": was, "replay": again, "match": was == again})
-    return out
+def _remove_litter(out: Path, done: Iterable[int]) -> None:
+    """What a run stopped at the wrong moment leaves in ``live/``: the kept warmup of a question
+    whose record was written just before (it is never read again), and half-written files."""
+    for qid in done:
+        warmup_path(out, qid).unlink(missing_ok=True)
+    for tmp in (out / LIVE_DIR).glob(".*.tmp-*"):
+        tmp.unlink(missing_ok=True)

@@ -19,12 +19,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .errors import DISTRIBUTION
 from .method.protocol import table_row
 from .runs import OVERALL, PER_ITERATION, PER_QUESTION
 from .store.atomic import folder_lock, make_dirs, make_temp_dir, naming_output, replace_dir
 from .store.schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
 
-PACKAGES = ("mars", "numpy", "scipy", "pandas", "pyarrow", "math-verify")
+#: the distributions whose versions a result records (this package by its distribution name)
+PACKAGES = (DISTRIBUTION, "numpy", "scipy", "pandas", "pyarrow", "math-verify")
 
 
 @functools.cache

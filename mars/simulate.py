@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SimulationError
-from .method import deepconf, protocol
+from .method import deepconf, launch, protocol
 from .method.arrays import QuestionArrays, digest_arrays, load_arrays
 from .method.calibration import calibrate_gamma
 from .method.features import switch_labels
@@ -468,13 +468,12 @@ class MethodRun:
         grid, m = arr.grid, len(arr.grid)
         S = self.samples
         I, B = S.shape
-        w = max(1, min(int(self.ctx.s.wave_size), B))
+        launches = self.launches()
         self.start()
         spent = np.zeros((I, B), dtype=np.int64)
         seq = np.zeros(I, dtype=np.int64)
         final = arr.final_ids[S]
-        for lo in range(0, B, w):
-            hi = min(B, lo + w)
+        for lo, hi in launches:
             ends = self.run_k[:, lo:hi].max(axis=1)  # the checkpoint where the wave has ended
             for k in range(m):
                 rows = np.flatnonzero(self.active & (k <= ends))
@@ -525,8 +524,19 @@ class MethodRun:
         result.tokens = spent.sum(axis=1).astype(np.int64)
         result.seq_tokens = seq
         result.longest_tokens = spent.max(axis=1).astype(np.int64)
-        result.rounds = w
+        result.rounds = launches[0][1]
         return result
+
+    def launches(self) -> list[tuple[int, int]]:
+        """The waves of a width-adaptive run, as (first, last + 1) sample positions: waves of
+        ``wave_size``, or the launch planned from the warmup (:mod:`mars.method.launch`)."""
+        B = self.samples.shape[1]
+        w = max(1, min(int(self.ctx.s.wave_size), B))
+        if self.method.planned:
+            alpha = getattr(self.rule, "alpha", launch.ALPHA_SC)  # the rule's own level
+            warm_final = self.ctx.arr.final_ids[self.ctx.warm]
+            return launch.plan(warm_final, self.arr.n_answers, w, B, alpha)
+        return [(lo, min(B, lo + w)) for lo in range(0, B, w)]
 
     def _draw(self) -> MethodResult:
         """A sample-more rule: traces are drawn ``rule.draws`` at a time in sample order and run
@@ -728,6 +738,12 @@ def simulate_pool(
     if missing:
         raise PoolError(
             f"{pool.source}: no question {missing[0]} (questions: {', '.join(map(str, pool.qids))})"
+        )
+    unknown = [q for q in qids if q in getattr(pool, "unknown_answers", ())]
+    if unknown:
+        raise SimulationError(
+            f"{pool.source}: question {unknown[0]} has no known answer (null ground_truth), and "
+            "accuracy is scored against it; leave it out with --questions"
         )
     size_notes(pool, methods, settings, qids)
     if fit_dir is not None:

@@ -23,8 +23,12 @@ same decisions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+import reprlib
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,9 +37,14 @@ from .method.answers import OnlineGroups
 from .method.arrays import QuestionArrays
 from .method.features import question_features
 from .method.qmodel import SwitchModel, fit_question
-from .method.registry import Method, live_method
-from .method.settings import Settings
+from .method.registry import Method, live_method, live_methods
+from .method.settings import LIVE_KEYS, Settings
 from .simulate import MethodRun, QuestionContext
+
+#: The most checkpoints a grid may have: every look of the rule builds arrays over all of it, so
+#: this bounds the memory of a stopper (and of a live run and its replay), whatever a caller or a
+#: manifest claims (at a 2,048-token spacing: 8.4 million tokens).
+MAX_CHECKPOINTS = 1 << 12
 
 
 @dataclass
@@ -67,6 +76,164 @@ class Decision:
     stop_traces: np.ndarray
 
 
+# -- what the stopper accepts: checked in full before any state changes -----------------------
+
+
+def _shown(value: Any) -> str:
+    return reprlib.repr(value)
+
+
+def _items(given: Any, what: str, kind: str) -> list:
+    """The elements of a one-dimensional sequence (a list, a tuple, a numpy array); one string,
+    a mapping, a set or a scalar is refused rather than taken apart."""
+    if isinstance(given, str | bytes | Mapping | AbstractSet) or given is None:
+        raise UsageError(f"{what}: {_shown(given)} is not a sequence of {kind}")
+    if isinstance(given, np.ndarray):
+        if given.ndim != 1:
+            raise UsageError(f"{what}: an array of shape {given.shape}, not a sequence of {kind}")
+        return given.tolist()
+    try:
+        return list(given)
+    except TypeError:
+        raise UsageError(f"{what}: {_shown(given)} is not a sequence of {kind}") from None
+
+
+def _answers(given: Any, n: int, what: str) -> list[str | None]:
+    """``n`` answers, each a string or None."""
+    items = _items(given, what, "answers (strings or None)")
+    if len(items) != n:
+        raise UsageError(f"{what}: {len(items)} answers for {n} traces")
+    for j, a in enumerate(items):
+        if a is not None and not isinstance(a, str):
+            raise UsageError(f"{what}: answer {_shown(a)} is not a string or None (trace {j})")
+    return [None if a is None else str(a) for a in items]
+
+
+def _flags(given: Any, n: int, what: str) -> np.ndarray:
+    """``n`` booleans (True/False, or 1/0)."""
+    if isinstance(given, np.ndarray) and given.dtype == bool and given.shape == (n,):
+        return given.copy()
+    items = _items(given, what, "booleans")
+    if len(items) != n:
+        raise UsageError(f"{what}: {len(items)} running for {n} traces")
+    for j, v in enumerate(items):
+        if not (isinstance(v, bool | np.bool_) or (type(v) is int and v in (0, 1))):
+            raise UsageError(f"{what}: {_shown(v)} is not True or False (trace {j})")
+    return np.array(items, dtype=bool).reshape(n)
+
+
+def _numbers(given: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """Finite numbers of ``shape`` (as float32, as the stopper keeps them)."""
+    try:
+        arr = np.asarray(given)
+    except (TypeError, ValueError):  # ragged
+        arr = np.asarray(None)
+    if isinstance(given, str | bytes | Mapping | AbstractSet) or arr.shape != shape:
+        raise UsageError(f"{what}: {_shown(given)} is not {' × '.join(map(str, shape))} numbers")
+    if arr.dtype.kind not in "fiu":
+        bad = next(
+            (
+                v
+                for v in arr.ravel().tolist()
+                if isinstance(v, bool) or not isinstance(v, int | float)
+            ),
+            arr.dtype,
+        )
+        raise UsageError(f"{what}: {_shown(bad)} is not a number")
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(np.float32)
+    if not np.isfinite(out).all():
+        j = np.unravel_index(int(np.flatnonzero(~np.isfinite(out))[0]), shape)
+        raise UsageError(
+            f"{what}: {_shown(arr[j].item())} (trace {j[0]}) is not a finite number a float32 holds"
+        )
+    return out
+
+
+def _whole(value: Any, what: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise UsageError(f"{what}: {_shown(value)} is not a whole number ≥ {low}")
+    return int(value)
+
+
+def _grid(given: Any) -> np.ndarray:
+    items = _items(given, "grid", "checkpoint positions")
+    if not items or len(items) > MAX_CHECKPOINTS:
+        raise UsageError(f"grid: {len(items)} checkpoints (1 to {MAX_CHECKPOINTS:,})")
+    bad = [v for v in items if isinstance(v, bool) or not isinstance(v, int | np.integer)]
+    if bad:  # a list, not next(..., None): None itself is a bad position
+        raise UsageError(f"grid: {_shown(bad[0])} is not a whole number of tokens")
+    if min(items) <= 0 or max(items) >= 2**62:
+        raise UsageError("grid: checkpoint positions must be positive and increasing")
+    grid = np.array(items, dtype=np.int64)
+    if (np.diff(grid) <= 0).any():
+        raise UsageError("grid: checkpoint positions must be positive and increasing")
+    return grid
+
+
+def _method(method: Any) -> Method:
+    if not isinstance(method, str | Method):
+        raise UsageError(
+            f"method: {_shown(method)} is not a method name (live: {', '.join(live_methods())})"
+        )
+    return live_method(method)
+
+
+def check_knobs(knobs: Mapping[str, Any], what: str = "knob") -> None:
+    """Refuse a knob the stopping rules do not have (naming the valid ones and the nearest) or
+    one that is not a number (their ranges are :meth:`Settings.validate`'s)."""
+    unknown = [k for k in knobs if k not in LIVE_KEYS]
+    if unknown:
+        name = str(unknown[0])
+        near = difflib.get_close_matches(name, LIVE_KEYS, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise UsageError(f"unknown {what} {name!r}{hint} (valid: {', '.join(LIVE_KEYS)})")
+    for name, value in knobs.items():
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            raise UsageError(f"{what} {name}={_shown(value)}: must be a number")
+
+
+def _settings(settings: Any, knobs: dict, n: int, w: int) -> Settings:
+    if settings is None:
+        check_knobs(knobs)
+        return Settings(budget=n, iterations=1, warmup=w, **knobs).validate()
+    if knobs:
+        raise UsageError(f"give settings or knobs ({', '.join(knobs)}), not both")
+    if not isinstance(settings, Settings):
+        raise UsageError(f"settings: {_shown(settings)} is not a mars Settings")
+    # the stopper's own traces, one iteration and its warmup, whatever the settings say
+    return settings.replace(budget=n, iterations=1, warmup=w).validate()
+
+
+def _warmup(warmup: Any, m: int) -> tuple[list, list, np.ndarray, np.ndarray | None]:
+    """(answers [W][m], finals [W], lengths [W], confidences [W, m] or None), checked."""
+    if warmup is None:
+        return [], [], np.zeros(0, dtype=np.int64), None
+    if not isinstance(warmup, Warmup):
+        raise UsageError(f"warmup: {_shown(warmup)} is not a mars.Warmup")
+    finals_in = _items(warmup.finals, "warmup.finals", "answers (strings or None)")
+    W = len(finals_in)
+    finals = _answers(finals_in, W, "warmup.finals")
+    rows = _items(warmup.answers, "warmup.answers", "traces")
+    if len(rows) != W:
+        raise UsageError(f"warmup: answers must be {W} traces × {m} checkpoints")
+    answers = []
+    for j, row in enumerate(rows):
+        items = _items(row, f"warmup.answers[{j}]", "answers (strings or None)")
+        if len(items) != m:
+            raise UsageError(f"warmup: answers must be {W} traces × {m} checkpoints")
+        answers.append(_answers(items, m, f"warmup.answers[{j}]"))
+    lengths = _items(warmup.lengths, "warmup.lengths", "lengths")
+    if len(lengths) != W:
+        raise UsageError(f"warmup: {len(lengths)} lengths for {W} traces")
+    for j, v in enumerate(lengths):
+        _whole(v, f"warmup.lengths[{j}]", 0)
+    confs = None
+    if warmup.confidences is not None:
+        confs = _numbers(warmup.confidences, (W, m), "warmup.confidences")
+    return answers, finals, np.array(lengths, dtype=np.int64).reshape(W), confs
+
+
 class _Walk(MethodRun):
     """The simulator's walk over the stopper's one row, whose running traces it is told."""
 
@@ -80,9 +247,14 @@ class Stopper:
     """``method`` on one question of ``n_traces`` parallel traces over the checkpoint ``grid``
     (positions in tokens), after ``warmup`` (see the module docstring).
 
-    ``settings``: a :class:`mars.method.settings.Settings` or its stopping knobs as keywords (γ, δ,
-    ``pp_conv``, …); the budget is ``n_traces``, one iteration. Methods that read the future or
-    use DeepConf's filter cannot decide online and are refused.
+    ``settings``: a :class:`mars.method.settings.Settings`, or instead its stopping knobs as
+    keywords (γ, δ, ``pp_conv``, …: :data:`mars.method.settings.LIVE_KEYS`); the budget is
+    ``n_traces``, one iteration. Methods that read the future or use DeepConf's filter cannot
+    decide online and are refused.
+
+    Every input is checked, at construction and at each :meth:`step`, before anything changes: a
+    refused call (:class:`mars.errors.UsageError`, one line) leaves the stopper as it was, so the
+    next correct call decides as if the refused one had never been made.
     """
 
     def __init__(
@@ -95,38 +267,32 @@ class Stopper:
         memo: dict | None = None,
         **knobs,
     ):
-        self.method = live_method(method)
-        grid = np.asarray(grid, dtype=np.int64)
-        if grid.ndim != 1 or len(grid) == 0 or (np.diff(grid) <= 0).any() or grid[0] <= 0:
-            raise UsageError("grid: checkpoint positions must be positive and increasing")
-        warmup = warmup or Warmup([], [], [])
-        W, N, m = len(warmup.finals), int(n_traces), len(grid)
-        if N < 1:
-            raise UsageError(f"n_traces {n_traces}: must be at least 1")
-        if len(warmup.answers) != W or any(len(a) != m for a in warmup.answers):
-            raise UsageError(f"warmup: answers must be {W} traces × {m} checkpoints")
-        if len(warmup.lengths) != W:
-            raise UsageError(f"warmup: {len(warmup.lengths)} lengths for {W} traces")
+        self.method = _method(method)
+        grid = _grid(grid)
+        N, m = _whole(n_traces, "n_traces", 1), len(grid)
+        warm_answers, warm_finals, warm_lengths, warm_confs = _warmup(warmup, m)
+        W = len(warm_finals)
+        settings = _settings(settings, knobs, N, W)
+        if memo is not None and not isinstance(memo, dict):
+            raise UsageError(f"memo: {_shown(memo)} is not a dict")
         self.lengths = np.zeros(W + N, dtype=np.int64)  # the N traces': unused by the decision
-        self.lengths[:W] = np.asarray(warmup.lengths, dtype=np.int64)
-        if settings is None:
-            settings = Settings(budget=N, iterations=1, warmup=W, **knobs).validate()
+        self.lengths[:W] = warm_lengths
         self.settings, self.grid, self.W, self.N = settings, grid, W, N
         self.memo = {} if memo is None else memo
         self.groups = OnlineGroups()
-        arrival = [a for k in range(m) for a in (row[k] for row in warmup.answers)]
+        arrival = [a for k in range(m) for a in (row[k] for row in warm_answers)]
         self.groups.add(arrival)
-        self.groups.add(warmup.finals)
+        self.groups.add(warm_finals)
         n = W + N
         self.ids = np.full((n, m), -1, dtype=np.int32)
-        for j, row in enumerate(warmup.answers):
+        for j, row in enumerate(warm_answers):
             self.ids[j] = self.groups.add(row)
         self.final_ids = np.full(n, -1, dtype=np.int32)
-        self.final_ids[:W] = self.groups.add(warmup.finals)
+        self.final_ids[:W] = self.groups.add(warm_finals)
         self.conf: np.ndarray | None = None
-        if warmup.confidences is not None:
+        if warm_confs is not None:
             self.conf = np.zeros((n, m), dtype=np.float32)
-            self.conf[:W] = np.asarray(warmup.confidences, dtype=np.float32)
+            self.conf[:W] = warm_confs
         self.running = np.zeros((N, m), dtype=bool)
         self.q = np.ones((n, m), dtype=np.float32)
         self.flips = np.zeros(N, dtype=np.int64)
@@ -189,30 +355,33 @@ class Stopper:
         None: none), whether it is still generating, and its checkpoint confidence."""
         if self.done is not None:
             raise UsageError("the method has already stopped this question")
-        k, N = self.k, self.N
+        k, N, W = self.k, self.N, self.W
         if k >= len(self.grid):
             raise UsageError(f"all {len(self.grid)} checkpoints of the grid have been seen")
-        for name, given in (
-            ("answers", answers),
-            ("running", running),
-            ("confidences", confidences),
-        ):
-            if given is not None and len(given) != N:
-                raise UsageError(f"checkpoint {k}: {len(given)} {name} for {N} traces")
-        wrong = next((a for a in answers if a is not None and not isinstance(a, str)), None)
-        if wrong is not None:
-            raise UsageError(f"checkpoint {k}: answer {wrong!r} is not a string or None")
+        where = f"checkpoint {k}"
+        answers = _answers(answers, N, f"{where}: answers")
+        run = _flags(running, N, f"{where}: running")
         if (confidences is None) != (self.conf is None):
             raise UsageError(
                 "confidences: give them at every checkpoint and for the warmup, or never"
             )
-        W = self.W
+        confs = (
+            None if confidences is None else _numbers(confidences, (N,), f"{where}: confidences")
+        )
+        if k:
+            again = np.flatnonzero(run & ~self.running[:, k - 1])
+            if again.size:
+                raise UsageError(
+                    f"{where}: running: trace {int(again[0])} had ended at checkpoint {k - 1} "
+                    "and cannot run again"
+                )
+        # every input is good: from here on nothing is refused
         self.ids[W:, k] = self.groups.add(answers)
-        self.running[:, k] = np.asarray(running, dtype=bool)
+        self.running[:, k] = run
         if self.conf is not None:
-            self.conf[W:, k] = np.asarray(confidences, dtype=np.float32)
+            self.conf[W:, k] = confs
         if self.model is not None:
-            X = self._column(k)
+            X, self.flips, self.streak = self._column(k)
             self.q[W:, k] = self._predict(X)
         self.k = k + 1
         if len(self.groups) > self.width:  # rebuilt and replayed over checkpoints 0..k
@@ -237,15 +406,16 @@ class Stopper:
             return self.done
         return Decision(False, None, "", p, np.flatnonzero(pruned & self.running[:, k]))
 
-    def _column(self, k: int) -> np.ndarray:
-        """Switch-model features of the N traces at checkpoint ``k`` [N, 5]."""
+    def _column(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Switch-model features of the N traces at checkpoint ``k`` [N, 5], and the answer flips
+        and streaks they hold (kept once the step is taken)."""
         ids = self.ids[self.W :]
         if k:
             changed = ids[:, k] != ids[:, k - 1]
-            self.flips = self.flips + changed
-            self.streak = np.where(changed, 1, self.streak + 1)
+            flips = self.flips + changed
+            streak = np.where(changed, 1, self.streak + 1)
         else:
-            self.streak = np.ones(self.N, dtype=np.int64)
+            flips, streak = self.flips, np.ones(self.N, dtype=np.int64)
         conf = (
             self.conf[self.W :]
             if self.conf is not None
@@ -254,7 +424,7 @@ class Stopper:
         X = np.empty((self.N, 5), dtype=np.float64)
         X[:, 0] = self.grid[k]
         X[:, 1] = conf[:, k]
-        X[:, 2] = self.flips
-        X[:, 3] = self.streak
+        X[:, 2] = flips
+        X[:, 3] = streak
         X[:, 4] = conf[:, k].astype(np.float64) - conf[:, k - 1].astype(np.float64) if k else 0.0
-        return X
+        return X, flips, streak

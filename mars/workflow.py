@@ -16,10 +16,11 @@ import difflib
 import os
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .engines.endpoint import redact
 from .errors import MarsError
 
 #: the report folder of the embedded default (config/config.yaml sets it explicitly)
@@ -98,7 +99,7 @@ def _message(error, schema: dict) -> str:
         text += _NESTED_TEXT
     elif error.validator == "pattern" and error.schema.get("description"):
         text = f"{error.instance!r} is not {error.schema['description']}"
-    return f"{where}: {text}"
+    return redact(f"{where}: {text}")  # a URL's credentials are not shown
 
 
 def check_schema(config: dict, schema: dict) -> None:
@@ -254,13 +255,48 @@ def server_of(config: dict, model: str, stage: str) -> dict | None:
     return {**(own if spec["backend"] == "server" else {}), **probe}
 
 
-def server_flags(server: dict | None) -> str:
-    """The command-line options of a server (nothing without one)."""
+#: The environment variable a job finds a server URL's credentials in: this prefix and a digest
+#: of the URL (:func:`server_flags`).
+CREDENTIALS_ENV = "MARS_SERVER_CREDENTIALS_"
+
+
+def server_flags(server: dict | None, env: MutableMapping[str, str] | None = None) -> str:
+    """The command-line options of a server (nothing without one).
+
+    Credentials in its URL (``http://user:pass@host``) stay off the command line, which
+    Snakemake shows and logs: they go into an environment variable the jobs inherit (``env``,
+    default this process's: the Snakefile's, which runs again in every cluster job), and the
+    command line names it (``--base-url "http://$MARS_SERVER_CREDENTIALS_…@host:port"``, the
+    job's shell fills it in)."""
     if not server:
         return ""
-    return " ".join(
-        f"--{k.replace('_', '-')} {shlex.quote(str(server[k]))}" for k in SERVER_KEYS if k in server
-    )
+    env = os.environ if env is None else env
+    flags = []
+    for k in SERVER_KEYS:
+        if k in server:
+            value = str(server[k])
+            arg = _url_arg(value, env) if k == "base_url" else shlex.quote(value)
+            flags.append(f"--{k.replace('_', '-')} {arg}")
+    return " ".join(flags)
+
+
+def _url_arg(url: str, env: MutableMapping[str, str]) -> str:
+    """A server URL as a shell word, its credentials (if any) left in ``env``."""
+    import hashlib
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if not at:
+        return shlex.quote(url)
+    var = CREDENTIALS_ENV + hashlib.sha256(url.encode()).hexdigest()[:12].upper()
+    env[var] = userinfo
+    rest = url[len(parts.scheme) + 3 + len(userinfo) + 1 :]
+
+    def quoted(text: str) -> str:  # inside double quotes: \, $, ` and " escaped
+        return re.sub(r'([\\$`"])', r"\\\1", text)
+
+    return f'"{parts.scheme}://${var}@{quoted(rest)}"'
 
 
 def job_resource(config: dict, model: str, stage: str, key: str):
@@ -283,16 +319,17 @@ def job_resource(config: dict, model: str, stage: str, key: str):
 
 
 def _check_servers(config: dict) -> None:
-    """Server keys only where a server is used, and a URL for every job that talks to one."""
-    from urllib.parse import urlsplit
+    """Server keys only where a server is used, and a URL for every job that talks to one (the
+    command line's check of ``--base-url``, in its words)."""
+    from .engines.endpoint import check_base_url
 
     models, probe = config["models"], config["probe"]
 
     def check_url(key: str, url: str) -> None:
         try:
-            urlsplit(url).port  # noqa: B018 (raises on a port out of range or not a number)
-        except ValueError as exc:
-            raise ConfigError(f"{key}: {url!r} is not an http(s)://HOST:PORT URL ({exc})") from None
+            check_base_url(url, key)
+        except MarsError as exc:
+            raise ConfigError(str(exc)) from None
 
     for m, spec in models.items():
         for k in SERVER_KEYS:

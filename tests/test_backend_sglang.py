@@ -513,7 +513,7 @@ def test_cli_without_sglang_is_a_clean_error(tmp_path, monkeypatch):
         real_backend("sglang", model="org/model", max_tokens=100)
     monkeypatch.delenv("MARS_BACKEND_OPTIONS")
     if importlib.util.find_spec("sglang") is None:
-        with pytest.raises(ValueError, match=r"mars\[sglang\]"):
+        with pytest.raises(ValueError, match=r"'mars-stopping\[sglang\]' \(in a checkout: pip"):
             real_backend("sglang", model="org/model", max_tokens=100)
         res = CliRunner().invoke(
             app,

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+import signal
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -435,3 +442,56 @@ def test_a_report_may_lie_inside_its_results_root(inputs, tmp_path):
     shutil.copytree(inputs[1]["sim"], results / "s")
     _run("report", str(results), "--out", str(results / "report"), "--no-figures")
     assert (results / "report" / "report.md").exists()
+
+
+def _mars(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mars.cli", *args]
+
+
+def test_generate_without_a_terminal_writes_progress_lines_and_a_closing_summary(tmp_path):
+    """stderr to a file (nohup, CI, SLURM): a line per question, and what the folder holds."""
+    out = tmp_path / "pool"
+    args = ["generate", "--problems", "aime_2025", "--questions", "0-2", "--traces", "4"]
+    r = subprocess.run(_mars(*args, "--out", str(out)), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0].endswith("] generate (synthetic): 3 questions to do")
+    assert any("] generate (synthetic): 1/3 questions done, about " in x for x in lines)
+    assert any(x.endswith("] generate (synthetic): 3/3 questions done") for x in lines)
+    assert any(re.search(r"\]   q2: [\d,]+ tokens, \d of 4 running$", x) for x in lines)
+    finals = [pq.read_table(p, columns=["final_answer"]).column(0) for p in out.glob("traces/*")]
+    n_final = sum(len(c) - c.null_count for c in finals)
+    share = f"{n_final / 12:.0%}"
+    assert (
+        lines[-1]
+        == f"wrote 12 traces of 3 questions, {n_final} with a final answer ({share}), to {out}"
+    )
+    again = subprocess.run(_mars(*args, "--out", str(out)), capture_output=True, text=True)
+    assert again.stderr.splitlines()[-1] == lines[-1]  # nothing left to do: the same summary
+    quiet = subprocess.run(_mars(*args, "--out", str(out), "-q"), capture_output=True, text=True)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_ctrl_c_in_solve_says_how_to_resume_and_the_same_command_does(tmp_path):
+    """Ctrl-C: one line saying what is kept and the command that goes on; it does."""
+    out = tmp_path / "live"
+    args = _mars("solve", "--problems", "aime_2025", "--traces", "256", "--out", str(out))
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "questions done" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.stderr.read().splitlines()
+    assert proc.wait(60) == 130
+    (said,) = [x for x in rest if x.startswith("interrupted:")]
+    done = len(list((out / "live").glob("q*.json")))
+    assert 1 <= done < 30
+    command = shlex.join(["mars", *args[3:]])
+    assert said == (
+        f"interrupted: {done} of 30 questions finished in this run, kept in {out}; "
+        f"`{command}` resumes from there"
+    )
+    r = subprocess.run([*args, "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert len(list((out / "live").glob("q*.json"))) == 30

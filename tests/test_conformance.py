@@ -47,6 +47,27 @@ def test_synthetic_pool_matches_exactly_for_all_deepconf_methods():
         assert len(C.compare_pool("synthetic-5q", [folder])[folder]) == 0, folder
 
 
+def test_the_guard_by_tokens_is_the_reference_on_its_grid():
+    """The guard by tokens (every checkpoint before 4,096 tokens, issue 34) is the reference's
+    guard on these 2,048-token grids: every MARS method's result, iteration by iteration, is the
+    one compared with the reference above."""
+    from mars.method.registry import get_method
+    from mars.simulate import simulate_question
+
+    for pool, folder in POOL_FOLDERS:
+        if "mars" not in folder:
+            continue
+        method = get_method(C.FOLDER_METHOD[folder])
+        settings = C.fixture_settings(pool, folder).replace(guard="tokens")
+        for arr in C.arrays(pool).values():
+            ours = C.run(arr, pool, folder)
+            r = simulate_question(arr, [method], settings).methods[method.name]
+            assert np.array_equal(r.answer, ours.group.to_numpy()), (pool, folder, arr.qid)
+            assert np.array_equal(r.tokens, ours.total_tokens.to_numpy())
+            assert np.array_equal(r.position, ours.position.to_numpy())
+            assert list(r.stopped_by) == list(ours.stopped_by)
+
+
 def test_per_question_summaries_match_reference():
     """Baseline tokens match everywhere; token means wherever rows match (the rest is id order)."""
     import pandas as pd

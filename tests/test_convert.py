@@ -193,6 +193,21 @@ def test_parallel_probe_import_validates_before_work(tmp_path, edit, message):
     assert time.perf_counter() - t0 < 10
 
 
+def test_a_native_import_names_a_probe_freq_that_is_not_a_number(tmp_path):
+    """probe_freq "500" beside 500: the question whose probe_freq is text is named, not "different
+    probe_freq values ['500', '500']"."""
+    item = _json.loads(_pp_file(tmp_path).read_text())[0]
+    src = tmp_path / "mixed.json"
+    src.write_text(_json.dumps([item, {**item, "probe_freq": "500"}]))
+    args = ["import", "parallel-probe", str(src), str(tmp_path / "out"), "--spacing", "native"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert "question 1: probe_freq '500' is not a positive whole number of tokens" in res.output
+    src.write_text(_json.dumps([item, {**item, "probe_freq": 400}]))
+    res = runner.invoke(app, args)
+    assert "different probe_freq values [400, 500]" in res.output
+
+
 def _authors_pickle(path, protocol):
     """A pickle shaped like the authors' aggregated_traces.pkl (numpy float16 confidences)."""
     data = {}

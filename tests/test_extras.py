@@ -70,4 +70,71 @@ def test_the_report_draws_only_with_its_extra(tmp_path, pool):
     assert (tmp_path / "tables" / "tables" / "table1-main.md").is_file()
     assert not (tmp_path / "figures").exists()
     (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
-    assert "matplotlib and seaborn, which are not installed: pip install 'mars[report]'" in line
+    assert "matplotlib and seaborn, which are not installed: " in line
+    assert "pip install 'mars-stopping[report]' (in a checkout: pip install -e '.[report]')" in line
+
+
+def _pyproject() -> dict:
+    import tomllib
+    from pathlib import Path
+
+    return tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+
+
+def test_the_distribution_is_ours_and_every_extra_names_it():
+    """`mars` on PyPI is an unrelated project: the distribution has its own name, the extras
+    that include others name it, the import name and the command stay `mars`."""
+    from mars.errors import DISTRIBUTION
+
+    project = _pyproject()["project"]
+    assert project["name"] == DISTRIBUTION != "mars"
+    assert project["scripts"] == {"mars": "mars.cli:run"}
+    for extra, reqs in project["optional-dependencies"].items():
+        for req in reqs:
+            assert not req.startswith("mars["), (extra, req)
+
+
+def test_every_install_hint_names_the_distribution_and_the_checkout_form():
+    """Each hint in the code and docs is a command that works: `pip install 'mars-stopping[X]'`
+    (pip adds only the extra where the package is installed) or, in a checkout,
+    `pip install -e '.[X]'`; X is an extra pyproject declares. None names `mars[...]`."""
+    import re
+    from pathlib import Path
+
+    from mars.errors import install_hint
+
+    root = Path(__file__).resolve().parents[1]
+    extras = set(_pyproject()["project"]["optional-dependencies"])
+    files = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "mars").rglob("*.py")]
+    named = set()
+    for path in files:
+        text = path.read_text()
+        assert not re.search(r"pip install -?-?\w* *['\"]?mars(\[|['\"\s]|$)", text), path
+        named.update(re.findall(r"mars-stopping\[([a-z]+)\]", text))
+        named.update(re.findall(r"-e ['\"]\.\[([a-z,]+)\]", text))
+    named = {e for group in named for e in group.split(",")}
+    assert named and named <= extras, named - extras
+    hint = install_hint("server")
+    assert hint == "pip install 'mars-stopping[server]' (in a checkout: pip install -e '.[server]')"
+
+
+def test_a_missing_backend_names_both_install_commands():
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['torch'] = sys.modules['transformers'] = None\n"
+            "from mars.engines.factory import make_backend\n"
+            "try:\n    make_backend('transformers', model='m.gguf')\n"
+            "except Exception as e:\n    print(type(e).__name__, e)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.stdout.startswith("MarsError backend 'transformers' is not installed"), (
+        r.stdout + r.stderr
+    )
+    hint = "pip install 'mars-stopping[transformers]' (in a checkout: pip install -e "
+    hint += "'.[transformers]')"
+    assert r.stdout.count(hint) == 1

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
-from util import as_format_1
+from util import NoBoxed, as_format_1
 
 from mars.cli import app, main
 from mars.engines.generate import generate_pool, records_to_table, run_batch
@@ -43,7 +43,8 @@ def problems():
 
 def gen(problems, out, seed=0, n=8, **kw):
     kw.setdefault("spacing", SPACING)
-    return generate_pool(backend(), problems, n, seed, out, questions=QS, **kw)
+    kw.setdefault("questions", QS)
+    return generate_pool(backend(), problems, n, seed, out, **kw)
 
 
 def trace_bytes(pool_dir):
@@ -178,6 +179,28 @@ def test_resume_after_interruption(tmp_path, problems):
     assert seen == [2, 3]  # finished questions are skipped
     assert trace_bytes(run) == clean
     open_pool(run)
+
+
+def test_other_questions_are_refused_saying_what_to_do(tmp_path, problems):
+    """Issue 35 (10): a finished or interrupted pool and a run with other --questions: the line
+    names what differs, the questions it holds and the ways on."""
+    out = gen(problems, tmp_path / "p")
+    interrupted = tmp_path / "i"
+    with pytest.raises(RuntimeError):
+        gen(problems, interrupted, questions=[0, 1, 2, 5], on_question=_stop_after_one)
+    for folder, held in ((out, "0-3"), (interrupted, "0-2,5")):
+        with pytest.raises(PoolError) as caught:
+            gen(problems, folder, questions=[0, 1, 7])
+        (line,) = str(caught.value).splitlines()
+        assert "with other parameters (problems_digest, qids): to keep it, rerun with its " in line
+        assert line.endswith(
+            f"parameters (its questions: --questions {held}); for these, choose another --out; "
+            "to replace it, delete the folder"
+        )
+
+
+def _stop_after_one(qid, table):
+    raise RuntimeError("interrupted")
 
 
 def test_refuses_other_parameters_or_foreign_dirs(tmp_path, problems):
@@ -346,3 +369,35 @@ def test_deleted_completion_marker_is_recoverable(tmp_path, problems):
     gen(problems, out, shard=0, n_shards=2)  # the reverted settings: no regeneration needed
     assert trace_bytes(out) == before
     assert (out / schema.POOL_MANIFEST).read_bytes() == manifest
+
+
+@pytest.mark.parametrize(
+    "max_tokens, why",
+    [
+        (None, r"8 finished without one: does the prompt ask for the answer in \\boxed\{\}\?"),
+        (2048, "all were cut at --max-tokens 2,048 first"),
+    ],
+)
+def test_a_question_without_final_answers_is_said_at_once(
+    tmp_path, problems, caplog, max_tokens, why
+):
+    """Traces that end without a \\boxed{} answer make a pool nothing can vote on: said as the
+    first question ends, not found out at simulate time."""
+    heard = []
+    with caplog.at_level("WARNING", logger="mars.engines.generate"):
+        generate_pool(
+            NoBoxed(SyntheticBackend("qwen3-8b")),
+            problems,
+            8,
+            0,
+            tmp_path / "pool",
+            questions=[1, 2],
+            max_tokens=max_tokens,
+            on_question=lambda qid, _t: heard.append((qid, caplog.text)),
+        )
+    first = heard[0][1]
+    assert "question 1: none of its 8 traces ended with a \\boxed{} final answer" in first
+    assert re.search(why, first) and "question 2" not in first
+    caplog.clear()
+    generate_pool(SyntheticBackend("qwen3-8b"), problems, 8, 0, tmp_path / "ok", questions=[0])
+    assert "boxed" not in caplog.text

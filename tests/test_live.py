@@ -7,6 +7,8 @@ resampling) gives the live run's answer, stop position and tokens exactly, for e
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,15 +20,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
+from util import NoBoxed
 
 from mars.cli import app
 from mars.engines.synthetic import SyntheticBackend
 from mars.errors import UsageError
-from mars.live import MAX_CHECKPOINTS, live_grid, live_method, replay, solve, solve_pool
+from mars.live import MAX_CHECKPOINTS, live_grid, live_method, solve, solve_pool
 from mars.method.answers import group_answers_online
 from mars.method.registry import live_methods
+from mars.replay import replay
 from mars.simulate import SimulationError
 from mars.store import schema
+from mars.store.atomic import LOCK_NAME, folder_lock
 from mars.store.pool import PoolError, open_pool
 from mars.store.problems import load_problems
 
@@ -258,10 +263,45 @@ def test_an_interrupted_question_resumes_after_its_warmup(tmp_path, backend, pro
     _assert_same_run(out, ref_out, qids)  # identical to the uninterrupted run
 
 
+def _edit_rows(path, edit):
+    """Rewrite a kept warmup's rows through ``edit(rows)``, its metadata kept."""
+    t = pq.read_table(path)
+    rows = t.to_pylist()
+    edit(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=t.schema), path)
+
+
+def _probe_shift(rows):
+    rows[3]["probes"][0]["position"] += 1
+
+
+def _longer(rows):
+    rows[2]["length"] += 1
+
+
+def _past_cap(rows):
+    rows[5]["length"] = 10**9
+
+
+def _other_final(rows):
+    rows[0]["final_answer"] = "12345"
+
+
+def _confs_cut(rows):
+    rows[1]["confs"] = rows[1]["confs"][:-2]
+
+
 @pytest.mark.parametrize(
     "damage, msg",
     [
         (lambda p: p.write_bytes(b"PAR1 not parquet"), "not a warmup file of this run"),
+        (lambda p: (p.unlink(), p.mkdir()), "a directory, not a warmup file"),
+        (lambda p: _edit_rows(p, _probe_shift), r"damaged warmup traces \(trace 3 is not probed"),
+        (lambda p: _edit_rows(p, _longer), r"damaged warmup traces \(.*trace 2: .* confidences"),
+        (lambda p: _edit_rows(p, _past_cap), "damaged warmup traces"),
+        (lambda p: _edit_rows(p, _confs_cut), "damaged warmup traces"),
+        (lambda p: _edit_rows(p, _other_final), "rows are not those the run kept"),
+        ({"problem": "0" * 24}, "warmup traces of another question 1"),
         (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "not a warmup file"),
         ({"qid": 2}, "not question 1's 16 warmup traces"),
         ({"seed": 4, "spacing": 1024}, r"kept by a run with other settings \(seed, spacing\)"),
@@ -285,11 +325,258 @@ def test_a_damaged_kept_warmup_is_one_line_and_kept(tmp_path, backend, problems,
         pq.write_table(t.slice(0, 15).replace_schema_metadata(t.schema.metadata), kept)
     else:
         damage(kept)
-    before = kept.read_bytes()
+    before = kept.read_bytes() if kept.is_file() else None
     with pytest.raises(PoolError, match=msg) as err:
         solve_pool(engine, problems, out, "sc", **kw)
     assert str(kept) in str(err.value) and "remove it" in str(err.value)
-    assert len(str(err.value).splitlines()) == 1 and kept.read_bytes() == before
+    assert len(str(err.value).splitlines()) == 1
+    assert (kept.read_bytes() if kept.is_file() else None) == before
+
+
+def test_a_kept_warmup_of_another_problem_set_is_refused(tmp_path, backend, problems):
+    """Question 1's warmup kept by an AIME run, copied into a BRUMO run of the same engine, seed
+    and grid: refused (it used to be taken, moving the BRUMO question's stop)."""
+    kw = {"n_traces": 8, "warmup": 16, "seed": 3, "questions": [1]}
+    brumo = load_problems("brumo_2025")
+    for probs, out in ((problems, tmp_path / "aime"), (brumo, tmp_path / "brumo")):
+        with pytest.raises(KeyboardInterrupt):
+            solve_pool(_StopsAfterWarmup(backend, qid=1), probs, out, "sc", **kw)
+    kept = tmp_path / "brumo" / "live" / "q000001.warmup.parquet"
+    shutil.copy(tmp_path / "aime" / "live" / "q000001.warmup.parquet", kept)
+    before = kept.read_bytes()
+    with pytest.raises(PoolError, match="warmup traces of another question 1") as err:
+        solve_pool(backend, brumo, tmp_path / "brumo", "sc", **kw)
+    assert str(kept) in str(err.value) and "remove it" in str(err.value)
+    assert kept.read_bytes() == before
+    kept.unlink()  # as the message says: the question then runs its own warmup
+    solve_pool(backend, brumo, tmp_path / "brumo", "sc", **kw)
+    assert replay(tmp_path / "brumo")[0]["match"]
+
+
+class _StopsAfterRecord:
+    """Interrupts a live run right after question ``qid``'s record is written, before its kept
+    warmup is removed."""
+
+    def __init__(self, qid: int):
+        self.qid = qid
+
+    def __call__(self, path, obj):
+        from mars.store.atomic import write_json_atomic
+
+        write_json_atomic(path, obj)
+        if path.name == f"q{self.qid:06d}.json":
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("case", ["a question left", "the last question", "a finished run"])
+def test_a_run_stopped_between_record_and_warmup_removal_leaves_no_warmup(
+    tmp_path, backend, problems, monkeypatch, case
+):
+    """The kept warmup of a question whose record was written is litter: the next run of the
+    same command removes it, whether questions are left to do, none is, or the run had finished
+    (as an older version left it)."""
+    out, kw = tmp_path / "run", {"n_traces": 8, "warmup": 4, "seed": 2, "questions": [0, 1]}
+    last = case != "a question left"
+    with monkeypatch.context() as m:
+        m.setattr("mars.live.write_json_atomic", _StopsAfterRecord(qid=1 if last else 0))
+        with pytest.raises(KeyboardInterrupt):
+            solve_pool(backend, problems, out, "sc", **kw)
+    kept = out / "live" / f"q00000{int(last)}.warmup.parquet"
+    assert kept.exists()
+    if case == "a finished run":
+        data = kept.read_bytes()
+        solve_pool(backend, problems, out, "sc", **kw)
+        kept.write_bytes(data)
+        assert (out / schema.POOL_MANIFEST).exists()
+    (out / "live" / ".q000000.json.tmp-99999").write_text("{")  # a killed writer's half file
+    solve_pool(backend, problems, out, "sc", **kw)
+    assert sorted(p.name for p in (out / "live").iterdir()) == ["q000000.json", "q000001.json"]
+    assert [r["match"] for r in replay(out)] == [True, True]
+
+
+WARM_KW = {"n_traces": 8, "warmup": 4, "seed": 3, "questions": [1]}
+
+
+@pytest.fixture(scope="module")
+def kept_warmup(tmp_path_factory, backend, problems):
+    """A run interrupted after question 1's warmup (its kept warmup file), and the same run
+    uninterrupted."""
+    root = tmp_path_factory.mktemp("kept")
+    with pytest.raises(KeyboardInterrupt):
+        solve_pool(
+            _StopsAfterWarmup(backend, qid=1), problems, root / "cut", "sc-mars-cal", **WARM_KW
+        )
+    solve_pool(backend, problems, root / "ref", "sc-mars-cal", **WARM_KW)
+    return root / "cut", root / "ref"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@st.composite
+def _warmup_damage(draw):
+    """One random change to a kept warmup file: its metadata, a row, or its bytes."""
+    kind = draw(st.sampled_from(["meta key", "meta text", "row", "rows", "bytes"]))
+    if kind == "meta key":
+        key = draw(
+            st.sampled_from(
+                [
+                    "qid",
+                    "problem",
+                    "warmup",
+                    "seed",
+                    "spacing",
+                    "max_tokens",
+                    "engine",
+                    "wall_s",
+                    "rows",
+                    "other",
+                ]
+            )
+        )
+        return kind, (key, draw(st.none() | _JSON), draw(st.booleans()))
+    if kind == "meta text":
+        return kind, draw(st.binary(max_size=20) | _JSON.map(lambda v: json.dumps(v).encode()))
+    if kind == "row":
+        column = draw(
+            st.sampled_from(
+                [
+                    "qid",
+                    "trace_idx",
+                    "final_answer",
+                    "length",
+                    "finished",
+                    "position",
+                    "answer",
+                    "confs",
+                ]
+            )
+        )
+        value = {
+            "qid": st.integers(-2, 3),
+            "trace_idx": st.integers(-2, 5),
+            "final_answer": st.none() | st.text(max_size=3),
+            "length": st.integers(0, 40000),
+            "finished": st.booleans(),
+            "position": st.integers(-1, 40000),
+            "answer": st.none() | st.text(max_size=3),
+            "confs": st.none() | st.lists(st.floats(width=16), max_size=4),
+        }[column]
+        return kind, (draw(st.integers(0, 3)), column, draw(value))
+    if kind == "rows":
+        return kind, draw(st.sampled_from(["drop", "duplicate", "reverse"]))
+    return kind, (draw(st.floats(0, 1)), draw(st.integers(0, 255)))
+
+
+def _damage_warmup(path, kind, how):
+    if kind == "meta key":
+        key, value, drop = how
+        t = pq.read_table(path)
+        info = json.loads(t.schema.metadata[b"mars.live.warmup"])
+        if drop:
+            info.pop(key, None)
+        else:
+            info[key] = value
+        meta = {**t.schema.metadata, b"mars.live.warmup": json.dumps(info).encode()}
+        pq.write_table(t.replace_schema_metadata(meta), path)
+    elif kind == "meta text":
+        t = pq.read_table(path)
+        pq.write_table(
+            t.replace_schema_metadata({**t.schema.metadata, b"mars.live.warmup": how}), path
+        )
+    elif kind == "row":
+        j, column, value = how
+
+        def edit(rows):
+            if column in ("position", "answer"):
+                if rows[j]["probes"]:
+                    rows[j]["probes"][0][column] = value
+            elif column == "confs" and value is not None:
+                rows[j]["confs"] = np.asarray(value, np.float16).tobytes()
+            else:
+                rows[j][column] = value
+
+        try:
+            _edit_rows(path, edit)
+        except (pa.ArrowException, OverflowError):
+            pass  # a value the file's schema cannot hold: nothing written
+    elif kind == "rows":
+        t = pq.read_table(path)
+        idx = {"drop": [0, 1, 2], "duplicate": [0, 1, 2, 3, 3], "reverse": [3, 2, 1, 0]}[how]
+        pq.write_table(t.take(idx), path)
+    else:
+        at, byte = how
+        data = bytearray(path.read_bytes())
+        data[min(int(at * len(data)), len(data) - 1)] = byte
+        path.write_bytes(bytes(data))
+
+
+@settings(max_examples=40, deadline=None)
+@given(damage=_warmup_damage())
+def test_fuzz_kept_warmup_files(tmp_path_factory, backend, problems, kept_warmup, damage):
+    """Any change to a kept warmup file: the run refuses it in one line naming the file and
+    saying to remove it (the file left as it was), or it resumes with the uninterrupted run's
+    records. Never a traceback, never another run's result."""
+    cut, ref = kept_warmup
+    out = tmp_path_factory.mktemp("fuzz") / "run"
+    shutil.copytree(cut, out)
+    kept = out / "live" / "q000001.warmup.parquet"
+    _damage_warmup(kept, *damage)
+    before = kept.read_bytes()
+    try:
+        solve_pool(backend, problems, out, "sc-mars-cal", **WARM_KW)
+    except PoolError as exc:
+        msg = str(exc)
+        assert len(msg.splitlines()) == 1 and msg.startswith(f"{kept}: ") and "remove it" in msg
+        assert kept.read_bytes() == before
+    else:
+        _assert_same_run(out, ref, [1])
+
+
+def test_a_warmup_without_final_answers_is_said_before_the_main_traces(backend, problems, caplog):
+    """A question whose warmup traces all end without a \\boxed{} answer is said as the warmup
+    ends, before its main traces start (and again once they ran to their end)."""
+    engine, heard = NoBoxed(backend), []
+
+    class Watching:
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+        def start(self, problem, n, seed, first_trace=0):
+            heard.append((first_trace, caplog.text))
+            return engine.start(problem, n, seed, first_trace=first_trace)
+
+    with caplog.at_level("WARNING", logger="mars.engines.generate"):
+        run = solve(Watching(), problems[1], "sc-mars-cal", n_traces=8, warmup=4, seed=0)
+    assert heard[0] == (0, "") and heard[1][0] == 4
+    assert "question 1: none of its 4 warmup traces ended with a \\boxed{}" in heard[1][1]
+    assert "none of its 8 traces that ran to their end" in caplog.text and run.answer is None
+
+
+def test_a_kept_warmup_that_is_no_warmup_file_says_what_it_is(tmp_path):
+    """A directory where the warmup file goes, or a trace file with no warmup record: one line
+    saying so (not a bytes literal), naming it, with the remedy."""
+    from mars.live_warmup import read_warmup
+
+    made_by = {"qid": 1, "warmup": 2}
+    kept = tmp_path / "q000001.warmup.parquet"
+    kept.mkdir()
+    with pytest.raises(PoolError) as err:
+        read_warmup(kept, made_by)
+    msg = str(err.value)
+    assert msg.startswith(f"{kept}: a directory, not a warmup file") and "remove it" in msg
+    kept.rmdir()
+    pq.write_table(pa.table({"qid": [1]}), kept)
+    with pytest.raises(PoolError) as err:
+        read_warmup(kept, made_by)
+    msg = str(err.value)
+    assert "b'" not in msg and "records no warmup" in msg and "remove it" in msg
 
 
 def test_other_seed_other_run(backend, problems):
@@ -395,6 +682,15 @@ def _live(edit):
     return lambda run: _edit_json(run / schema.POOL_MANIFEST, lambda m: edit(m["live"]))
 
 
+def _retag_traces(run):
+    """Question 0's trace file as another run (another problem set) would have written it."""
+    path = run / schema.trace_file_name(0)
+    t = pq.read_table(path)
+    params = json.loads(t.schema.metadata[b"mars.run"])
+    meta = {**t.schema.metadata, b"mars.run": json.dumps({**params, "dataset": "brumo_2025"})}
+    pq.write_table(t.replace_schema_metadata(meta), path)
+
+
 def _drop_last_trace(run):
     path = run / schema.trace_file_name(0)
     t = pq.read_table(path)
@@ -470,7 +766,44 @@ DAMAGE = {
         "4 warmup + 9 traces",
     ),
     "a trace missing": (_drop_last_trace, "q000000.parquet", "trace ids 0..10"),
+    # what the records were made from (issue 30, item 2)
+    "record without inputs": (
+        lambda run: _edit_json(_record(run), lambda r: r.pop("inputs")),
+        "q000000.json",
+        "'inputs'",
+    ),
+    "record made for another question": (
+        lambda run: _edit_json(_record(run), lambda r: r["inputs"].update(problem="0" * 24)),
+        "q000000.json",
+        "made for another question 0",
+    ),
+    "warmup made for another question": (
+        lambda run: _edit_json(
+            _record(run), lambda r: r["inputs"]["warmup"].update(problem="0" * 24)
+        ),
+        "q000000.json",
+        "warmup traces were made for another question",
+    ),
+    "warmup made with another seed": (
+        lambda run: _edit_json(_record(run), lambda r: r["inputs"]["warmup"].update(seed=9)),
+        "q000000.json",
+        "made with other seed",
+    ),
+    "question text changed": (
+        lambda run: _edit_questions(run, question="What is 1 + 1?"),
+        "q000000.json",
+        "made for another question 0",
+    ),
+    "trace file of another run": (_retag_traces, "q000000.parquet", "not written by this live run"),
 }
+
+
+def _edit_questions(run, **change):
+    path = run / schema.POOL_QUESTIONS
+    t = pq.read_table(path)
+    rows = t.to_pylist()
+    rows[0].update(change)
+    pq.write_table(pa.Table.from_pylist(rows, schema=t.schema), path)
 
 
 @pytest.mark.parametrize("case", DAMAGE)
@@ -484,6 +817,33 @@ def test_replay_refuses_a_damaged_run_in_one_line(tmp_path, small_run, case):
     assert res.exit_code == 2, (res.output, res.exception)
     assert res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
     assert file in res.output and needle in res.output, res.output
+
+
+def test_replay_of_an_unfinished_run_reads_its_finished_questions(tmp_path, backend, problems):
+    """An interrupted run: replay says so and how to finish, and replays what is done."""
+    out, kw = tmp_path / "run", {**SMALL, "questions": [0, 1, 2]}
+
+    def stop_after_two(run):
+        if run.qid == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        solve_pool(backend, problems, out, "sc-mars-cal", on_question=stop_after_two, **kw)
+    runner = CliRunner()
+    res = runner.invoke(app, ["replay", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "unfinished run (2/3 questions): rerun the same command to finish" in res.output
+    assert "2/2 questions replay exactly" in res.output
+    res = runner.invoke(app, ["replay", str(out), "--questions", "2"])
+    assert res.exit_code == 2 and "question 2 is not done yet; unfinished run (2/3" in res.output
+    _edit_json(out / "live" / "q000001.json", lambda r: r.update(tokens=r["tokens"] + 1))
+    res = runner.invoke(app, ["replay", str(out)])
+    assert res.exit_code == 1 and "question 1: live" in res.output
+    _edit_json(out / "live" / "q000001.json", lambda r: r.update(tokens=r["tokens"] - 1))
+    solve_pool(backend, problems, out, "sc-mars-cal", **kw)
+    res = runner.invoke(app, ["replay", str(out)])
+    assert res.exit_code == 0 and "unfinished" not in res.output
+    assert "3/3 questions replay exactly" in res.output
 
 
 def test_replay_of_an_undamaged_small_run_matches(small_run):
@@ -508,6 +868,56 @@ def test_solve_refuses_to_resume_over_a_damaged_record(tmp_path, small_run, fini
     assert "q000000.json" in res.output and "'wall_s'" in res.output
     assert finished or not (run / schema.trace_file_name(1)).exists()  # question 1 not solved
     assert all(p.read_bytes() == data for p, data in before.items())
+
+
+@pytest.mark.slow
+def test_solves_into_one_folder_take_turns(tmp_path, small_run):
+    """A second `mars solve` into the folder a first one writes waits its turn (saying so), then
+    finds the questions done; two started at once both finish, with the one run's records (they
+    used to race on the kept warmup, one failing on a file the other had removed)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    cmd = [sys.executable, "-m", "mars.cli", "solve", *SMALL_CLI, "--out"]
+    with folder_lock(out):
+        proc = subprocess.Popen([*cmd, str(out)], stderr=subprocess.PIPE, text=True)
+        try:
+            assert "another `mars solve` is writing into it" in proc.stderr.readline()
+            assert os.listdir(out) == [LOCK_NAME]  # nothing done while it waits
+        except BaseException:
+            proc.kill()
+            raise
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    _assert_same_run(out, small_run, [0, 1])
+    both = tmp_path / "both"
+    procs = [
+        subprocess.Popen([*cmd, str(both)], stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()
+    _assert_same_run(both, small_run, [0, 1])
+    assert replay(both)[0]["match"] and not (both / LOCK_NAME).exists()
+
+
+def test_solve_refuses_to_resume_over_a_record_of_another_question(tmp_path, small_run):
+    """A finished question's record and trace file copied from a run of another problem set:
+    resuming refuses them in one line before any work (it used to take the question as done)."""
+    run = _copy(small_run, tmp_path / "run")  # as it was before question 1 was solved:
+    live = json.loads((run / schema.POOL_MANIFEST).read_text())["live"]
+    (run / ".solve.json").write_text(json.dumps(live))
+    for f in (schema.POOL_MANIFEST, schema.trace_file_name(1), "live/q000001.json"):
+        (run / f).unlink()
+    brumo = tmp_path / "brumo"
+    res = CliRunner().invoke(
+        app, ["solve", "--out", str(brumo), *SMALL_CLI[2:], "--problems", "brumo_2025"]
+    )
+    assert res.exit_code == 0, res.output
+    for f in (schema.trace_file_name(0), "live/q000000.json"):
+        shutil.copy(brumo / f, run / f)
+    res = CliRunner().invoke(app, ["solve", "--out", str(run), *SMALL_CLI])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
+    assert "q000000.json: made for another question 0" in res.output
+    assert not (run / schema.trace_file_name(1)).exists()  # nothing solved
 
 
 def test_live_grid_is_bounded_before_anything_is_allocated(tmp_path, backend, problems):
@@ -666,3 +1076,18 @@ def test_a_question_whose_traces_all_end_before_the_first_checkpoint_is_decided(
         q, get_method("sc"), live_settings(n, 0, 0, 256, 512, {}), grid, 0, np.zeros(n, bool)
     )
     assert arr.representatives[int(res.answer[0])] == "5" and bool(res.correct[0])
+
+
+def test_docs_name_every_live_method_and_its_knobs():
+    """docs/live.md's table of methods is the registry's live methods (it once listed 7 of 11),
+    each knob a live setting; and it no longer says a checkpoint rebuilds the arrays."""
+    from pathlib import Path
+
+    from mars.method.settings import LIVE_KEYS, SPECS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "live.md").read_text()
+    table = text.split("| method | stops when | knobs |")[1].split("\n\n")[0]
+    assert sorted(re.findall(r"^\| `([\w-]+)`", table, re.M)) == sorted(LIVE_METHODS)
+    flags = set(re.findall(r"`(--[\w-]+)`", table))
+    assert flags and flags <= {SPECS[k].flag for k in LIVE_KEYS}
+    assert "rebuilds the question's arrays" not in text

@@ -142,8 +142,8 @@ def _simulate(pool, out, methods):
 
 def test_a_registered_method_appears_in_the_report(toy, tmp_path):
     """The toy, declared only in the fixture, gets rows in the report's every-method tables and
-    points on the frontier (its label as the kind), measured against its pipeline's baseline and
-    oracle-first stop; its future-reading twin stays off both, as the oracles do."""
+    points on the frontier (a mark named by its label), measured against its pipeline's
+    baseline and oracle-first stop; its future-reading twin stays off both, as the oracles do."""
     pool = write_layout_pool(tmp_path / "pool", seed=3, n_questions=2)
     _simulate(pool, tmp_path / "res" / "m" / "d", "sc,sc-toy,sc-toy-oracle,oracle-first")
     out = tmp_path / "report"
@@ -157,7 +157,7 @@ def test_a_registered_method_appears_in_the_report(toy, tmp_path):
     assert share.savings_pct == pytest.approx(overall["savings_pct"])
     frontier = pd.read_csv(out / "figures" / "fig-frontier.csv", comment="#")
     assert frontier.method.tolist() == ["sc-toy"]
-    assert frontier.kind.tolist() == ["Toy stop"] and frontier.pipeline.tolist() == ["SC"]
+    assert frontier.label.tolist() == ["Toy stop"] and frontier.pipeline.tolist() == ["SC"]
     assert frontier.oracle_savings_pct.notna().all()
     assert "Toy stop" in (out / "report.md").read_text()
 

@@ -178,6 +178,26 @@ def test_bad_input_is_one_line_and_writes_nothing(pools, tmp_path, args, message
     assert not out.exists()
 
 
+def test_damaged_confidences_are_named_with_their_file(pools, tmp_path):
+    """A trace whose confidences hold an odd byte count: the file and the trace are named."""
+    import shutil
+
+    import pyarrow as pa
+
+    _, _, bare = pools
+    src = shutil.copytree(bare, tmp_path / "damaged")
+    path = src / schema.trace_file_name(QS[0])
+    t = pq.read_table(path)
+    i = t.column_names.index("confs")
+    col = t.column("confs").to_pylist()
+    col[1] = col[1] + b"x"
+    pq.write_table(t.set_column(i, t.schema.field("confs"), pa.array(col, pa.large_binary())), path)
+    res = runner.invoke(app, ["probe", str(src), "--out", str(tmp_path / "o"), "-q"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert f"{path}: trace 1: confs of" in res.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_only_pools_written_by_generation(tmp_path):
     from util import write_published_pool
 

@@ -102,7 +102,7 @@ def test_the_bar_shows_the_detail_under_the_count():
     quiet.detail("q0 warmup: starting 16 traces")  # disabled: nothing is drawn
     quiet(0, 3)
     assert quiet.display is None
-    shown = Bar("solve (sc)")
+    shown = Bar("solve (sc)", plain=False)
     shown(0, 3)
     shown.detail("q0 sc: 2,048 tokens, 60 of 64 running")
     shown(1, 3)
@@ -112,3 +112,50 @@ def test_the_bar_shows_the_detail_under_the_count():
     shown.close()
     assert (task.completed, task.total) == (1, 3)
     assert lines == ["Table", "Text"] and text == "q0 sc: 2,048 tokens, 60 of 64 running"
+
+
+def test_without_a_terminal_the_bar_is_plain_lines_a_log_keeps(capsys):
+    """stderr to a file (nohup, CI, SLURM): one line per question done, and of the detail each
+    phase's first line, every 4th checkpoint after it and every line that is not a checkpoint."""
+    shown = Bar("solve (sc)")  # stderr is captured here: not a terminal
+    assert shown.plain
+    shown(0, 2)
+    shown.detail("q0 warmup: starting 2 traces")
+    for p in range(1, 11):
+        shown.detail(f"q0 warmup: {p * 2048:,} tokens, 2 of 2 running")
+    shown.detail("q0 warmup: to the end (at most 32,768 tokens)")
+    shown.detail("q0 sc: starting 4 traces")
+    shown.detail("q0 sc: 2,048 tokens, 4 of 4 running")  # the first after the phase's first
+    shown(1, 2)
+    shown(2, 2)
+    shown.close()
+    lines = [re.sub(r"^\[\d:\d\d:\d\d\] ", "", x) for x in capsys.readouterr().err.splitlines()]
+    assert lines == [
+        "solve (sc): 2 questions to do",
+        "  q0 warmup: starting 2 traces",
+        "  q0 warmup: 8,192 tokens, 2 of 2 running",
+        "  q0 warmup: 16,384 tokens, 2 of 2 running",
+        "  q0 warmup: to the end (at most 32,768 tokens)",
+        "  q0 sc: starting 4 traces",
+        lines[6],
+        "solve (sc): 2/2 questions done",
+    ]
+    assert re.fullmatch(r"solve \(sc\): 1/2 questions done, about \d:\d\d:\d\d left", lines[6])
+
+
+def test_a_quiet_checkpoint_is_written_after_a_minute_of_silence(capsys):
+    shown = Bar("generate (server)", plain=True, quiet_s=0.0)
+    shown(0, 1)
+    for p in (2048, 4096, 6144):
+        shown.detail(f"q0: {p:,} tokens, 64 of 64 running")
+    assert len(capsys.readouterr().err.splitlines()) == 4
+
+
+def test_quiet_writes_nothing_with_or_without_a_terminal(capsys):
+    for plain in (True, False):
+        shown = Bar("solve (sc)", disable=True, plain=plain)
+        shown(0, 1)
+        shown.detail("q0 warmup: starting 2 traces")
+        shown(1, 1)
+        shown.close()
+    assert capsys.readouterr().err == ""

@@ -8,13 +8,14 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from mars.report import collect, discover, figures, render_report
+from mars.report import collect, comparison, discover, render_report
 from mars.report.collect import ReportError, split_label
 from mars.report.fmt import md_escape, read_table_csv, tex_escape
 
@@ -432,6 +433,55 @@ def test_figure_captions_as_html(tree):
 
 
 # -- figures --------------------------------------------------------------------------------------
+def test_two_axis_points_place_every_run_of_a_pool_against_sc_and_the_goal():
+    """fig-two-axis: methods of the runs that drew the same samples share a panel; tokens saved
+    against SC, kept within 0.5 points, the frontier of the kept points, and the goal (≥ 45 %
+    saved, sequential tokens ≤ pp-main's)."""
+    from mars.report.collect import Results
+    from mars.report.twoaxis import two_axis_points
+    from mars.runs import Run
+
+    def ov(acc, tokens, seq, **settings):
+        s = {"budget": 64, "iterations": 100, "seed": 0, "protocol": "parallel-probe"}
+        return {
+            "accuracy_pct": acc,
+            "tokens_mean": tokens,
+            "seq_tokens_mean": seq,
+            "settings": {**s, **settings},
+            "input": {"checksum": "c"},
+        }
+
+    main = Run(
+        Path("a"),
+        "m",
+        "d",
+        "default",
+        {
+            "sc": ov(80.0, 1000.0, 30.0),
+            "pp-main": ov(81.0, 800.0, 20.0),
+            "sc-mars2": ov(80.0, 560.0, 9.0),
+            "sc-mars2-waves": ov(79.6, 300.0, 25.0, wave_size=16),
+            "sc-mars-cal": ov(79.0, 500.0, 8.0),
+        },
+    )
+    waves = Run(Path("b"), "m", "d", "waves-32", {"sc-mars2-waves": ov(80.1, 400.0, 15.0)})
+    waves.overall["sc-mars2-waves"]["settings"]["wave_size"] = 32
+    other = Run(Path("c"), "m", "d", "seed-1", {"sc-mars2": ov(80.0, 500.0, 9.0, seed=1)})
+    df = two_axis_points(Results([main, waves, other])).set_index(["setting", "method"])
+    w16, w32 = df.loc[("default", "sc-mars2-waves")], df.loc[("waves-32", "sc-mars2-waves")]
+    assert w16.saved_pct == pytest.approx(70.0) and w32.saved_pct == pytest.approx(60.0)
+    assert w16.kept and not df.loc[("default", "sc-mars-cal")].kept  # 1 point below SC
+    assert not w16.goal  # 25k sequential tokens: more than pp-main's 20k
+    mars2 = df.loc[("default", "sc-mars2")]
+    assert w32.goal and not mars2.goal  # sc-mars2: 44 % saved
+    assert mars2.frontier and w32.frontier and w16.frontier
+    assert not df.loc[("default", "sc")].frontier  # sc-mars2 saves more at less latency
+    assert not df.loc[("default", "sc-mars-cal")].frontier  # not kept: not on the frontier
+    # another seed drew other samples: its own panel, without SC there
+    alone = df.loc[("seed-1", "sc-mars2")]
+    assert np.isnan(alone.saved_pct) and np.isnan(alone.goal)
+
+
 def test_figures_without_pool(tree):
     results, out, rep = tree
     stems = [f.stem for f in rep.figures]
@@ -442,6 +492,7 @@ def test_figures_without_pool(tree):
         "fig4-ablations",
         "fig-frontier",
         "fig-latency",
+        "fig-two-axis",
     ]
     for f in rep.figures:
         for ext in ("png", "pdf"):
@@ -541,6 +592,7 @@ def test_every_figure_is_produced(simulated):
         "fig4-ablations",
         "fig-frontier",
         "fig-latency",
+        "fig-two-axis",
         "fig-tradeoff",
     ]
     for f in rep.figures:
@@ -902,7 +954,7 @@ def test_synthetic_results_say_so(synthetic, tmp_path):
     out = tmp_path / "report"
     rep = render_report([results], out, formats=("png",))
     index = (out / "report.md").read_text()
-    first = index.split("## Inputs")[0]
+    first = index.split("## Tables")[0]
     assert "Synthetic data" in first and "Qwen/Qwen3-8B (preset qwen3-8b)" in first
     for t in rep.tables:
         for ext in ("md", "tex", "csv", "html"):
@@ -939,17 +991,18 @@ def test_real_and_unknown_sources_are_named(tmp_path):
 def _legend_of(make, results, out_dir) -> set[str]:
     """The legend entries of the figure ``make(results, out_dir)`` draws."""
     seen: set[str] = set()
-    finish = figures._finish
+    module = sys.modules[make.__module__]
+    finish = module._finish
 
     def spy(fo, fig, *args):
         seen.update(t.get_text() for leg in fig.legends for t in leg.get_texts())
         return finish(fo, fig, *args)
 
-    figures._finish = spy
+    module._finish = spy
     try:
         make(results, out_dir)
     finally:
-        figures._finish = finish
+        module._finish = finish
     return seen
 
 
@@ -966,12 +1019,25 @@ def test_figures_name_what_they_show(tree, tmp_path):
     frontier = pd.read_csv(out / "figures" / "fig-frontier.csv")
     pp = frontier[frontier.method == "sc-pp"]
     assert sorted(pp.pp_conv.astype(int)) == [3, 3, 4, 4]  # two models × u = 3, 4
-    legend = _legend_of(figures.fig_frontier, collect([results]), tmp_path)
-    assert {"Parallel-Probe, u=3", "Parallel-Probe, u=4", "oracle-first savings"} <= legend
+    legend = _legend_of(comparison.fig_frontier, collect([results]), tmp_path)
+    assert {"Parallel-Probe (u=3)", "Parallel-Probe (u=4)", "oracle-first savings"} <= legend
     captions = " ".join(f.caption + f.title for f in rep.figures)
     assert "oracle bound" not in captions and "oracle-first" in captions
     share = (out / "tables" / "table-oracle-share.md").read_text()
     assert "oracle bound" not in share and "Share of oracle-first" in share
+
+
+def test_the_index_puts_the_results_first_and_the_provenance_last(tree):
+    """Issue 35 (10): Table 1 comes before the commands and inputs that made it, not after
+    ~100 lines of them."""
+    _, out, rep = tree
+    index = (out / "report.md").read_text()
+    table1 = index.index(rep.tables[0].title)
+    assert table1 < index.index("## Figures") < index.index("## Provenance")
+    provenance = index[index.index("## Provenance") :]
+    assert rep.command in provenance and "### Inputs" in provenance
+    assert "mars simulate " in provenance and "mars simulate " not in index[:table1]
+    assert len(index[:table1].splitlines()) < 12
 
 
 def test_the_index_shows_the_report_command_once(tree):
@@ -1022,3 +1088,38 @@ def test_a_symlinked_out_keeps_its_link(tmp_path):
         assert _report_cli(results, tmp_path / "link").exit_code == 0
     assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "report.md").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "results"]
+
+
+def test_a_small_number_is_never_shown_as_zero():
+    """Issue 35 (10): 0.04 % of savings is "<0.1%", not "0.0%"."""
+    from mars.report.fmt import num, pct
+
+    assert pct(0.04).md() == "<0.1%" and pct(0.04).latex() == r"$<$0.1\%"
+    assert num(-0.03).md() == ">-0.1" and num(0.004, 2).md() == "<0.01"
+    assert pct(0.0).md() == "0.0%" and pct(-0.0).md() == "0.0%" and pct(0.05).md() == "0.1%"
+    assert pct(2.1, mark="†").md() == "2.1%†" and pct(2.1, mark="†").latex() == r"2.1\%$^{\dagger}$"
+
+
+def test_a_method_on_fewer_traces_says_what_its_savings_are_against(tmp_path):
+    """Issue 35 (10): single-sac's savings are against its one trace; the tables mark them and
+    say what share of the full-budget vote's tokens it spends."""
+    from mars.report.tables import all_tables
+
+    rng = np.random.default_rng(3)
+    run = tmp_path / "results" / MODEL / DATASET / "default" / "sim"
+    for m in ("sc", "single-sac", "sc-mars-cal"):
+        _write_method(run, m, rng, SETTINGS)
+    results = collect([tmp_path / "results"])
+    spent = 100 * overall(tmp_path / "results", MODEL, "default", "single-sac")["tokens_mean"]
+    spent /= overall(tmp_path / "results", MODEL, "default", "sc")["tokens_mean"]
+    tables = {t.key: t for t in all_tables(results, "mars report")}
+    for key in ("table3-full-toy-model-co", "table-oracle-share", "table-probe-cost"):
+        md = tables[key].markdown()
+        (row,) = [line for line in md.splitlines() if "`single-sac`" in line]
+        (mars,) = [line for line in md.splitlines() if "`sc-mars-cal`" in line]
+        assert "†" in row and "†" not in mars, key
+        assert (
+            "- † single-sac runs 1 trace of each sample: its savings are against that trace run "
+            "to the end, not against the full-budget vote (sc); it spends "
+            f"{spent:.1f} % of sc's tokens."
+        ) in md, key

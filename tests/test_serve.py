@@ -74,9 +74,10 @@ def test_a_completion_with_n_is_one_question_solved_and_recorded(served):
 def test_served_traffic_is_a_pool_that_simulate_reads(served, tmp_path):
     running, record = served
     c = client(running)
-    for k in range(3):
-        c.completions.create(model="synthetic:qwen3-8b", prompt=f"{QUESTION} ({k})", n=16, seed=k)
-    (pool,) = [p for p in record.iterdir() if p.name.startswith("sc-mars-cal-n16-w4")]
+    for k in range(3):  # no seed: the server's (one pool per seed, as per method and sizes)
+        c.completions.create(model="synthetic:qwen3-8b", prompt=f"{QUESTION} ({k})", n=16)
+    pools = [p for p in record.iterdir() if p.name.startswith("sc-mars-cal-n16-w4")]
+    (pool,) = [p for p in pools if open_pool(p).manifest["seed"] == 0]
     n = open_pool(pool).manifest["n_questions"]
     assert n >= 3 and sorted(open_pool(pool).qids) == list(range(n))
     res = CliRunner().invoke(

@@ -29,7 +29,7 @@ pytest.importorskip("starlette")
 from serving import serving  # noqa: E402
 from test_backend_server import FEW_SHOT, LlamaServer, need_llama_server  # noqa: E402
 
-from mars.engines.server import ServerBackend  # noqa: E402
+from mars.engines.server import ServerBackend, answer_limit  # noqa: E402
 from mars.live import replay  # noqa: E402
 from mars.serve.requests import Defaults  # noqa: E402
 from mars.serve.upstreams import Upstreams  # noqa: E402
@@ -313,9 +313,14 @@ def test_a_streamed_request_reads_back_as_the_unstreamed_answer(upstream):
     be = ServerBackend(base_url=upstream.url)
     p = be.protocol
     body = p.body(be.prompt_ids("What is 2 + 3?"), 24, be.sampling, 7, logprobs=True)
-    be.http.run(lambda: be.http.post(p.path, body))  # the prompt into the server's cache
-    plain = p.parse(be.http.run(lambda: be.http.post(p.path, body)), 24, True)
-    events = be.http.run(lambda: be.http.post(p.path, {**body, "stream": True}, sse=True))
+    bound = (answer_limit(24, True, body["prompt"]), "24 tokens")
+
+    def post(b: dict, sse: bool = False):
+        return be.http.run(lambda: be.http.post(p.path, b, *bound, sse=sse))
+
+    post(body)  # the prompt into the server's cache
+    plain = p.parse(post(body), 24, True)
+    events = post({**body, "stream": True}, sse=True)
     streamed = p.parse(STREAMED[upstream.kind](events), 24, True)
     keys = ("ids", "confs", "finished", "text", "prompt_tokens", "completion_tokens")
     assert {k: getattr(plain, k) for k in keys} == {k: getattr(streamed, k) for k in keys}

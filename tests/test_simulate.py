@@ -21,6 +21,7 @@ from mars.simulate import Settings, SimulationError, simulate_pool, simulate_que
 from mars.store.pool import open_pool
 
 FAST = Settings(budget=24, iterations=6, warmup=8)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _arrays(tmp_path, seed, **kw):
@@ -310,3 +311,77 @@ def test_waves_launch_whole_waves_and_wait_for_each(tmp_path, seed, wave):
             if sum(p.sum() for p in spent) == r.tokens[i]:
                 matches.append(sum(p.max() for p in spent))
         assert r.seq_tokens[i] in matches
+
+
+def test_an_early_guess_is_lost_off_the_papers_grid_and_kept_by_the_guard_by_tokens(tmp_path):
+    """Issue 34: every trace first holds a guess made while reading the problem and leaves it
+    between 1,000 and 6,500 tokens (research/offgrid/presets/early-guess.json; AIME 2025 q0, where
+    all 128 traces end on the right answer). Probed every 500 tokens, the reference's guard covers
+    the first 500 and calibrated MARS stops on the guess in most runs; guarded by tokens (every
+    checkpoint before 4,096) it keeps SC's answer. On the paper's 2,048 grid the two guards are
+    the same rule, result for result."""
+    from mars.engines.generate import generate_pool
+    from mars.engines.synthetic import SyntheticBackend, load_preset
+    from mars.store.problems import load_problems
+
+    kind = load_preset(ROOT / "research" / "offgrid" / "presets" / "early-guess.json")
+    backend = SyntheticBackend(kind, with_confs=False)
+    problem = load_problems("aime_2025")[:1]
+    s = Settings(budget=64, iterations=64)
+    methods = parse_methods("sc,sc-mars-cal")
+    acc = {}
+    for spacing in (500, 2048):
+        pool = generate_pool(
+            backend, problem, 128, 1, tmp_path / str(spacing), spacing=spacing, progress=False
+        )
+        for guard in ("first", "tokens"):
+            (r,) = simulate_pool(pool, methods, s.replace(spacing=spacing, guard=guard))
+            acc[spacing, guard] = r.methods["sc-mars-cal"]
+            assert r.methods["sc"].correct.all()
+    assert acc[500, "first"].correct.mean() < 0.5
+    assert acc[500, "tokens"].correct.mean() > 0.95
+    early = acc[500, "tokens"].position < 4096  # before 4,096 only the warmup's answer stops
+    assert acc[500, "tokens"].correct[early].all()
+    same, other = acc[2048, "first"], acc[2048, "tokens"]
+    for name in ("answer", "tokens", "position", "stopped_by", "seq_tokens"):
+        assert np.array_equal(getattr(same, name), getattr(other, name)), name
+    assert same.correct.mean() > 0.9
+
+
+def test_the_planned_launch_is_mars2_at_once_or_two_rounds(tmp_path):
+    """sc-mars2-launch (mars.method.launch): where the warmup says no wave below the budget could
+    decide, every trace starts at once and the result is sc-mars2's, iteration by iteration; else a
+    first wave of the planned size, then at most one more round (the rest at once)."""
+    from mars.engines.generate import generate_pool
+    from mars.engines.synthetic import SyntheticBackend
+    from mars.method import launch
+    from mars.simulate import QuestionContext, run_method
+    from mars.store.problems import load_problems
+
+    problems = load_problems("hmmt_feb_2025")[:8]
+    pool = generate_pool(
+        SyntheticBackend("qwen3-8b", skill=0.25, with_confs=False),
+        problems,
+        64,
+        2,
+        tmp_path / "p",
+        progress=False,
+    )
+    s = Settings(budget=48, iterations=8, spacing=2048)
+    m2, planned = parse_methods("sc-mars2,sc-mars2-launch")
+    kinds = set()
+    for q in open_pool(pool).questions():
+        ctx = QuestionContext(build_arrays(q), s)
+        launches = launch.plan(ctx.arr.final_ids[ctx.warm], ctx.arr.n_answers, 16, 48)
+        a, b = run_method(ctx, m2), run_method(ctx, planned)
+        kinds.add(len(launches))
+        if launches == [(0, 48)]:
+            for name in ("answer", "tokens", "position", "seq_tokens"):
+                assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        else:
+            (_, first), _rest = launches
+            cap = ctx.arr.lengths[ctx.samples]
+            two_rounds = cap[:, :first].max(axis=1) + cap[:, first:].max(axis=1)
+            assert (b.seq_tokens <= two_rounds).all()
+            assert b.rounds == first
+    assert kinds == {1, 2}  # both plans occur on these questions

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -332,3 +333,30 @@ def test_mars_saves_tokens_and_keeps_sc_accuracy_on_generated_pools(tmp_path, ai
     assert acc["sc-mars"] >= acc["sc"] - 1.0, (acc, sav)
     assert 25 <= sav["sc-mars-cal"] <= 70, (acc, sav)
     assert sav["sc-mars"] >= 15 and sav["sc-pp"] >= 10, (acc, sav)
+
+
+#: issue 34's question kind (research/offgrid/presets/early-guess.json): one guess made while
+#: reading the problem, held first by every trace and abandoned by its release in tokens
+EARLY_GUESS = load_preset(
+    Path(__file__).resolve().parents[1] / "research" / "offgrid" / "presets" / "early-guess.json"
+)
+
+
+def test_a_guess_made_while_reading_is_held_first_and_abandoned_by_its_release(aime):
+    b = SyntheticBackend(EARLY_GUESS, with_confs=False)
+    prm = b.params_for("aime_2025")
+    last = prm["attractor_release_tokens"] * prm["attractor_release_hi"]
+    for prob in aime[:6]:
+        batch = b.start(prob, 128, 1)
+        guess = batch.latent["attractor"]
+        assert guess >= 0
+        idx = np.arange(128)
+        early = batch.timeline_codes(idx, np.full(128, 500))
+        late = batch.timeline_codes(idx, np.minimum(batch.latent["length"] - 1, int(last) + 1))
+        assert (early == guess).all()  # every trace's first answer is the guess
+        assert not (late == guess).any()  # released by 6,500 tokens, whatever the trace
+        assert not (batch.final_codes() == guess).any()  # and no trace ends on it
+        codes, none = batch.probe_codes(idx, np.full(128, 1000))
+        assert np.mean(codes[~none] == guess) > 0.8  # what the probes read at 1,000 tokens
+    # without a release in tokens the attractor is released relative to the convergence point
+    assert resolve_params(load_preset("qwen3-8b"))["attractor_release_tokens"] == 0

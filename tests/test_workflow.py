@@ -310,7 +310,16 @@ def test_bad_config_fails_at_parse_time(tmp_path, change, message):
         ),
         (
             {"models": {"m": {"backend": "server", "base_url": "http://gpu-node:80800"}}},
-            "models.m.base_url: 'http://gpu-node:80800' is not an http(s)://HOST:PORT URL (Port",
+            "models.m.base_url 'http://gpu-node:80800': port out of range 0-65535; expected "
+            "http://HOST:PORT",
+        ),
+        (
+            {"models": {"m": {"backend": "server", "base_url": "http://al:s3cret@[::1"}}},
+            "models.m.base_url 'http://***@[::1': invalid ipv6 url; expected http://HOST:PORT",
+        ),
+        (
+            {"models": {"m": {"backend": "server", "base_url": "al:s3cret@gpu-node:8000"}}},
+            "models.m.base_url: '***@gpu-node:8000' is not an http(s)://HOST:PORT URL",
         ),
         ({"models": {"m": {"backend": "server"}}}, "models.m: 'base_url' is a required property"),
         (
@@ -537,6 +546,50 @@ def test_probing_through_a_server_of_its_own(tmp_path):
     for b in job_blocks(out, "probe"):
         assert "gpu=0," in b
         assert "--backend server --probe-model judge --base-url https://judge:443 --replace" in b
+
+
+WITH_CREDENTIALS = {**SERVED, "base_url": "http://alice:s3cret@gpu-node:8000/v1"}
+
+
+def test_credentials_in_a_server_url_stay_off_the_jobs_command_lines(tmp_path):
+    """Snakemake shows and logs every job's command line: a URL's credentials are not on it
+    (nor in any message about the config), the job's shell takes them from the environment."""
+    cfg = tiny_config(tmp_path, models={"served": WITH_CREDENTIALS})
+    r = smk(tmp_path, "-n", configfile=cfg)
+    assert "s3cret" not in r.stdout and "alice" not in r.stdout
+    for rule in ("generate", "probe"):
+        for b in job_blocks(r.stdout, rule):
+            assert re.search(
+                r'--base-url "http://\$MARS_SERVER_CREDENTIALS_\w+@gpu-node:8000/v1"', b
+            )
+    bad = tiny_config(
+        tmp_path,
+        models={"served": {**WITH_CREDENTIALS, "base_url": "http://alice:s3cret@gpu-node:99999"}},
+    )
+    r = smk(tmp_path, "-n", configfile=bad, check=False)
+    assert r.returncode != 0 and "port out of range" in r.stdout
+    assert "s3cret" not in r.stdout
+
+
+@slow
+def test_a_job_gets_the_server_url_s_credentials(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "mars"  # records its arguments; writes the shard's pool.json
+    fake.write_text(
+        '#!/bin/sh\nall="$*"\nwhile [ "$1" != "--out" ]; do shift; done\n'
+        'mkdir -p "$2" && echo {} > "$2/pool.json" && echo "$all" > "$2/args"\n'
+    )
+    fake.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = {**yaml.safe_load(TEST_CONFIG.read_text()), "models": {"served": WITH_CREDENTIALS}}
+    target = "results/traces/served/aime_2025/shard0/pool.json"
+    r = smk(work, target, configfile=write_config(tmp_path / "a.yaml", cfg), path=bindir)
+    args = (work / target).with_name("args").read_text()
+    assert "--base-url http://alice:s3cret@gpu-node:8000/v1 " in args
+    logs = [p.read_text(errors="replace") for p in (work / ".snakemake").rglob("*.log")]
+    assert "s3cret" not in r.stdout + "".join(logs)
 
 
 @slow

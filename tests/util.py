@@ -217,3 +217,30 @@ def as_format_1(pool, out):
     manifest = json.loads((out / schema.POOL_MANIFEST).read_text())
     (out / schema.POOL_MANIFEST).write_text(json.dumps({**manifest, "version": 1}))
     return out
+
+
+class NoBoxed:
+    """An engine whose traces end without a \\boxed{} final answer (a model the prompt's
+    instruction does not reach): ``inner``'s traces, their final answers dropped."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def start(self, *args, **kwargs):
+        return _NoBoxedBatch(self.inner.start(*args, **kwargs))
+
+
+class _NoBoxedBatch:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def result(self, j):
+        import dataclasses
+
+        return dataclasses.replace(self.inner.result(j), final_answer=None)

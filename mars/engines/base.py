@@ -42,6 +42,9 @@ class TraceResult:
     confs: np.ndarray | None = None  # float16 per-token confidence, or None
     text: str | None = None
     token_ids: np.ndarray | None = None  # int32 generated token ids (token-level engines)
+    #: confidences stood in for log-probabilities the engine did not send (each the confidence
+    #: of the token before it); the pool's provenance records the count
+    stood_in: int = 0
 
 
 @dataclass

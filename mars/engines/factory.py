@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import MarsError
+from ..errors import MarsError, first_line, install_hint
 from ..store.userfiles import parse_json
 from .base import Backend
 
@@ -89,9 +89,7 @@ def make_backend(
 
             cls = SGLangBackend
     except ImportError as exc:
-        raise MarsError(
-            f"backend {name!r} is not installed ({exc}); pip install 'mars[{name}]'"
-        ) from None
+        raise _not_installed(name, exc) from None
     # objects, not options (the server backend's tokenizer is a path: an option)
     objects = {"self", "model_path", "engine", "model", "transport"}
     if name != "server":
@@ -103,12 +101,19 @@ def make_backend(
     try:
         return cls(model, **opts)  # type: ignore[call-arg]
     except ImportError as exc:
-        raise MarsError(
-            f"backend {name!r} is not installed ({exc}); pip install 'mars[{name}]'"
-        ) from None
+        raise _not_installed(name, exc) from None
     except OSError as exc:  # transformers: no such model directory / hub id not cached offline
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MarsError(f"cannot load model {model!r}: {first}") from None
+
+
+def _not_installed(name: str, exc: ImportError) -> MarsError:
+    """A backend whose extra is missing: what failed to import and the command that installs it
+    (once: an engine's own message may already hold it)."""
+    text, hint = first_line(exc), install_hint(name)
+    return MarsError(
+        f"backend {name!r} is not installed ({text})" + ("" if hint in text else f"; {hint}")
+    )
 
 
 def _env_options() -> dict:

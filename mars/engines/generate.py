@@ -15,6 +15,7 @@ One path for all engines and both modes:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +28,18 @@ from ..progress import Detail, Progress, counted, prefixed
 from ..store import schema
 from ..store.consolidate import GENERATION_RECORD, shard_range
 from ..store.problems import Problem, problems_digest, select_problems
-from ..store.write import PoolDirWriter, probes_array, token_ids_array, write_trace_table
+from ..store.write import (
+    PoolDirWriter,
+    probes_array,
+    token_ids_array,
+    with_stood_in,
+    write_trace_table,
+)
 from ..workers import process_pool
 from . import cancel
 from .base import Backend, ProbeResult, TraceBatch, TraceResult
+
+log = logging.getLogger(__name__)
 
 #: Largest pool (traces per question, all shards) and largest shard a generation accepts: far
 #: above the paper's 4,096, far below what exhausts memory.
@@ -115,9 +124,35 @@ def run_batch(
     return records
 
 
+def warn_without_final_answers(
+    qid: int, results: Sequence[TraceResult], max_tokens: int, what: str = "traces"
+) -> bool:
+    """Warn, the moment a question's traces have ended, when none holds a final answer: nothing
+    would vote on the question (`mars simulate` finds nothing to sample), and the cause is most
+    often the prompt or the token cap, which the rest of the run would not change. True if it
+    warned."""
+    if not results or any(r.final_answer is not None for r in results):
+        return False
+    n, cut = len(results), sum(not r.finished for r in results)
+    if cut == n:
+        why = f"all were cut at --max-tokens {max_tokens:,} first (raise it)"
+    else:
+        why = f"{n - cut} finished without one: does the prompt ask for the answer in \\boxed{{}}?"
+    log.warning(
+        "question %d: none of its %d %s ended with a \\boxed{} final answer, so nothing votes "
+        "on it; %s",
+        qid,
+        n,
+        what,
+        why,
+    )
+    return True
+
+
 def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord]) -> pa.Table:
     """One question's trace table (:data:`mars.store.schema.TRACE_SCHEMA`);
-    trace_idx = first_trace + j."""
+    trace_idx = first_trace + j; the count of confidences the engine stood in for rides in its
+    metadata (:func:`mars.store.write.stood_in_of`)."""
     n = len(records)
     res = [r.result for r in records]
     has_confs = [r.confs is not None for r in res]
@@ -149,7 +184,7 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
         confs = pa.nulls(n, pa.list_(pa.float16()))
 
     probes = probes_array([r.probes for r in records])
-    return pa.Table.from_arrays(
+    table = pa.Table.from_arrays(
         [
             pa.array(np.full(n, qid, np.int64)),
             pa.array(first_trace + np.arange(n, dtype=np.int64)),
@@ -163,6 +198,7 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
         ],
         schema=schema.TRACE_SCHEMA,
     )
+    return with_stood_in(table, sum(getattr(r, "stood_in", 0) for r in res))
 
 
 def backend_info(backend: Backend) -> dict:
@@ -234,6 +270,7 @@ def _generate_question(
         )
     finally:
         batch.close()
+    warn_without_final_answers(problem.qid, [r.result for r in records], max_tokens)
     for r in records:
         if not with_confs:
             r.result.confs = None

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import MarsError
+from ..errors import MarsError, install_hint
 
 __all__ = ["convert_gguf", "load_model", "load_tokenizer", "save_model"]
 
@@ -19,8 +19,7 @@ def _torch():
         import torch
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "the transformers backend needs torch and transformers: "
-            "pip install 'mars[transformers]'"
+            "the transformers backend needs torch and transformers: " + install_hint("transformers")
         ) from exc
     return torch
 

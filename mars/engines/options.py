@@ -105,7 +105,15 @@ OPTIONS: tuple[Option, ...] = (
         low=1,
         key="shards",
     ),
-    Option("seed", int, "generation seed", (GENERATE, SOLVE), config=GENERATION, default=0, low=0),
+    Option(
+        "seed",
+        int,
+        "generation seed",
+        (GENERATE, SOLVE, SERVE),
+        config=GENERATION,
+        default=0,
+        low=0,
+    ),
     Option(
         "confs",
         bool,
@@ -158,6 +166,15 @@ OPTIONS: tuple[Option, ...] = (
         (*ALL, SERVE),
         config=SAMPLING,
         low=1,
+    ),
+    Option(
+        "decode",
+        str,
+        "transformers: eager (default: a growing KV cache), static (a static KV cache) or "
+        "cuda-graphs (static, each step replayed as a CUDA graph; CUDA only)",
+        ALL,
+        config=ENGINE,
+        pattern=r"^(eager|static|cuda-graphs)$",
     ),
     Option("tp_size", int, "SGLang: tensor-parallel GPUs", (GENERATE,), config=ENGINE, low=1),
     Option("dp_size", int, "SGLang: data-parallel replicas", (GENERATE,), config=ENGINE, low=1),

@@ -41,8 +41,18 @@ from ..store.write import PoolDirWriter, probes_array
 from .base import Backend, GeneratorInfo, StoredTrace
 
 PROBE_RECORD = ".probe.json"
-#: Manifest keys of the input that describe its probes, replaced by the probe stage's.
-_REPLACED = ("format", "version", "n_questions", "qids", "spacing", "probes", "probe")
+#: Manifest keys of the input that describe its probes, replaced by the probe stage's (and the
+#: count of stood-in confidences, counted again over the trace files it writes).
+_REPLACED = (
+    "format",
+    "version",
+    "n_questions",
+    "qids",
+    "spacing",
+    "probes",
+    "probe",
+    "stood_in_confs",
+)
 
 
 def probe_positions(length: int, spacing: int) -> np.ndarray:
@@ -68,12 +78,13 @@ def _column_lists(col: pa.ChunkedArray) -> list[np.ndarray | None]:
     return _per_row(arr, offsets, pc.list_flatten(arr).to_numpy(zero_copy_only=False))
 
 
-def stored_traces(table: pa.Table) -> list[StoredTrace]:
-    """The traces of one question's trace table, as the probe stage hands them to an engine."""
+def stored_traces(table: pa.Table, where: str = "trace file") -> list[StoredTrace]:
+    """The traces of one question's trace table, as the probe stage hands them to an engine
+    (``where``: the file, named by a refusal of its confidences)."""
     names = table.column_names
     ids = _column_lists(table["token_ids"]) if "token_ids" in names else [None] * len(table)
     confs = (
-        _per_row(table["confs"], *confs_codec.decode(table["confs"], "trace file", PoolError))
+        _per_row(table["confs"], *confs_codec.decode(table["confs"], where, PoolError))
         if "confs" in names
         else [None] * len(table)
     )
@@ -165,7 +176,7 @@ def _problem(pool: LayoutPool, qid: int) -> Problem:
     return Problem(
         qid=qid,
         question=str(meta.get("question") or ""),
-        answer=str(meta["ground_truth"]),
+        answer=meta["ground_truth"],  # None: not known
         dataset=str(meta.get("dataset") or ""),
     )
 
@@ -282,7 +293,7 @@ def _probe_question(
         table = pq.read_table(path, **schema.TRACE_READ_OPTIONS)
     except (OSError, pa.ArrowException) as exc:
         raise PoolError(f"{path}: unreadable ({str(exc).splitlines()[0]})") from None
-    traces = stored_traces(table)
+    traces = stored_traces(table, str(path))
     positions = [probe_positions(t.length, spacing) for t in traces]
     generator = GeneratorInfo(manifest=dict(pool.manifest), prompt_ids=qrow.get("prompt_ids"))
     results = backend.reprobe(_problem(pool, qid), traces, positions, generator)

@@ -21,7 +21,20 @@ the prompt's text + the trace's text so far instead (:class:`TextTraceBatch`, be
   server's slots for llama.cpp, 32 otherwise).  A 408/429/5xx answer, a timeout (``timeout``
   seconds per request) or a lost connection is retried ``retries`` times with exponential
   backoff (``Retry-After`` honoured, at most :data:`MAX_BACKOFF` s), then the run stops with one
-  line; any other error answer stops it at once.  Nothing waits without a bound.
+  line; any other error answer stops it at once.  Nothing waits without a bound, and no answer
+  is read past a bound of bytes set by what its request asked for (:func:`answer_limit`: far
+  above any real answer; a larger one is refused as it streams in).
+* **What an answer may hold**: token ids of the tokenizer's vocabulary, log-probabilities that
+  are numbers at most 0 (``-inf`` counts as the floor); anything else — an id the tokenizer does
+  not have, ``+inf``, a string, an entry of another shape — is one line naming the server.  A
+  log-probability the server did not send (``null``, NaN, a missing entry) is stood in for: the
+  token takes the confidence of the token before it (0 at a trace's start).  Each stand-in is
+  counted (:attr:`~mars.engines.base.TraceResult.stood_in`; the pool's ``pool.json`` records the
+  sum as ``stood_in_confs`` and ``mars generate``/``solve`` say it).  A question for which the
+  server left out more than :data:`MAX_STOOD_IN_SHARE` of its tokens' log-probabilities (beyond
+  :data:`STOOD_IN_FREE`) is refused: its confidences would be made up.  llama.cpp's documented
+  omissions (a token after which the text ends inside a character) are stood in for and counted
+  but not refused: text the vocabulary spells in bytes (emoji for SmolLM2) has many.
 * **advance(target)**: ``prompt + trace so far`` → ``target − length`` new tokens, the sampling of
   the run, top-20 log-probabilities, and a seed derived from (seed, qid, trace_idx, length):
   every request of a trace has its own seed, so a trace is a function of the seed and the
@@ -80,7 +93,11 @@ Per server (:class:`Protocol`; the shapes are pinned by ``tests/test_backend_ser
   llama-cpp-python, which runs one at a time.
 
 The API key, if any, is read from the environment variable ``api_key_env`` (default
-``MARS_API_KEY``) and sent as a bearer token; it is never recorded.
+``MARS_API_KEY``) and sent as a bearer token; it is never recorded, and never shown: a key a
+header cannot carry (a line break, a space, a control or non-ASCII character) is refused naming
+the variable, before any request.  Credentials in the URL (``http://user:pass@host``) go as basic
+authentication (not with a key: one Authorization header) and are shown as ``***`` in every
+message; a server's own text is shown printable only (:mod:`mars.engines.endpoint`).
 """
 
 from __future__ import annotations
@@ -89,10 +106,13 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import math
 import os
+import socket
+import ssl
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence, Sized
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -100,10 +120,11 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..errors import MarsError
+from ..errors import MarsError, install_hint
 from ..store.problems import Problem
 from . import cancel
 from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
+from .endpoint import api_key, check_base_url, printable, redact, shown
 from .tokenizer import (
     SERVER,
     SERVER_TOKENIZERS,
@@ -125,7 +146,6 @@ from .tokens import (
     check_context,
     derive_seed,
     encode_suffix,
-    finite_confs,
     parse_probe,
     prefix_text,
     token_confidence,
@@ -163,6 +183,31 @@ OWNED_BY = {"llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang"}
 LLAMA_CPP_PYTHON_OWNER = "me"
 #: ``prompt_mode`` of a server that takes token-id prompts, and of one that takes text only.
 TOKEN_IDS, TEXT = "token ids", "text"
+#: A reported log-probability above this is none (0 is certainty; servers round).
+LOGPROB_MAX = 1e-3
+#: A question's traces may have at most this share of their confidences stood in for (a token
+#: the server sent no usable log-probabilities for takes the confidence of the token before it),
+#: beyond :data:`STOOD_IN_FREE` tokens: more, and the confidences would be made up, not measured.
+MAX_STOOD_IN_SHARE = 0.05
+STOOD_IN_FREE = 8
+#: The most bytes an answer may take: a frame (an error page, the answer's fields), per token
+#: (or character) of the prompt (a server may echo it: vLLM its ids, llama.cpp its text), then
+#: per token asked for — its id and text, and with log-probabilities 20 entries each up to a
+#: long token's text (a llama.cpp entry spells its bytes too).  Far above any real answer; a
+#: larger one is refused as it streams in, never read whole.
+ANSWER_FRAME_BYTES = 1 << 20
+ANSWER_PROMPT_BYTES = 64
+ANSWER_TOKEN_BYTES = 2 << 10
+ANSWER_LOGPROB_TOKEN_BYTES = 32 << 10
+#: The most bytes a connect-time answer (models, server report, tokenizer check) may take.
+INFO_ANSWER_BYTES = 16 << 20
+
+
+def answer_limit(max_new: int, logprobs: bool, prompt: Sized = ()) -> int:
+    """The most bytes an answer of ``max_new`` tokens after ``prompt`` (token ids or text) may
+    take (:data:`ANSWER_FRAME_BYTES`)."""
+    per = ANSWER_LOGPROB_TOKEN_BYTES if logprobs else ANSWER_TOKEN_BYTES
+    return ANSWER_FRAME_BYTES + len(prompt) * ANSWER_PROMPT_BYTES + int(max_new) * per
 
 
 class ServerError(MarsError):
@@ -215,26 +260,88 @@ class Sampling:
 
 
 def _one_line(text: object, limit: int = 200) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    """A server's (or a client library's) text as one printable line, URL credentials hidden."""
+    return printable(redact(text), limit)
 
 
 def _int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise ServerError(f"the server answered {what} = {value!r}, not a whole number")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and (not math.isfinite(value) or value != int(value)))
+    ):
+        raise ServerError(f"the server answered {what} = {shown(value, 40)}, not a whole number")
     return int(value)
 
 
-def _top_confidence(values: Sequence[float], where: str) -> float:
-    """Confidence from one token's top log-probabilities: exactly :data:`CONF_TOP_K` of them (the
-    highest when the server adds the sampled token to its top k)."""
-    if len(values) < CONF_TOP_K:
+def _dig(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]…`` where every level is a dict, else None: a server's report may be any
+    JSON."""
+    for k in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(k)
+    return obj
+
+
+def _count(value: Any) -> int | None:
+    """A positive whole number a server reports (a context length, its slots), else None: not
+    known."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        return None
+    return int(value) if value >= 1 else None
+
+
+def _label(value: Any) -> str | None:
+    """A text a server reports about itself (its version), printable; None if it is no text."""
+    return printable(value) or None if isinstance(value, str) else None
+
+
+def _path(value: Any) -> str | None:
+    """A path a server reports (where it loaded its model from), None if it is no text."""
+    return value if isinstance(value, str) and value and "\x00" not in value else None
+
+
+def _logprob(value: object, where: str) -> float:
+    """One reported log-probability: a number at most 0 (−inf is the floor's matter), or NaN
+    when the server sent none (``null``, NaN: counted and stood in for by the trace).  +inf, a
+    positive number, a string or any other value is one line."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ServerError(f"{where}: a log-probability that is not a number ({shown(value, 40)})")
+    try:
+        x = float(value)
+    except OverflowError:  # an integer past a float's range
+        x = math.inf if value > 0 else -math.inf
+    if x > LOGPROB_MAX:
+        raise ServerError(f"{where}: a log-probability of {x:g}, above 0 (not a log-probability)")
+    return x
+
+
+def _logprobs(values: object, where: str) -> list[float]:
+    """A token's top log-probabilities (:func:`_logprob` each)."""
+    if not isinstance(values, (list, tuple)):
         raise ServerError(
-            f"{where}: {len(values)} top log-probabilities for a token, not {CONF_TOP_K} "
+            f"{where}: top log-probabilities that are not a list ({shown(values, 40)})"
+        )
+    return [_logprob(v, where) for v in values]
+
+
+def _top_confidence(values: Sequence[Any], where: str) -> float:
+    """Confidence from one token's top log-probabilities: exactly :data:`CONF_TOP_K` of them (the
+    highest when the server adds the sampled token to its top k); NaN when any is missing."""
+    lps = _logprobs(values, where)
+    if len(lps) < CONF_TOP_K:
+        raise ServerError(
+            f"{where}: {len(lps)} top log-probabilities for a token, not {CONF_TOP_K} "
             "(the confidence is the mean of 20)"
         )
-    top = sorted((float(v) for v in values), reverse=True)[:CONF_TOP_K]
-    return token_confidence(top)
+    if any(math.isnan(x) for x in lps):
+        return math.nan
+    return token_confidence(sorted(lps, reverse=True)[:CONF_TOP_K])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,16 +479,14 @@ class LlamaCppProtocol(Protocol):
         return self._check_length(c, max_new, where)
 
     def context_length(self, report):
-        n = (report.get("/props") or {}).get("default_generation_settings", {}).get("n_ctx")
-        if n is None:
-            n = ((report.get("model") or {}).get("meta") or {}).get("n_ctx")
-        return int(n) if n else None
+        n = _dig(report, "/props", "default_generation_settings", "n_ctx")
+        return _count(n if n is not None else _dig(report, "model", "meta", "n_ctx"))
 
     def version(self, report):
-        return (report.get("/props") or {}).get("build_info")
+        return _label(_dig(report, "/props", "build_info"))
 
     def model_path(self, report):
-        return (report.get("/props") or {}).get("model_path")
+        return _path(_dig(report, "/props", "model_path"))
 
     def reproducible(self, report):
         return (
@@ -408,7 +513,14 @@ def _align_llama_confs(ids: list[int], probs: list, where: str) -> list[float]:
             raise ServerError(f"{where}: a completion_probabilities entry without top_logprobs")
         if _int(entry.get("id"), "a token id") != ids[j]:
             continue
-        confs[j] = _top_confidence([e["logprob"] for e in entry["top_logprobs"]], where)
+        tops = entry["top_logprobs"]
+        for e in tops:
+            if not isinstance(e, dict) or "logprob" not in e:
+                raise ServerError(
+                    f"{where}: a top log-probability entry that is not an object with a logprob "
+                    f"({shown(e, 40)})"
+                )
+        confs[j] = _top_confidence([e["logprob"] for e in tops], where)
         k -= 1
     if k >= 0:
         raise ServerError(f"{where}: log-probabilities of tokens it did not generate")
@@ -460,7 +572,7 @@ class VLLMProtocol(Protocol):
         if not isinstance(choices, list) or len(choices) != 1:
             raise ServerError(f"{where}: expected one choice in the answer")
         ch = choices[0]
-        if not isinstance(ch.get("token_ids"), list):
+        if not isinstance(ch, dict) or not isinstance(ch.get("token_ids"), list):
             raise ServerError(f"{where}: no token_ids (a vLLM without return_token_ids?)")
         ids = [_int(t, "a token id") for t in ch["token_ids"]]
         finish = ch.get("finish_reason")
@@ -474,10 +586,15 @@ class VLLMProtocol(Protocol):
             top = lp.get("top_logprobs") if isinstance(lp, dict) else None
             if not isinstance(top, list):
                 raise ServerError(f"{where}: no top_logprobs in the answer")
+            bad = next((t for t in top if t is not None and not isinstance(t, dict)), None)
+            if bad is not None:
+                raise ServerError(
+                    f"{where}: a top log-probabilities entry that is not a dict ({shown(bad, 40)})"
+                )
             confs = [
                 float("nan") if t is None else _top_confidence(list(t.values()), where) for t in top
             ]
-        usage = out.get("usage") or {}
+        usage = out.get("usage") if isinstance(out.get("usage"), dict) else {}
         details = usage.get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         prompt = usage.get("prompt_tokens")
@@ -495,14 +612,13 @@ class VLLMProtocol(Protocol):
         return self._check_length(c, max_new, where)
 
     def context_length(self, report):
-        n = (report.get("model") or {}).get("max_model_len")
-        return int(n) if n else None
+        return _count(_dig(report, "model", "max_model_len"))
 
     def version(self, report):
-        return (report.get("/version") or {}).get("version")
+        return _label(_dig(report, "/version", "version"))
 
     def model_path(self, report):
-        return (report.get("model") or {}).get("root")
+        return _path(_dig(report, "model", "root"))
 
     def reproducible(self, report):
         return (
@@ -550,18 +666,30 @@ class SGLangProtocol(Protocol):
         from .sglang import EngineOutputError, parse_generation
 
         where = "SGLang /generate"
+        meta = out.get("meta_info") if isinstance(out, dict) else None
+        top = meta.get("output_top_logprobs") if isinstance(meta, dict) else None
+        confs = None
+        if logprobs:  # read first: parse_generation reads them without asking what they are
+            if not isinstance(top, list):
+                raise ServerError(f"{where}: no top log-probabilities for every token")
+            for e in top:
+                for x in [e] if e and not isinstance(e, list) else e or []:
+                    if not isinstance(x, list) or not x:
+                        raise ServerError(
+                            f"{where}: a top log-probability entry that is not a list "
+                            f"({shown(x, 40)})"
+                        )
+            confs = [
+                float("nan") if not e else _top_confidence([x[0] for x in e], where) for e in top
+            ]
         try:
             g = parse_generation(out, max_new)
         except EngineOutputError as exc:
             raise ServerError(f"{where}: {_one_line(exc)}") from None
-        confs = None
-        if logprobs:
-            top = (out.get("meta_info") or {}).get("output_top_logprobs")
-            if not isinstance(top, list) or len(top) != len(g["ids"]):
-                raise ServerError(f"{where}: no top log-probabilities for every token")
-            confs = [
-                float("nan") if not e else _top_confidence([x[0] for x in e], where) for e in top
-            ]
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
+            raise ServerError(f"{where}: a malformed answer ({_one_line(exc, 80)})") from None
+        if confs is not None and len(confs) != len(g["ids"]):
+            raise ServerError(f"{where}: no top log-probabilities for every token")
         text = g["text"]
         c = Completion(
             ids=g["ids"],
@@ -575,21 +703,19 @@ class SGLangProtocol(Protocol):
         return self._check_length(c, max_new, where)
 
     def context_length(self, report):
-        n = (report.get("model") or {}).get("max_model_len")
-        if not n:
-            n = (report.get("/get_server_info") or {}).get("context_length")
-        return int(n) if n else None
+        n = _count(_dig(report, "model", "max_model_len"))
+        return n or _count(_dig(report, "/get_server_info", "context_length"))
 
     def version(self, report):
-        return (report.get("/get_server_info") or {}).get("version")
+        return _label(_dig(report, "/get_server_info", "version"))
 
     def model_path(self, report):
-        info = report.get("/get_model_info") or {}
-        return info.get("tokenizer_path") or info.get("model_path")
+        tok = _path(_dig(report, "/get_model_info", "tokenizer_path"))
+        return tok or _path(_dig(report, "/get_model_info", "model_path"))
 
     def reproducible(self, report):
-        det = (report.get("/get_server_info") or {}).get("enable_deterministic_inference")
-        if det:
+        det = _dig(report, "/get_server_info", "enable_deterministic_inference")
+        if det is True:
             return "yes: the server runs with deterministic inference (seeds honoured)"
         return (
             "no: the server does not report --enable-deterministic-inference, so SGLang ignores "
@@ -637,11 +763,12 @@ def _text_top_confidence(top: Any, sampled: Any, top_k: int, where: str) -> tupl
     sent, marked not exact.
     """
     if not isinstance(top, dict):
-        raise ServerError(f"{where}: a top_logprobs entry that is not a dict")
-    try:
-        values = sorted((float(v) for v in top.values()), reverse=True)
-    except (TypeError, ValueError):
-        raise ServerError(f"{where}: a top log-probability that is not a number") from None
+        raise ServerError(
+            f"{where}: a top log-probabilities entry that is not a dict ({shown(top, 40)})"
+        )
+    values = sorted(_logprobs(list(top.values()), where), reverse=True)
+    if any(math.isnan(v) for v in values):
+        return math.nan, False
     n = len(values)
     exact = n > CONF_TOP_K
     if n == CONF_TOP_K:
@@ -852,7 +979,8 @@ PROTOCOLS: dict[str, type[Protocol]] = {
 class Http:
     """Requests to one server from synchronous code: a private event loop on a daemon thread
     (so it works inside a running loop too), at most ``concurrency`` requests in flight, each
-    tried at most ``1 + retries`` times."""
+    tried at most ``1 + retries`` times, each answer read up to a bound of bytes.  Messages name
+    the server with its URL's credentials hidden (:attr:`shown`) and never quote ``secrets``."""
 
     def __init__(
         self,
@@ -865,15 +993,19 @@ class Http:
         backoff: float = 0.5,
         concurrency: int = 32,
         transport: Any = None,
+        secrets: Sequence[str] = (),
     ):
         self.base_url = base_url
+        self.shown = redact(base_url)
         self.headers = dict(headers or {})
         self.timeout = float(timeout)
-        self.connect_timeout = float(connect_timeout)
+        # a connection is part of a request: it never waits longer than the request may
+        self.connect_timeout = min(float(connect_timeout), self.timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.concurrency = int(concurrency)
         self.transport = transport
+        self.secrets = [s for s in secrets if s]
         self.stats = {"requests": 0, "retries": 0}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid: int | None = None
@@ -943,6 +1075,32 @@ class Http:
             self._sem = asyncio.Semaphore(self.concurrency)
         return self._client
 
+    def hide(self, text: object, limit: int = 200) -> str:
+        """``text`` as one printable line, credentials and secrets hidden."""
+        s = str(text)
+        for secret in self.secrets:
+            s = s.replace(secret, "***")
+        return _one_line(s, limit)
+
+    def message(self, out: Any) -> str:
+        """The error message of a server's JSON error answer, as it may be shown (a server may
+        echo what it was sent)."""
+        return self.hide(_message(out)) or "no message"
+
+    def json(self, status: int, data: bytes, url: str) -> Any:
+        """The JSON of an answer; an answer of 200 that is none is one line, an error answer
+        that is none becomes ``{"error": its text}``."""
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            text = data[:4096].decode("utf-8", "replace")
+            if status == 200:
+                raise ServerError(
+                    f"{url}: the answer is not JSON ({self.hide(text, 80)!r}): is this the "
+                    "server's base URL?"
+                ) from None
+            return {"error": self.hide(text) or f"HTTP {status}"}
+
     # -- requests ----------------------------------------------------------------------------
 
     async def request(
@@ -954,21 +1112,26 @@ class Http:
         retry_connect: bool = True,
         timeout: float | None = None,
         retry_status: frozenset[int] = RETRY_STATUS,
+        limit: int = INFO_ANSWER_BYTES,
+        asked: str = "",
         sse: bool = False,
     ) -> tuple[int, Any]:
         """(status, JSON) of ``method path``; 200 and 4xx answers come back, retryable failures
-        are tried again, then one line.  ``retry_connect=False``: a refused connection is one
-        line at once (at connect time, a server that is not there).  ``timeout``: this request's
-        deadline instead of :attr:`timeout`.  ``retry_status``: the HTTP statuses tried again
-        (the others come back).  ``sse``: the answer is a stream of server-sent events, read
-        whole (a list of their JSON objects): a streamed request is one a server stops working
-        on as soon as it is cancelled (llama.cpp does not notice a non-streamed request go)."""
+        are tried again, then one line.  ``retry_connect=False``: a connection refused or not
+        made in time is one line at once (at connect time, a server that is not there).
+        ``timeout``: this request's deadline instead of :attr:`timeout`.  ``retry_status``: the
+        HTTP statuses tried again (the others come back).  ``limit``: the most bytes the answer
+        may take (``asked``: what the request asked for, for the message); a larger answer is one
+        line, read no further.  ``sse``: a successful answer is a stream of server-sent events,
+        read whole (a list of their JSON objects): a streamed request is one a server stops
+        working on as soon as it is cancelled (llama.cpp does not notice a non-streamed request
+        go)."""
         deadline = self.timeout if timeout is None else float(timeout)
         import httpx
 
         client = self._get_client()
         assert self._sem is not None
-        url = self.base_url + path
+        url = self.shown + path
         why = ""
         async with self._sem:
             for attempt in range(self.retries + 1):
@@ -976,54 +1139,79 @@ class Http:
                 try:
                     self.stats["requests"] += 1
                     async with asyncio.timeout(deadline):  # the whole answer, not per byte
-                        if sse:
-                            async with client.stream(method, path, json=body) as r:
-                                if r.status_code == 200:
-                                    return 200, await _read_sse(r, url)
-                                await r.aread()
-                        else:
-                            r = await client.request(method, path, json=body)
+                        status, data, headers = await self._exchange(
+                            client, method, path, body, limit, asked or f"{method} {path}"
+                        )
+                except httpx.ConnectTimeout:
+                    why = f"no connection within {self.connect_timeout:g} s"
+                    if not retry_connect:
+                        raise ServerError(
+                            f"cannot connect to the server at {self.shown}: {why} (is it "
+                            "running, and reachable from here?)"
+                        ) from None
                 except (httpx.TimeoutException, TimeoutError):
                     why = f"no answer within {deadline:g} s"
                 except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
-                    why = f"connection failed ({_cause(exc)})"
+                    why = f"connection failed ({self._cause(exc)})"
                     if not retry_connect and isinstance(exc, httpx.ConnectError):
                         raise ServerError(
-                            f"cannot connect to the server at {self.base_url}: {_cause(exc)} "
+                            f"cannot connect to the server at {self.shown}: {self._cause(exc)} "
                             "(is it running?)"
                         ) from None
-                except httpx.HTTPError as exc:
-                    raise ServerError(f"{url}: {_one_line(exc)}") from None
+                except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                    raise ServerError(f"{url}: {self.hide(exc)}") from None
                 else:
-                    if r.status_code not in retry_status:
-                        return r.status_code, _json(r, url)
-                    why = f"HTTP {r.status_code} ({_error_message(r)})"
-                    after = _retry_after(r.headers.get("retry-after"))
+                    if sse and status == 200:
+                        return status, _parse_sse(data, url)
+                    if status not in retry_status:
+                        return status, self.json(status, data, url)
+                    why = f"HTTP {status} ({self.message(self.json(status, data, url))})"
+                    after = _retry_after(headers.get("retry-after"))
                     if after is not None:
                         wait = after
                 if attempt < self.retries:
                     self.stats["retries"] += 1
                     await asyncio.sleep(min(wait, MAX_BACKOFF))
         raise ServerUnavailable(
-            f"the server at {self.base_url} failed {self.retries + 1} times on {path}: {why}; "
+            f"the server at {self.shown} failed {self.retries + 1} times on {path}: {why}; "
             "rerun the same command to resume"
         )
 
-    async def post(self, path: str, body: dict, sse: bool = False) -> Any:
+    async def _exchange(
+        self, client, method: str, path: str, body: dict | None, limit: int, asked: str
+    ) -> tuple[int, bytes, Any]:
+        """(status, the answer's bytes, headers), read as they stream in and refused past
+        ``limit`` bytes (after decompression: the bytes held)."""
+        chunks: list[bytes] = []
+        size = 0
+        async with client.stream(method, path, json=body) as r:
+            async for chunk in r.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise ServerError(
+                        f"the server at {self.shown} sent more than {_size(limit)} for {asked} "
+                        f"({method} {path}): refused, read no further (no answer to it is that "
+                        "large)"
+                    )
+                chunks.append(chunk)
+            return r.status_code, b"".join(chunks), r.headers
+
+    async def post(self, path: str, body: dict, limit: int, asked: str, sse: bool = False) -> Any:
         """The JSON of a successful POST (``sse``: of each event of its stream); an error answer
         is one line."""
-        status, out = await self.request("POST", path, body, sse=sse)
+        status, out = await self.request("POST", path, body, limit=limit, asked=asked, sse=sse)
         if status != 200:
-            raise ServerError(f"{self.base_url}{path}: HTTP {status}: {_message(out)}")
+            raise ServerError(f"{self.shown}{path}: HTTP {status}: {self.message(out)}")
         return out
 
-    def post_all(self, path: str, bodies: Sequence[dict]) -> list[Any]:
-        """POST every body concurrently (bounded); answers in order.  The first failure cancels
-        the rest and is raised."""
+    def post_all(self, path: str, bodies: Sequence[dict], limits: Sequence[tuple[int, str]]):
+        """POST every body concurrently (bounded; ``limits``: each answer's bound and what its
+        request asked for); answers in order.  The first failure cancels the rest and is
+        raised."""
 
         async def go():
             async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self.post(path, b)) for b in bodies]
+                tasks = [tg.create_task(self.post(path, b, *lim)) for b, lim in zip(bodies, limits)]
             return [t.result() for t in tasks]
 
         try:
@@ -1031,33 +1219,69 @@ class Http:
         except ExceptionGroup as eg:
             raise _first(eg) from None
 
+    def _cause(self, exc: BaseException) -> str:
+        """What went wrong underneath an HTTP client error, in the words that name it: TLS spoken
+        to a plain-HTTP server, a host name that does not resolve, the operating system's words
+        ("connection refused"), else the error's own."""
+        e: BaseException | None = exc
+        while e is not None:
+            if isinstance(e, ssl.SSLError):
+                reason = getattr(e, "reason", None) or type(e).__name__
+                hint = ""
+                if isinstance(e, ssl.SSLCertVerificationError):
+                    hint = f": its certificate is not trusted ({self.hide(e.verify_message, 80)})"
+                elif self.shown.startswith("https://"):
+                    hint = (
+                        "; if the server speaks plain HTTP, use "
+                        f"http://{self.shown.removeprefix('https://')}"
+                    )
+                return f"TLS handshake failed ({reason}){hint}"
+            if isinstance(e, socket.gaierror):
+                host = urlsplit(self.shown).hostname or "?"
+                return f"unknown host {host} ({self.hide(e.strerror or e, 80).lower()})"
+            if isinstance(e, OSError) and e.errno is not None and e.errno > 0:
+                return os.strerror(e.errno).lower()
+            e = e.__cause__ or e.__context__
+        return self.hide(exc) or type(exc).__name__
 
-async def _read_sse(r, url: str) -> list:
+
+def _parse_sse(data: bytes, url: str) -> list:
     """The JSON objects of a stream of server-sent events (``data: {...}`` lines; ``[DONE]``
     ends it)."""
     events = []
-    async for line in r.aiter_lines():
+    for line in data.decode("utf-8", errors="replace").splitlines():
         if not line.startswith("data:"):
             continue
-        data = line[5:].strip()
-        if data == "[DONE]":
+        payload = line[5:].strip()
+        if payload == "[DONE]":
             break
         try:
-            events.append(json.loads(data))
+            events.append(json.loads(payload))
         except ValueError:
             raise ServerError(f"{url}: a streamed event that is not JSON") from None
     return events
 
 
-def _cause(exc: BaseException) -> str:
-    """What went wrong underneath an HTTP client error: the operating system's words when there
-    are some ("connection refused"), else the error's own."""
-    e: BaseException | None = exc
-    while e is not None:
-        if isinstance(e, OSError) and e.errno is not None:
-            return os.strerror(e.errno).lower()
-        e = e.__cause__ or e.__context__
-    return _one_line(exc) or type(exc).__name__
+def _url_secrets(url: str) -> list[str]:
+    """What of a URL's credentials a message must never show: the password as written, as the
+    client decodes it, and the basic-authentication header made of them (base64)."""
+    import base64
+    from urllib.parse import unquote
+
+    parts = urlsplit(url)
+    if parts.username is None:
+        return []
+    user, password = unquote(parts.username), unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return [s for s in (parts.password, password, token) if s]
+
+
+def _asked(max_new: int) -> str:
+    return f"a request of {max_new} token{'s' if max_new != 1 else ''}"
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.4g} MiB" if n >= 1 << 20 else f"{n / 1024:.4g} KiB"
 
 
 def _first(eg: BaseExceptionGroup) -> BaseException:
@@ -1067,18 +1291,6 @@ def _first(eg: BaseExceptionGroup) -> BaseException:
     return exc
 
 
-def _json(r, url: str) -> Any:
-    try:
-        return r.json()
-    except ValueError:
-        if r.status_code == 200:
-            raise ServerError(
-                f"{url}: the answer is not JSON ({_one_line(r.text, 80)!r}): is this the "
-                "server's base URL?"
-            ) from None
-        return {"error": _one_line(r.text) or r.reason_phrase}
-
-
 def _message(out: Any) -> str:
     """The error message of a server's JSON error answer (OpenAI, FastAPI and llama.cpp forms)."""
     if isinstance(out, dict):
@@ -1086,15 +1298,8 @@ def _message(out: Any) -> str:
         if isinstance(err, dict):
             err = err.get("message", err)
         if err is not None:
-            return _one_line(err)
-    return _one_line(out)
-
-
-def _error_message(r) -> str:
-    try:
-        return _message(r.json())
-    except ValueError:
-        return _one_line(r.text, 120) or r.reason_phrase
+            return _one_line(err) or "no message"
+    return _one_line(out) or "no message"
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -1106,14 +1311,11 @@ def _retry_after(value: str | None) -> float | None:
 
 def normalise_base_url(url: str) -> str:
     """``http://host:port`` from what a user types (a trailing ``/`` or ``/v1`` dropped);
-    anything that is not an http(s) URL is one line."""
-    u = str(url or "").strip().rstrip("/")
-    if u.endswith("/v1"):
-        u = u[:-3]
-    parts = urlsplit(u)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ServerError(f"--base-url {url!r}: expected http://HOST:PORT")
-    return u
+    anything a client could not connect to is one line (:func:`~.endpoint.check_base_url`)."""
+    try:
+        return check_base_url(url)
+    except MarsError as exc:
+        raise ServerError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1202,8 +1404,10 @@ class ServerBackend(TokenProbing, Backend):
         try:
             import httpx  # noqa: F401
         except ImportError as exc:
-            raise ImportError("the server backend needs httpx: pip install 'mars[server]'") from exc
-        self.base_url = normalise_base_url(base_url)
+            raise ImportError(f"the server backend needs httpx: {install_hint('server')}") from exc
+        url = normalise_base_url(base_url)
+        #: the server as messages name it: credentials in its URL hidden
+        self.base_url = redact(url)
         self.sampling = Sampling(float(temperature), float(top_p), int(top_k or 0), min_p)
         self.max_tokens = int(max_tokens)
         self.segment = None if segment is None else int(segment)
@@ -1213,15 +1417,24 @@ class ServerBackend(TokenProbing, Backend):
         self.prompt_template = prompt_template
         self.system_prompt = system_prompt
         self.api_key_env = api_key_env
-        key = os.environ.get(api_key_env, "").strip() if api_key_env else ""
+        try:  # one line, before any request, if a header cannot carry it
+            key = api_key(api_key_env)
+        except MarsError as exc:
+            raise ServerError(str(exc)) from None
+        if key and urlsplit(url).username is not None:
+            raise ServerError(
+                f"--base-url {self.base_url} holds credentials and ${api_key_env} a key: both "
+                "would go in the one Authorization header; give one of them"
+            )
         self.http = Http(
-            self.base_url,
+            url,
             headers={"Authorization": f"Bearer {key}"} if key else None,
             timeout=timeout,
             connect_timeout=connect_timeout,
             retries=retries,
             concurrency=concurrency or 32,
             transport=transport,
+            secrets=[key, *_url_secrets(url)],
         )
         #: server-reported token counts, summed (generation and probes)
         self.stats = {
@@ -1247,6 +1460,9 @@ class ServerBackend(TokenProbing, Backend):
         self.token_ids_refused: str | None = None
         try:
             self._connect(model, server, concurrency, tokenizer)
+        except ServerError as exc:  # a refusal may quote the server, which may echo the key
+            self.http.close()
+            raise ServerError(self.http.hide(exc, 1000)) from None
         except BaseException:
             self.http.close()
             raise
@@ -1255,7 +1471,9 @@ class ServerBackend(TokenProbing, Backend):
 
     def _get(self, path: str, *, required: bool) -> Any:
         status, out = self.http.run(
-            lambda: self.http.request("GET", path, retry_connect=False, timeout=INFO_TIMEOUT)
+            lambda: self.http.request(
+                "GET", path, retry_connect=False, timeout=min(INFO_TIMEOUT, self.http.timeout)
+            )
         )
         if status == 200:
             return out
@@ -1266,7 +1484,7 @@ class ServerBackend(TokenProbing, Backend):
             )
         if required:
             raise ServerError(
-                f"{self.base_url}{path}: HTTP {status} ({_message(out)}): not an "
+                f"{self.base_url}{path}: HTTP {status} ({self.http.message(out)}): not an "
                 "OpenAI-compatible server at this URL?"
             )
         return None
@@ -1277,14 +1495,16 @@ class ServerBackend(TokenProbing, Backend):
         if not isinstance(data, list) or not data:
             raise ServerError(f"{self.base_url}/v1/models lists no model")
         served = {str(m.get("id")): m for m in data if isinstance(m, dict)}
+        names = sorted(served)[:20]
         if model is None:
             if len(served) != 1:
-                raise ServerError(f"the server serves {sorted(served)}: pass --model NAME")
+                listed = ", ".join(self.http.hide(shown(m, 60)) for m in names)
+                raise ServerError(f"the server serves [{listed}]: pass --model NAME")
             model = next(iter(served))
         if model not in served:
             raise ServerError(
-                f"--model {model!r} is not served at {self.base_url} (served: "
-                f"{', '.join(sorted(served))})"
+                f"--model {shown(model)} is not served at {self.base_url} (served: "
+                f"{', '.join(self.http.hide(m, 60) for m in names)})"
             )
         self.model = str(model)
         card = served[self.model]
@@ -1302,9 +1522,9 @@ class ServerBackend(TokenProbing, Backend):
         self.report = report
         self.context_len = self.protocol.context_length(report)
         if concurrency is None and server == "llama.cpp":
-            slots = (report.get("/props") or {}).get("total_slots")
+            slots = _count(_dig(report, "/props", "total_slots"))
             if slots:
-                self.http.limit(int(slots))
+                self.http.limit(slots)
         if concurrency is None and card.get("owned_by") == LLAMA_CPP_PYTHON_OWNER:
             # llama-cpp-python runs one request at a time: more in flight only queue, and the
             # order they come in sets its cache state, hence its logits (a run would not repeat)
@@ -1326,10 +1546,20 @@ class ServerBackend(TokenProbing, Backend):
         (transformers), by default the model path the server reports, else the served name.
         What a source needs is checked first (:mod:`mars.engines.tokenizer`); a default source
         whose packages are missing gives way to the server's own tokenizer where it has one."""
+        #: where the tokenizer came from (a path, hub id or ``server``; None: an object given)
+        self.tokenizer_source: str | None = None
         if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
-            self.tokenizer, self.tokenizer_source = tokenizer, None
-            self.suffix_ids = encode_suffix(self.tokenizer, self.probe_suffix)
-            return
+            self.tokenizer = tokenizer
+        else:
+            self._load_tokenizer_from(tokenizer)
+        self.suffix_ids = encode_suffix(self.tokenizer, self.probe_suffix)
+        try:  #: the ids the tokenizer has (0..vocab_size - 1), None when it cannot say
+            self.vocab_size: int | None = len(self.tokenizer)
+        except (TypeError, MarsError):
+            self.vocab_size = None
+
+    def _load_tokenizer_from(self, tokenizer) -> None:
+        """The tokenizer of a source named (a path, hub id or ``server``), or the default one."""
         given = tokenizer is not None
         if tokenizer is None:
             reported = self.protocol.model_path(self.report)
@@ -1376,7 +1606,6 @@ class ServerBackend(TokenProbing, Backend):
                     "tokenizer.json or GGUF file) or tokenizer=server in MARS_BACKEND_OPTIONS"
                 ) from None
             self.tokenizer_source = os.path.abspath(source) if os.path.exists(source) else source
-        self.suffix_ids = encode_suffix(self.tokenizer, self.probe_suffix)
 
     def _tokenizer_request(self, path: str, body: dict) -> tuple[int, Any]:
         return self.http.run(lambda: self.http.request("POST", path, body, timeout=INFO_TIMEOUT))
@@ -1385,12 +1614,16 @@ class ServerBackend(TokenProbing, Backend):
         """The tokenizer must split a sample as the server does (when the server can say)."""
         path, body = self.protocol.tokenize(TOKENIZER_SAMPLE)
         status, out = self.http.run(
-            lambda: self.http.request("POST", path, body, timeout=INFO_TIMEOUT)
+            lambda: self.http.request(
+                "POST", path, body, timeout=min(INFO_TIMEOUT, self.http.timeout)
+            )
         )
         if status != 200 or not isinstance(out, dict) or not isinstance(out.get("tokens"), list):
             self.tokenizer_checked = False
             return
-        theirs = [int(t["id"]) if isinstance(t, dict) else int(t) for t in out["tokens"]]
+        theirs = [
+            _int(t.get("id") if isinstance(t, dict) else t, "a token id") for t in out["tokens"]
+        ]
         ours = list(self.tokenizer.encode(TOKENIZER_SAMPLE, add_special_tokens=False))
         special = set(getattr(self.tokenizer, "all_special_ids", None) or ()) | {
             getattr(self.tokenizer, "bos_token_id", None)
@@ -1414,18 +1647,26 @@ class ServerBackend(TokenProbing, Backend):
         token ids and returns what the traces need."""
         ids = self.prompt_ids("What is 1 + 1?")
         body = self.protocol.body(ids, 2, self.sampling, 0, logprobs=True)
-        status, out = self.http.run(lambda: self.http.request("POST", self.protocol.path, body))
+        status, out = self.http.run(
+            lambda: self.http.request(
+                "POST",
+                self.protocol.path,
+                body,
+                limit=answer_limit(2, True, ids),
+                asked=_asked(2),
+            )
+        )
         if status != 200:
             raise ServerError(
                 f"the {self.protocol.kind} server at {self.base_url} refused a token-id prompt "
-                f"with {CONF_TOP_K} top log-probabilities (HTTP {status}: {_message(out)})"
+                f"with {CONF_TOP_K} top log-probabilities (HTTP {status}: {self.http.message(out)})"
                 + (
                     ": start vLLM with --max-logprobs 20 or more"
-                    if self.protocol.kind == "vllm" and "logprob" in _message(out).lower()
+                    if self.protocol.kind == "vllm" and "logprob" in self.http.message(out).lower()
                     else ""
                 )
             )
-        c = self.protocol.parse(out, 2, logprobs=True)
+        c = self.read(out, 2, logprobs=True)
         self.reports_cached = c.cached_tokens is not None
         if not self.reports_cached:
             log.warning(
@@ -1468,7 +1709,12 @@ class ServerBackend(TokenProbing, Backend):
         body = {"model": self.model, "prompt": [1, 2, 3], "max_tokens": 1, "temperature": 0.0}
         status, out = self.http.run(
             lambda: self.http.request(
-                "POST", OpenAITextProtocol.path, body, retry_status=RETRY_STATUS - {500}
+                "POST",
+                OpenAITextProtocol.path,
+                body,
+                retry_status=RETRY_STATUS - {500},
+                limit=answer_limit(1, False),
+                asked="a request of 1 token",
             )
         )
         if status == 200:
@@ -1477,23 +1723,27 @@ class ServerBackend(TokenProbing, Backend):
                 "does not say which server it is: pass server=vllm, sglang or llama.cpp in "
                 "MARS_BACKEND_OPTIONS if it is one of them, or server=openai to send text prompts"
             )
-        return f"HTTP {status}: {_message(out)}"
+        return f"HTTP {status}: {self.http.message(out)}"
 
     def _trial_text(self) -> None:
         """Two tokens with top-20 log-probabilities from a text prompt: the server takes text
         and returns what the traces need (20 log-probabilities for a token, text offsets)."""
         p = self.protocol
         body = p.body(self.prompt_text("What is 1 + 1?"), 2, self.sampling, 0, logprobs=True)
-        status, out = self.http.run(lambda: self.http.request("POST", p.path, body))
+        status, out = self.http.run(
+            lambda: self.http.request(
+                "POST", p.path, body, limit=answer_limit(2, True, body["prompt"]), asked=_asked(2)
+            )
+        )
         refused = self.token_ids_refused
         if status != 200:
             raise ServerError(
                 f"the server at {self.base_url} refused "
                 + (f"a token-id prompt ({refused}) and " if refused else "")
                 + f"a text prompt with {CONF_TOP_K} top log-probabilities (HTTP {status}: "
-                f"{_message(out)})"
+                f"{self.http.message(out)})"
             )
-        c = p.parse(out, 2, logprobs=True)
+        c = self.read(out, 2, logprobs=True)
         top = out["choices"][0]["logprobs"]["top_logprobs"]
         most = max((len(t) for t in top if isinstance(t, dict)), default=0)
         if most < CONF_TOP_K:
@@ -1640,8 +1890,27 @@ class ServerBackend(TokenProbing, Backend):
         is token ids, or text for a text-prompt server."""
         p = self.protocol
         bodies = [p.body(ids, m, self.sampling, s, logprobs) for ids, m, s in requests]
-        outs = self.http.post_all(p.path, bodies)
-        return [p.parse(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
+        limits = [(answer_limit(m, logprobs, prompt), _asked(m)) for prompt, m, _ in requests]
+        outs = self.http.post_all(p.path, bodies, limits)
+        return [self.read(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
+
+    def read(self, out: Any, max_new: int, logprobs: bool) -> Completion:
+        """A completion from a server's answer: read by its protocol, every token id checked
+        against the tokenizer's vocabulary (an id it does not have would be stored, and the probe
+        stage would crash on it).  A refusal quoting the answer hides what the server echoes of
+        the key."""
+        try:
+            c = self.protocol.parse(out, max_new, logprobs)
+        except ServerError as exc:
+            raise ServerError(self.http.hide(exc, 1000)) from None
+        n = self.vocab_size
+        bad = next((t for t in c.ids if t < 0 or (n is not None and t >= n)), None)
+        if bad is not None:
+            raise ServerError(
+                f"the server at {self.base_url} answered token id {bad}, outside the vocabulary "
+                f"of the tokenizer (0..{n - 1 if n is not None else '…'})"
+            )
+        return c
 
     def count(self, kind: str, c: Completion, taken: int | None = None) -> None:
         """Add a request's counts to :attr:`stats` (``taken``: the tokens of the answer a trace
@@ -1700,14 +1969,13 @@ class ServerBackend(TokenProbing, Backend):
             t = traces[i]
             for k, d in enumerate(np.asarray(positions[i]).tolist()):
                 req, n = request(t, d, plan[i][k])
+                m = self.probe_max_new_tokens
                 body = p.body(
-                    req,
-                    self.probe_max_new_tokens,
-                    self.sampling,
-                    probe_seed(seed, problem.qid, t.trace_idx, d),
-                    logprobs=False,
+                    req, m, self.sampling, probe_seed(seed, problem.qid, t.trace_idx, d), False
                 )
-                c = p.parse(await self.http.post(p.path, body), self.probe_max_new_tokens, False)
+                limit = answer_limit(m, False, req)
+                answer = await self.http.post(p.path, body, limit, _asked(m))
+                c = self.read(answer, m, False)
                 conf = None if t.confs is None else window_conf(t.confs, d)
                 out[i][k] = self.probe_result(c, n, conf)
 
@@ -1739,6 +2007,12 @@ class ServerTraceBatch(TokenTraceBatch):
 
     backend: ServerBackend
 
+    def __init__(self, backend, problem: Problem, n: int, seed: int, first_trace: int):
+        super().__init__(backend, problem, n, seed, first_trace)
+        #: per trace: log-probabilities the server left out for no reason it has
+        #: (:meth:`_count_missing`), which :meth:`_check_stood_in` bounds
+        self._missing = np.zeros(self.n, np.int64)
+
     def _trace(self, j: int) -> int:
         return self.first_trace + int(j)
 
@@ -1767,12 +2041,46 @@ class ServerTraceBatch(TokenTraceBatch):
         for j, c in zip(run, outs):
             self._ids[j].extend(c.ids)
             assert c.confs is not None
-            self._confs[j].extend(finite_confs(c.confs, self._confs[j]))
+            self._add_confs(j, c.confs)
+            self._count_missing(j, c.confs)
             if c.finished:
                 self._eos[j] = True
             be.count("generate", c)
+        self._check_stood_in()
         log.debug("to %d: %d requests, %.2f s", target, len(run), time.perf_counter() - t0)
         return True
+
+    def _count_missing(self, j: int, confs: Sequence[float]) -> None:
+        """Count the log-probabilities trace ``j``'s last request left out (its last
+        ``len(confs)`` tokens) that the server had no reason to leave out.  llama.cpp leaves out
+        those of a token after which the text ends inside a multi-byte character (its
+        documented behaviour: text in a script the vocabulary splits into bytes has many);
+        anything else missing is the server's fault."""
+        ids, base = self._ids[j], len(self._ids[j]) - len(confs)
+        inside = self.backend.protocol.kind == LlamaCppProtocol.kind
+        for i, v in enumerate(confs):
+            if math.isnan(v) and not (inside and self._ends_inside_a_character(ids, base + i)):
+                self._missing[j] += 1
+
+    def _ends_inside_a_character(self, ids: list[int], k: int) -> bool:
+        """Whether the text of ``ids`` ends inside a character after token ``k`` (a character
+        takes at most 4 bytes, so the 4 tokens up to it tell)."""
+        tail = self.backend.tokenizer.decode(ids[max(0, k - 3) : k + 1], skip_special_tokens=False)
+        return tail.endswith("\ufffd")
+
+    def _check_stood_in(self) -> None:
+        """Refuse the question once the server left out, for no reason it has (see
+        :meth:`_count_missing`), the log-probabilities of more than :data:`MAX_STOOD_IN_SHARE`
+        of its tokens (beyond :data:`STOOD_IN_FREE`): its confidences would be made up, not
+        measured.  Every stand-in is counted into the pool's provenance all the same."""
+        n, total = int(self._missing.sum()), int(self.lengths.sum())
+        if n > STOOD_IN_FREE and n > MAX_STOOD_IN_SHARE * total:
+            raise ServerError(
+                f"the server at {self.backend.base_url} sent no usable log-probabilities for "
+                f"{n:,} of the {total:,} tokens of question {self.problem.qid} so far (more than "
+                f"{MAX_STOOD_IN_SHARE * 100:g} %, the most a pool's confidences may be stood in "
+                "for): its confidences would be made up; is it sending NaN?"
+            )
 
     def probe(self, idx) -> list[ProbeResult]:
         be = self.backend
@@ -1847,10 +2155,12 @@ class TextTraceBatch(ServerTraceBatch):
                 # trace's token before it, or 0 (the lowest) for a trace that ends at once
                 c.confs[0] = self._confs[j][-1] if self._confs[j] else 0.0
             self._ids[j].extend(c.ids[:k])
-            self._confs[j].extend(finite_confs(c.confs[:k], self._confs[j]))
+            self._add_confs(j, c.confs[:k])
+            self._count_missing(j, c.confs[:k])
             if c.finished and k == len(c.ids):
                 self._eos[j] = True
             be.count("generate", c, k)
+        self._check_stood_in()
         return True
 
     def probe(self, idx) -> list[ProbeResult]:

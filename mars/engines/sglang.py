@@ -1,10 +1,11 @@
 """SGLang backend: ``sglang.Engine`` offline, token-id requests, radix-cache-served probes.
 
-Install with ``pip install 'mars[sglang]'`` (CUDA only).  **Not run on a live SGLang engine in
-this project** (no GPU with SGLang was available): the adapter is tested against hand-written
-engine outputs with the shape of SGLang 0.5.23's ``Engine.generate`` results (and 0.5.9's, which
-differ in a few ``meta_info`` keys), replayed by a fake engine (``tests/data/sglang/``); the engine
-behaviour below was read in the source of both versions, see docs/backends.md.
+Install with ``pip install 'mars-stopping[sglang]'`` (CUDA only).  **Not run on a live SGLang
+engine in this project** (no GPU with SGLang was available): the adapter is tested against
+hand-written engine outputs with the shape of SGLang 0.5.23's ``Engine.generate`` results (and
+0.5.9's, which differ in a few ``meta_info`` keys), replayed by a fake engine
+(``tests/data/sglang/``); the engine behaviour below was read in the source of both versions, see
+docs/backends.md.
 
 How a batch of N traces of one question runs (one :class:`SGLangTraceBatch`):
 
@@ -71,7 +72,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MarsError
+from ..errors import MarsError, install_hint
 from ..store.problems import Problem
 from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
 from .tokens import (
@@ -382,7 +383,7 @@ class SGLangBackend(TokenProbing, Backend):
                 import sglang
             except ImportError as exc:
                 raise ImportError(
-                    "the SGLang backend needs sglang (CUDA): pip install 'mars[sglang]'"
+                    f"the SGLang backend needs sglang (CUDA): {install_hint('sglang')}"
                 ) from exc
             try:
                 engine = sglang.Engine(**kwargs)

@@ -163,6 +163,12 @@ PARAMS: dict[str, tuple[float, str]] = {
     "attractor_share_hi": (0.95, "share of traces starting on the attractor ~ U(lo, hi)"),
     "attractor_release_lo": (0.3, "attractor released at U(lo, hi) x convergence point"),
     "attractor_release_hi": (1.0, "attractor released at U(lo, hi) x convergence point"),
+    "attractor_release_tokens": (
+        0.0,
+        "0: as above; > 0: the attractor is a guess made while reading the problem, released at "
+        "U(lo, hi) x this many tokens (x the trace's length if shorter) whatever its convergence "
+        "point, which comes after the release",
+    ),
     "attractor_distractor_prob": (
         0.5,
         "P(the attractor is the top distractor, not an exploration-only answer)",
@@ -464,7 +470,8 @@ def question_latent(problem: Problem, seed: int, prm: dict) -> QuestionLatent:
     dw = np.sort(rng.dirichlet(np.full(K, prm["distractor_alpha"])))[::-1]
     E = max(1, prm["n_explore"])
     ew = rng.dirichlet(np.full(E, prm["explore_alpha"]))
-    truth = problem.answer.strip()
+    # a question whose answer is not known gets a stand-in the model converges on
+    truth = problem.answer.strip() if problem.answer is not None else str(problem.qid + 100)
     vocab = {0: truth}
     used = {truth}
     salt = int(rng.integers(1 << 40))
@@ -585,14 +592,21 @@ class SyntheticTraceBatch(TraceBatch):
         # convergence point: the question's typical fraction, logit-normal spread over its traces
         z_conv = special.ndtri(np.clip(U[:, 4], 1e-12, 1 - 1e-12))
         conv = special.expit(special.logit(q.conv_frac) + prm["conv_trace_sd"] * z_conv) * natural
-        self._conv = conv
 
         # answer timeline: optional attractor segment, exploratory segments, then the final answer
         attracted = (q.attractor >= 0) & (U[:, 5] < q.attractor_share)
-        rel = conv * (
+        release = (
             prm["attractor_release_lo"]
             + (prm["attractor_release_hi"] - prm["attractor_release_lo"]) * U[:, 6]
         )
+        guess = prm["attractor_release_tokens"]
+        if guess > 0:  # a guess made while reading, held for a number of tokens (a shorter
+            # trace leaves it as far into its length) and left before the trace converges
+            rel = np.minimum(guess, natural) * release
+            conv = np.where(attracted, np.maximum(conv, rel), conv)
+        else:
+            rel = conv * release
+        self._conv = conv
         offset = np.where(attracted, rel, 0.0)
         dur = -np.log1p(-U[:, 16 : 16 + _MAXSEG]) * prm["seg_tokens"]
         starts = offset[:, None] + np.concatenate(

@@ -191,6 +191,8 @@ class TokenTraceBatch(TraceBatch):
         self._eos = np.zeros(self.n, bool)
         self._stopped = np.zeros(self.n, bool)
         self._has_confs = True
+        #: per trace: confidences stood in for missing log-probabilities (:meth:`_add_confs`)
+        self._stood_in = np.zeros(self.n, np.int64)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -213,6 +215,12 @@ class TokenTraceBatch(TraceBatch):
     def _text(self, j: int) -> str:
         return self.backend.tokenizer.decode(self._ids[j], skip_special_tokens=True)
 
+    def _add_confs(self, j: int, confs: Sequence[float]) -> None:
+        """Extend trace ``j``'s confidences with a request's, NaNs stood in for
+        (:func:`finite_confs`) and counted."""
+        self._stood_in[j] += sum(1 for v in confs if math.isnan(v))
+        self._confs[j].extend(finite_confs(confs, self._confs[j]))
+
     def result(self, j: int) -> TraceResult:
         j = int(j)
         text = self._text(j)
@@ -223,6 +231,7 @@ class TokenTraceBatch(TraceBatch):
             confs=self.confs_so_far(j),
             text=text,
             token_ids=np.asarray(self._ids[j], dtype=np.int32),
+            stood_in=int(self._stood_in[j]),
         )
 
     def confs_so_far(self, j: int) -> np.ndarray | None:

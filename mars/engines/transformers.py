@@ -9,6 +9,10 @@ sampling loop:
   for up to ``batch_size`` traces (a *chunk*) that then decode together.  All traces of a chunk hold
   the same number of tokens while running, so there is no padding and no attention mask; a trace
   that ends (EOS, token cap, :meth:`stop`) is dropped from the chunk's cache at once.
+* **Decoding** (``decode``): ``"eager"`` (a ``DynamicCache`` that grows, rows dropped as traces
+  end), ``"static"`` (a static cache of fixed shapes) or ``"cuda-graphs"`` (static, each step
+  replayed as a captured CUDA graph): :mod:`mars.engines.static_decode`; probes decode the same
+  way.
 * **Per-trace randomness.**  Every trace owns a ``torch.Generator`` seeded from
   ``(seed, qid, trace_idx)`` (:func:`derive_seed`); a token is drawn by inverse-CDF sampling with
   one uniform of that generator, so a trace does not depend on which other traces share its chunk's
@@ -65,6 +69,14 @@ from ..errors import MarsError
 from ..store.problems import Problem
 from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
 from .models import _split_model_path, _torch, convert_gguf, load_model, save_model
+from .static_decode import (
+    DecoderPool,
+    StaticChunk,
+    StaticDecoder,
+    check_device,
+    check_static,
+    probe_decoder,
+)
 from .tokens import (
     CONF_TOP_K,
     DEFAULT_PROMPT_TEMPLATE,
@@ -143,6 +155,9 @@ class TransformersBackend(TokenProbing, Backend):
             generated the traces being probed, when the pool's recorded model path cannot be
             loaded here (default: loaded from the pool's manifest when needed).
         prompt_template, system_prompt: the chat prompt (user message ``prompt_template``).
+        decode: ``"eager"`` (a growing ``DynamicCache``, one forward pass per step), ``"static"``
+            (a static KV cache) or ``"cuda-graphs"`` (static, each step replayed as a CUDA graph;
+            CUDA only): :mod:`mars.engines.static_decode`.
         model, tokenizer: an already loaded model and tokenizer (``model_path`` is then only a
             name).
         name: the model name recorded in the pool (default: ``model_path`` as given).
@@ -169,6 +184,7 @@ class TransformersBackend(TokenProbing, Backend):
         generator_tokenizer=None,
         prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
         system_prompt: str | None = None,
+        decode: str = "eager",
         model=None,
         tokenizer=None,
         name: str | None = None,
@@ -190,6 +206,7 @@ class TransformersBackend(TokenProbing, Backend):
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = str(device)
+        check_device(decode, self.device)  # before the model loads
         if model is None or tokenizer is None:
             if model_path is None:
                 raise MarsError("give model_path, or both model and tokenizer")
@@ -238,6 +255,9 @@ class TransformersBackend(TokenProbing, Backend):
             if "logits_to_keep" in params
             else ("num_logits_to_keep" if "num_logits_to_keep" in params else None)
         )
+        self.decode = decode
+        if decode != "eager":
+            check_static(model, decode)
         #: cumulative counters (tokens decoded, forward passes, probe tokens, wall time per phase)
         self.stats = {
             "trace_tokens": 0,
@@ -248,6 +268,10 @@ class TransformersBackend(TokenProbing, Backend):
             "generate_s": 0.0,
             "probe_s": 0.0,
         }
+        #: static decoders kept between uses (``decode`` static or cuda-graphs)
+        self._pool = DecoderPool(
+            model, graphs=decode == "cuda-graphs", keep_kw=self._keep_kw, stats=self.stats
+        )
 
     # -- interface -------------------------------------------------------------------------------
 
@@ -288,6 +312,8 @@ class TransformersBackend(TokenProbing, Backend):
             "prompt_template": self.prompt_template,
             "system_prompt": self.system_prompt,
             "torch": torch.__version__.split("+")[0],
+            # recorded only when not the default, so that eager pools keep their parameters
+            **({"decode": self.decode} if self.decode != "eager" else {}),
         }
 
     def describe_probe(self) -> dict:
@@ -350,45 +376,64 @@ class TransformersBackend(TokenProbing, Backend):
     # -- probes (inline, and the probe stage) ------------------------------------------------------
 
     def _probe_tokens(
-        self, n: int, seeds: list[int], device, cache=None, full=None
+        self, n: int, seeds: list[int], device, cache=None, rows=None, full=None
     ) -> list[list[int]]:
         """Sample the probes of ``n`` rows and return each row's tokens (EOS included).
 
-        From ``cache`` (each row's prompt + prefix; consumed) after prefilling the probe suffix,
-        or from scratch on ``full`` (prompt + prefix + suffix per row).  Row ``i`` draws its
-        tokens with a generator seeded ``seeds[i]``; a row stops at EOS or after
-        ``probe_max_new_tokens`` tokens.
+        From ``cache`` (a ``DynamicCache``, or the :class:`StaticDecoder` of a chunk: each row's
+        prompt + prefix; left as it is), its rows ``rows`` (default all), after prefilling the
+        probe suffix; or from scratch on ``full`` (prompt + prefix + suffix per row).  Row ``i``
+        draws its tokens with a generator seeded ``seeds[i]``; a row stops at EOS or after
+        ``probe_max_new_tokens`` tokens.  Decoded eagerly, or (``decode`` static, cuda-graphs) in
+        a static cache of the pool, row ``i`` in slot ``i``, a row that ended fed dummies.
         """
         torch = _torch()
-        if cache is not None:
-            suffix = torch.tensor(self.suffix_ids, device=device)
-            logits, cache = self._forward(suffix.expand(n, -1), cache)
-            self.stats["prefill_tokens"] += n * suffix.numel()
+        sel = None if rows is None else torch.as_tensor(np.asarray(rows, np.int64), device=device)
+        suffix = torch.tensor(self.suffix_ids, device=device).expand(n, -1)
+        ids = suffix if cache is not None else torch.tensor(full, device=device)
+        self.stats["prefill_tokens"] += int(ids.numel())
+        dec: StaticDecoder | None = None
+        if self.decode != "eager":
+            dec = probe_decoder(self._pool, n, cache, sel, ids.shape[1], self.probe_max_new_tokens)
+            logits = dec.feed(ids)
+        elif cache is not None:
+            cache = copy.deepcopy(cache)
+            if sel is not None:
+                cache.batch_select_indices(sel)
+            logits, cache = self._forward(ids, cache)
         else:
-            ids = torch.tensor(full, device=device)
             logits, cache = self._forward(ids)
-            self.stats["prefill_tokens"] += int(ids.numel())
         streams = [_Stream(s) for s in seeds]
         out: list[list[int]] = [[] for _ in range(n)]
         alive = np.arange(n)
-        for step in range(self.probe_max_new_tokens):
-            tok, _ = self._sample(logits, np.array([streams[i].next() for i in alive.tolist()]))
-            keep = np.ones(alive.size, bool)
-            for a, i in enumerate(alive.tolist()):
-                out[i].append(int(tok[a]))
-                if int(tok[a]) in self.eos_ids:
-                    keep[a] = False
-            self.stats["probe_tokens"] += int(alive.size)
-            if step == self.probe_max_new_tokens - 1 or not keep.any():
-                break
-            if not keep.all():
-                sel = torch.as_tensor(np.flatnonzero(keep), device=logits.device)
-                cache.batch_select_indices(sel)
-                alive = alive[keep]
-                tok = tok[keep]
-            logits, cache = self._forward(
-                torch.as_tensor(tok, device=logits.device).unsqueeze(-1), cache
-            )
+        try:
+            for step in range(self.probe_max_new_tokens):
+                u = np.array([streams[i].next() for i in alive.tolist()])
+                tok, _ = self._sample(logits, u)
+                keep = np.ones(alive.size, bool)
+                for a, i in enumerate(alive.tolist()):
+                    out[i].append(int(tok[a]))
+                    if int(tok[a]) in self.eos_ids:
+                        keep[a] = False
+                self.stats["probe_tokens"] += int(alive.size)
+                if step == self.probe_max_new_tokens - 1 or not keep.any():
+                    break
+                if dec is not None:
+                    alive, tok = alive[keep], tok[keep]
+                    feed = np.zeros(dec.rows, np.int64)
+                    feed[alive] = tok
+                    live = torch.as_tensor(alive, device=device)
+                    logits = dec.step(feed).index_select(0, live)
+                    continue
+                if not keep.all():
+                    cache.batch_select_indices(torch.as_tensor(np.flatnonzero(keep), device=device))
+                    alive, tok = alive[keep], tok[keep]
+                logits, cache = self._forward(
+                    torch.as_tensor(tok, device=device).unsqueeze(-1), cache
+                )
+        finally:
+            if dec is not None:
+                self._pool.give(dec)
         del cache
         return out
 
@@ -490,11 +535,8 @@ class TransformersBackend(TokenProbing, Backend):
             if here:
                 seeds = [derive_seed(seed, problem.qid, traces[rows[a]].trace_idx, e) for a in here]
                 if kv:
-                    branch = copy.deepcopy(cache)
-                    if len(here) < len(alive):
-                        sel = [alive.index(a) for a in here]
-                        branch.batch_select_indices(torch.as_tensor(sel, device=self.device))
-                    toks = self._probe_tokens(len(here), seeds, self.device, cache=branch)
+                    sel = [alive.index(a) for a in here] if len(here) < len(alive) else None
+                    toks = self._probe_tokens(len(here), seeds, self.device, cache=cache, rows=sel)
                 else:
                     full = [prompt + ids[a][:e].tolist() + self.suffix_ids for a in here]
                     toks = self._probe_tokens(len(here), seeds, self.device, full=full)
@@ -533,7 +575,7 @@ class TransformersBackend(TokenProbing, Backend):
                 if len(seq) > n:
                     cache = self._feed(cache, np.asarray(seq[n:], np.int64)[None, :])
                 fed = np.asarray(seq, np.int64)
-                toks = self._probe_tokens(1, s, self.device, cache=copy.deepcopy(cache))
+                toks = self._probe_tokens(1, s, self.device, cache=cache)
             else:
                 full = [prompt + np.asarray(seq).tolist() + self.suffix_ids]
                 toks = self._probe_tokens(1, s, self.device, full=full)
@@ -612,7 +654,8 @@ class _Stream:
 class _Chunk:
     """Traces decoding together: their KV cache (rows in ``rows`` order) and next-token logits."""
 
-    def __init__(self, rows: np.ndarray, cache, logits):
+    def __init__(self, be: TransformersBackend, rows: np.ndarray, cache, logits):
+        self.be = be
         self.rows = rows
         self.cache = cache
         self.logits = logits
@@ -630,6 +673,19 @@ class _Chunk:
         self.logits = self.logits.index_select(0, sel)
         self.rows = self.rows[keep]
 
+    def feed(self, tok: np.ndarray) -> None:
+        """Feed each row its next token; the logits after it."""
+        torch = _torch()
+        ids = torch.as_tensor(tok, device=self.logits.device).unsqueeze(-1)
+        self.logits, self.cache = self.be._forward(ids, self.cache)
+
+    def probe_source(self, want: np.ndarray) -> tuple[Any, np.ndarray | None]:
+        """The cache a probe of the rows ``want`` branches off, and those rows (None: all)."""
+        return self.cache, None if want.all() else np.flatnonzero(want)
+
+    def release(self) -> None:
+        self.rows, self.cache, self.logits = self.rows[:0], None, None
+
 
 class TransformersTraceBatch(TokenTraceBatch):
     """``n`` traces of one question, decoded in chunks of ``backend.batch_size``."""
@@ -645,7 +701,7 @@ class TransformersTraceBatch(TokenTraceBatch):
             for j in range(self.n)
         ]
         self._chunk_of = np.full(self.n, -1, np.int64)
-        self._chunks: list[_Chunk] = []
+        self._chunks: list[Any] = []
         if self.n == 0:
             return
         import time
@@ -655,11 +711,16 @@ class TransformersTraceBatch(TokenTraceBatch):
             ids = torch.tensor([self.prompt], device=be.device)
             logits, cache = be._forward(ids)
             be.stats["prefill_tokens"] += len(self.prompt)
+            cap = len(self.prompt) + be.max_tokens
             for c, lo in enumerate(range(0, self.n, be.batch_size)):
                 rows = np.arange(lo, min(self.n, lo + be.batch_size))
-                ch_cache = copy.deepcopy(cache)
-                ch_cache.batch_repeat_interleave(rows.size)
-                self._chunks.append(_Chunk(rows, ch_cache, logits.expand(rows.size, -1).clone()))
+                first = logits.expand(rows.size, -1).clone()
+                if be.decode == "eager":
+                    ch_cache = copy.deepcopy(cache)
+                    ch_cache.batch_repeat_interleave(rows.size)
+                    self._chunks.append(_Chunk(be, rows, ch_cache, first))
+                else:
+                    self._chunks.append(StaticChunk.start(be._pool, rows, cache, first, cap))
                 self._chunk_of[rows] = c
         be.stats["generate_s"] += time.perf_counter() - t0
 
@@ -678,9 +739,8 @@ class TransformersTraceBatch(TokenTraceBatch):
                     self._step(ch)
         be.stats["generate_s"] += time.perf_counter() - t0
 
-    def _step(self, ch: _Chunk) -> None:
+    def _step(self, ch) -> None:
         """Sample the next token of every row of ``ch``; feed it unless the row ended."""
-        torch = _torch()
         be = self.backend
         u = np.array([self._streams[j].next() for j in ch.rows.tolist()])
         tok, conf = be._sample(ch.logits, u)
@@ -698,8 +758,7 @@ class TransformersTraceBatch(TokenTraceBatch):
         be.stats["trace_tokens"] += int(ch.rows.size)
         ch.select(keep)
         if ch.rows.size:
-            sel = torch.as_tensor(tok[keep], device=ch.logits.device).unsqueeze(-1)
-            ch.logits, ch.cache = be._forward(sel, ch.cache)
+            ch.feed(tok[keep])
 
     def stop(self, idx) -> None:
         idx = np.asarray(idx, np.int64)
@@ -727,9 +786,8 @@ class TransformersTraceBatch(TokenTraceBatch):
         be.stats["probe_s"] += time.perf_counter() - t0
         return [results[j] for j in idx.tolist()]
 
-    def _probe_chunk(self, ch: _Chunk, want: np.ndarray) -> list[ProbeResult]:
+    def _probe_chunk(self, ch, want: np.ndarray) -> list[ProbeResult]:
         """Probe the rows ``want`` of chunk ``ch`` together (all hold the same number of tokens)."""
-        torch = _torch()
         be = self.backend
         rows = ch.rows[want]
         p = len(self._ids[rows[0]])
@@ -737,16 +795,12 @@ class TransformersTraceBatch(TokenTraceBatch):
             derive_seed(self.seed, self.problem.qid, self.first_trace + j, p) for j in rows.tolist()
         ]
         if be.probe_kv_reuse:
-            cache = copy.deepcopy(ch.cache)
-            if not want.all():
-                cache.batch_select_indices(
-                    torch.as_tensor(np.flatnonzero(want), device=ch.logits.device)
-                )
-            out = be._probe_tokens(rows.size, seeds, ch.logits.device, cache=cache)
+            cache, sel = ch.probe_source(want)
+            out = be._probe_tokens(rows.size, seeds, be.device, cache=cache, rows=sel)
             cached = len(self.prompt) + p
         else:
             full = [self.prompt + self._ids[j] + be.suffix_ids for j in rows.tolist()]
-            out = be._probe_tokens(rows.size, seeds, ch.logits.device, full=full)
+            out = be._probe_tokens(rows.size, seeds, be.device, full=full)
             cached = 0
         return [
             be._probe_result(
@@ -759,4 +813,6 @@ class TransformersTraceBatch(TokenTraceBatch):
         ]
 
     def close(self) -> None:
+        for ch in self._chunks:
+            ch.release()
         self._chunks = []

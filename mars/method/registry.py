@@ -36,7 +36,8 @@ New methods (not in the reference):
 * ``sc-consensus`` — stop once the leader holds ``--consensus`` of the votes.
 * ``sc-mars2`` / ``dco-mars2`` — MARS2 (:mod:`mars.method.riskstop`): stop once the predicted
   probability that the full-budget vote differs from the leader is at most ``--risk-alpha``
-  (docs/beyond.md); ``sc-mars2-waves`` launches the traces in waves (width-adaptive).
+  (docs/beyond.md); ``sc-mars2-waves`` launches the traces in waves (width-adaptive),
+  ``sc-mars2-launch`` one wave or all of them, as the warmup says (:mod:`mars.method.launch`).
 * The field's other families (docs/baselines.md): ``pp-main`` / ``pp-main-keep`` (Parallel-Probe's
   main-table controller), ``sc-sac`` / ``single-sac`` (per-trace convergence exit), ``asc`` /
   ``esc`` (sample more: Adaptive-Consistency, Early-Stopping Self-Consistency).
@@ -90,11 +91,12 @@ def _never(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
 
 
 def _mars(ctx: QuestionContext, method: Method, gamma: Any, certified: bool = False) -> Rule:
-    from .stopping import Mars
+    from .stopping import GUARD_BEFORE, Mars
 
     return Mars(
         gamma=gamma,
         guard_answer=ctx.warm_ref,
+        guard_before=GUARD_BEFORE if ctx.s.guard == "tokens" else None,
         certified=certified,
         delta=ctx.s.delta,
         label="certified" if certified else "margin",
@@ -223,6 +225,8 @@ class Method:
     #: rule deciding at every checkpoint of a wave whether to stop, and at its end whether to
     #: launch the next; traces not yet launched count as pending (mars.simulate.MethodRun._waves)
     waves: bool = False
+    #: waves: the first one's size planned from the warmup (:func:`mars.method.launch.plan`)
+    planned: bool = False
 
     @property
     def needs_confs(self) -> bool:
@@ -402,6 +406,14 @@ _METHODS = [
         q="learned",
         waves=True,
         sweep=Sweep("MARS2 in waves, wave size", "wave_size", (8, 16, 32)),
+    ),
+    Method(
+        "sc-mars2-launch",
+        "MARS2, launch planned ({wave_size})",
+        RISK,
+        q="learned",
+        waves=True,
+        planned=True,
     ),
     Method(
         "dco-mars2",

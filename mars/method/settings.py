@@ -37,6 +37,8 @@ MAX_DRAWS = 1 << 26  # iterations × budget
 MAX_SEED = 2**32 - 1
 #: the evaluation protocols (:mod:`mars.method.protocol`)
 PROTOCOLS = ("bootstrap", "parallel-probe")
+#: where the probe-0 guard of the paper's MARS methods applies (:class:`mars.method.stopping.Mars`)
+GUARDS = ("first", "tokens")
 
 
 def _setting(
@@ -228,10 +230,19 @@ class Settings:
     wave_size: int = _setting(
         16,
         "traces per wave of the width-adaptive method (sc-mars2-waves): a wave is launched when "
-        "the previous one has ended without a stop",
+        "the previous one has ended without a stop; the smallest first launch of sc-mars2-launch",
         low=1,
         high=MAX_BUDGET,
         symbol="wave",
+    )
+    guard: str = _setting(
+        "first",
+        "probe-0 guard of the paper's MARS methods (the leader must be the warmup traces' "
+        "majority final answer): first = at the first checkpoint, as the reference; tokens = at "
+        "every checkpoint before 4,096 tokens, the paper's 2,048 grid's second one, whatever "
+        "the probe spacing (the same on that grid; docs/beyond.md)",
+        live=True,
+        choices=GUARDS,
     )
     ppm_max_steps: int = _setting(
         100,

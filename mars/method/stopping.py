@@ -4,8 +4,9 @@ Every rule sees a :class:`Snapshot` (one checkpoint, the still-active iterations
 iteration, whether to stop now. Rules with memory (Parallel-Probe) keep it per iteration.
 
 * :class:`Mars` — the margin test of the paper (unseen challenger + every challenger with votes,
-  strict inequalities, probe-0 guard), as the reference runs it; with ``certified=True`` the
-  paper's theorem instead: finished traces carry q = 0, the Hoeffding term
+  strict inequalities, probe-0 guard), as the reference runs it, its guard at the first
+  checkpoint or (off the paper's grid) at every one before :data:`GUARD_BEFORE` tokens; with
+  ``certified=True`` the paper's theorem instead: finished traces carry q = 0, the Hoeffding term
   ε = w_max·sqrt(2·N_active·ln(N/δ)) is added, and the inequalities are ≥ as in Eq. (4).
 * :class:`ParallelProbe` — consensus + deviation pruning, as the MARS reference runs it (pruning
   changes neither tokens nor answer) or as Parallel-Probe's authors define it (pruned traces stop
@@ -31,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..store.schema import CHECKPOINT_SPACING
 from .voting import leader, tally
 
 
@@ -305,12 +307,21 @@ class OracleStop(Rule):
         return self.final[snap.rows]
 
 
+#: The guard by tokens covers every checkpoint before the paper's grid's second one (2 × 2,048
+#: tokens): on that grid the first checkpoint alone, as the reference; on any finer grid no stop
+#: on a leader that the warmup's final answers do not confirm comes earlier than it could there.
+GUARD_BEFORE = 2 * CHECKPOINT_SPACING
+
+
 @dataclass
 class Mars(Rule):
     """The MARS margin rule (see module docstring)."""
 
     gamma: object = 1.0  # kept as given: a Python float and a numpy float64 promote differently
     guard_answer: int = -1  # probe-0 guard: warmup majority, checked at the first checkpoint only
+    #: the guard also covers every checkpoint before this position in tokens (None: the first
+    #: checkpoint only, as the reference; :data:`GUARD_BEFORE` for the guard by tokens)
+    guard_before: int | None = None
     certified: bool = False
     delta: float = 0.05
     label: str = "margin"
@@ -354,9 +365,14 @@ class Mars(Rule):
             strict=strict,
             explain=slack,
         )
-        if snap.k == 0 and self.guard_answer >= 0 and not self.certified:
+        if self.guarded(snap) and self.guard_answer >= 0 and not self.certified:
             out.passed &= snap.lead == self.guard_answer
         return out
+
+    def guarded(self, snap: Snapshot) -> bool:
+        """Whether the probe-0 guard covers this checkpoint: the first one (the reference), and
+        with ``guard_before`` every one before that position."""
+        return snap.k == 0 or (self.guard_before is not None and snap.position < self.guard_before)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import cast
 
 import pandas as pd
 
@@ -66,12 +67,17 @@ def is_missing(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
+#: a note's sign in LaTeX (math mode)
+TEX_MARKS = {"†": r"\dagger", "‡": r"\ddagger", "*": r"\ast"}
+
+
 @dataclass
 class Cell:
     """One table cell: ``value`` printed by ``kind``.
 
     kinds: ``text`` (escaped; ``tex`` overrides the LaTeX form), ``num`` (``decimals``), ``pct``
-    (number with a percent sign), ``int`` (thousands separators).
+    (number with a percent sign), ``int`` (thousands separators). A number that is not zero but
+    rounds to it is "<0.1" (">-0.1"), never "0.0". ``mark`` follows a number: a note's sign.
     """
 
     value: object = None
@@ -79,12 +85,17 @@ class Cell:
     decimals: int = 1
     bold: bool = False
     tex: str | None = None  # raw LaTeX for a text cell (already safe)
+    mark: str = ""  # after a number: the sign of a note under the table
 
-    def _number(self, sep: str) -> str:
+    def _number(self, sep: str, less: str = "<", more: str = ">") -> str:
         if self.kind == "int":
             s = f"{self.value:,.0f}"
             return s.replace(",", sep)
-        s = f"{self.value:.{self.decimals}f}"
+        value = float(cast(float, self.value))
+        s = f"{value:.{self.decimals}f}"
+        if float(s) == 0 and value != 0:  # 0.04 % is not nothing: say how small
+            least = f"{10.0**-self.decimals:.{self.decimals}f}"
+            return f"{less}{least}" if value > 0 else f"{more}-{least}"
         if s.startswith("-") and float(s) == 0:
             s = s[1:]  # no "-0.0"
         return s
@@ -95,7 +106,7 @@ class Cell:
         if self.kind == "text":
             s = md_escape(self.value)
         else:
-            s = self._number(",") + ("%" if self.kind == "pct" else "")
+            s = self._number(",") + ("%" if self.kind == "pct" else "") + self.mark
         return f"**{s}**" if self.bold and s else s
 
     def latex(self) -> str:
@@ -104,7 +115,8 @@ class Cell:
         if self.kind == "text":
             s = self.tex if self.tex is not None else tex_escape(self.value)
         else:
-            s = self._number("{,}") + (r"\%" if self.kind == "pct" else "")
+            s = self._number("{,}", "$<$", "$>$") + (r"\%" if self.kind == "pct" else "")
+            s += f"$^{{{TEX_MARKS.get(self.mark, self.mark)}}}$" if self.mark else ""
         return rf"\textbf{{{s}}}" if self.bold and s else s
 
 
@@ -112,12 +124,12 @@ def text(value, tex: str | None = None, bold: bool = False) -> Cell:
     return Cell(value, "text", tex=tex, bold=bold)
 
 
-def num(value, decimals: int = 1, bold: bool = False) -> Cell:
-    return Cell(None if is_missing(value) else float(value), "num", decimals, bold)
+def num(value, decimals: int = 1, bold: bool = False, mark: str = "") -> Cell:
+    return Cell(None if is_missing(value) else float(value), "num", decimals, bold, mark=mark)
 
 
-def pct(value, decimals: int = 1, bold: bool = False) -> Cell:
-    return Cell(None if is_missing(value) else float(value), "pct", decimals, bold)
+def pct(value, decimals: int = 1, bold: bool = False, mark: str = "") -> Cell:
+    return Cell(None if is_missing(value) else float(value), "pct", decimals, bold, mark=mark)
 
 
 def integer(value) -> Cell:

@@ -2,7 +2,8 @@
 
 Layout of ``OUT``::
 
-    OUT/report.md                      index: every table inline, every figure linked, the inputs
+    OUT/report.md                      index: every table inline, every figure linked, then the
+                                       provenance (the command, the inputs, the simulate commands)
     OUT/tables/<table>.md|.tex|.csv    Markdown, LaTeX (booktabs) and CSV (unrounded numbers)
     OUT/tables/<table>.html            the table as a web page (mars.report.html)
     OUT/figures/<figure>.png|.pdf|.csv the figure and the numbers it plots
@@ -110,10 +111,14 @@ def _render(rep: Report, figures: bool, formats) -> None:
         (tdir / f"{t.key}.html").write_text(table_html(t))
 
     if figures:
+        from .comparison import fig_frontier, fig_latency
         from .figures import all_figures
         from .tradeoff import fig_tradeoff
+        from .twoaxis import fig_two_axis
 
         rep.figures = all_figures(results, fdir, formats)
+        rep.figures += [make(results, fdir, formats) for make in (fig_frontier, fig_latency)]
+        rep.figures.append(fig_two_axis(results, fdir, formats))
         tradeoff = fig_tradeoff(results, fdir, formats)
         if tradeoff is not None:
             rep.figures.append(tradeoff)
@@ -152,20 +157,58 @@ def check_report_dir(out_dir: Path) -> None:
 
 
 def _index(rep: Report) -> str:
-    """report.md: what the data is, the command (once), the runs, every table and figure."""
+    """report.md: what the data is, every table and figure, then where they came from (the
+    command, once; the runs; the simulate commands)."""
     results = rep.results
     about = describe(results.sources(results.runs))
     out = ["# MARS report", ""]
     if about:
         out += [f"> {about}", ""]
     out += [
+        "Tables first, then figures; the command, the runs and how each was simulated are under "
+        "[Provenance](#provenance) at the end.",
+        "",
+        "## Tables",
+        "",
+    ]
+    for t in rep.tables:
+        out.append(t.markdown(commands=False))
+        out.append(
+            f"Made by the command in Provenance, from the runs listed there. Files: "
+            f"[Markdown](tables/{t.key}.md) · [LaTeX](tables/{t.key}.tex) · "
+            f"[CSV](tables/{t.key}.csv) (each with the commands that made it)"
+        )
+        out.append("")
+    if rep.figures:
+        out += ["## Figures", ""]
+        for f in rep.figures:
+            png = next((p for p in f.files if p.suffix == ".png"), None)
+            out += [f"### {f.title}", ""]
+            if png is not None:
+                out += [f"![{f.title}](figures/{png.name})", ""]
+            out += [f.caption, ""]
+            for n in f.notes:
+                out.append(f"- {n}")
+            links = " · ".join(f"[{p.suffix[1:].upper()}](figures/{p.name})" for p in f.files)
+            out += ["", f"Files: {links}", ""]
+    out += _provenance(rep)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _provenance(rep: Report) -> list[str]:
+    """The index's last section: the report command, its inputs, the simulate commands and the
+    analyses."""
+    results = rep.results
+    out = [
+        "## Provenance",
+        "",
         "Rendered from `mars simulate` outputs by:",
         "",
         "```",
         rep.command,
         "```",
         "",
-        "## Inputs",
+        "### Inputs",
         "",
         "| Model | Dataset | Setting | Data | Methods | Questions | Budget | Iterations | Warmup "
         "| Seed | Directory |",
@@ -187,25 +230,4 @@ def _index(rep: Report) -> str:
         ]
         out += [f"- {md_escape(r.label)}: `{a.path}` (mars analyze)" for r, a in analysed]
         out.append("")
-    out += ["## Tables", ""]
-    for t in rep.tables:
-        out.append(t.markdown(commands=False))
-        out.append(
-            f"Made by the command above, from the runs in Inputs. Files: "
-            f"[Markdown](tables/{t.key}.md) · [LaTeX](tables/{t.key}.tex) · "
-            f"[CSV](tables/{t.key}.csv) (each with the commands that made it)"
-        )
-        out.append("")
-    if rep.figures:
-        out += ["## Figures", ""]
-        for f in rep.figures:
-            png = next((p for p in f.files if p.suffix == ".png"), None)
-            out += [f"### {f.title}", ""]
-            if png is not None:
-                out += [f"![{f.title}](figures/{png.name})", ""]
-            out += [f.caption, ""]
-            for n in f.notes:
-                out.append(f"- {n}")
-            links = " · ".join(f"[{p.suffix[1:].upper()}](figures/{p.name})" for p in f.files)
-            out += ["", f"Files: {links}", ""]
-    return "\n".join(out).rstrip() + "\n"
+    return out

@@ -66,6 +66,48 @@ def _get(ov: dict | None, key: str):
     return None if v is None else float(v)
 
 
+#: the sign of a savings cell against the method's own narrower sample, and its note
+NARROW = "†"
+
+
+class _Narrow:
+    """The methods of a table that run fewer traces than the budget (``single-sac``: one):
+    their savings are against those traces, not the full-budget vote, and their cost against the
+    vote is what a reader needs beside it (issue 35: "Savings 0.0 %" while spending 0.2 %)."""
+
+    def __init__(self, results: Results):
+        self.results = results
+        self.spend: dict[str, list[float]] = {}
+
+    def mark(self, pair: tuple[str, str], run: Run, method: str) -> str:
+        """``NARROW`` for such a method (its share of the vote's tokens noted), else ""."""
+        m = METHODS.get(method)
+        if m is None or m.width is None:
+            return ""
+        base = family_baseline(method)
+        base_run = self.results.find(*pair, base)
+        tokens = _get(run.overall[method], "tokens_mean")
+        vote = None if base_run is None else _get(base_run.overall[base], "tokens_mean")
+        if tokens is not None and vote:
+            self.spend.setdefault(method, []).append(100.0 * tokens / vote)
+        return NARROW
+
+    def notes(self) -> list[str]:
+        out = []
+        for method in self.spend or {}:
+            m = METHODS[method]
+            lo, hi = min(self.spend[method]), max(self.spend[method])
+            spent = f"{lo:.1f} %" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f} %"
+            base = family_baseline(method)
+            traces = "that trace" if m.width == 1 else f"those {m.width} traces"
+            out.append(
+                f"{NARROW} {method} runs {m.width} trace{'s' if m.width != 1 else ''} of each "
+                f"sample: its savings are against {traces} run to the end, not against the "
+                f"full-budget vote ({base}); it spends {spent} of {base}'s tokens."
+            )
+        return out
+
+
 def _model_cells(results: Results, pair, prev_model):
     model, dataset = pair
     return text(model if model != prev_model else ""), text(dataset)
@@ -225,6 +267,7 @@ def tables_full(results: Results, command: str | None = None) -> list[Table]:
     out = []
     for i, model in enumerate(results.models):
         used = _Used()
+        narrow = _Narrow(results)
         rows: list[list[Cell]] = []
         data, breaks = [], []
         for pair in [p for p in results.pairs if p[0] == model]:
@@ -245,7 +288,7 @@ def tables_full(results: Results, command: str | None = None) -> list[Table]:
                             text(f"{md} · `{method}`", tex=tex),
                             pct(_get(ov, "accuracy_pct")),
                             integer(_get(ov, "tokens_mean")),
-                            pct(sav),
+                            pct(sav, mark=narrow.mark(pair, run, method)),
                         ]
                     )
                     data.append(
@@ -286,6 +329,7 @@ def tables_full(results: Results, command: str | None = None) -> list[Table]:
                 tex_headers=["", "Method", "Accuracy", "Mean Tokens", "Savings"],
                 breaks=breaks,
                 align="llrrr",
+                notes=narrow.notes(),
                 commands=used.commands(command),
                 source=used.source(results),
             )
@@ -362,6 +406,7 @@ def _stopping_methods(results: Results) -> Iterator[tuple[tuple[str, str], Run, 
 def table_probe_cost(results: Results, command: str | None = None) -> Table:
     """Savings with and without the probes' own tokens, for every early-stopping method."""
     used = _Used()
+    narrow = _Narrow(results)
     rows: list[list[Cell]] = []
     data, breaks, prev = [], [], None
     for pair, run, method, first in _stopping_methods(results):
@@ -380,7 +425,7 @@ def table_probe_cost(results: Results, command: str | None = None) -> Table:
                 text(pair[0] if first and pair[0] != prev else ""),
                 text(pair[1] if first else ""),
                 text(f"{md} · `{method}`", tex=tex),
-                num(s),
+                num(s, mark=narrow.mark(pair, run, method)),
                 num(sp),
                 num(cost, 2),
                 integer(probe),
@@ -399,7 +444,7 @@ def table_probe_cost(results: Results, command: str | None = None) -> Table:
                 "probe_tokens_mean": probe,
             }
         )
-    notes = []
+    notes = narrow.notes()
     if data and all(d["savings_with_probes_pct"] is None for d in data):
         notes.append(
             "No run records probe costs (published pools carry none); generate a pool with "
@@ -631,6 +676,7 @@ def table_oracle_share(results: Results, command: str | None = None) -> Table:
     """Every early-stopping method against its pipeline's oracle-first savings and full-budget
     accuracy."""
     used = _Used()
+    narrow = _Narrow(results)
     rows: list[list[Cell]] = []
     data, breaks, prev = [], [], None
     for pair, run, method, first in _stopping_methods(results):
@@ -653,7 +699,7 @@ def table_oracle_share(results: Results, command: str | None = None) -> Table:
                 text(f"{md} · `{method}`", tex=tex),
                 num(acc),
                 num(delta),
-                num(sav),
+                num(sav, mark=narrow.mark(pair, run, method)),
                 num(sav_p),
                 num(oracle),
                 pct(share, 0),
@@ -700,6 +746,7 @@ def table_oracle_share(results: Results, command: str | None = None) -> Table:
         data=pd.DataFrame(data),
         breaks=breaks,
         align="lll" + "r" * 6,
+        notes=narrow.notes(),
         commands=used.commands(command),
         source=used.source(results),
     )

@@ -1,7 +1,7 @@
 """Every served question is data: its traces appended to a pool, read offline like any live run.
 
 ``mars serve --record DIR`` keeps one pool per way of solving (method, traces, warmup, grid, knobs,
-model and sampling: what `mars replay` must know to re-decide), each a sub-folder of ``DIR``
+seed, model and sampling: what `mars replay` must know to re-decide), each a sub-folder of ``DIR``
 named for it (``sc-mars-cal-n64-w16-s2048-t32768-1a2b3c4d``), in the layout `mars solve` writes::
 
     DIR/<pool>/traces/qNNNNNN.parquet   the question's warmup + main traces (as `mars solve`)
@@ -34,6 +34,7 @@ from ..errors import MarsError
 from ..store import schema
 from ..store.atomic import check_output_dir, make_dirs, write_json_atomic
 from ..store.pool import PoolError
+from ..store.problems import Problem, problem_digest
 from ..store.userfiles import read_json_object
 from ..store.write import PoolDirWriter
 
@@ -81,7 +82,9 @@ class _Pool:
                 pc.cast(pa.array([qid] * table.num_rows), pa.int64()),
             )
             self.writer.write_question(qid, table)
-            write_json_atomic(self.path / "live" / f"q{qid:06d}.json", {**summary, "qid": qid})
+            write_json_atomic(
+                self.path / "live" / f"q{qid:06d}.json", _as_recorded(summary, qid, row)
+            )
             self.rows.append({**row, "qid": qid})
             manifest = {
                 **{
@@ -96,6 +99,20 @@ class _Pool:
             self.writer.finish(self.rows, manifest)
             self.next_qid = qid + 1
             return qid
+
+
+def _as_recorded(summary: dict, qid: int, row: dict) -> dict:
+    """A question's live record as its pool holds it: its number there, and what it was made for
+    in the pool's terms (the digest of its row of ``questions.parquet``), which `mars replay`
+    checks; the id its traces were seeded with (from its prompt) is kept as ``trace_seed_qid``."""
+    digest = problem_digest(Problem(qid, row["question"], row["ground_truth"], DATASET))
+    inputs = dict(summary["inputs"])
+    warm = dict(inputs["warmup"])
+    seeded = warm["qid"]
+    inputs["problem"] = warm["problem"] = digest
+    warm["qid"] = qid
+    inputs["warmup"] = warm
+    return {**summary, "qid": qid, "inputs": inputs, "trace_seed_qid": seeded}
 
 
 class Recorder:

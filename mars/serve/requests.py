@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import secrets
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,6 +51,7 @@ class Defaults:
     max_tokens: int | None = None  # None: the upstream's cap
     knobs: dict = field(default_factory=dict)
     max_traces: int = 1024  # n / traces at most (warmup apart)
+    seed: int = 0  # the traces' seed of a request that gives none
     temperature: float | None = None  # None: the upstream backend's
     top_p: float | None = None
 
@@ -193,7 +193,7 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
     max_tokens = defaults.max_tokens if max_tokens is None else _whole(max_tokens, "max_tokens", 1)
     seed = body.get("seed")
     seeded = seed is not None
-    seed = secrets.randbelow(2**31) if seed is None else _whole(seed, "seed")
+    seed = defaults.seed if seed is None else _whole(seed, "seed")
     if seed > MAX_SEED:
         raise BadRequest(f"seed {seed}: must be below 2^63", "seed")
     try:

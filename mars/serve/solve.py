@@ -207,7 +207,7 @@ def _pool_params(be, q: Question) -> dict:
         "generator": "mars.serve",
         **backend_info(be),
         "method": q.method.name,
-        "seed": 0,  # each question's own seed is in its live record
+        "seed": int(q.seed),
         "n_traces": int(q.traces),
         "warmup": int(q.warmup),
         "spacing": int(q.spacing),

@@ -44,6 +44,7 @@ from ..engines.server import (
     ServerBackend,
     ServerError,
     ServerUnavailable,
+    answer_limit,
     normalise_base_url,
 )
 from ..errors import MarsError, UsageError
@@ -108,11 +109,17 @@ class Router:
             u.up, u.last_error, u.down_at = False, why, time.monotonic()
 
     def post_all(
-        self, path: str, bodies: Sequence[dict], merge: Callable[[list], Any] | None = None
+        self,
+        path: str,
+        bodies: Sequence[dict],
+        limits: Sequence[tuple[int, str]],
+        merge: Callable[[list], Any] | None = None,
     ) -> list[Any]:
         """POST every body (each to a replica), answers in order; a replica that fails a
-        request every try is marked down and the request goes to another. ``merge``: the
-        requests are streamed, and ``merge`` makes each one's events its answer."""
+        request every try is marked down and the request goes to another. ``limits``: each
+        answer's bound in bytes and what its request asked for (:meth:`Http.request`);
+        ``merge``: the requests are streamed, and ``merge`` makes each one's events its
+        answer."""
         scope = cancel.current()
         outs: list[Any] = [None] * len(bodies)
         pending: dict[concurrent.futures.Future, tuple[int, int, Upstream]] = {}
@@ -122,8 +129,8 @@ class Router:
             u = self._pick(tried.setdefault(i, set()))
             idx = self.upstreams.index(u)
             tried[i].add(idx)
-            http, body = u.backend.http, bodies[i]
-            fut = http.submit(lambda: http.post(path, body, sse=merge is not None))
+            http, body, (limit, asked) = u.backend.http, bodies[i], limits[i]
+            fut = http.submit(lambda: http.post(path, body, limit, asked, sse=merge is not None))
             if scope is not None:
                 scope.attach(fut)
             pending[fut] = (i, idx, u)
@@ -234,11 +241,15 @@ class ServedBackend(ServerBackend):
         its stream is closed (llama.cpp), so a cancelled question stops there at once."""
         p = self.protocol
         bodies = [p.body(ids, m, self.sampling, s, logprobs) for ids, m, s in requests]
+        limits = [
+            (answer_limit(m, logprobs, prompt), f"a request of {m} tokens")
+            for prompt, m, _ in requests
+        ]
         merge = STREAMED.get(p.kind)
         if merge is not None:
             bodies = [{**b, "stream": True} for b in bodies]
-        outs = self.router.post_all(p.path, bodies, merge)
-        return [p.parse(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
+        outs = self.router.post_all(p.path, bodies, limits, merge)
+        return [self.read(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
 
     def close(self) -> None:  # the replicas outlive the question
         pass

@@ -293,16 +293,23 @@ NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
 @contextlib.contextmanager
-def folder_lock(folder: Path) -> Iterator[None]:
+def folder_lock(folder: Path, busy: Callable[[], object] | None = None) -> Iterator[None]:
     """Hold ``folder``'s lock: writers into one folder take turns (``flock`` on a lock file,
     which also works across NFS clients; on a file system without locks they do not, and
     :func:`replace_dir` still leaves whole folders). The file is removed when released; a waiter
-    that then holds a removed file's lock takes the new file's instead."""
+    that then holds a removed file's lock takes the new file's instead. ``busy`` is called once
+    if another writer holds the lock (before waiting for it)."""
     path = Path(folder) / LOCK_NAME
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if busy is not None:
+                    busy()
+                    busy = None
+                fcntl.flock(fd, fcntl.LOCK_EX)
             same = os.path.samestat(os.fstat(fd), os.stat(path))
         except FileNotFoundError:
             same = False

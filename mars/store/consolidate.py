@@ -19,10 +19,10 @@ from . import confs, schema
 from .atomic import check_apart
 from .pool import PoolError
 from .userfiles import read_json_object
-from .write import PoolDirWriter
+from .write import STOOD_IN_MANIFEST_KEY, PoolDirWriter, stood_in_of, with_stood_in
 
 #: Manifest keys that differ between the shards of one generation.
-SHARD_ONLY = ("shard", "n_questions", "format", "version")
+SHARD_ONLY = ("shard", "n_questions", "format", "version", STOOD_IN_MANIFEST_KEY)
 #: The record file of an unfinished generation (see :mod:`mars.store.write`).
 GENERATION_RECORD = ".generate.json"
 
@@ -107,7 +107,11 @@ def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bo
                 confs.stored_table(pq.read_table(d / schema.trace_file_name(qid)))
                 for _, d, _, _ in shards
             ]
-            table = pa.concat_tables(parts).combine_chunks()
+            stood_in = sum(
+                stood_in_of(t, str(d / schema.trace_file_name(qid)))
+                for t, (_, d, _, _) in zip(parts, shards)
+            )
+            table = with_stood_in(pa.concat_tables(parts).combine_chunks(), stood_in)
             idx = table.column("trace_idx").to_numpy()
             if not np.array_equal(idx, np.arange(ref["n_traces"])):
                 raise PoolError(

@@ -619,6 +619,8 @@ class LayoutPool(Pool):
             raise PoolError(f"{qfile}: null qid")
         self.qids = sorted(self._questions)
         _check_qids(self.qids, str(qfile))
+        #: questions whose answer is not known (null ground truth): nothing to grade against
+        self.unknown_answers = [q for q in self.qids if self._questions[q]["ground_truth"] is None]
         spacing = self.manifest.get("spacing")
         if spacing is not None and (
             isinstance(spacing, bool) or not isinstance(spacing, int) or spacing < 1
@@ -716,7 +718,7 @@ class LayoutPool(Pool):
             qid,
             str(f),
             published=False,
-            ground_truth=meta["ground_truth"],
+            ground_truth=meta["ground_truth"] or "",  # not known: no answer is graded correct
             question=meta.get("question"),
             confs=confs,
         )

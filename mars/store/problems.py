@@ -1,8 +1,11 @@
 """Problems to solve: the bundled sets, jsonl files, and the selection of question ids.
 
-A problem file is jsonl, one ``{"question", "answer"}`` object per line; the qid is the 0-based
-line index and the dataset name the file stem. ``aime_2025``, ``hmmt_feb_2025`` and
-``brumo_2025`` are bundled (``mars/data/problems``).
+A problem file is UTF-8 jsonl, one ``{"question": ..., "answer": ...}`` object per line (other
+keys are ignored); the qid is the 0-based line index and the dataset name the file stem. The
+question is a non-empty string; the answer a string or a number (its text is graded), or null
+when it is not known (live traffic: accuracy is then n/a). Blank lines may end the file, not
+interrupt it (they would shift the qids). ``aime_2025``, ``hmmt_feb_2025`` and ``brumo_2025`` are
+bundled (``mars/data/problems``). docs/live.md shows the format.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import reprlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +33,7 @@ class Problem:
 
     qid: int
     question: str
-    answer: str  # ground truth
+    answer: str | None  # ground truth; None: not known (accuracy n/a)
     dataset: str = ""
 
 
@@ -55,31 +59,54 @@ def problems_path(path_or_name: str | Path) -> Path:
 
 
 def load_problems(path_or_name: str | Path) -> list[Problem]:
-    """Problems of a jsonl file or of a bundled set by name (qid = 0-based line index)."""
+    """Problems of a jsonl file or of a bundled set by name (qid = 0-based line index); a line
+    that is not a problem is one error naming the file, the line and what is wrong."""
     p = problems_path(path_or_name)
     out = []
+    blank = None  # the first blank line after the last problem
     try:
         with p.open(encoding="utf-8") as fh:
             for i, line in enumerate(fh):
+                where = f"{p}:{i + 1}"
                 if not line.strip():
-                    raise MarsError(f"{p}:{i + 1}: blank line (qid = line index)")
-                row = parse_json(line, f"{p}:{i + 1}")
-                try:
-                    out.append(
-                        Problem(
-                            qid=i,
-                            question=str(row["question"]),
-                            answer=str(row["answer"]).strip(),
-                            dataset=p.stem,
-                        )
+                    blank = blank or where
+                    continue
+                if blank is not None:
+                    raise MarsError(
+                        f"{blank}: blank line before more problems (the qid is the line index)"
                     )
-                except (KeyError, TypeError) as exc:
-                    raise MarsError(f"{p}:{i + 1}: bad problem line ({exc})") from None
+                out.append(_problem(parse_json(line, where), i, p.stem, where))
     except UnicodeDecodeError as exc:
         raise MarsError(f"{p}: not UTF-8 text ({exc.reason})") from None
     if not out:
         raise MarsError(f"{p}: no problems")
     return out
+
+
+def _problem(row: object, qid: int, dataset: str, where: str) -> Problem:
+    if not isinstance(row, dict):
+        raise MarsError(f"{where}: not a JSON object with a question and an answer")
+    missing = [k for k in ("question", "answer") if k not in row]
+    if missing:
+        hint = " (null for an answer that is not known)" if "answer" in missing else ""
+        raise MarsError(f"{where}: no {' and no '.join(map(repr, missing))} key{hint}")
+    question, answer = row["question"], row["answer"]
+    if not isinstance(question, str) or not question.strip():
+        raise MarsError(f"{where}: 'question' is {_shown(question)}, not a non-empty string")
+    if answer is None:
+        return Problem(qid=qid, question=question, answer=None, dataset=dataset)
+    if isinstance(answer, bool) or not isinstance(answer, str | int | float):
+        raise MarsError(
+            f"{where}: 'answer' is {_shown(answer)}, not a string, a number or null (not known)"
+        )
+    text = str(answer).strip()
+    if not text:
+        raise MarsError(f"{where}: 'answer' is empty (null for an answer that is not known)")
+    return Problem(qid=qid, question=question, answer=text, dataset=dataset)
+
+
+def _shown(value: object) -> str:
+    return reprlib.repr(value)
 
 
 def select_problems(
@@ -99,6 +126,12 @@ def select_problems(
             f"(qids {min(by_qid)}..{max(by_qid)})"
         )
     return by_qid, qids
+
+
+def problem_digest(problem: Problem) -> str:
+    """Identity of one question's content (its id, text, answer and problem set): what an
+    artifact made for it records, and is checked against when loaded."""
+    return problems_digest([problem])
 
 
 def problems_digest(problems: Iterable[Problem]) -> str:

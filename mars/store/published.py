@@ -246,10 +246,20 @@ def import_parallel_probe(
     if not isinstance(data, list) or not data:
         raise PoolError(f"{src}: expected a non-empty list of questions")
     if spacing is None:
-        freqs = {item.get("probe_freq") for item in data if isinstance(item, dict)}
-        if len(freqs) != 1:
+        freqs = set()
+        for qid, item in enumerate(data):  # each one a whole number first, named if not
+            if not isinstance(item, dict) or "probe_freq" not in item:
+                continue  # refused, named, when the question is read
+            freq = item["probe_freq"]
+            if isinstance(freq, bool) or not isinstance(freq, int) or freq < 1:
+                raise PoolError(
+                    f"{src}: question {qid}: probe_freq {freq!r} is not a positive whole number "
+                    "of tokens"
+                )
+            freqs.add(freq)
+        if len(freqs) > 1:
             raise PoolError(
-                f"{src}: questions have different probe_freq values {sorted(map(str, freqs))}; "
+                f"{src}: questions have different probe_freq values {sorted(freqs)}; "
                 "a native import needs one spacing"
             )
     gen = (parallel_probe_question(qid, item, spacing, str(src)) for qid, item in enumerate(data))

@@ -99,7 +99,7 @@ TRACE_READ_OPTIONS = {"page_checksum_verification": True}
 QUESTION_SCHEMA = pa.schema(
     [
         pa.field("qid", pa.int64(), nullable=False),
-        pa.field("ground_truth", pa.string(), nullable=False),
+        pa.field("ground_truth", pa.string()),  # null: not known (a problem's "answer": null)
         pa.field("question", pa.string()),
         pa.field("dataset", pa.string()),
         pa.field("model", pa.string()),

@@ -32,7 +32,14 @@ import pyarrow.parquet as pq
 
 from ..errors import MarsError
 from . import confs, schema
-from .atomic import check_output_dir, make_dirs, make_temp_dir, write_atomic, write_json_atomic
+from .atomic import (
+    LOCK_NAME,
+    check_output_dir,
+    make_dirs,
+    make_temp_dir,
+    write_atomic,
+    write_json_atomic,
+)
 from .pool import PoolError, QuestionData
 from .userfiles import parse_json, read_json_object
 
@@ -40,6 +47,36 @@ from .userfiles import parse_json, read_json_object
 ParamsOf = Callable[[dict], dict]
 #: Parquet metadata key of a resumable run's trace files: the run's parameters (JSON).
 RUN_METADATA_KEY = "mars.run"
+#: Parquet metadata key of a trace table (and file) some of whose confidences were stood in for
+#: log-probabilities the engine did not send: how many (absent: none).  :meth:`PoolDirWriter.finish`
+#: sums them into the manifest's ``stood_in_confs``.
+STOOD_IN_KEY = "mars.stood_in_confs"
+#: The manifest key of that sum (absent: none stood in).
+STOOD_IN_MANIFEST_KEY = "stood_in_confs"
+
+
+def stood_in_of(table: pa.Table | pa.Schema, where: str = "trace table") -> int:
+    """How many of a trace table's confidences were stood in for (:data:`STOOD_IN_KEY`)."""
+    meta = table.metadata if isinstance(table, pa.Schema) else table.schema.metadata
+    raw = (meta or {}).get(STOOD_IN_KEY.encode())
+    if raw is None:
+        return 0
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise PoolError(f"{where}: its count of stood-in confidences {raw[:40]!r} is not a count")
+    return n
+
+
+def with_stood_in(table: pa.Table, n: int) -> pa.Table:
+    """``table`` recording that ``n`` of its confidences were stood in for (0: none)."""
+    meta = dict(table.schema.metadata or {})
+    meta.pop(STOOD_IN_KEY.encode(), None)
+    if n:
+        meta[STOOD_IN_KEY.encode()] = str(int(n)).encode()
+    return table.replace_schema_metadata(meta or None)
 
 
 def _params_at_top(params: dict) -> ParamsOf:
@@ -51,8 +88,9 @@ def write_trace_table(
 ) -> None:
     """Write one question's trace table atomically, with the pool's parquet options (and
     ``metadata`` as its schema metadata, replacing any it had), its confidences stored as bytes
-    (:mod:`mars.store.confs`)."""
-    table = confs.stored_table(table).replace_schema_metadata(metadata)
+    (:mod:`mars.store.confs`); the table's count of stood-in confidences is kept."""
+    n = stood_in_of(table)
+    table = with_stood_in(confs.stored_table(table).replace_schema_metadata(metadata), n)
     write_atomic(path, lambda p: pq.write_table(table, p, **schema.TRACE_PARQUET_OPTIONS))
 
 
@@ -69,7 +107,7 @@ def _as_trace_table(traces: pa.Table | dict) -> pa.Table:
         base = base.cast(schema.TRACE_FILE_SCHEMA)
     for f in extra:
         base = base.append_column(f, traces.column(f.name).cast(f.type))
-    return base
+    return with_stood_in(base, stood_in_of(traces))
 
 
 class PoolDirWriter:
@@ -151,7 +189,10 @@ class PoolDirWriter:
         if os.path.lexists(manifest_path):
             done = read_json_object(manifest_path, PoolError)
             if self.params_of(done) != self.params:
-                raise PoolError(f"{out}: holds a finished pool {self.what} with other parameters")
+                raise PoolError(
+                    f"{out}: holds a finished pool {self.what} with other parameters"
+                    f"{_other_run(self.params_of(done), self.params)}"
+                )
             if all(self.is_done(q) for q in qids):
                 return False
             # files were deleted since: regenerate them (the manifest is rewritten at the end)
@@ -161,10 +202,10 @@ class PoolDirWriter:
             prev = read_json_object(self.record, PoolError)
             if prev != self.params:
                 raise PoolError(
-                    f"{out}: holds an interrupted {self.what} with other parameters "
-                    f"({', '.join(_differing(prev, self.params))})"
+                    f"{out}: holds an interrupted {self.what} with other parameters"
+                    f"{_other_run(prev, self.params)}"
                 )
-        elif out.exists() and any(out.iterdir()):
+        elif out.exists() and any(p.name != LOCK_NAME for p in out.iterdir()):
             # no record and no manifest (e.g. a workflow manager deleted the completion marker
             # of a finished run): the trace files still say which run wrote them
             found = self._recorded_params()
@@ -174,9 +215,8 @@ class PoolDirWriter:
                 )
             if found != self.params:
                 raise PoolError(
-                    f"{out}: holds a {self.what} with other parameters "
-                    f"({', '.join(_differing(found, self.params))}); to keep it, run with its "
-                    "parameters; to replace it, delete the folder"
+                    f"{out}: holds a {self.what} with other parameters"
+                    f"{_other_run(found, self.params)}"
                 )
         try:
             make_dirs(out / schema.POOL_TRACES_DIR)
@@ -241,12 +281,16 @@ class PoolDirWriter:
         )
         table = pa.Table.from_pylist(rows, schema=schema.QUESTION_SCHEMA)
         write_atomic(self.root / schema.POOL_QUESTIONS, lambda p: pq.write_table(table, p))
-        full = {
+        full: dict[str, Any] = {
             "format": schema.POOL_FORMAT,
             "version": schema.POOL_FORMAT_VERSION,
             **manifest,
             "n_questions": len(rows),
         }
+        full.pop(STOOD_IN_MANIFEST_KEY, None)
+        stood_in = sum(self._stood_in(int(q["qid"])) for q in questions)
+        if stood_in:
+            full[STOOD_IN_MANIFEST_KEY] = stood_in
         write_json_atomic(self.root / schema.POOL_MANIFEST, full)
         if self._tmp is not None:
             if self.out.exists() and self.overwrite:
@@ -257,6 +301,14 @@ class PoolDirWriter:
             with contextlib.suppress(FileNotFoundError):
                 self.record.unlink()
         return self.out
+
+    def _stood_in(self, qid: int) -> int:
+        """The count of stood-in confidences a question's trace file records."""
+        path = self.trace_path(int(qid))
+        try:
+            return stood_in_of(pq.read_schema(path), str(path))
+        except (OSError, pa.ArrowException):
+            return 0  # a question without a trace file of its own (no file: nothing recorded)
 
     def abort(self) -> None:
         if self._tmp is not None:
@@ -272,6 +324,28 @@ class PoolDirWriter:
 
 def _differing(a: dict, b: dict) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def _other_run(found: dict, wanted: dict) -> str:
+    """What differs between the run a folder holds and the one asked for, and what to do: the
+    end of the line refusing it."""
+    keys = _differing(found, wanted)
+    text = f" ({', '.join(keys)}): to keep it, rerun with its parameters"
+    qids = found.get("qids")
+    if "qids" in keys and isinstance(qids, list) and all(isinstance(q, int) for q in qids):
+        text += f" (its questions: --questions {_question_spec(qids)})"
+    return text + "; for these, choose another --out; to replace it, delete the folder"
+
+
+def _question_spec(qids: list[int]) -> str:
+    """[0, 1, 2, 5] → "0-2,5" (what --questions reads)."""
+    parts: list[str] = []
+    for q in sorted(set(qids)):
+        if parts and q == int(parts[-1].rsplit("-", 1)[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{q}"
+        else:
+            parts.append(str(q))
+    return ",".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -99,7 +99,9 @@ class FakeServer:
     tokens share a key), ``split_words`` (positions sampled as one token per character),
     ``overshoot`` (tokens returned past ``max_tokens``), ``tokenize_route`` (False: no
     ``/extras/tokenize``, as other OpenAI-compatible servers); any kind: ``owned_by`` (what
-    ``/v1/models`` says).
+    ``/v1/models`` says), ``mangle`` (``mangle(answer, request body)`` → the JSON object, or the
+    bytes, a completion is answered with instead: a fault no real server produces on demand;
+    JSON is written with ``NaN`` and ``Infinity`` as Python writes them).
     """
 
     def __init__(self, kind: str, **knobs):
@@ -121,6 +123,7 @@ class FakeServer:
         self.overshoot = int(knobs.pop("overshoot", 0))
         self.owned_by = knobs.pop("owned_by", None)
         self.tokenize_route = bool(knobs.pop("tokenize_route", True))
+        self.mangle = knobs.pop("mangle", None)
         assert not knobs, knobs
         self.requests: list[tuple[str, dict | None]] = []
         self.in_flight = self.most_in_flight = 0
@@ -217,7 +220,14 @@ class FakeServer:
             if self.fail:
                 status = self.fail.pop(0)
                 return httpx.Response(status, json={"error": {"message": f"busy ({status})"}})
-            return self.complete(body)
+            answer = self.complete(body)
+            if self.mangle is None or answer.status_code != 200:
+                return answer
+            out = self.mangle(json.loads(answer.content), body)
+            content = out if isinstance(out, (bytes, bytearray)) else json.dumps(out).encode()
+            return httpx.Response(
+                200, content=bytes(content), headers={"content-type": "application/json"}
+            )
         return httpx.Response(404, json={"detail": "Not Found"})
 
     def completion_path(self) -> str:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mars.method.stopping import (
+    GUARD_BEFORE,
     UNSEEN,
     AdaptiveConsistency,
     Consensus,
@@ -279,6 +280,30 @@ def test_probe_zero_guard_applies_at_the_first_checkpoint_only():
     assert rule.check(snapshot(**passing, k=1)).tolist() == [True]
     assert Mars(gamma=0.5, guard_answer=0).check(snapshot(**passing, k=0)).tolist() == [True]
     assert Mars(gamma=0.5).check(snapshot(**passing, k=0)).tolist() == [True]  # no guard: -1
+
+
+def test_guard_by_tokens_covers_every_checkpoint_before_the_paper_grids_second():
+    passing = {"ids": [0, 0, 0, 1], "q": [0.5] * 4}
+
+    def stops(rule, k, position):
+        snap = snapshot(**passing, k=k)
+        snap.position = position
+        return bool(rule.check(snap)[0])
+
+    by_index = Mars(gamma=0.5, guard_answer=1)
+    by_tokens = Mars(gamma=0.5, guard_answer=1, guard_before=GUARD_BEFORE)
+    assert GUARD_BEFORE == 4096
+    # a 500-token grid: the reference guards 500 only, the guard by tokens 500 … 4,000
+    assert [stops(by_index, k, 500 * (k + 1)) for k in (0, 1, 7, 8)] == [False, True, True, True]
+    assert [stops(by_tokens, k, 500 * (k + 1)) for k in (0, 1, 7, 8)] == [False] * 3 + [True]
+    # the paper's grid: both guard 2,048 alone
+    for rule in (by_index, by_tokens):
+        assert [stops(rule, k, 2048 * (k + 1)) for k in (0, 1)] == [False, True]
+    # a coarse grid: the first checkpoint stays guarded wherever it lies
+    assert not stops(by_tokens, 0, 8192)
+    # a confirmed leader passes anywhere
+    confirmed = Mars(gamma=0.5, guard_answer=0, guard_before=GUARD_BEFORE)
+    assert stops(confirmed, 0, 500) and stops(confirmed, 3, 2000)
 
 
 def certified_eps(n_active, budget, delta, w_max=1.0):

@@ -1,0 +1,204 @@
+"""The two comparison figures draw what they claim: one distinct, labelled mark per method (and
+setting), every pool's main run, axes per pipeline that hold every point (nothing "off axis")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mars.cli import app
+from mars.method.registry import METHODS
+from mars.report import comparison
+from mars.report.collect import collect
+from mars.report.comparison import assign_marks, mark_family, sc_counterpart
+from mars.report.names import method_label
+
+pytest.importorskip("matplotlib")
+runner = CliRunner()
+
+
+def _mars(*args) -> None:
+    res = runner.invoke(app, [str(a) for a in args])
+    assert res.exit_code == 0, res.output
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """Two pools as a user has them: synthetic AIME (every method; Parallel-Probe at a second u
+    on the same samples; a run on other samples) and one without per-token confidences (no
+    DeepConf pipeline)."""
+    root = tmp_path_factory.mktemp("comparison")
+    res = root / "results"
+    small = ["--budget", "24", "--iterations", "4", "-q"]
+    for model, confs in (("qwen3-8b", "--confs"), ("own-model", "--no-confs")):
+        pool = root / model
+        _mars("generate", "--preset", "qwen3-8b", "--problems", "aime_2025", "--traces", 40,
+              "--questions", "0-5", confs, "--out", pool, "-q")  # fmt: skip
+        sim = res / model / "aime_2025"
+        _mars("simulate", pool, "-m", "all", "--out", sim / "default" / "sim", *small)
+        _mars("simulate", pool, "-m", "sc-pp,sc-pp-faithful", "--pp-conv", 4,
+              "--out", sim / "pp-u4" / "sim", *small)  # fmt: skip
+    _mars("simulate", root / "qwen3-8b", "-m", "sc,sc-mars", "--budget", 16, "--iterations", 2,
+          "--out", res / "qwen3-8b" / "aime_2025" / "tradeoff-1" / "sim", "-q")  # fmt: skip
+    return res
+
+
+def drawn(make, results: Path, out_dir: Path) -> tuple[list[dict], list[str], object]:
+    """Every marked point ``make`` draws (its axes' pool, pipeline, label, mark, coordinates and
+    limits), the figure's texts and its legend."""
+    seen: dict = {}
+    finish = comparison._finish
+
+    def spy(fo, fig, *args):
+        seen["fig"], seen["fo"] = fig, fo
+        return finish(fo, fig, *args)
+
+    comparison._finish = spy
+    try:
+        make(collect([results]), out_dir, ("png",))
+    finally:
+        comparison._finish = finish
+    fig = seen["fig"]
+    points = []
+    for ax in fig.get_axes():
+        pool = ax.get_figure(root=False).get_suptitle()
+        pipeline = ax.get_title() or ax.get_ylabel().split(":")[0]
+        for line in ax.get_lines():
+            if line.get_marker() in (None, "None", ""):
+                continue
+            style = (line.get_marker(), line.get_markerfacecolor(), line.get_markeredgecolor())
+            for x, y in zip(line.get_xdata(), line.get_ydata()):
+                points.append(
+                    {
+                        "pool": pool,
+                        "pipeline": pipeline,
+                        "label": line.get_label(),
+                        "style": style,
+                        "x": float(x),
+                        "y": float(y),
+                        "xlim": ax.get_xlim(),
+                        "ylim": ax.get_ylim(),
+                    }
+                )
+    texts = [t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))]
+    legend = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+    return points, texts, legend
+
+
+def _savings_against_the_vote(run, method: str) -> float:
+    """A method's savings against its pipeline's full-budget vote: its own for a method on the
+    whole budget; worked out here for one on fewer traces (single-sac), whose own are against
+    its one trace."""
+    m = METHODS[method]
+    if m.width is None:
+        return run.overall[method]["savings_pct"]
+    mine = run.per_iteration(method).set_index(["qid", "iteration"]).tokens
+    vote = run.per_iteration(m.baseline).set_index(["qid", "iteration"]).tokens
+    saved = 1 - mine / vote.loc[mine.index]
+    return 100 * saved.groupby(level="qid").mean().mean()
+
+
+def _one_mark_per_label(points: list[dict]) -> None:
+    styles: dict[str, set] = {}
+    for p in points:
+        styles.setdefault(p["label"], set()).add(p["style"])
+    assert all(len(s) == 1 for s in styles.values()), styles
+    marks = [next(iter(s)) for s in styles.values()]
+    assert len(set(marks)) == len(marks), styles  # no two labels share a mark
+
+
+def _inside(points: list[dict]) -> None:
+    for p in points:
+        assert p["xlim"][0] <= p["x"] <= p["xlim"][1], p
+        assert p["ylim"][0] <= p["y"] <= p["ylim"][1], p
+
+
+def test_the_frontier_draws_every_method_with_its_own_mark(results, tmp_path):
+    points, texts, legend = drawn(comparison.fig_frontier, results, tmp_path)
+    _one_mark_per_label(points)
+    _inside(points)
+    assert not any("off axis" in t for t in texts)
+    rc = collect([results])
+    for pair in rc.pairs:
+        pool = [p for p in points if p["pool"].endswith(f" · {pair[1]}") and pair[0] in p["pool"]]
+        main = rc.main_run(*pair)
+        for method in main.methods:
+            m = METHODS[method]
+            if m.is_baseline or m.reads_future:
+                continue
+            ov = main.overall[method]
+            want = (_savings_against_the_vote(main, method), ov["accuracy_pct"])
+            pipe = {"sc": "SC pipeline", "dco": "DeepConf pipeline"}[m.baseline]
+            here = [
+                (p["x"], p["y"]) for p in pool if p["pipeline"] == pipe and p["label"] in legend
+            ]
+            assert any(np.allclose(xy, want) for xy in here), (pair, method)
+    # one trace spends a few percent of the vote's tokens: it saves most of them
+    (single,) = [p for p in points if p["label"].startswith("One trace") and "qwen3" in p["pool"]]
+    assert (
+        single["x"] > 90 > rc.main_run("qwen3-8b", "aime_2025").overall["single-sac"]["savings_pct"]
+    )
+    # ASC, ESC, both Parallel-Probe controllers and both convergence exits: six marks
+    main = rc.main_run("qwen3-8b", "aime_2025")
+    others = ["asc", "esc", "pp-main", "pp-main-keep", "sc-sac", "single-sac"]
+    labels = {method_label(o, main.settings(o))[0] for o in others}
+    assert labels <= legend
+    assert len({p["style"] for p in points if p["label"] in labels}) == 6
+    # the second Parallel-Probe setting is its own mark, named by its u
+    assert {"Parallel-Probe (u=3)", "Parallel-Probe (u=4)"} <= legend
+    assert "MARS2 (predictive risk)" in legend and any(
+        x.startswith("MARS2 in waves") for x in legend
+    )
+    # the pool without confidences has no DeepConf panel; the other has both
+    pipes = {(p["pool"], p["pipeline"]) for p in points}
+    assert {pipe for pool, pipe in pipes if "own-model" in pool} == {"SC pipeline"}
+    assert {pipe for pool, pipe in pipes if "qwen3-8b" in pool} == {
+        "SC pipeline",
+        "DeepConf pipeline",
+    }
+
+
+def test_latency_draws_every_default_run_on_axes_that_hold_it(results, tmp_path):
+    points, texts, _ = drawn(comparison.fig_latency, results, tmp_path)
+    _one_mark_per_label(points)
+    _inside(points)
+    assert not any("off axis" in t or "first 6" in t for t in texts)
+    rc = collect([results])
+    for pair in rc.pairs:
+        main = rc.main_run(*pair)
+        pool = [p for p in points if pair[0] in p["pool"]]
+        for method in main.methods:
+            ov = main.overall[method]
+            want = {
+                (ov["tokens_mean"], ov["accuracy_pct"]),
+                (ov["seq_tokens_mean"], ov["accuracy_pct"]),
+            }
+            got = {(p["x"], p["y"]) for p in pool}
+            assert all(any(np.allclose(w, g) for g in got) for w in want), (pair, method)
+    # the full-budget votes of both pipelines are drawn, each on its own pipeline's axes
+    sc = [p for p in points if p["label"] == "SC (baseline)"]
+    assert {p["pipeline"] for p in sc} == {"SC", "DeepConf"}
+    # a run on other samples (a trade-off sweep) is not mixed in
+    tradeoff = rc.runs_of("qwen3-8b", "aime_2025")[-1]
+    assert tradeoff.setting == "tradeoff-1"
+    ov = tradeoff.overall["sc-mars"]
+    assert not any(np.allclose((p["x"], p["y"]), (ov["tokens_mean"], ov["accuracy_pct"]))
+                   for p in points)  # fmt: skip
+
+
+def test_marks_are_distinct_by_family_and_shape():
+    labels = [(m, m) for m in METHODS if sc_counterpart(m) == m]  # DeepConf's take SC's marks
+    marks = assign_marks(labels)
+    assert len({(k.marker, k.color, k.hollow) for k in marks.values()}) == len(labels)
+    assert not {"h", "H", "p", "8"} & {k.marker for k in marks.values()}  # look like circles
+    assert marks["sc-mars-cal"].marker == "*" and sc_counterpart("dco-mars-cal") == "sc-mars-cal"
+    assert mark_family("asc") == mark_family("esc") == "sample more"
+    assert mark_family("sc") == mark_family("dco") == "full budget"
+    assert sc_counterpart("dco-mars2") == "sc-mars2" and sc_counterpart("dco") == "sc"
+    assert sc_counterpart("sc-mars2-waves") == "sc-mars2-waves"
+    # a method keeps its mark whatever else a figure holds
+    alone = assign_marks([("esc", "ESC")])
+    assert alone["ESC"] == assign_marks([("sc", "SC"), ("asc", "ASC"), ("esc", "ESC")])["ESC"]
