@@ -146,6 +146,7 @@ from .tokens import (
     check_context,
     derive_seed,
     encode_suffix,
+    load_tokenizer,
     parse_probe,
     prefix_text,
     token_confidence,
@@ -1594,7 +1595,10 @@ class ServerBackend(TokenProbing, Backend):
             self.tokenizer_source = SERVER
         else:
             try:
-                self.tokenizer = load_local(source)
+                if source.lower().endswith(".json") and os.path.isfile(source):
+                    self.tokenizer = load_local(source)  # a tokenizers file
+                else:
+                    self.tokenizer = load_tokenizer(source)
             except ImportError as exc:
                 raise ServerError(
                     f"{describe_source(source)} cannot be loaded ({_one_line(exc, 120)})"
