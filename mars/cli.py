@@ -600,6 +600,117 @@ def _print_live(rows: list) -> None:
 
 
 @app.command()
+@with_settings(LIVE_KEYS)
+@with_engine_options("serve")
+def serve(
+    upstream: list[str] = typer.Option(
+        ...,
+        "--upstream",
+        help="an OpenAI-compatible server to front (llama.cpp, vLLM, SGLang), http://HOST:PORT; "
+        "repeat for replicas of one model; 'synthetic' (or synthetic:PRESET) for the synthetic "
+        "engine",
+    ),
+    host: str = typer.Option("127.0.0.1", help="address to listen on"),
+    port: int = typer.Option(8000, help="port to listen on"),
+    model: str | None = typer.Option(
+        None, help="the upstream model to serve (default: the one the upstream serves)"
+    ),
+    served_model_name: str | None = typer.Option(
+        None, help="the name clients ask for (default: the upstream's)"
+    ),
+    method: str = typer.Option(
+        DEFAULT_METHOD,
+        "--method",
+        "-m",
+        help=f"default method of a request: {', '.join(live_methods())}",
+    ),
+    traces: int = typer.Option(64, help="default traces of a request without n (N)"),
+    warmup: int = typer.Option(SPECS["warmup"].default, help="default warmup traces"),
+    max_traces: int = typer.Option(1024, help="n (traces) a request may ask for at most"),
+    max_active: int = typer.Option(4, help="requests solved at once (the others queue)"),
+    max_queue: int = typer.Option(64, help="requests that may wait; more are answered 429"),
+    record: Path | None = typer.Option(
+        None, help="append every served question to pools in this folder (mars replay reads them)"
+    ),
+    api_key_env: str = typer.Option(
+        "MARS_SERVE_API_KEY",
+        help="environment variable holding the key clients must send (unset or empty: none)",
+    ),
+    upstream_key_env: str = typer.Option(
+        "MARS_API_KEY", help="environment variable holding the upstreams' API key"
+    ),
+    retries: int = typer.Option(2, help="further tries of an upstream request before failover"),
+    tokenizer: str | None = typer.Option(
+        None,
+        help="the model's tokenizer: 'server' (the upstream's /tokenize), a tokenizer folder, "
+        "tokenizer.json or GGUF file (default: what the upstream reports)",
+    ),
+    log_level: str = typer.Option("info", help="uvicorn's log level"),
+    settings_given: dict | None = None,
+    engine_options: dict | None = None,
+):
+    """Serve MARS behind an OpenAI-compatible API: one request with n > 1 (or a mars object) is
+    one question solved live on the upstream servers; other requests pass through."""
+    import os
+
+    from .errors import need_extra
+
+    opts = dict(engine_options or {})
+    spacing, max_tokens, seed = opts.pop("spacing"), opts.pop("max_tokens"), opts.pop("seed")
+    temperature, top_p = opts.pop("temperature"), opts.pop("top_p")
+    sampling = {k: v for k, v in opts.items() if k == "top_k" and v is not None}
+    with user_errors():
+        need_extra(("starlette", "uvicorn", "httpx", "prometheus_client"), "serve", "mars serve")
+        from .serve.app import ServeOptions, create_app
+        from .serve.requests import Defaults
+        from .serve.upstreams import Upstreams
+
+        defaults = Defaults(
+            method=method,
+            traces=traces,
+            warmup=warmup,
+            spacing=spacing,
+            max_tokens=max_tokens,
+            knobs=dict(settings_given or {}),
+            max_traces=max_traces,
+            seed=seed,
+            temperature=temperature,
+            top_p=top_p,
+        ).check()
+        if max_active < 1 or max_queue < 0:
+            raise MarsError("--max-active must be at least 1 and --max-queue at least 0")
+        ups = Upstreams(
+            upstream,
+            model=model,
+            api_key_env=upstream_key_env,
+            concurrency=opts["concurrency"],
+            timeout=opts["timeout"] or 600.0,
+            retries=retries,
+            tokenizer=tokenizer,
+            **sampling,
+        )
+        options = ServeOptions(
+            defaults,
+            max_active=max_active,
+            max_queue=max_queue,
+            api_key=os.environ.get(api_key_env, "").strip() or None,
+            served_model=served_model_name,
+            record=str(record) if record else None,
+        )
+        asgi, _ = create_app(ups, options)
+    import uvicorn
+
+    err.print(
+        f"mars serve: {ups.model} from {len(upstream)} upstream(s) on http://{host}:{port}/v1 "
+        f"({'key required' if options.api_key else 'no key'})"
+    )
+    try:
+        uvicorn.run(asgi, host=host, port=port, log_level=log_level)
+    finally:
+        ups.close()
+
+
+@app.command()
 def replay(
     run: Path = typer.Argument(..., help="a `mars solve` output directory"),
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),

@@ -216,6 +216,24 @@ class _Confidences:
         return float((tail[end - first] - tail[start - first]) / max(end - start, 1))
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """What the method was shown and said at one checkpoint of the main traces (what
+    :func:`solve`'s ``watch`` hears): each trace's answer there (its probe's, or its final answer
+    once it has ended; None: none), which traces still run, and the decision."""
+
+    position: int
+    answers: list[str | None]
+    running: np.ndarray  # bool [N]
+    stop: bool
+    answer: str | None  # the answer when ``stop``
+    label: str
+
+
+#: ``watch(checkpoint)``: called after each decision of a live run
+Watch = Callable[[Checkpoint], None]
+
+
 class _Controller:
     """The checkpoint hook of the main batch: one :meth:`mars.stepper.Stopper.step` per
     checkpoint, fed what the engine just produced."""
@@ -229,9 +247,11 @@ class _Controller:
         warm_table: pa.Table,
         n_warm: int,
         n: int,
+        watch: Watch | None = None,
     ):
         self.problem, self.method, self.settings, self.grid = problem, method, settings, grid
         self.n_warm, self.n = n_warm, n
+        self.watch = watch
         self.ended: dict[int, TraceResult] = {}
         self.pruned = np.zeros(n, dtype=bool)
         self.stopped = np.zeros(n, dtype=bool)
@@ -290,6 +310,8 @@ class _Controller:
                 self.pruned[newly] = True
                 self.stopped = self.pruned.copy()
         self.decide_s += time.perf_counter() - t0
+        if self.watch is not None:
+            self.watch(Checkpoint(p, answers, running, d.stop, d.answer, d.label))
         return d.stop
 
 
@@ -318,6 +340,7 @@ def solve(
     compare_full: bool = False,
     warmup_file: str | Path | None = None,
     detail: Detail | None = None,
+    watch: Watch | None = None,
     **knobs,
 ) -> LiveRun:
     """Answer ``problem`` live with ``method`` (see the module docstring);
@@ -327,7 +350,9 @@ def solve(
     an interrupted question resumes after its warmup (read back if it exists, checked against the
     question and the warmup size; the warmup's wall time is the one measured when it ran).
     ``detail`` hears the phase (warmup, main, run to completion) and the checkpoint reached
-    (:mod:`mars.progress`).
+    (:mod:`mars.progress`); ``watch`` each decision on the main traces (:class:`Checkpoint`). A
+    cancelled scope (:mod:`mars.engines.cancel`) ends the run with
+    :class:`~mars.engines.cancel.Cancelled`, the engine's batches closed.
 
     ``knobs`` are :class:`mars.simulate.Settings` fields (gamma, ucb_z, gamma_min, delta, pp_conv,
     pp_warmup, pp_patience, consensus, window). ``compare_full`` also runs the same N traces to
@@ -341,7 +366,7 @@ def solve(
     made_by = warmup_inputs(backend, problem, warmup, seed, spacing, max_tokens)
     warm_table, warm_wall = warmup_traces(backend, problem, made_by, warmup_file, detail)
     t1 = time.perf_counter()
-    ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces)
+    ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces, watch)
     say = prefixed(detail, f"q{problem.qid} {m.name}: ")
     if say is not None:
         say(f"starting {n_traces} traces")

@@ -83,3 +83,16 @@ def test_no_import_cycle():
 def test_the_runtime_package_holds_no_maintainers_tools():
     assert not (MARS / "synthetic").exists()
     assert (ROOT / "maint_tools" / "synthetic" / "__main__.py").is_file()
+
+
+def test_the_proxy_is_a_stage_nothing_below_imports():
+    """``mars serve`` (mars/serve) sits above the engines, the method core and the storage layer:
+    only the command line imports it, and ``import mars`` does not (its extra is optional)."""
+    for path in MARS.rglob("*.py"):
+        mod = module_name(path)
+        if mod.startswith("mars.serve") or mod == "mars.cli":
+            continue
+        bad = [t for t in imports_of(path) if t.startswith("mars.serve")]
+        assert not bad, f"{mod} imports {bad}"
+    init = imports_of(MARS / "__init__.py")
+    assert not any(t.startswith("mars.serve") for t in init)

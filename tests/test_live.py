@@ -1048,6 +1048,36 @@ def test_online_groups_merge_equivalent_answers():
     assert g.index["x+1"] == g.index["1+x"] and len(g) == 3
 
 
+def test_a_question_whose_traces_all_end_before_the_first_checkpoint_is_decided():
+    """Every trace ends before the first checkpoint (a short answer, a server's EOS): no probe
+    at all, and the vote of the final answers decides (this indexed past the probe table)."""
+    from mars.live import decide, live_settings
+    from mars.method.registry import get_method
+    from mars.store.pool import question_from_table
+
+    n = 4
+    table = pa.table(
+        {
+            "qid": [0] * n,
+            "trace_idx": list(range(n)),
+            "final_answer": ["5", "5", None, "7"],
+            "length": [12, 16, 13, 41],
+            "finished": [True] * n,
+            "confs": [None] * n,
+            "probes": [[]] * n,
+            "text": [None] * n,
+            "token_ids": [None] * n,
+        },
+        schema=schema.TRACE_SCHEMA,
+    )
+    q = question_from_table(table, 0, "<test>", published=False, ground_truth="5")
+    grid = live_grid(256, 512)
+    res, arr = decide(
+        q, get_method("sc"), live_settings(n, 0, 0, 256, 512, {}), grid, 0, np.zeros(n, bool)
+    )
+    assert arr.representatives[int(res.answer[0])] == "5" and bool(res.correct[0])
+
+
 def test_docs_name_every_live_method_and_its_knobs():
     """docs/live.md's table of methods is the registry's live methods (it once listed 7 of 11),
     each knob a live setting; and it no longer says a checkpoint rebuilds the arrays."""

@@ -36,6 +36,7 @@ from ..store.write import (
     write_trace_table,
 )
 from ..workers import process_pool
+from . import cancel
 from .base import Backend, ProbeResult, TraceBatch, TraceResult
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ def run_batch(
     grid, the batch is advanced to ``max_tokens`` (completion, or the cap). With ``probe=False``
     nothing is probed: the traces run straight to the end (the probe stage probes them later).
     ``detail`` (:mod:`mars.progress`) hears where the batch is: each checkpoint reached, with the
-    traces still running, and the run to the end.
+    traces still running, and the run to the end. A cancelled scope (:mod:`mars.engines.cancel`)
+    ends the loop at the next checkpoint with :class:`~mars.engines.cancel.Cancelled`.
     """
     if spacing <= 0:
         raise UsageError(f"--spacing {spacing}: must be at least 1")
@@ -86,7 +88,9 @@ def run_batch(
     stopped = False
     p = spacing
     while probe and p <= max_tokens:
+        cancel.check()
         batch.advance(p)
+        cancel.check()
         ended = np.asarray(batch.ended)
         if ended.all():
             break
@@ -110,6 +114,7 @@ def run_batch(
     if not stopped:
         if detail is not None:
             detail(f"to the end (at most {max_tokens:,} tokens)")
+        cancel.check()
         batch.advance(max_tokens)
         left = np.flatnonzero(~np.asarray(batch.ended))
         if left.size:  # the backend would go on past max_tokens: cut them here

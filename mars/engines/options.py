@@ -17,8 +17,8 @@ from typing import Any
 
 from ..store.schema import CHECKPOINT_SPACING
 
-#: the commands that run an engine
-GENERATE, PROBE, SOLVE = "generate", "probe", "solve"
+#: the commands that run an engine (``serve``: the defaults of the questions it serves)
+GENERATE, PROBE, SOLVE, SERVE = "generate", "probe", "solve", "serve"
 #: where the workflow config sets an option: a model's own key (``models.<m>.<name>``), its
 #: ``sampling`` or ``engine`` map, a model's or the probe section's server keys, the ``probe``
 #: section (the ``sampling`` map there for sampling options), or not at all (None)
@@ -81,7 +81,7 @@ OPTIONS: tuple[Option, ...] = (
         "spacing",
         int,
         "probe every this many tokens (and at each trace's end)",
-        ALL,
+        (*ALL, SERVE),
         config=PROBE,
         default=CHECKPOINT_SPACING,
         low=1,
@@ -105,7 +105,15 @@ OPTIONS: tuple[Option, ...] = (
         low=1,
         key="shards",
     ),
-    Option("seed", int, "generation seed", (GENERATE, SOLVE), config=GENERATION, default=0, low=0),
+    Option(
+        "seed",
+        int,
+        "generation seed",
+        (GENERATE, SOLVE, SERVE),
+        config=GENERATION,
+        default=0,
+        low=0,
+    ),
     Option(
         "confs",
         bool,
@@ -129,7 +137,7 @@ OPTIONS: tuple[Option, ...] = (
         "max_tokens",
         int,
         "token cap per trace (default the backend's)",
-        (GENERATE, SOLVE),
+        (GENERATE, SOLVE, SERVE),
         config=MODEL,
         low=1,
     ),
@@ -137,7 +145,7 @@ OPTIONS: tuple[Option, ...] = (
         "temperature",
         float,
         "sampling temperature (real engines; probes default 0.6)",
-        ALL,
+        (*ALL, SERVE),
         config=SAMPLING,
         low=0,
     ),
@@ -145,7 +153,7 @@ OPTIONS: tuple[Option, ...] = (
         "top_p",
         float,
         "nucleus sampling (real engines; probes default 0.95)",
-        ALL,
+        (*ALL, SERVE),
         config=SAMPLING,
         low=0,
         high=1,
@@ -155,7 +163,7 @@ OPTIONS: tuple[Option, ...] = (
         "top_k",
         int,
         "top-k sampling (real engines; probes default 20)",
-        ALL,
+        (*ALL, SERVE),
         config=SAMPLING,
         low=1,
     ),
@@ -182,7 +190,7 @@ OPTIONS: tuple[Option, ...] = (
         "concurrency",
         int,
         "server: requests in flight at most (default: llama.cpp's slots, else 32)",
-        ALL,
+        (*ALL, SERVE),
         config=SERVER,
         low=1,
     ),
@@ -190,7 +198,7 @@ OPTIONS: tuple[Option, ...] = (
         "timeout",
         float,
         "server: seconds one request may take (default 600)",
-        ALL,
+        (*ALL, SERVE),
         config=SERVER,
         low=0,
         low_open=True,

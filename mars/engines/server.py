@@ -103,6 +103,7 @@ message; a server's own text is shown printable only (:mod:`mars.engines.endpoin
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import math
@@ -121,8 +122,18 @@ import numpy as np
 
 from ..errors import MarsError, install_hint
 from ..store.problems import Problem
+from . import cancel
 from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
 from .endpoint import api_key, check_base_url, printable, redact, shown
+from .tokenizer import (
+    SERVER,
+    SERVER_TOKENIZERS,
+    ServerTokenizer,
+    describe_source,
+    load_local,
+    missing_modules,
+    tokenizer_needs,
+)
 from .tokens import (
     CONF_TOP_K,
     DEFAULT_PROMPT_TEMPLATE,
@@ -202,6 +213,11 @@ def answer_limit(max_new: int, logprobs: bool, prompt: Sized = ()) -> int:
 
 class ServerError(MarsError):
     """The server is unreachable, refuses, or answers what the backend cannot use (one line)."""
+
+
+class ServerUnavailable(ServerError):
+    """A request failed every try (no connection, timeouts, busy or failing answers): the server
+    is down or overloaded, not refusing the request (another replica may take it)."""
 
 
 def generation_seed(seed: int, qid: int, trace_idx: int, start: int) -> int:
@@ -1006,14 +1022,30 @@ class Http:
             self._loop, self._pid, self._client, self._sem = loop, os.getpid(), None, None
         return self._loop
 
+    def submit(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> concurrent.futures.Future:
+        """Start the coroutine ``make()`` on the loop; its future (cancelling it cancels the
+        coroutine, and the requests it has in flight)."""
+        return asyncio.run_coroutine_threadsafe(make(), self._ensure_loop())
+
     def run(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-        """Run the coroutine ``make()`` on the loop and wait for it (Ctrl-C cancels it)."""
-        fut = asyncio.run_coroutine_threadsafe(make(), self._ensure_loop())
+        """Run the coroutine ``make()`` on the loop and wait for it (Ctrl-C, or the cancelled
+        scope of the caller (:mod:`mars.engines.cancel`), cancels it)."""
+        fut = self.submit(make)
+        scope = cancel.current()
+        if scope is not None:
+            scope.attach(fut)
         try:
             return fut.result()
+        except concurrent.futures.CancelledError:
+            if scope is not None and scope.cancelled:
+                raise cancel.Cancelled("cancelled") from None
+            raise
         except BaseException:
             fut.cancel()
             raise
+        finally:
+            if scope is not None:
+                scope.detach(fut)
 
     def limit(self, concurrency: int) -> None:
         """At most ``concurrency`` requests in flight from now on."""
@@ -1083,6 +1115,7 @@ class Http:
         retry_status: frozenset[int] = RETRY_STATUS,
         limit: int = INFO_ANSWER_BYTES,
         asked: str = "",
+        sse: bool = False,
     ) -> tuple[int, Any]:
         """(status, JSON) of ``method path``; 200 and 4xx answers come back, retryable failures
         are tried again, then one line.  ``retry_connect=False``: a connection refused or not
@@ -1090,7 +1123,10 @@ class Http:
         ``timeout``: this request's deadline instead of :attr:`timeout`.  ``retry_status``: the
         HTTP statuses tried again (the others come back).  ``limit``: the most bytes the answer
         may take (``asked``: what the request asked for, for the message); a larger answer is one
-        line, read no further."""
+        line, read no further.  ``sse``: a successful answer is a stream of server-sent events,
+        read whole (a list of their JSON objects): a streamed request is one a server stops
+        working on as soon as it is cancelled (llama.cpp does not notice a non-streamed request
+        go)."""
         deadline = self.timeout if timeout is None else float(timeout)
         import httpx
 
@@ -1126,6 +1162,8 @@ class Http:
                 except (httpx.HTTPError, httpx.InvalidURL) as exc:
                     raise ServerError(f"{url}: {self.hide(exc)}") from None
                 else:
+                    if sse and status == 200:
+                        return status, _parse_sse(data, url)
                     if status not in retry_status:
                         return status, self.json(status, data, url)
                     why = f"HTTP {status} ({self.message(self.json(status, data, url))})"
@@ -1135,7 +1173,7 @@ class Http:
                 if attempt < self.retries:
                     self.stats["retries"] += 1
                     await asyncio.sleep(min(wait, MAX_BACKOFF))
-        raise ServerError(
+        raise ServerUnavailable(
             f"the server at {self.shown} failed {self.retries + 1} times on {path}: {why}; "
             "rerun the same command to resume"
         )
@@ -1159,9 +1197,10 @@ class Http:
                 chunks.append(chunk)
             return r.status_code, b"".join(chunks), r.headers
 
-    async def post(self, path: str, body: dict, limit: int, asked: str) -> Any:
-        """The JSON of a successful POST; an error answer is one line."""
-        status, out = await self.request("POST", path, body, limit=limit, asked=asked)
+    async def post(self, path: str, body: dict, limit: int, asked: str, sse: bool = False) -> Any:
+        """The JSON of a successful POST (``sse``: of each event of its stream); an error answer
+        is one line."""
+        status, out = await self.request("POST", path, body, limit=limit, asked=asked, sse=sse)
         if status != 200:
             raise ServerError(f"{self.shown}{path}: HTTP {status}: {self.message(out)}")
         return out
@@ -1205,6 +1244,23 @@ class Http:
                 return os.strerror(e.errno).lower()
             e = e.__cause__ or e.__context__
         return self.hide(exc) or type(exc).__name__
+
+
+def _parse_sse(data: bytes, url: str) -> list:
+    """The JSON objects of a stream of server-sent events (``data: {...}`` lines; ``[DONE]``
+    ends it)."""
+    events = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            break
+        try:
+            events.append(json.loads(payload))
+        except ValueError:
+            raise ServerError(f"{url}: a streamed event that is not JSON") from None
+    return events
 
 
 def _url_secrets(url: str) -> list[str]:
@@ -1487,31 +1543,76 @@ class ServerBackend(TokenProbing, Backend):
             log.warning("server backend: %s", self.describe()["reproducible"])
 
     def _load_tokenizer(self, tokenizer) -> None:
+        """The model's tokenizer: an object given, ``server`` (the server's own), a path or hub id
+        (transformers), by default the model path the server reports, else the served name.
+        What a source needs is checked first (:mod:`mars.engines.tokenizer`); a default source
+        whose packages are missing gives way to the server's own tokenizer where it has one."""
+        #: where the tokenizer came from (a path, hub id or ``server``; None: an object given)
+        self.tokenizer_source: str | None = None
         if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
-            self.tokenizer, self.tokenizer_source = tokenizer, None
+            self.tokenizer = tokenizer
         else:
-            reported = self.protocol.model_path(self.report)
-            if tokenizer is None:
-                tokenizer = reported if reported and os.path.exists(reported) else self.model
-            source = os.fspath(tokenizer)
-            try:
-                self.tokenizer = load_tokenizer(source)
-            except ImportError as exc:
-                raise ImportError(
-                    f"the server backend loads the model's tokenizer with transformers ({exc})"
-                ) from exc
-            except (OSError, ValueError) as exc:
-                raise ServerError(
-                    f"cannot load the tokenizer of {self.model!r} from {source!r} "
-                    f"({_one_line(exc, 120)}): pass tokenizer=PATH (a model directory or GGUF "
-                    "file) in MARS_BACKEND_OPTIONS"
-                ) from None
-            self.tokenizer_source = os.path.abspath(source) if os.path.exists(source) else source
+            self._load_tokenizer_from(tokenizer)
         self.suffix_ids = encode_suffix(self.tokenizer, self.probe_suffix)
         try:  #: the ids the tokenizer has (0..vocab_size - 1), None when it cannot say
             self.vocab_size: int | None = len(self.tokenizer)
-        except TypeError:
+        except (TypeError, MarsError):
             self.vocab_size = None
+
+    def _load_tokenizer_from(self, tokenizer) -> None:
+        """The tokenizer of a source named (a path, hub id or ``server``), or the default one."""
+        given = tokenizer is not None
+        if tokenizer is None:
+            reported = self.protocol.model_path(self.report)
+            tokenizer = reported if reported and os.path.exists(reported) else self.model
+        source = os.fspath(tokenizer)
+        missing = missing_modules(tokenizer_needs(source))
+        if missing and not given and self.protocol.kind in SERVER_TOKENIZERS:
+            log.info(
+                "server backend: the tokenizer is the server's own (/tokenize, /detokenize): %s "
+                "needs %s, not installed",
+                describe_source(source),
+                ", ".join(missing),
+            )
+            source = SERVER
+        elif missing:
+            raise ServerError(
+                f"{describe_source(source)} needs {', '.join(missing)}, which "
+                f"{'is' if len(missing) == 1 else 'are'} not installed: install "
+                f"{'it' if len(missing) == 1 else 'them'}, or pass tokenizer=server (the "
+                "server's own, llama.cpp and vLLM) or tokenizer=PATH of a tokenizer folder in "
+                "MARS_BACKEND_OPTIONS"
+            )
+        if source == SERVER:
+            if self.protocol.prompt_mode == TEXT:
+                raise ServerError(
+                    "tokenizer=server: a server that takes text prompts only needs the model's "
+                    "tokenizer here (pass tokenizer=PATH)"
+                )
+            self.tokenizer = ServerTokenizer(
+                self.protocol.kind, self.model, self._tokenizer_request, self.report
+            )
+            self.tokenizer_source = SERVER
+        else:
+            try:
+                if source.lower().endswith(".json") and os.path.isfile(source):
+                    self.tokenizer = load_local(source)  # a tokenizers file
+                else:
+                    self.tokenizer = load_tokenizer(source)
+            except ImportError as exc:
+                raise ServerError(
+                    f"{describe_source(source)} cannot be loaded ({_one_line(exc, 120)})"
+                ) from None
+            except (OSError, ValueError) as exc:
+                raise ServerError(
+                    f"cannot load the tokenizer of {self.model!r} from {source!r} "
+                    f"({_one_line(exc, 120)}): pass tokenizer=PATH (a model directory, "
+                    "tokenizer.json or GGUF file) or tokenizer=server in MARS_BACKEND_OPTIONS"
+                ) from None
+            self.tokenizer_source = os.path.abspath(source) if os.path.exists(source) else source
+
+    def _tokenizer_request(self, path: str, body: dict) -> tuple[int, Any]:
+        return self.http.run(lambda: self.http.request("POST", path, body, timeout=INFO_TIMEOUT))
 
     def _check_tokenizer(self) -> None:
         """The tokenizer must split a sample as the server does (when the server can say)."""

@@ -1,0 +1,395 @@
+"""The HTTP server: OpenAI-compatible routes in front of the upstreams (Starlette, under uvicorn).
+
+Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET
+/health``, ``GET /metrics`` (Prometheus) and ``GET /v1/mars/records/{pool}/{qid}`` (a recorded
+question's live record, what a response's ``mars.record`` links to).
+
+A MARS request (:func:`mars.serve.requests.is_mars_request`) is read and checked (HTTP 400 with the
+command line's one-line message), its prompt rendered and fitted to the model's context, admitted
+by the scheduler (HTTP 429 with ``Retry-After`` when the queue is full), then solved in a worker
+thread (:func:`mars.serve.solve.run_question`). A client that goes away — a closed stream, or a
+dropped connection while it waits for a whole answer — cancels the question and every request it
+has upstream. Any other request passes through to an upstream unchanged (streamed if asked).
+
+Errors are OpenAI error objects; an upstream that fails is a 502 naming it, never a hang. The
+client API key (``--api-key`` or its environment variable) is compared in constant time and never
+logged, stored or echoed; so is the upstream key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..engines import cancel
+from ..engines.server import ServerError
+from ..errors import MarsError
+from .metrics import CONTENT_TYPE, Metrics
+from .record import Recorder
+from .requests import CHAT, COMPLETIONS, BadRequest, Defaults, is_mars_request, read_question
+from .responses import chunk, completion, error_body, new_id, sse
+from .schedule import QueueFull, Scheduler
+from .solve import Outcome, Prepared, mars_object, prepare, run_question, usage, warm_up
+from .upstreams import REVIVE_S, Upstreams
+
+log = logging.getLogger("mars.serve")
+
+#: Seconds of silence after which a stream sends a comment, so proxies keep it open.
+KEEPALIVE_S = 15.0
+ROUTES = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions"}
+
+
+@dataclass
+class ServeOptions:
+    """How the server admits and solves requests (``mars serve``'s options)."""
+
+    defaults: Defaults
+    max_active: int = 4
+    max_queue: int = 64
+    api_key: str | None = None
+    served_model: str | None = None  # the name /v1/models lists (default: the upstream's)
+    record: str | None = None
+
+
+def _error(status: int, message: str, code: str, param: str | None = None, **headers) -> Response:
+    return JSONResponse(
+        error_body(status, message, code, param), status_code=status, headers=headers
+    )
+
+
+class MarsServer:
+    """The application state: upstreams, scheduler, recorder, metrics, worker threads."""
+
+    def __init__(self, upstreams: Upstreams, options: ServeOptions):
+        self.upstreams = upstreams
+        self.options = options
+        self.defaults = options.defaults
+        self.model = options.served_model or upstreams.model
+        self.metrics = Metrics()
+        self.scheduler = Scheduler(options.max_active, options.max_queue)
+        self.recorder = Recorder(options.record) if options.record else None
+        self.workers = ThreadPoolExecutor(options.max_active, thread_name_prefix="mars-question")
+        self.created = int(time.time())
+        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._revive: asyncio.Task | None = None
+        for u in upstreams.list:
+            self.metrics.upstream_up.labels(u.url).set(1)
+        upstreams.router.on_error = lambda u, why: self.metrics.upstream_errors.labels(u.url).inc()
+
+    # -- the app -----------------------------------------------------------------------------
+
+    def app(self) -> Starlette:
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.prometheus, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/mars/records/{pool}/{qid:int}", self.record, methods=["GET"]),
+        ]
+        return Starlette(routes=routes, lifespan=self._lifespan)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app) -> AsyncIterator[None]:
+        await asyncio.to_thread(warm_up)
+        self._revive = asyncio.create_task(self._revive_loop())
+        try:
+            yield
+        finally:
+            self._revive.cancel()
+            for client in self._clients.values():
+                await client.aclose()
+            self.workers.shutdown(wait=False, cancel_futures=True)
+
+    async def _revive_loop(self) -> None:
+        while True:
+            await asyncio.sleep(REVIVE_S)
+            if any(not u.up for u in self.upstreams.list):
+                await asyncio.to_thread(self.upstreams.router.revive)
+
+    def _denied(self, request: Request) -> Response | None:
+        key = self.options.api_key
+        if not key:
+            return None
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), key.encode()
+        ):
+            return _error(
+                401, "invalid or missing API key (Authorization: Bearer)", "invalid_api_key"
+            )
+        return None
+
+    def _count(self, route: str, response: Response) -> Response:
+        self.metrics.requests.labels(route, str(response.status_code)).inc()
+        return response
+
+    # -- small routes ------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        up = self.upstreams.any_up()
+        body = {"status": "ok" if up else "down", "upstreams": self.upstreams.describe()}
+        return JSONResponse(body, status_code=200 if up else 503)
+
+    async def prometheus(self, request: Request) -> Response:
+        if denied := self._denied(request):
+            return denied
+        m = self.metrics
+        m.active.set(self.scheduler.active)
+        m.queued.set(self.scheduler.queued)
+        for u in self.upstreams.list:
+            m.upstream_up.labels(u.url).set(int(u.up))
+        return Response(m.render(), media_type=CONTENT_TYPE)
+
+    async def models(self, request: Request) -> Response:
+        if denied := self._denied(request):
+            return denied
+        card = {"id": self.model, "object": "model", "created": self.created, "owned_by": "mars"}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def record(self, request: Request) -> Response:
+        if denied := self._denied(request):
+            return denied
+        path = None
+        if self.recorder is not None:
+            path = self.recorder.record_path(
+                request.path_params["pool"], request.path_params["qid"]
+            )
+        if path is None:
+            return _error(404, "no such record", "record_not_found")
+        return Response(path.read_bytes(), media_type="application/json")
+
+    # -- completions -------------------------------------------------------------------------
+
+    async def completions(self, request: Request) -> Response:
+        return self._count(ROUTES[COMPLETIONS], await self._handle(request, COMPLETIONS))
+
+    async def chat(self, request: Request) -> Response:
+        return self._count(ROUTES[CHAT], await self._handle(request, CHAT))
+
+    async def _handle(self, request: Request, kind: str) -> Response:
+        if denied := self._denied(request):
+            return denied
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _error(400, "the request body is not JSON", "invalid_json")
+        if not isinstance(body, dict):
+            return _error(400, "the request body must be a JSON object", "invalid_request")
+        model = body.get("model")
+        if model is not None and model not in (self.model, self.upstreams.model):
+            return _error(
+                404, f"model {model!r} is not served here (served: {self.model})", "model_not_found"
+            )
+        client = body.get("user") if isinstance(body.get("user"), str) else None
+        client = client or (request.client.host if request.client else "-")
+        if not is_mars_request(body):
+            return await self._passthrough(request, body, kind, client)
+        try:
+            q = read_question(body, kind, self.defaults)
+            self._admissible()
+            prep = await asyncio.to_thread(prepare, self.upstreams, q)
+            self._admissible()
+        except BadRequest as exc:
+            return _error(400, str(exc), "invalid_request", exc.param)
+        except QueueFull as exc:
+            return self._busy(exc)
+        except ServerError as exc:
+            return _error(502, str(exc), "upstream_error")
+        rid = new_id(kind)
+        if q.stream:
+            return StreamingResponse(
+                self._stream(prep, rid, client), media_type="text/event-stream"
+            )
+        return await self._whole(request, prep, rid, client)
+
+    def _admissible(self) -> None:
+        s = self.scheduler
+        if s.active >= s.max_active and s.queued >= s.max_queue:
+            raise QueueFull(s.retry_after(), s.queued)
+
+    def _busy(self, exc: QueueFull) -> Response:
+        return _error(429, str(exc), "queue_full", None, **{"Retry-After": str(exc.retry_after)})
+
+    def _start(self, prep: Prepared, scope: cancel.CancelScope, emit=None) -> asyncio.Future:
+        job = asyncio.get_running_loop().run_in_executor(
+            self.workers, run_question, self.upstreams, prep, scope, emit, self.recorder
+        )
+        # a question whose client went away ends with Cancelled that no one reads
+        job.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return job
+
+    def _respond(self, prep: Prepared, rid: str, o: Outcome) -> dict:
+        q = prep.question
+        url = None if o.record is None else f"/v1/mars/records/{o.record.pool}/{o.record.qid}"
+        mars = mars_object(o, q, url)
+        self.metrics.question(o.run.summary(), o.probe_generated, o.budget, o.wall_s)
+        return completion(
+            q.kind, rid, self.model, o.content, o.finish_reason, usage(o), mars, o.traces
+        )
+
+    @staticmethod
+    def _failure(exc: BaseException) -> tuple[int, str, str]:
+        """(status, message, code) of a question that failed."""
+        if isinstance(exc, ServerError):
+            return 502, str(exc), "upstream_error"
+        if isinstance(exc, MarsError):
+            return 400, str(exc).splitlines()[0], "invalid_request"
+        log.error("a question failed", exc_info=exc)
+        return 500, f"internal error ({type(exc).__name__})", "internal_error"
+
+    async def _whole(self, request: Request, prep: Prepared, rid: str, client: str) -> Response:
+        try:
+            async with self.scheduler.slot(client):
+                scope = cancel.CancelScope()
+                job = self._start(prep, scope)
+                gone = asyncio.ensure_future(_disconnected(request))
+                try:
+                    await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    gone.cancel()
+                if not job.done():  # the client went away: stop its traces upstream
+                    scope.cancel()
+                    self.metrics.cancelled.inc()
+                    with contextlib.suppress(BaseException):
+                        await job
+                    return _error(499, "the client closed the connection", "cancelled")
+                try:
+                    outcome = job.result()
+                except BaseException as exc:
+                    status, message, code = self._failure(exc)
+                    return _error(status, message, code)
+        except QueueFull as exc:
+            return self._busy(exc)
+        return JSONResponse(self._respond(prep, rid, outcome))
+
+    async def _stream(self, prep: Prepared, rid: str, client: str) -> AsyncIterator[bytes]:
+        q, kind, model = prep.question, prep.question.kind, self.model
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        scope = cancel.CancelScope()
+        job: asyncio.Future | None = None
+        yield sse(chunk(kind, rid, model, role=True, text="" if kind == CHAT else None,
+                        mars={"phase": "queued"}))  # fmt: skip
+        try:
+            async with self.scheduler.slot(client):
+                job = self._start(
+                    prep, scope, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev)
+                )
+                while True:
+                    get = asyncio.ensure_future(events.get())
+                    done, _ = await asyncio.wait(
+                        {get, job}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if get in done:
+                        yield sse(chunk(kind, rid, model, mars=get.result()))
+                        continue
+                    get.cancel()
+                    if job in done:
+                        break
+                    yield b": keep-alive\n\n"
+            while not events.empty():
+                yield sse(chunk(kind, rid, model, mars=events.get_nowait()))
+            try:
+                outcome = job.result()
+            except BaseException as exc:
+                status, message, code = self._failure(exc)
+                yield sse(error_body(status, message, code))
+                yield sse("[DONE]")
+                return
+            whole = self._respond(prep, rid, outcome)
+            yield sse(chunk(kind, rid, model, text=outcome.content))
+            yield sse(chunk(kind, rid, model, finish_reason="stop", mars=whole["mars"]))
+            if q.include_usage:
+                yield sse(chunk(kind, rid, model, usage=whole["usage"], no_choices=True))
+            yield sse("[DONE]")
+        except QueueFull as exc:  # not reached: admission was checked before the stream began
+            yield sse(error_body(429, str(exc), "queue_full"))
+        finally:
+            if job is not None and not job.done():  # the client went away
+                scope.cancel()
+                self.metrics.cancelled.inc()
+
+    # -- pass-through ------------------------------------------------------------------------
+
+    def _client(self, url: str, headers: dict) -> httpx.AsyncClient:
+        if url not in self._clients:
+            self._clients[url] = httpx.AsyncClient(
+                base_url=url, headers=headers, timeout=httpx.Timeout(600.0, connect=10.0)
+            )
+        return self._clients[url]
+
+    async def _passthrough(self, request: Request, body: dict, kind: str, client: str) -> Response:
+        """A plain request: to the least busy live upstream, unchanged but for the model name."""
+        if self.upstreams.synthetic is not None:
+            return _error(
+                400,
+                "the synthetic upstream answers MARS requests only (n > 1 or a mars object)",
+                "invalid_request",
+            )
+        try:
+            self._admissible()
+        except QueueFull as exc:
+            return self._busy(exc)
+        body = {**body, "model": self.upstreams.model}
+        path = ROUTES[kind]
+        router = self.upstreams.router
+        tried: set[str] = set()
+        while True:
+            live = [u for u in router.live() if u.url not in tried]
+            if not live:
+                return _error(502, "no upstream server is reachable", "upstream_error")
+            u = min(live, key=lambda u: u.in_flight)
+            tried.add(u.url)
+            http = self._client(u.url, u.backend.http.headers)
+            try:
+                upstream = await http.send(http.build_request("POST", path, json=body), stream=True)
+            except httpx.TransportError as exc:
+                router.mark_down(u, f"connection failed ({type(exc).__name__})")
+                self.metrics.upstream_errors.labels(u.url).inc()
+                continue
+            break
+        headers = {
+            k: v
+            for k, v in upstream.headers.items()
+            if k.lower() in ("content-type", "retry-after")
+        }
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async with self.scheduler.slot(client):
+                    async for part in upstream.aiter_raw():
+                        yield part
+            finally:
+                await upstream.aclose()
+
+        return StreamingResponse(relay(), status_code=upstream.status_code, headers=headers)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client has closed the connection."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def create_app(upstreams: Upstreams, options: ServeOptions) -> tuple[Starlette, MarsServer]:
+    """The ASGI app (and its state) of ``mars serve``."""
+    options.defaults.check()
+    server = MarsServer(upstreams, options)
+    return server.app(), server

@@ -1,0 +1,122 @@
+"""The OpenAI shapes ``mars serve`` answers in: completions, chat completions, their stream
+chunks and error objects (``{"error": {"message", "type", "param", "code"}}``)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from .requests import CHAT
+
+#: error types by HTTP status, as OpenAI names them
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    499: "cancelled",
+    500: "server_error",
+    502: "upstream_error",
+    503: "upstream_error",
+}
+
+
+def error_body(status: int, message: str, code: str, param: str | None = None) -> dict:
+    return {
+        "error": {
+            "message": message,
+            "type": ERROR_TYPES.get(status, "server_error"),
+            "param": param,
+            "code": code,
+        }
+    }
+
+
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == CHAT else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def completion(
+    kind: str,
+    rid: str,
+    model: str,
+    content: str,
+    finish_reason: str,
+    usage: dict,
+    mars: dict,
+    traces: list[dict] | None = None,
+) -> dict:
+    """A whole answer: the answer as choice 0, the traces after it when asked for."""
+    choices = [_choice(kind, 0, content, finish_reason)]
+    for i, t in enumerate(traces or (), start=1):
+        c = _choice(kind, i, t["text"], "stop" if t["finished"] else "length")
+        c["mars"] = {k: v for k, v in t.items() if k != "text"}
+        choices.append(c)
+    return {
+        "id": rid,
+        "object": "chat.completion" if kind == CHAT else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage,
+        "mars": mars,
+    }
+
+
+def _choice(kind: str, index: int, text: str, finish_reason: str) -> dict:
+    if kind == CHAT:
+        return {
+            "index": index,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
+
+
+def chunk(
+    kind: str,
+    rid: str,
+    model: str,
+    *,
+    text: str | None = None,
+    role: bool = False,
+    finish_reason: str | None = None,
+    mars: dict | None = None,
+    usage: dict | None = None,
+    no_choices: bool = False,
+) -> dict:
+    """One stream chunk: a piece of the answer, a progress report (``mars``), the finish, or
+    the usage (no choices)."""
+    out: dict = {
+        "id": rid,
+        "object": "chat.completion.chunk" if kind == CHAT else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
+    }
+    if not no_choices:
+        if kind == CHAT:
+            delta: dict = {}
+            if role:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            choice: dict = {"index": 0, "delta": delta}
+        else:
+            choice = {"index": 0, "text": text or ""}
+        choice["logprobs"] = None
+        choice["finish_reason"] = finish_reason
+        out["choices"] = [choice]
+    if mars is not None:
+        out["mars"] = mars
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def sse(data: dict | str) -> bytes:
+    """One server-sent event."""
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()

@@ -1,0 +1,112 @@
+"""Sharing the upstreams between many clients: a bounded queue, served fairly.
+
+At most ``max_active`` requests run at once (each a question of N parallel traces, or one
+passed-through request); up to ``max_queue`` more wait. Waiting requests are served round-robin
+by client (the request's ``user`` field, else the client's address), so one client's burst does
+not starve another; within a client, first come first served. A request that finds the queue full
+is refused at once (HTTP 429) with ``Retry-After``: the seconds the queue ahead of it should take,
+from the mean time recent requests held a slot. A request whose client goes away while it waits
+leaves the queue. Runs on the server's event loop (not thread-safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+
+#: Weight of the newest request in the running mean of the time a request holds a slot.
+EWMA = 0.2
+#: Bounds of Retry-After (seconds).
+MIN_RETRY, MAX_RETRY = 1, 600
+
+
+class QueueFull(Exception):
+    """The queue is full: come back after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int, queued: int):
+        super().__init__(
+            f"the server is busy ({queued} requests waiting); retry in {retry_after} s"
+        )
+        self.retry_after = retry_after
+
+
+class Scheduler:
+    """Admission of requests (see the module docstring)."""
+
+    def __init__(self, max_active: int, max_queue: int):
+        if max_active < 1 or max_queue < 0:
+            raise ValueError("max_active ≥ 1 and max_queue ≥ 0")
+        self.max_active, self.max_queue = int(max_active), int(max_queue)
+        self.active = 0
+        self._queues: dict[str, deque[asyncio.Future]] = {}
+        self._turns: deque[str] = deque()  # clients with waiting requests, in serving order
+        self.mean_s: float | None = None  # running mean of the time a request holds a slot
+
+    @property
+    def queued(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def retry_after(self) -> int:
+        mean = self.mean_s if self.mean_s is not None else 10.0
+        ahead = self.queued + 1
+        est = math.ceil(mean * ahead / self.max_active)
+        return max(MIN_RETRY, min(MAX_RETRY, est))
+
+    @contextlib.asynccontextmanager
+    async def slot(self, client: str) -> AsyncIterator[None]:
+        """Hold a slot for the block; wait for one fairly, or :class:`QueueFull`."""
+        if self.active < self.max_active and not self._turns:
+            self.active += 1
+        else:
+            if self.queued >= self.max_queue:
+                raise QueueFull(self.retry_after(), self.queued)
+            fut: asyncio.Future = asyncio.get_running_loop().create_future()
+            if client not in self._queues:
+                self._queues[client] = deque()
+                self._turns.append(client)
+            self._queues[client].append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():  # the slot was handed over: pass it on
+                    self._release()
+                else:
+                    self._forget(client, fut)
+                raise
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            held = time.monotonic() - t0
+            self.mean_s = held if self.mean_s is None else (1 - EWMA) * self.mean_s + EWMA * held
+            self._release()
+
+    def _forget(self, client: str, fut: asyncio.Future) -> None:
+        q = self._queues.get(client)
+        if q is None:
+            return
+        with contextlib.suppress(ValueError):
+            q.remove(fut)
+        if not q:
+            del self._queues[client]
+            with contextlib.suppress(ValueError):
+                self._turns.remove(client)
+
+    def _release(self) -> None:
+        """Hand the slot to the next waiting request (round-robin by client), else free it."""
+        while self._turns:
+            client = self._turns.popleft()
+            q = self._queues[client]
+            fut = q.popleft()
+            if q:
+                self._turns.append(client)
+            else:
+                del self._queues[client]
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self.active -= 1

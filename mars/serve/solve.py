@@ -1,0 +1,355 @@
+"""One MARS request solved: its prompt made ready, the live loop run, what the client gets.
+
+The decision loop is `mars solve`'s own (:func:`mars.live.solve`), run in a worker thread per
+question on the question's view of the upstreams (:meth:`~mars.serve.upstreams.Upstreams.backend`)
+inside a cancel scope (:mod:`mars.engines.cancel`): a client that goes away cancels it and every
+request it has in flight upstream. What the live loop says as it goes (the warmup's progress, each
+decision on the main traces) is turned into progress events for a streaming client.
+
+What the client gets (:class:`Outcome`) is read off the question's records: the answer's text (the
+text of a trace that ended with the answer, else the probe's completion that gave it), the votes
+at the stop, the tokens every part spent, and the full budget's tokens — exact when no trace was
+stopped, else a bound (each stopped trace run to the cap).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engines import cancel
+from ..engines.generate import backend_info, token_cap
+from ..errors import MarsError
+from ..live import Checkpoint, LiveRun, solve
+from ..store.problems import Problem
+from .record import DATASET, Recorded, Recorder
+from .requests import BadRequest, Question, prompt_seed
+from .upstreams import Upstreams, synthetic_truth
+
+#: ``emit(event)``: a progress event of a running question (a JSON-able dict)
+Emit = Callable[[dict], None]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A question ready to run: the prompt as the model continues it and its token ids."""
+
+    question: Question
+    text: str
+    prompt_ids: list[int] | None
+
+
+@dataclass
+class Outcome:
+    """What one question gave (see the module docstring)."""
+
+    run: LiveRun
+    content: str
+    finish_reason: str
+    prompt_tokens: int
+    probe_generated: int
+    probe_prompt_uncached: int | None
+    budget: dict  # {"tokens": int, "exact": bool}
+    votes: list[dict]
+    traces: list[dict] | None
+    record: Recorded | None
+    wall_s: float
+
+
+def prepare(upstreams: Upstreams, q: Question) -> Prepared:
+    """Render and tokenize the prompt, fix the token cap and check that the question fits the
+    model's context (the command line's one-line message otherwise)."""
+    text = upstreams.render(q.kind, q.prompt, q.messages)
+    ids = upstreams.tokenize(q.kind, text)
+    max_tokens = q.max_tokens
+    room = None if ids is None else upstreams.default_max_tokens(len(ids))
+    if max_tokens is None:
+        max_tokens = room
+        if max_tokens is None:
+            max_tokens = token_cap(upstreams.synthetic or upstreams.primary, None)
+        if max_tokens < q.spacing:
+            raise BadRequest(
+                f"the prompt leaves room for {max_tokens} tokens, less than one checkpoint "
+                f"(--spacing {q.spacing})",
+                "max_tokens",
+            )
+    try:
+        q = q.with_max_tokens(max_tokens)
+        be = upstreams.backend(text, ids, max_tokens, q.temperature, q.top_p)
+        be.check_context(_problem(upstreams, q, text))
+    except MarsError as exc:
+        raise BadRequest(str(exc), "max_tokens") from None
+    return Prepared(q, text, ids)
+
+
+def _problem(upstreams: Upstreams, q: Question, text: str) -> Problem:
+    """The question as the live loop takes it: its id from the prompt (the same prompt and seed
+    give the same traces), its ground truth the client's (the synthetic engine's own where it
+    gives none; else unknown, empty)."""
+    truth = q.ground_truth
+    if not truth and upstreams.synthetic is not None:
+        truth = synthetic_truth(text)
+    return Problem(qid=prompt_seed(text), question=text, answer=truth, dataset=DATASET)
+
+
+def warm_up() -> None:
+    """Pay the live loop's one-off costs before the first client does (tens of seconds on a busy
+    CPU): the answer grader's imports (math-verify) and the compiled confidence pass, by deciding
+    a made-up question of two traces once."""
+    import pyarrow as pa
+
+    from ..live import decide, live_grid, live_settings
+    from ..method.registry import get_method
+    from ..store import schema
+    from ..store.pool import question_from_table
+
+    probe = {"position": 4, "answer": "\\frac{1}{2}", "raw_text": None, "conf": None,
+             "prompt_tokens": None, "cached_tokens": None, "generated_tokens": None}  # fmt: skip
+    table = pa.table(
+        {
+            "qid": [0, 0],
+            "trace_idx": [0, 1],
+            "final_answer": ["\\frac{1}{2}", "0.5"],
+            "length": [8, 8],
+            "finished": [True, True],
+            "confs": [[1.0] * 8, [2.0] * 8],
+            "probes": [[probe], [probe]],
+            "text": [None, None],
+            "token_ids": [None, None],
+        },
+        schema=schema.TRACE_SCHEMA,
+    )
+    q = question_from_table(table, 0, "<warm-up>", published=False, ground_truth="1/2")
+    settings = live_settings(2, 0, 0, 4, 8, {})
+    decide(q, get_method("sc"), settings, live_grid(4, 8), 0, np.zeros(2, bool))
+
+
+def progress_of(c: Checkpoint, n_traces: int) -> dict:
+    """A streaming client's view of one decision: the leader and the vote shares of the answers
+    the traces hold now."""
+    held = [a for a in c.answers if a is not None]
+    counts = Counter(held).most_common()
+    shares = {a: round(k / n_traces, 4) for a, k in counts[:5]}
+    return {
+        "phase": "main",
+        "checkpoint": int(c.position),
+        "leader": counts[0][0] if counts else None,
+        "shares": shares,
+        "running": int(np.count_nonzero(c.running)),
+        "traces": n_traces,
+        "stop": bool(c.stop),
+    }
+
+
+def run_question(
+    upstreams: Upstreams,
+    prep: Prepared,
+    scope: cancel.CancelScope,
+    emit: Emit | None = None,
+    recorder: Recorder | None = None,
+) -> Outcome:
+    """Solve the question (in the calling thread; ``scope`` cancels it), record it, and read
+    what the client gets."""
+    q = prep.question
+    assert q.max_tokens is not None
+    be = upstreams.backend(prep.text, prep.prompt_ids, q.max_tokens, q.temperature, q.top_p)
+    problem = _problem(upstreams, q, prep.text)
+    last: list[Checkpoint] = []
+
+    def watch(c: Checkpoint) -> None:
+        last[:] = [c]
+        if emit is not None:
+            emit(progress_of(c, q.traces))
+
+    def detail(text: str) -> None:
+        if emit is not None and "warmup" in text:
+            emit({"phase": "warmup", "detail": text.split(": ", 1)[-1]})
+
+    t0 = time.perf_counter()
+    with cancel.scope(scope):
+        run = solve(
+            be,
+            problem,
+            q.method,
+            n_traces=q.traces,
+            warmup=q.warmup,
+            seed=q.seed,
+            spacing=q.spacing,
+            max_tokens=q.max_tokens,
+            detail=detail,
+            watch=watch,
+            **q.knobs,
+        )
+    wall = time.perf_counter() - t0
+    out = _outcome(run, q, last[0] if last else None, len(prep.prompt_ids or ()), wall)
+    if recorder is not None:
+        assert run.table is not None
+        params = _pool_params(be, q)
+        summary = {**run.summary(), "seed": q.seed, "served": q.settings()}
+        row = {
+            "ground_truth": problem.answer,
+            "question": prep.text,
+            "dataset": DATASET,
+            "model": getattr(be, "model", ""),
+            "prompt_ids": prep.prompt_ids,
+        }
+        out.record = recorder.add(params, run.table, summary, row)
+    return out
+
+
+def _pool_params(be, q: Question) -> dict:
+    """The manifest block of the record pool a question goes to (`mars replay` reads it)."""
+    return {
+        "generator": "mars.serve",
+        **backend_info(be),
+        "method": q.method.name,
+        "seed": int(q.seed),
+        "n_traces": int(q.traces),
+        "warmup": int(q.warmup),
+        "spacing": int(q.spacing),
+        "max_tokens": int(q.max_tokens or 0),
+        "settings": dict(sorted(q.knobs.items())),
+        "compare_full": False,
+        "dataset": DATASET,
+    }
+
+
+def _cut(text: str, stops: tuple[str, ...]) -> str:
+    cut = min((i for s in stops if s and (i := text.find(s)) >= 0), default=len(text))
+    return text[:cut]
+
+
+def _boxed(raw: str | None, answer: str) -> str:
+    """The probe's completion up to the brace that closes its ``\\boxed{``."""
+    if raw:
+        depth = 0
+        start = raw.find("{")
+        for i in range(max(start, 0), len(raw)):
+            depth += {"{": 1, "}": -1}.get(raw[i], 0)
+            if depth == 0 and start >= 0:
+                return raw[: i + 1]
+    return f"\\boxed{{{answer}}}"
+
+
+def _outcome(
+    run: LiveRun, q: Question, last: Checkpoint | None, prompt_tokens: int, wall: float
+) -> Outcome:
+    assert run.table is not None
+    rows = run.table.select(
+        ["trace_idx", "final_answer", "finished", "length", "text", "probes"]
+    ).to_pylist()
+    main = [r for r in rows if r["trace_idx"] >= run.warmup]
+    warm = [r for r in rows if r["trace_idx"] < run.warmup]
+    stopped = set(run.stopped_traces)
+    answer = run.answer
+    content = ""
+    if answer is not None:
+        ended = [r for r in main + warm if r["final_answer"] == answer and r["text"]]
+        if ended:
+            content = ended[0]["text"]
+        else:
+            probes = [
+                p
+                for r in main + warm
+                for p in r["probes"] or ()
+                if p["answer"] == answer and p["raw_text"]
+            ]
+            content = _boxed(probes[-1]["raw_text"] if probes else None, answer)
+    content = _cut(content, q.stop)
+    if last is not None and run.stopped_by != "budget":
+        held = [a for a in last.answers if a is not None]
+    else:
+        held = [r["final_answer"] for r in main if r["final_answer"] is not None]
+    votes = [{"answer": a, "votes": k} for a, k in Counter(held).most_common(5)]
+    generated = [
+        p["generated_tokens"] for r in rows for p in r["probes"] or () if p["generated_tokens"]
+    ]
+    costs = [(p["prompt_tokens"], p["cached_tokens"]) for r in rows for p in r["probes"] or ()]
+    uncached = (
+        sum(max(a - b, 0) for a, b in costs)
+        if all(a is not None and b is not None for a, b in costs)
+        else None
+    )
+    assert q.max_tokens is not None
+    budget = {
+        "tokens": int(
+            sum(q.max_tokens if r["trace_idx"] in stopped else r["length"] for r in main)
+        ),
+        "exact": not stopped,
+    }
+    traces = None
+    if q.return_traces:
+        traces = [
+            {
+                "trace": int(r["trace_idx"]),
+                "text": _cut(r["text"] or "", q.stop),
+                "tokens": int(r["length"]),
+                "answer": r["final_answer"],
+                "finished": bool(r["finished"]),
+                "stopped_early": r["trace_idx"] in stopped,
+            }
+            for r in main
+        ]
+    return Outcome(
+        run=run,
+        content=content,
+        finish_reason="stop",
+        prompt_tokens=prompt_tokens,
+        probe_generated=int(sum(generated)),
+        probe_prompt_uncached=uncached,
+        budget=budget,
+        votes=votes,
+        traces=traces,
+        record=None,
+        wall_s=wall,
+    )
+
+
+def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
+    """The response's ``mars`` object: how the answer was reached and what it cost."""
+    r = o.run
+    return {
+        "method": r.method,
+        "answer": r.answer,
+        "votes": o.votes,
+        "stopped_by": r.stopped_by,
+        "stop_position": r.stop_position,
+        "checkpoints": r.checkpoints,
+        "traces": r.n_traces,
+        "warmup": r.warmup,
+        "traces_stopped": len(r.stopped_traces),
+        "stopped_traces": r.stopped_traces,
+        "tokens": {
+            "main": r.tokens,
+            "warmup": r.warmup_tokens,
+            "probes_generated": o.probe_generated,
+            "probe_prompts_uncached": o.probe_prompt_uncached,
+        },
+        "full_budget_tokens": o.budget["tokens"] if o.budget["exact"] else None,
+        "full_budget_tokens_at_most": o.budget["tokens"],
+        "saved_tokens_at_most" if not o.budget["exact"] else "saved_tokens": max(
+            o.budget["tokens"] - r.tokens, 0
+        ),
+        "gamma": r.gamma,
+        "seed": q.seed,
+        "spacing": q.spacing,
+        "max_tokens": q.max_tokens,
+        "replay_ok": r.replay_ok,
+        "wall_s": round(o.wall_s, 4),
+        "record": record_url,
+    }
+
+
+def usage(o: Outcome) -> dict:
+    """OpenAI usage: the prompt once, and every token generated for the answer (main traces,
+    warmup, probes)."""
+    completion = o.run.tokens + o.run.warmup_tokens + o.probe_generated
+    return {
+        "prompt_tokens": o.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": o.prompt_tokens + completion,
+    }

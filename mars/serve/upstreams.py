@@ -1,0 +1,438 @@
+"""The upstream servers: replicas of one model that the traces of every question share.
+
+``mars serve --upstream URL`` (repeatable) connects to each replica with the server backend
+(:class:`mars.engines.server.ServerBackend`: kind of server, model, tokenizer, top-20
+log-probabilities, all checked once at start) and routes every generation and probe request of a
+question through :class:`Router`:
+
+* a request goes to the live replica with the fewest requests in flight (each replica bounds its
+  own in-flight requests, ``--concurrency``, default its slots);
+* a request a replica fails every try of (no connection, timeouts, 429/5xx: the backend's bounded
+  retries, :class:`~mars.engines.server.ServerUnavailable`) marks the replica down and goes to
+  another: a trace is token ids on our side and its request carries its own seed, so any replica
+  continues it. With no replica left the question fails with one line (HTTP 502), never a hang;
+  a replica marked down is asked again (``GET /health``) every :data:`REVIVE_S` seconds;
+* a request the client no longer wants (:mod:`mars.engines.cancel`) is cancelled in flight, so
+  the server stops generating it.
+
+``--upstream synthetic`` (or ``synthetic:PRESET``) serves the synthetic engine instead: no server,
+for trying the proxy and for its fast tests.
+
+Each question gets a *view* of the upstreams (:meth:`Upstreams.backend`): the first replica's
+backend with the question's own prompt (the client's text or chat template, not the problem
+template), token cap and sampling, whose requests the router sends.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import functools
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engines import cancel
+from ..engines.base import Backend
+from ..engines.server import (
+    Completion,
+    Sampling,
+    ServerBackend,
+    ServerError,
+    ServerUnavailable,
+    answer_limit,
+    normalise_base_url,
+)
+from ..errors import MarsError, UsageError
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two health checks of a replica marked down.
+REVIVE_S = 5.0
+#: What ``--upstream`` takes for the synthetic engine.
+SYNTHETIC = "synthetic"
+
+
+class NoUpstream(ServerError):
+    """Every replica is down (HTTP 502)."""
+
+
+@dataclass
+class Upstream:
+    """One replica and what the router knows of it."""
+
+    url: str
+    backend: ServerBackend
+    up: bool = True
+    in_flight: int = 0
+    errors: int = 0
+    last_error: str = ""
+    down_at: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class Router:
+    """Requests of every question across the replicas (see the module docstring)."""
+
+    def __init__(self, upstreams: Sequence[Upstream], on_error=None):
+        self.upstreams = list(upstreams)
+        self.on_error = on_error  # called with (upstream, message) when a request fails there
+        self._lock = threading.Lock()
+
+    def live(self) -> list[Upstream]:
+        return [u for u in self.upstreams if u.up]
+
+    def _pick(self, avoid: set[int]) -> Upstream:
+        with self._lock:
+            choices = [u for i, u in enumerate(self.upstreams) if u.up and i not in avoid]
+            if not choices:
+                choices = [u for u in self.upstreams if u.up]
+            if not choices:
+                why = "; ".join(f"{u.url}: {u.last_error}" for u in self.upstreams)
+                raise NoUpstream(f"no upstream server is reachable ({why})")
+            u = min(choices, key=lambda u: u.in_flight)
+            u.in_flight += 1
+            return u
+
+    def _done(self, u: Upstream) -> None:
+        with self._lock:
+            u.in_flight -= 1
+
+    def mark_down(self, u: Upstream, why: str) -> None:
+        with self._lock:
+            if u.up:
+                log.warning("upstream %s is down: %s", u.url, why)
+            u.up, u.last_error, u.down_at = False, why, time.monotonic()
+
+    def post_all(
+        self,
+        path: str,
+        bodies: Sequence[dict],
+        limits: Sequence[tuple[int, str]],
+        merge: Callable[[list], Any] | None = None,
+    ) -> list[Any]:
+        """POST every body (each to a replica), answers in order; a replica that fails a
+        request every try is marked down and the request goes to another. ``limits``: each
+        answer's bound in bytes and what its request asked for (:meth:`Http.request`);
+        ``merge``: the requests are streamed, and ``merge`` makes each one's events its
+        answer."""
+        scope = cancel.current()
+        outs: list[Any] = [None] * len(bodies)
+        pending: dict[concurrent.futures.Future, tuple[int, int, Upstream]] = {}
+        tried: dict[int, set[int]] = {}
+
+        def send(i: int) -> None:
+            u = self._pick(tried.setdefault(i, set()))
+            idx = self.upstreams.index(u)
+            tried[i].add(idx)
+            http, body, (limit, asked) = u.backend.http, bodies[i], limits[i]
+            fut = http.submit(lambda: http.post(path, body, limit, asked, sse=merge is not None))
+            if scope is not None:
+                scope.attach(fut)
+            pending[fut] = (i, idx, u)
+
+        try:
+            for i in range(len(bodies)):
+                send(i)
+            while pending:
+                done, _ = concurrent.futures.wait(
+                    pending, return_when=concurrent.futures.FIRST_COMPLETED
+                )
+                for fut in done:
+                    i, _, u = pending.pop(fut)
+                    self._done(u)
+                    if scope is not None:
+                        scope.detach(fut)
+                    if fut.cancelled():
+                        raise cancel.Cancelled("cancelled")
+                    exc = fut.exception()
+                    if exc is None:
+                        outs[i] = fut.result() if merge is None else merge(fut.result())
+                        continue
+                    u.errors += 1
+                    if self.on_error is not None:
+                        self.on_error(u, str(exc))
+                    if not isinstance(exc, ServerUnavailable):
+                        raise exc
+                    self.mark_down(u, str(exc))
+                    send(i)  # NoUpstream when none is left
+        finally:
+            for fut, (_, _, u) in pending.items():
+                fut.cancel()
+                self._done(u)
+                if scope is not None:
+                    scope.detach(fut)
+        return outs
+
+    def request(self, path: str, body: dict) -> tuple[int, Any]:
+        """(status, JSON) of ``POST path`` from the first live replica that answers (the
+        tokenizer's questions)."""
+        last: Exception | None = None
+        for u in self.live() or self.upstreams:
+            http = u.backend.http
+            try:
+                return http.run(functools.partial(http.request, "POST", path, body, timeout=30.0))
+            except ServerUnavailable as exc:
+                self.mark_down(u, str(exc))
+                last = exc
+        raise NoUpstream(f"no upstream server is reachable ({last})")
+
+    def revive(self) -> None:
+        """Ask every replica marked down for ``/health`` (at most every :data:`REVIVE_S` s)."""
+        now = time.monotonic()
+        for u in self.upstreams:
+            if u.up or now - u.down_at < REVIVE_S:
+                continue
+            u.down_at = now
+            http = u.backend.http
+            try:
+                status, _ = http.run(
+                    functools.partial(
+                        http.request, "GET", "/health", retry_connect=False, timeout=5.0
+                    )
+                )
+            except (ServerError, OSError):
+                continue
+            if status == 200:
+                log.warning("upstream %s is back", u.url)
+                u.up = True
+
+
+class ServedBackend(ServerBackend):
+    """One question's view of the replicas: the first replica's backend (tokenizer, protocol,
+    context) with the question's prompt, token cap and sampling, its requests sent by the
+    router. Made by :meth:`Upstreams.backend`; no connection of its own."""
+
+    def __init__(
+        self,
+        base: ServerBackend,
+        router: Router,
+        prompt: str,
+        prompt_ids: list[int],
+        max_tokens: int,
+        sampling: Sampling,
+    ):  # a shallow copy: the replicas' HTTP clients and stats are shared
+        self.__dict__.update(copy.copy(base.__dict__))
+        self.router = router
+        self._prompt, self._prompt_ids = prompt, list(prompt_ids)
+        self.max_tokens = int(max_tokens)
+        self.sampling = sampling
+
+    def prompt_ids(self, question: str) -> list[int]:
+        if question != self._prompt:
+            raise RuntimeError("a served question's view asked for another prompt")
+        return list(self._prompt_ids)
+
+    def prompt_text(self, question: str) -> str:
+        """A text-prompt server's prompt: the question's text as the client gave it (or its
+        chat template)."""
+        if question != self._prompt:
+            raise RuntimeError("a served question's view asked for another prompt")
+        return question
+
+    def complete(
+        self, requests: Sequence[tuple[list[int] | str, int, int | None]], logprobs: bool
+    ) -> list[Completion]:
+        """The requests through the router; streamed to a server that stops a request only when
+        its stream is closed (llama.cpp), so a cancelled question stops there at once."""
+        p = self.protocol
+        bodies = [p.body(ids, m, self.sampling, s, logprobs) for ids, m, s in requests]
+        limits = [
+            (answer_limit(m, logprobs, prompt), f"a request of {m} tokens")
+            for prompt, m, _ in requests
+        ]
+        merge = STREAMED.get(p.kind)
+        if merge is not None:
+            bodies = [{**b, "stream": True} for b in bodies]
+        outs = self.router.post_all(p.path, bodies, limits, merge)
+        return [self.read(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
+
+    def close(self) -> None:  # the replicas outlive the question
+        pass
+
+
+def merge_llama_stream(events: list) -> dict:
+    """The answer llama.cpp's ``/completion`` gives unstreamed, from the events of its stream: the
+    last event (``stop``: its end, counts and timings) with every event's text, token ids and
+    log-probabilities joined."""
+    if not events or not isinstance(events[-1], dict) or not events[-1].get("stop"):
+        raise ServerError("llama.cpp /completion: the stream ended before its last event")
+    if not all(isinstance(e, dict) for e in events):
+        raise ServerError("llama.cpp /completion: a streamed event that is not an object")
+    out = dict(events[-1])
+    out["content"] = "".join(str(e.get("content") or "") for e in events)
+    out["tokens"] = [t for e in events for t in (e.get("tokens") or ())]
+    if any("completion_probabilities" in e for e in events):
+        out["completion_probabilities"] = [
+            p for e in events for p in (e.get("completion_probabilities") or ())
+        ]
+    return out
+
+
+#: Servers the proxy streams its requests to, and how a stream reads back into an answer.
+STREAMED: dict[str, Callable[[list], Any]] = {"llama.cpp": merge_llama_stream}
+
+
+def synthetic_truth(prompt: str) -> str:
+    """The synthetic engine's answer to a prompt it does not know: a number from its text."""
+    return str(zlib.crc32(prompt.encode()) % 1000)
+
+
+class Upstreams:
+    """The replicas ``mars serve`` fronts (or the synthetic engine), connected and checked."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        model: str | None = None,
+        api_key_env: str = "MARS_API_KEY",
+        concurrency: int | None = None,
+        timeout: float = 600.0,
+        retries: int = 2,
+        tokenizer: str | None = None,
+        on_error=None,
+        **options: Any,
+    ):
+        """``options``: further :class:`~mars.engines.server.ServerBackend` keyword arguments
+        (sampling, ``probe_max_new_tokens``, ...)."""
+        if not urls:
+            raise UsageError("--upstream: give at least one (a server URL, or synthetic)")
+        self.synthetic: Backend | None = None
+        self.list: list[Upstream] = []
+        if len(urls) == 1 and str(urls[0]).split(":", 1)[0] == SYNTHETIC:
+            from ..engines.factory import make_backend
+
+            preset = str(urls[0]).partition(":")[2] or None
+            self.synthetic = make_backend(SYNTHETIC, preset=preset)
+            self.model = model or self.synthetic.model
+            self.router = Router([])
+            return
+        if any(str(u).split(":", 1)[0] == SYNTHETIC for u in urls):
+            raise UsageError("--upstream synthetic serves alone (no server URL beside it)")
+        seen = set()
+        try:
+            for url in urls:
+                norm = normalise_base_url(url)
+                if norm in seen:
+                    raise UsageError(f"--upstream {url}: given twice")
+                seen.add(norm)
+                be = ServerBackend(
+                    model,
+                    base_url=norm,
+                    api_key_env=api_key_env,
+                    concurrency=concurrency,
+                    timeout=timeout,
+                    retries=retries,
+                    tokenizer=tokenizer,
+                    **options,
+                )
+                self.list.append(Upstream(norm, be))
+                model = model or be.model
+                first = self.list[0].backend
+                if (
+                    be.protocol.kind != first.protocol.kind
+                    or be.vocab_digest() != first.vocab_digest()
+                ):
+                    raise UsageError(
+                        f"--upstream {url}: a {be.protocol.kind} server of another tokenizer than "
+                        f"{first.base_url}'s: the upstreams must be replicas of one model"
+                    )
+        except BaseException:
+            self.close()
+            raise
+        self.model = self.list[0].backend.model
+        self.router = Router(self.list, on_error)
+        tok = self.primary.tokenizer
+        if getattr(tok, "_request", None) is not None:  # the server's tokenizer: any replica
+            tok._request = self.router.request
+
+    @property
+    def primary(self) -> ServerBackend:
+        return self.list[0].backend
+
+    def context(self) -> int | None:
+        """The smallest context length of the replicas (None: not known)."""
+        lens = [u.backend.context_len for u in self.list if u.backend.context_len]
+        return min(lens) if lens else None
+
+    def describe(self) -> list[dict]:
+        """The replicas for ``/health``: where, up or down, requests in flight, errors."""
+        return [
+            {
+                "url": u.url,
+                "up": u.up,
+                "in_flight": u.in_flight,
+                "errors": u.errors,
+                "kind": u.backend.protocol.kind,
+            }
+            for u in self.list
+        ]
+
+    def any_up(self) -> bool:
+        return self.synthetic is not None or any(u.up for u in self.list)
+
+    def render(self, kind: str, prompt: str | None, messages: list[dict] | None) -> str:
+        """The prompt text the model continues: the client's completion prompt as it is, or its
+        conversation through the model's chat template (generation prompt added)."""
+        if prompt is not None:
+            return prompt
+        assert messages is not None
+        if self.synthetic is not None:
+            return "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+        tok = self.primary.tokenizer
+        if not getattr(tok, "chat_template", None):
+            raise MarsError(
+                "the model's tokenizer has no chat template: use /v1/completions with the "
+                "prompt's text"
+            )
+        msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
+        return str(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False))
+
+    def tokenize(self, kind: str, text: str) -> list[int] | None:
+        """The prompt's token ids (a completion prompt with the model's own special tokens, as a
+        server adds them to a text prompt; a chat template's text holds them already)."""
+        if self.synthetic is not None:
+            return None
+        tok = self.primary.tokenizer
+        return [int(i) for i in tok(text, add_special_tokens=kind != "chat")["input_ids"]]
+
+    def default_max_tokens(self, prompt_len: int) -> int | None:
+        """The most tokens a trace can have after a prompt of ``prompt_len`` tokens (probe
+        included) within the smallest context; None: no limit known."""
+        ctx = self.context()
+        if ctx is None:
+            return None
+        be = self.primary
+        return ctx - prompt_len - len(be.suffix_ids) - int(be.probe_max_new_tokens)
+
+    def backend(
+        self,
+        prompt: str,
+        prompt_ids: list[int] | None,
+        max_tokens: int,
+        temperature: float | None,
+        top_p: float | None,
+    ) -> Backend:
+        """The view of one question (synthetic: the engine itself, which keeps no state between
+        batches)."""
+        if self.synthetic is not None:
+            return self.synthetic
+        be = self.primary
+        s = be.sampling
+        sampling = Sampling(
+            s.temperature if temperature is None else float(temperature),
+            s.top_p if top_p is None else float(top_p),
+            s.top_k,
+            s.min_p,
+        )
+        assert prompt_ids is not None
+        return ServedBackend(be, self.router, prompt, prompt_ids, max_tokens, sampling)
+
+    def close(self) -> None:
+        for u in self.list:
+            u.backend.close()

@@ -1,0 +1,328 @@
+"""``mars serve`` in front of a real llama.cpp ``llama-server`` (SmolLM2-135M on CPU), driven by the
+official ``openai`` client: completions and chat with an early stop that leaves the server idle,
+streaming, a client that goes away, an upstream killed mid-request, a full queue, a recorded pool
+replayed exactly, plain requests passed through, and the server's own tokenizer (no PyTorch).
+
+Every test takes an ``upstream``: the kind of server, its URL, how to tell whether it is still
+generating, and how to start another replica. Only llama.cpp runs here; another server joins by
+adding its name to :data:`KINDS` and a fixture ``<name>_upstream`` returning an :class:`Upstream`
+(the vLLM server: ``busy`` from ``vllm:num_requests_running`` on its ``/metrics``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("starlette")
+
+from serving import serving  # noqa: E402
+from test_backend_server import FEW_SHOT, LlamaServer, need_llama_server  # noqa: E402
+
+from mars.engines.server import ServerBackend, answer_limit  # noqa: E402
+from mars.live import replay  # noqa: E402
+from mars.serve.requests import Defaults  # noqa: E402
+from mars.serve.upstreams import Upstreams  # noqa: E402
+
+pytestmark = [pytest.mark.llama_server, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+#: the servers the tests run against (a fixture ``<kind>_upstream`` each)
+KINDS = ["llama"]
+#: small and quick on 2 CPU cores: 6 traces of at most 96 tokens, a checkpoint every 16
+SMALL = Defaults(
+    method="sc-consensus", traces=6, warmup=2, spacing=16, max_tokens=96, knobs={"consensus": 0.5}
+)
+
+
+@dataclass
+class Upstream:
+    """A real server for the proxy to front (see the module docstring)."""
+
+    kind: str
+    url: str
+    busy: Callable[[], int]  # requests it is generating now
+    replica: Callable[[Path], Upstream]  # another server of the same model (stop() it after)
+    kill: Callable[[], None]  # SIGKILL, as a crash
+    stop: Callable[[], None]
+    restart: Callable[[], object]  # start it again at the same URL
+
+
+def _llama(server: LlamaServer) -> Upstream:
+    def replica(log: Path) -> Upstream:
+        return _llama(LlamaServer(log).start())
+
+    return Upstream(
+        "llama.cpp",
+        server.url,
+        server.busy_slots,
+        replica,
+        server.kill,
+        server.stop,
+        lambda: server.start(port=server.port),
+    )
+
+
+@pytest.fixture(scope="module")
+def llama_upstream(tmp_path_factory):
+    need_llama_server()
+    server = LlamaServer(tmp_path_factory.mktemp("llama") / "server.log").start()
+    yield _llama(server)
+    server.stop()
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def upstream(request) -> Upstream:
+    return request.getfixturevalue(f"{request.param}_upstream")
+
+
+def question(text: str = "What is 2 + 3?") -> list[dict]:
+    """A user message after which SmolLM2-135M often writes a boxed answer."""
+    return [{"role": "user", "content": FEW_SHOT.format(question=text)}]
+
+
+def client(running) -> openai.OpenAI:
+    return openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=300)
+
+
+def idle(up: Upstream, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while up.busy():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def wait_busy(up: Upstream, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not up.busy():
+        assert time.monotonic() < deadline, "the upstream never got busy"
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def served(upstream, tmp_path_factory):
+    record = tmp_path_factory.mktemp("record") / "rec"
+    with serving([upstream.url], SMALL, record=str(record)) as running:
+        yield running, record
+
+
+def test_chat_and_completions_stop_early_leave_the_server_idle_and_replay(upstream, served):
+    running, record = served
+    c = client(running)
+    model = running.state.model
+    chat = c.chat.completions.create(model=model, messages=question(), n=6, seed=3)
+    m = chat.model_extra["mars"]
+    assert m["stopped_by"] == "consensus" and m["stop_position"] < 96, m
+    assert m["traces_stopped"] > 0 and m["full_budget_tokens_at_most"] > m["tokens"]["main"]
+    assert f"\\boxed{{{m['answer']}}}" in chat.choices[0].message.content
+    t = m["tokens"]
+    assert chat.usage.completion_tokens == t["main"] + t["warmup"] + t["probes_generated"]
+    assert t["probe_prompts_uncached"] is not None  # llama.cpp reports its cached tokens
+    assert idle(upstream, within=1.0)  # the stop left no request running upstream
+    # the same question as a completion of the chat template's text: the same prompt (llama.cpp
+    # does not repeat a run bit for bit across batch compositions, so the traces may differ)
+    text = running.state.upstreams.render("chat", None, question())
+    done = c.completions.create(model=model, prompt=text, n=6, seed=3)
+    assert done.object == "text_completion" and done.usage.prompt_tokens == chat.usage.prompt_tokens
+    assert done.model_extra["mars"]["answer"] is not None and idle(upstream, within=1.0)
+    # both recorded in one pool, which `mars replay` re-decides exactly
+    pool = record / m["record"].split("/")[-2]
+    rows = replay(pool)
+    assert len(rows) == 2 and all(r["match"] for r in rows)
+    res = subprocess.run(
+        [sys.executable, "-m", "mars.cli", "replay", str(pool)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert res.returncode == 0 and "2/2 questions replay exactly" in res.stdout
+
+
+def test_streaming_reports_each_checkpoint(served):
+    running, _ = served
+    chunks = list(
+        client(running).chat.completions.create(
+            model=running.state.model, messages=question(), n=6, seed=3, stream=True
+        )
+    )
+    progress = [
+        ch.model_extra["mars"]
+        for ch in chunks
+        if (ch.model_extra or {}).get("mars", {}).get("phase") == "main"
+    ]
+    assert progress and progress[-1]["stop"] and progress[-1]["leader"] is not None
+    assert [p["checkpoint"] for p in progress] == list(range(16, 16 * len(progress) + 1, 16))
+    content = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert "\\boxed{" in content
+
+
+def test_plain_requests_pass_through_and_a_question_too_long_is_400(served):
+    running, _ = served
+    r = client(running).chat.completions.create(
+        model=running.state.model, messages=question(), max_tokens=8, temperature=0
+    )
+    assert r.choices[0].message.content and "mars" not in (r.model_extra or {})
+    assert r.usage.completion_tokens <= 8
+    with pytest.raises(openai.BadRequestError, match=r"use --max-tokens \d+ or less"):
+        client(running).chat.completions.create(
+            model=running.state.model, messages=question(), n=4, max_tokens=4000
+        )
+
+
+def test_a_client_that_goes_away_stops_its_traces_upstream(upstream):
+    slow = Defaults(method="sc", traces=4, warmup=0, spacing=512, max_tokens=1024)
+    with serving([upstream.url], slow) as running:
+        body = {"messages": question(), "n": 4, "stream": True, "seed": 1}
+        with httpx.stream("POST", running.url + "/v1/chat/completions", json=body) as r:
+            for _ in r.iter_lines():
+                wait_busy(upstream)
+                break
+        assert idle(upstream, within=3.0)  # cancelled in flight, not at the next checkpoint
+        deadline = time.monotonic() + 10
+        while running.metric("cancelled") < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def test_a_full_queue_answers_429(upstream):
+    slow = Defaults(method="sc", traces=4, warmup=0, spacing=256, max_tokens=512)
+    with serving([upstream.url], slow, max_active=1, max_queue=0) as running:
+        c = client(running)
+        results: list = []
+        t = threading.Thread(
+            target=lambda: results.append(
+                c.chat.completions.create(
+                    model=running.state.model, messages=question(), n=4, seed=2
+                )
+            )
+        )
+        t.start()
+        wait_busy(upstream)
+        with pytest.raises(openai.RateLimitError) as err:
+            c.chat.completions.create(model=running.state.model, messages=question(), n=4)
+        assert int(err.value.response.headers["retry-after"]) >= 1
+        t.join()
+        assert len(results) == 1 and results[0].model_extra["mars"]["method"] == "sc"
+
+
+def test_an_upstream_killed_mid_request_moves_its_traces_then_fails_in_one_line(upstream, tmp_path):
+    """Two replicas: one killed while the question runs, its traces go on on the other and the
+    answer comes back; the other killed too, the next question fails at once with a 502 error
+    object naming the upstreams, not a hang."""
+    a = upstream.replica(tmp_path / "a.log")
+    b = upstream.replica(tmp_path / "b.log")
+    try:
+        ups = Upstreams([a.url, b.url], retries=1)
+        slow = Defaults(method="sc", traces=4, warmup=0, spacing=128, max_tokens=512)
+        with serving(ups, slow) as running:
+            c = client(running)
+            results: list = []
+            t = threading.Thread(
+                target=lambda: results.append(
+                    c.chat.completions.create(
+                        model=running.state.model, messages=question(), n=4, seed=4
+                    )
+                )
+            )
+            t.start()
+            wait_busy(a)
+            a.kill()
+            t.join(300)
+            assert results, "the question did not finish on the other replica"
+            m = results[0].model_extra["mars"]
+            assert m["stopped_by"] == "budget" and m["tokens"]["main"] > 0
+            health = httpx.get(running.url + "/health").json()
+            assert [u["up"] for u in health["upstreams"]] == [False, True]
+            assert running.metric("upstream_errors", upstream=a.url) >= 1
+            a.restart()  # back at its URL: asked again within seconds, and taken back
+            deadline = time.monotonic() + 60
+            while not all(u["up"] for u in httpx.get(running.url + "/health").json()["upstreams"]):
+                assert time.monotonic() < deadline, "the restarted upstream was not taken back"
+                time.sleep(0.5)
+            a.kill()
+            b.kill()
+            t0 = time.monotonic()
+            with pytest.raises(openai.APIStatusError) as err:
+                c.chat.completions.create(model=running.state.model, messages=question(), n=4)
+            assert time.monotonic() - t0 < 30
+            assert err.value.status_code == 502
+            body = err.value.response.json()["error"]
+            assert body["type"] == "upstream_error" and "\n" not in body["message"]
+            assert a.url in body["message"] and b.url in body["message"]
+        ups.close()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_the_servers_own_tokenizer_needs_no_pytorch(upstream, monkeypatch, caplog):
+    """Without torch (a llama.cpp user's install), the tokenizer the GGUF holds gives way to the
+    server's own (/tokenize, /detokenize, /apply-template), in one log line; it gives the same
+    prompt, suffix and trace text as the GGUF tokenizer, and `mars serve --tokenizer server`
+    serves with it."""
+    gguf = ServerBackend(base_url=upstream.url)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with caplog.at_level("INFO", logger="mars.engines.server"):
+        srv = ServerBackend(base_url=upstream.url)
+    assert srv.tokenizer_source == "server" and gguf.tokenizer_source != "server"
+    assert "the tokenizer is the server's own" in caplog.text and "torch" in caplog.text
+    q = FEW_SHOT.format(question="What is 7 - 2?")
+    assert srv.prompt_ids(q) == gguf.prompt_ids(q) and srv.suffix_ids == gguf.suffix_ids
+    ids = gguf.tokenizer.encode("Le café coûte \\boxed{5} 元.", add_special_tokens=False)
+    ids.append(gguf.tokenizer.eos_token_id)
+    assert srv.tokenizer.decode(ids, skip_special_tokens=True) == gguf.tokenizer.decode(
+        ids, skip_special_tokens=True
+    )
+    msgs = question()
+    assert srv.tokenizer.apply_chat_template(msgs) == gguf.tokenizer.apply_chat_template(
+        msgs, add_generation_prompt=True, tokenize=False
+    )
+    with pytest.raises(Exception, match=r"needs gguf|needs torch|needs transformers"):
+        ServerBackend(base_url=upstream.url, tokenizer=str(gguf.tokenizer_source))
+    gguf.close()
+    srv.close()
+    ups = Upstreams([upstream.url], tokenizer="server")
+    with serving(ups, SMALL) as running:
+        r = client(running).chat.completions.create(
+            model=running.state.model, messages=question(), n=6, seed=3
+        )
+        assert r.model_extra["mars"]["answer"] is not None
+    ups.close()
+    assert json.dumps(ups.primary.describe()["tokenizer"]) == '"server"'
+
+
+def test_a_streamed_request_reads_back_as_the_unstreamed_answer(upstream):
+    """The proxy streams its requests to llama.cpp (which stops a request only when its stream
+    closes): the stream read back is the answer the same request gives unstreamed."""
+    from mars.serve.upstreams import STREAMED
+
+    if upstream.kind not in STREAMED:
+        pytest.skip(f"{upstream.kind} requests are not streamed")
+    be = ServerBackend(base_url=upstream.url)
+    p = be.protocol
+    body = p.body(be.prompt_ids("What is 2 + 3?"), 24, be.sampling, 7, logprobs=True)
+    bound = (answer_limit(24, True, body["prompt"]), "24 tokens")
+
+    def post(b: dict, sse: bool = False):
+        return be.http.run(lambda: be.http.post(p.path, b, *bound, sse=sse))
+
+    post(body)  # the prompt into the server's cache
+    plain = p.parse(post(body), 24, True)
+    events = post({**body, "stream": True}, sse=True)
+    streamed = p.parse(STREAMED[upstream.kind](events), 24, True)
+    keys = ("ids", "confs", "finished", "text", "prompt_tokens", "completion_tokens")
+    assert {k: getattr(plain, k) for k in keys} == {k: getattr(streamed, k) for k in keys}
+    assert len(events) > 2 and streamed.cached_tokens is not None
+    be.close()
