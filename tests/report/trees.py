@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mars.method.registry import METHODS as REGISTRY
 from mars.report.fmt import read_table_csv
 
 # names with every LaTeX special a label is likely to carry
@@ -199,3 +200,16 @@ def assert_one_line(res, *needles) -> None:
     assert res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
     for needle in needles:
         assert needle in res.output, res.output
+
+
+def savings_against_the_vote(run, method: str) -> float:
+    """A method's savings against its pipeline's full-budget vote: its own for a method on the
+    whole budget; worked out here for one on fewer traces (single-sac), whose own are against
+    its one trace."""
+    m = REGISTRY[method]
+    if m.width is None:
+        return run.overall[method]["savings_pct"]
+    mine = run.per_iteration(method).set_index(["qid", "iteration"]).tokens
+    vote = run.per_iteration(m.baseline).set_index(["qid", "iteration"]).tokens
+    saved = 1 - mine / vote.loc[mine.index]
+    return 100 * saved.groupby(level="qid").mean().mean()

@@ -15,6 +15,8 @@ from mars.report.data.comparison import (
     sc_counterpart,
 )
 
+from ..trees import savings_against_the_vote
+
 
 def test_families_and_counterparts():
     assert {mark_family(m) for m in METHODS} <= set(FAMILIES)
@@ -26,19 +28,6 @@ def test_families_and_counterparts():
     assert sc_counterpart("dco-mars2") == "sc-mars2" and sc_counterpart("dco") == "sc"
     assert sc_counterpart("dco-mars-cal") == "sc-mars-cal"
     assert sc_counterpart("sc-mars2-waves") == "sc-mars2-waves"
-
-
-def _savings_against_the_vote(run, method: str) -> float:
-    """A method's savings against its pipeline's full-budget vote: its own for a method on the
-    whole budget; worked out here for one on fewer traces (single-sac), whose own are against
-    its one trace."""
-    m = METHODS[method]
-    if m.width is None:
-        return run.overall[method]["savings_pct"]
-    mine = run.per_iteration(method).set_index(["qid", "iteration"]).tokens
-    vote = run.per_iteration(m.baseline).set_index(["qid", "iteration"]).tokens
-    saved = 1 - mine / vote.loc[mine.index]
-    return 100 * saved.groupby(level="qid").mean().mean()
 
 
 def test_frontier_points_are_every_early_stopping_method(pools):
@@ -53,7 +42,7 @@ def test_frontier_points_are_every_early_stopping_method(pools):
         assert sorted(here.index) == sorted(stopping)
         for method in stopping:
             assert np.isclose(
-                here.loc[method, "savings_pct"], _savings_against_the_vote(main, method)
+                here.loc[method, "savings_pct"], savings_against_the_vote(main, method)
             )
             assert here.loc[method, "accuracy_pct"] == main.overall[method]["accuracy_pct"]
         assert (here.savings_against == "full-budget vote").all()
