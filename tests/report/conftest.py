@@ -106,3 +106,20 @@ def pools(tmp_path_factory) -> Path:
     mars_cli("simulate", root / "qwen3-8b", "-m", "sc,sc-mars", "--budget", 16, "--iterations", 2,
              "--out", res / "qwen3-8b" / "aime_2025" / "tradeoff-1" / "sim", "-q")  # fmt: skip
     return res
+
+
+@pytest.fixture(scope="session")
+def fitted(tmp_path_factory) -> Path:
+    """A small synthetic pool fitted (`mars fit`), simulated with that fit and analysed with it:
+    an analysis holding the switch models."""
+    root = tmp_path_factory.mktemp("fitted")
+    pool, fit = root / "pool", root / "fit"
+    mars_cli("generate", "--backend", "synthetic", "--preset", "qwen3-8b", "--problems",
+             "aime_2025", "--traces", 40, "--questions", "0-3", "--out", pool, "-q")  # fmt: skip
+    mars_cli("fit", pool, "--out", fit, "-q")
+    sim = root / "results" / "qwen3-8b" / "aime_2025" / "default" / "sim"
+    mars_cli("simulate", pool, "--fit", fit, "-m", "sc,sc-mars-cal", "--budget", 24,
+             "--iterations", 2, "--out", sim, "-q")  # fmt: skip
+    an = root / "results" / "analysis" / "qwen3-8b" / "aime_2025"
+    mars_cli("analyze", pool, sim, "--fit", fit, "--out", an, "--q-questions", 1, "-q")
+    return root / "results"
