@@ -2,8 +2,9 @@
 rendered from `mars simulate` outputs.
 
 ``render_report(results_root, out_dir)`` is what ``mars report`` runs; the pieces are
-:mod:`.collect` (find and load runs), :mod:`.tables`, :mod:`.figures`, :mod:`.tradeoff`
-(in-process simulation sweeps) and :mod:`.trace` (vote shares, MARS slack, learned vs oracle q).
+:mod:`.collect` (find and load runs), :mod:`.data` (what each table and figure shows, as data
+frames), :mod:`.tables` (their cells: Markdown, LaTeX, CSV via :mod:`.fmt`, HTML via :mod:`.html`)
+and :mod:`.figures` (drawing only).
 """
 
 from .collect import ReportError, Results, collect, discover

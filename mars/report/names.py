@@ -13,11 +13,21 @@ import json
 import re
 import shlex
 
-from ..method.registry import METHODS, SELF_CONSISTENCY, method_order
+from ..method.registry import METHODS, ORACLE_FIRST_STOP, SELF_CONSISTENCY, method_order
 from ..method.settings import SPECS
 from .fmt import tex_escape
 
-__all__ = ["family_baseline", "is_baseline", "method_label", "method_order", "run_commands"]
+__all__ = [
+    "ORACLE_FIRST",
+    "family_baseline",
+    "is_baseline",
+    "method_label",
+    "method_order",
+    "run_commands",
+]
+
+#: the oracle-first stop of self-consistency votes: what captions and headers call that stop
+ORACLE_FIRST = ORACLE_FIRST_STOP.of(SELF_CONSISTENCY)
 
 _PLACEHOLDER = re.compile(r"\{(\w+)(:value)?\}")
 

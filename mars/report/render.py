@@ -110,18 +110,10 @@ def _render(rep: Report, figures: bool, formats) -> None:
         (tdir / f"{t.key}.csv").write_text(t.csv())
         (tdir / f"{t.key}.html").write_text(table_html(t))
 
-    if figures:
-        from .comparison import fig_frontier, fig_latency
+    if figures:  # matplotlib is imported only when there is something to draw
         from .figures import all_figures
-        from .tradeoff import fig_tradeoff
-        from .twoaxis import fig_two_axis
 
         rep.figures = all_figures(results, fdir, formats)
-        rep.figures += [make(results, fdir, formats) for make in (fig_frontier, fig_latency)]
-        rep.figures.append(fig_two_axis(results, fdir, formats))
-        tradeoff = fig_tradeoff(results, fdir, formats)
-        if tradeoff is not None:
-            rep.figures.append(tradeoff)
     for f in rep.figures:
         (fdir / f"{f.stem}.caption.html").write_text(caption_html(f.title, f.caption, f.notes))
     rep.index.write_text(_index(rep))

@@ -6,61 +6,33 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
-from typer.testing import CliRunner
+import pandas as pd
 
-from mars.cli import app
 from mars.method.registry import METHODS
-from mars.report import comparison
-from mars.report.collect import collect
-from mars.report.comparison import assign_marks, mark_family, sc_counterpart
+from mars.report import collect
+from mars.report.data.comparison import FAMILIES, frontier_points, sc_counterpart
+from mars.report.figures import comparison
+from mars.report.figures.comparison import FAMILY_COLORS, assign_marks
 from mars.report.names import method_label
 
-pytest.importorskip("matplotlib")
-runner = CliRunner()
-
-
-def _mars(*args) -> None:
-    res = runner.invoke(app, [str(a) for a in args])
-    assert res.exit_code == 0, res.output
-
-
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> Path:
-    """Two pools as a user has them: synthetic AIME (every method; Parallel-Probe at a second u
-    on the same samples; a run on other samples) and one without per-token confidences (no
-    DeepConf pipeline)."""
-    root = tmp_path_factory.mktemp("comparison")
-    res = root / "results"
-    small = ["--budget", "24", "--iterations", "4", "-q"]
-    for model, confs in (("qwen3-8b", "--confs"), ("own-model", "--no-confs")):
-        pool = root / model
-        _mars("generate", "--preset", "qwen3-8b", "--problems", "aime_2025", "--traces", 40,
-              "--questions", "0-5", confs, "--out", pool, "-q")  # fmt: skip
-        sim = res / model / "aime_2025"
-        _mars("simulate", pool, "-m", "all", "--out", sim / "default" / "sim", *small)
-        _mars("simulate", pool, "-m", "sc-pp,sc-pp-faithful", "--pp-conv", 4,
-              "--out", sim / "pp-u4" / "sim", *small)  # fmt: skip
-    _mars("simulate", root / "qwen3-8b", "-m", "sc,sc-mars", "--budget", 16, "--iterations", 2,
-          "--out", res / "qwen3-8b" / "aime_2025" / "tradeoff-1" / "sim", "-q")  # fmt: skip
-    return res
+from ..trees import savings_against_the_vote
 
 
 def drawn(make, results: Path, out_dir: Path) -> tuple[list[dict], list[str], object]:
     """Every marked point ``make`` draws (its axes' pool, pipeline, label, mark, coordinates and
     limits), the figure's texts and its legend."""
     seen: dict = {}
-    finish = comparison._finish
+    finish = comparison.finish
 
     def spy(fo, fig, *args):
         seen["fig"], seen["fo"] = fig, fo
         return finish(fo, fig, *args)
 
-    comparison._finish = spy
+    comparison.finish = spy
     try:
         make(collect([results]), out_dir, ("png",))
     finally:
-        comparison._finish = finish
+        comparison.finish = finish
     fig = seen["fig"]
     points = []
     for ax in fig.get_axes():
@@ -88,19 +60,6 @@ def drawn(make, results: Path, out_dir: Path) -> tuple[list[dict], list[str], ob
     return points, texts, legend
 
 
-def _savings_against_the_vote(run, method: str) -> float:
-    """A method's savings against its pipeline's full-budget vote: its own for a method on the
-    whole budget; worked out here for one on fewer traces (single-sac), whose own are against
-    its one trace."""
-    m = METHODS[method]
-    if m.width is None:
-        return run.overall[method]["savings_pct"]
-    mine = run.per_iteration(method).set_index(["qid", "iteration"]).tokens
-    vote = run.per_iteration(m.baseline).set_index(["qid", "iteration"]).tokens
-    saved = 1 - mine / vote.loc[mine.index]
-    return 100 * saved.groupby(level="qid").mean().mean()
-
-
 def _one_mark_per_label(points: list[dict]) -> None:
     styles: dict[str, set] = {}
     for p in points:
@@ -116,7 +75,8 @@ def _inside(points: list[dict]) -> None:
         assert p["ylim"][0] <= p["y"] <= p["ylim"][1], p
 
 
-def test_the_frontier_draws_every_method_with_its_own_mark(results, tmp_path):
+def test_the_frontier_draws_every_method_with_its_own_mark(pools, tmp_path):
+    results = pools
     points, texts, legend = drawn(comparison.fig_frontier, results, tmp_path)
     _one_mark_per_label(points)
     _inside(points)
@@ -130,7 +90,7 @@ def test_the_frontier_draws_every_method_with_its_own_mark(results, tmp_path):
             if m.is_baseline or m.reads_future:
                 continue
             ov = main.overall[method]
-            want = (_savings_against_the_vote(main, method), ov["accuracy_pct"])
+            want = (savings_against_the_vote(main, method), ov["accuracy_pct"])
             pipe = {"sc": "SC pipeline", "dco": "DeepConf pipeline"}[m.baseline]
             here = [
                 (p["x"], p["y"]) for p in pool if p["pipeline"] == pipe and p["label"] in legend
@@ -161,7 +121,8 @@ def test_the_frontier_draws_every_method_with_its_own_mark(results, tmp_path):
     }
 
 
-def test_latency_draws_every_default_run_on_axes_that_hold_it(results, tmp_path):
+def test_latency_draws_every_default_run_on_axes_that_hold_it(pools, tmp_path):
+    results = pools
     points, texts, _ = drawn(comparison.fig_latency, results, tmp_path)
     _one_mark_per_label(points)
     _inside(points)
@@ -190,15 +151,24 @@ def test_latency_draws_every_default_run_on_axes_that_hold_it(results, tmp_path)
 
 
 def test_marks_are_distinct_by_family_and_shape():
+    assert set(FAMILY_COLORS) == set(FAMILIES)
     labels = [(m, m) for m in METHODS if sc_counterpart(m) == m]  # DeepConf's take SC's marks
     marks = assign_marks(labels)
     assert len({(k.marker, k.color, k.hollow) for k in marks.values()}) == len(labels)
     assert not {"h", "H", "p", "8"} & {k.marker for k in marks.values()}  # look like circles
-    assert marks["sc-mars-cal"].marker == "*" and sc_counterpart("dco-mars-cal") == "sc-mars-cal"
-    assert mark_family("asc") == mark_family("esc") == "sample more"
-    assert mark_family("sc") == mark_family("dco") == "full budget"
-    assert sc_counterpart("dco-mars2") == "sc-mars2" and sc_counterpart("dco") == "sc"
-    assert sc_counterpart("sc-mars2-waves") == "sc-mars2-waves"
+    assert marks["sc-mars-cal"].marker == "*"
     # a method keeps its mark whatever else a figure holds
     alone = assign_marks([("esc", "ESC")])
     assert alone["ESC"] == assign_marks([("sc", "SC"), ("asc", "ASC"), ("esc", "ESC")])["ESC"]
+
+
+def test_the_frontier_names_what_it_shows(tree, tmp_path):
+    """Issue 25 (11): the frontier tells Parallel-Probe's u apart and calls oracle-first what it
+    is; its CSV is its points."""
+    results, out, rep = tree
+    _, _, legend = drawn(comparison.fig_frontier, results, tmp_path)
+    assert {"Parallel-Probe (u=3)", "Parallel-Probe (u=4)", "oracle-first savings"} <= legend
+    captions = " ".join(f.caption + f.title for f in rep.figures)
+    assert "oracle bound" not in captions and "oracle-first" in captions
+    back = pd.read_csv(out / "figures" / "fig-frontier.csv")
+    assert back.equals(frontier_points(collect([results])).astype(back.dtypes))

@@ -1,5 +1,6 @@
 """The two figures that put every method side by side: accuracy against token savings (the
-frontier) and against total and sequential tokens (latency).
+frontier) and against total and sequential tokens (latency). Their points are
+:mod:`mars.report.data.comparison`'.
 
 Each method — and each setting of it a run holds (Parallel-Probe at u = 3 and at u = 4) — is one
 mark, the same in both figures and named in the legend: its colour says its family (MARS,
@@ -23,93 +24,25 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..method.registry import (
-    CALIBRATED_MARS,
-    CONSENSUS,
-    CONVERGENCE_EXIT,
-    MARS,
-    MARS_CERTIFIED,
-    METHODS,
-    ORACLE_FIRST_STOP,
-    PARALLEL_PROBE,
-    PIPELINES,
-    PROBE_CONTROLLER,
-    RISK,
-)
-from .collect import Results, Run
-from .figures import (
-    FORMATS,
-    MARS_COLOR,
-    ORACLE_FIRST,
-    PP_COLOR,
-    FigureOut,
-    _finish,
-    _sources,
-    style,
-)
-from .names import method_label, method_order
+from ...method.registry import CALIBRATED_MARS, METHODS, PIPELINES
+from ..collect import Results
+from ..data.comparison import FAMILIES, frontier_points, latency_points, mark_family
+from ..names import ORACLE_FIRST
+from .base import FORMATS, MARS_COLOR, PP_COLOR, FigureOut, finish, pool_sources, style
 
-SELF_CONSISTENCY = next(iter(PIPELINES))
-
-#: a mark's colour: the method's family
-FAMILY_COLORS = {
-    "full budget": "#222222",
-    "MARS": MARS_COLOR,
-    "Parallel-Probe": PP_COLOR,
-    "consensus": "#8c564b",
-    "convergence exit": "#2ca02c",
-    "sample more": "#9467bd",
-    "oracle": "#8a8a8a",
-    "other": "#bcbd22",
-}
-#: the family of an early-stopping rule (by its kind); the rest is said by the method itself
-RULE_FAMILIES = {
-    rule.kind: family
-    for family, rules in (
-        ("MARS", (MARS, MARS_CERTIFIED, RISK)),
-        ("Parallel-Probe", (PARALLEL_PROBE, PROBE_CONTROLLER)),
-        ("consensus", (CONSENSUS,)),
-        ("convergence exit", (CONVERGENCE_EXIT,)),
+#: a mark's colour: the method's family (:data:`mars.report.data.comparison.FAMILIES`)
+FAMILY_COLORS = dict(
+    zip(
+        FAMILIES,
+        ("#222222", MARS_COLOR, PP_COLOR, "#8c564b", "#2ca02c", "#9467bd", "#8a8a8a", "#bcbd22"),
     )
-    for rule in rules
-}
+)
 #: a mark's shape: a method starts at the shape of its place in the registry (so it keeps its mark
 #: from figure to figure) and takes the next one its colour has free
 #: (no hexagon, pentagon or octagon: at six points they are circles)
 MARKERS = ("o", "s", "D", "^", "v", "<", ">", "P", "X")
 #: calibrated MARS, the headline, is a star
 HEADLINE_MARKER = "*"
-
-
-def mark_family(method: str) -> str:
-    """The family a method's mark is coloured by."""
-    m = METHODS.get(method)
-    if m is None:
-        return "other"
-    if m.is_baseline:
-        return "full budget"
-    if m.reads_future:
-        return "oracle"
-    if m.rule.samples_more:
-        return "sample more"
-    return RULE_FAMILIES.get(m.rule.kind, "other")
-
-
-def sc_counterpart(method: str) -> str:
-    """The SC pipeline's method with the same rule and q as ``method`` (itself when it is an SC
-    method or has none): the method whose mark and name a DeepConf method is drawn with."""
-    m = METHODS.get(method)
-    if m is None or m.baseline == SELF_CONSISTENCY:
-        return method
-    for other in METHODS.values():
-        if other.baseline == SELF_CONSISTENCY and (
-            other.rule,
-            other.q,
-            other.waves,
-            other.width,
-        ) == (m.rule, m.q, m.waves, m.width):
-            return other.name
-    return method
 
 
 @dataclass(frozen=True)
@@ -167,34 +100,6 @@ def _marks_of(df: pd.DataFrame, results: Results) -> dict[str, Mark]:
     return assign_marks(zip(ordered.counterpart, ordered.mark))
 
 
-def _point(results: Results, pair: tuple[str, str], run: Run, method: str) -> dict:
-    """What every point of both figures says of a (run, method)."""
-    m = METHODS.get(method)
-    base = m.baseline if m is not None else SELF_CONSISTENCY
-    twin = sc_counterpart(method)
-    return {
-        "model": pair[0],
-        "dataset": pair[1],
-        "setting": run.setting,
-        "pipeline": PIPELINES[base],
-        "method": method,
-        "label": method_label(method, run.settings(method))[0],
-        "mark": method_label(twin, run.settings(method))[0],
-        "counterpart": twin,
-        "family": mark_family(method),
-    }
-
-
-def _points(results: Results, keep) -> list[tuple[tuple[str, str], Run, str]]:
-    """(pair, run, method) of every method ``keep(run, method)`` admits, pool by pool: the runs
-    that drew each pool's main samples, the main setting first, methods in report order."""
-    out = []
-    for pair in results.pairs:
-        for run in results.comparable_runs(*pair):
-            out += [(pair, run, m) for m in method_order(list(run.methods)) if keep(run, m)]
-    return out
-
-
 #: the narrowest figure (inches): the legend's three columns fit
 MIN_WIDTH = 10.0
 
@@ -249,86 +154,6 @@ def _fit_accuracy(ax, values: np.ndarray) -> None:
     lo, hi = float(values.min()), float(values.max())
     pad = max(1.0, 0.08 * (hi - lo))
     ax.set_ylim(lo - pad, hi + pad)
-
-
-# -- the frontier: every early-stopping method against the oracle-first stop ------------------
-FRONTIER_COLUMNS = [
-    "model",
-    "dataset",
-    "setting",
-    "pipeline",
-    "method",
-    "label",
-    "mark",
-    "counterpart",
-    "family",
-    "pp_conv",
-    "accuracy_pct",
-    "savings_pct",
-    "savings_against",
-    "baseline_accuracy_pct",
-    "oracle_savings_pct",
-]
-
-
-def _stops_early(method: str) -> bool:
-    """On the frontier: a method that may stop early and reads nothing of the future."""
-    m = METHODS.get(method)
-    return m is not None and not m.is_baseline and not m.reads_future
-
-
-def _vote_savings(results: Results, pair: tuple[str, str], run: Run, method: str) -> float | None:
-    """The savings of a method that runs fewer traces than the budget (single-sac) against its
-    pipeline's full-budget vote on the same samples — what every other point's savings are
-    against — as the simulator averages them (per question, then across questions); None when
-    the vote's run is not there."""
-    base = METHODS[method].baseline
-    vote_run = results.find(*pair, base)
-    if vote_run is None:
-        return None
-    mine = run.per_iteration(method)[["qid", "iteration", "tokens"]]
-    vote = vote_run.per_iteration(base)[["qid", "iteration", "tokens"]]
-    both = mine.merge(vote, on=["qid", "iteration"], suffixes=("", "_vote"))
-    if len(both) != len(mine) or not (both.tokens_vote > 0).all():
-        return None
-    saved = 1.0 - both.tokens / both.tokens_vote
-    return float(100.0 * saved.groupby(both.qid).mean().mean())
-
-
-def _is_pp(method: str) -> bool:
-    return METHODS[method].rule.kind == "pp"
-
-
-def frontier_points(results: Results) -> pd.DataFrame:
-    """(accuracy, savings) of every early-stopping method of the runs that drew each pool's
-    main samples, with its pipeline's full-budget accuracy and oracle-first savings."""
-    rows = []
-    for pair, run, method in _points(results, lambda run, m: _stops_early(m)):
-        ov = run.overall[method]
-        savings, against = ov.get("savings_pct"), "full-budget vote"
-        if METHODS[method].width is not None:  # its own savings are against its few traces
-            vote = _vote_savings(results, pair, run, method)
-            savings, against = (vote, against) if vote is not None else (savings, "own traces")
-        base = METHODS[method].baseline
-        base_run = results.find(*pair, base)
-        orc = ORACLE_FIRST_STOP.of(base)
-        orc_run = results.find(*pair, orc)
-        rows.append(
-            {
-                **_point(results, pair, run, method),
-                "pp_conv": run.settings(method).get("pp_conv") if _is_pp(method) else None,
-                "accuracy_pct": ov.get("accuracy_pct"),
-                "savings_pct": savings,
-                "savings_against": against,
-                "baseline_accuracy_pct": None
-                if base_run is None
-                else base_run.overall[base].get("accuracy_pct"),
-                "oracle_savings_pct": None
-                if orc_run is None
-                else orc_run.overall[orc].get("savings_pct"),
-            }
-        )
-    return pd.DataFrame(rows, columns=FRONTIER_COLUMNS)
 
 
 def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
@@ -391,45 +216,8 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                 ax.set_xlabel("token savings (%)")
                 ax.set_ylabel("accuracy (%)" if i == 0 else "")
         _legend(fig, marks, lines)
-    fo.label_data(_sources(results, pairs))
-    return _finish(fo, fig, out_dir, formats)
-
-
-# -- latency: accuracy against total and sequential tokens ---------------------------------------
-LATENCY_COLUMNS = [
-    "model",
-    "dataset",
-    "setting",
-    "protocol",
-    "pipeline",
-    "method",
-    "label",
-    "mark",
-    "counterpart",
-    "family",
-    "accuracy_pct",
-    "tokens_mean",
-    "seq_tokens_mean",
-]
-
-
-def latency_points(results: Results) -> pd.DataFrame:
-    """(accuracy, total tokens, sequential tokens) of every method of the runs that drew each
-    pool's main samples (simulations made before the sequential axis have none)."""
-    rows = []
-    keep = lambda run, m: run.overall[m].get("seq_tokens_mean") is not None  # noqa: E731
-    for pair, run, method in _points(results, keep):
-        ov = run.overall[method]
-        rows.append(
-            {
-                **_point(results, pair, run, method),
-                "protocol": run.settings(method).get("protocol") or "bootstrap",
-                "accuracy_pct": ov.get("accuracy_pct"),
-                "tokens_mean": ov.get("tokens_mean"),
-                "seq_tokens_mean": ov.get("seq_tokens_mean"),
-            }
-        )
-    return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
+    fo.label_data(pool_sources(results, pairs))
+    return finish(fo, fig, out_dir, formats)
 
 
 def _tokens(value: float, _pos=None) -> str:
@@ -507,5 +295,5 @@ def fig_latency(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                     ax.set_xlabel(xlabel if r == len(pipes) - 1 else "")
                     ax.set_ylabel(f"{pipe}: accuracy (%)")
         _legend(fig, marks, [])
-    fo.label_data(_sources(results, pairs))
-    return _finish(fo, fig, out_dir, formats)
+    fo.label_data(pool_sources(results, pairs))
+    return finish(fo, fig, out_dir, formats)

@@ -1,107 +1,22 @@
-"""Accuracy–savings trade-off curves, drawn from ordinary simulations.
-
-Each method that declares a sweep (:attr:`mars.method.registry.Method.sweep`: γ for MARS with a
-fixed γ, u for Parallel-Probe, the share for consensus stopping, δ for the certified rule, ...) is a
-curve through the runs of one pool that hold it, drew the same samples and differ only in swept
-knobs; the full-budget vote, calibrated MARS and the oracle stop are single points. The workflow's
-``tradeoff`` section makes such runs (:func:`mars.method.registry.sweep_settings`), cached and
-sharded like every simulation; nothing here simulates.
-"""
+"""The accuracy–savings trade-off: one panel per pool with a curve per swept knob and the single
+points beside them. Its curves are :mod:`mars.report.data.tradeoff`'; nothing here simulates."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 import seaborn as sns
 
-from ..method.registry import METHODS, SWEEP_POINTS, swept_methods
-from ..method.settings import SPECS
-from .collect import Results, Run
-from .figures import FORMATS, FigureOut, _finish, style
-from .names import method_label
+from ...method.registry import SWEEP_POINTS
+from ...method.settings import SPECS
+from ..collect import Results
+from ..data.tradeoff import tradeoff_frames, tradeoff_points
+from .base import FORMATS, FigureOut, finish, legend_entries, style
 
-#: a curve needs this many values of its knob (two points are a line, not a trade-off)
-MIN_POINTS = 3
 #: the single points' markers and colours (full-budget vote, calibrated MARS, oracle-first)
 POINT_MARKS = dict(zip(SWEEP_POINTS, (("X", "#222222"), ("*", "#1f77b4"), ("D", "#7f7f7f"))))
-POINT_LABELS = dict(zip(SWEEP_POINTS, ("full-budget vote", "MARS, calibrated γ", "oracle stop")))
-
-
-def _swept_params() -> set[str]:
-    return {METHODS[m].sweep.param for m in swept_methods()}  # type: ignore[union-attr]
-
-
-def _group_key(run: Run) -> tuple:
-    """Runs whose points may share a curve: the same samples of the same questions, every
-    setting but the swept knobs equal."""
-    swept = _swept_params()
-    s = run.settings(run.methods[0])
-    return (run.checksum, tuple(sorted((k, repr(v)) for k, v in s.items() if k not in swept)))
-
-
-def _row(run: Run, method: str, family: str, param: str | None, value) -> dict:
-    ov = run.overall[method]
-    s = run.settings(method)
-    return {
-        "family": family,
-        "method": method,
-        "param": param,
-        "value": value,
-        "accuracy_pct": float(ov["accuracy_pct"]),
-        "savings_pct": float(ov["savings_pct"]),
-        "n_questions": int(ov["n_questions"]),
-        "iterations": s.get("iterations"),
-        "budget": s.get("budget"),
-        "setting": run.setting,
-    }
-
-
-def tradeoff_frame(runs: list[Run]) -> pd.DataFrame:
-    """The curves (at least :data:`MIN_POINTS` values of a knob) and single points of runs that
-    may share a curve; the first run holding a point gives it."""
-    rows = []
-    for method in swept_methods():
-        sweep = METHODS[method].sweep
-        assert sweep is not None
-        points: dict[Any, dict] = {}
-        for run in runs:
-            if method in run.overall:
-                value = run.settings(method).get(sweep.param)
-                points.setdefault(value, _row(run, method, sweep.title, sweep.param, value))
-        if len(points) >= MIN_POINTS:
-            rows += sorted(points.values(), key=lambda r: r["value"])
-    if rows:
-        for method in SWEEP_POINTS:
-            holder = next((r for r in runs if method in r.overall), None)
-            if holder is not None:
-                label = POINT_LABELS.get(method) or method_label(method)[0]
-                rows.append(_row(holder, method, label, None, None))
-    return pd.DataFrame(rows)
-
-
-def tradeoff_frames(results: Results) -> dict[tuple[str, str], pd.DataFrame]:
-    """Per pool, the group of runs with the most curve points (the main setting's on a tie)."""
-    frames = {}
-    for pair in results.pairs:
-        groups: dict[tuple, list[Run]] = {}
-        for run in results.runs_of(*pair):
-            groups.setdefault(_group_key(run), []).append(run)
-        best = None
-        for runs in groups.values():
-            df = tradeoff_frame(runs)
-            n = int(df.param.notna().sum()) if len(df) else 0
-            if n and (best is None or n > best[0]):
-                best = (n, df)
-        if best is not None:
-            frames[pair] = best[1]
-    return frames
 
 
 def _fmt(v) -> str:
@@ -115,9 +30,7 @@ def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut 
     if not frames:
         return None
     labels = list(frames)
-    data = pd.concat(
-        [f.assign(model=k[0], dataset=k[1]) for k, f in frames.items()], ignore_index=True
-    )
+    data = tradeoff_points(frames)
     fo = FigureOut(
         "fig-tradeoff",
         "Accuracy–savings trade-off",
@@ -191,10 +104,7 @@ def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut 
             pad = max(2.0, 0.08 * (hi - lo))
             ax.set_ylim(max(lo - pad, -1), min(hi + pad, 101))
         if labels:
-            entries: dict[str, Any] = {}
-            for ax in axes[0]:
-                for h, lab in zip(*ax.get_legend_handles_labels()):
-                    entries.setdefault(lab, h)
+            entries = legend_entries(axes[0])
             fig.legend(
                 list(entries.values()),
                 list(entries),
@@ -207,4 +117,4 @@ def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut 
             )
         else:
             axes[0][0].set_axis_off()
-    return _finish(fo, fig, out_dir, formats)
+    return finish(fo, fig, out_dir, formats)

@@ -1,0 +1,1 @@
+"""Tests of mars.report.data, one module per module."""

@@ -1,0 +1,1 @@
+"""Tests of mars.report.figures, one module per module."""

@@ -1,0 +1,1 @@
+"""Tests of mars.report.tables, one module per module."""
