@@ -538,7 +538,7 @@ class MethodRun:
         used, answer, early = rule.decide_draws(arr.final_ids[S], self.first_seen)
         drawn = np.arange(B)[None, :] < used[:, None]
         spent = np.where(drawn, self.cap, 0)
-        w = int(rule.draws)
+        w = max(1, min(int(rule.draws), B))  # a round larger than the budget is the budget
         rounds = -(-B // w)
         padded = np.zeros((I, rounds * w), dtype=np.int64)
         padded[:, :B] = spent

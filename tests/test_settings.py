@@ -224,3 +224,12 @@ def test_sizes_without_meaning_are_refused_and_surprising_ones_explained():
     (note,) = check_sizes(Settings(warmup=40, budget=32), traces, sc, "P")
     assert note.startswith("warmup 40 > budget 32: the warmup traces are run in full, outside")
     assert check_sizes(Settings(warmup=40, budget=32), traces, parse_methods("sc,sc-pp"), "P") == []
+    # an ESC window (or a wave) larger than the budget runs as the whole budget, and says so
+    esc = parse_methods("sc,esc,sc-mars2-waves")
+    notes = check_sizes(Settings(warmup=0, budget=4), traces, esc, "P")
+    assert notes == [
+        "esc: --esc-window 8 > --budget 4: runs as --esc-window 4, the whole budget at once",
+        "sc-mars2-waves: --wave-size 16 > --budget 4: runs as --wave-size 4, the whole budget at "
+        "once",
+    ]
+    assert check_sizes(Settings(warmup=0, budget=16), traces, esc, "P") == []

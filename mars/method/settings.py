@@ -477,6 +477,14 @@ def check_sizes(
                 f"budget {b} > the {traces[q]} traces {which}: bootstrap samples are drawn with "
                 f"replacement, so a sample holds each trace {b / traces[q]:.1f} times on average"
             )
+    for m in methods:
+        sweep = m.sweep
+        if sweep is not None and sweep.bound == "budget" and getattr(settings, sweep.param) > b:
+            flag = SPECS[sweep.param].flag
+            notes.append(
+                f"{m.name}: {flag} {getattr(settings, sweep.param)} > --budget {b}: runs as "
+                f"{flag} {b}, the whole budget at once"
+            )
     if w > b and any(m.q is not None for m in methods):  # rules that read q use the warmup
         notes.append(
             f"warmup {w} > budget {b}: the warmup traces are run in full, outside the budget "
