@@ -392,7 +392,10 @@ def build_arrays(
 
     grid, codes, finished_at, on_grid, trace_of_probe, k_of = _layout(q, spacing, grid, stopped)
     m = len(grid)
-    probe_ids = np.where(codes == _MISSING, _MISSING, probe_ids_by_code[codes]).astype(np.int32)
+    # (a missing probe, code −2, reads the abstention's slot: the where discards it)
+    probe_ids = np.where(
+        codes == _MISSING, _MISSING, probe_ids_by_code[np.maximum(codes, -1)]
+    ).astype(np.int32)
     ids = np.where(finished_at, final_ids[:, None], probe_ids).astype(np.int32)
     missing = np.argwhere(ids == _MISSING)
     if missing.size:

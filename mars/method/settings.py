@@ -448,6 +448,9 @@ def check_sizes(
     sample (reference-protocol §8): they need at least one, and no more than the budget. The
     others' warmup is the first ``warmup`` traces of the question, outside the budget (§4.3).
     """
+    empty = sorted(q for q, n in traces.items() if n == 0)
+    if empty:
+        raise SimulationError(f"question {empty[0]} of {source} has no traces: nothing to sample")
     check_warmup(settings.warmup, traces, source)
     w, b = settings.warmup, settings.budget
     deepconf = [m.name for m in methods if m.deepconf]

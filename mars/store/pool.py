@@ -221,8 +221,8 @@ def _type_compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
     return actual.equals(expected) or pa.types.is_null(actual)
 
 
-def _check_traces(q: QuestionData) -> None:
-    """Structural checks shared by both formats."""
+def _check_traces(q: QuestionData, first_trace: int = 0) -> None:
+    """Structural checks shared by both formats (trace ids from ``first_trace``: a shard's)."""
     if q.n_traces == 0:
         raise PoolError(f"{q.where()}: no traces")
     order = np.argsort(q.trace_idx, kind="stable")
@@ -230,12 +230,13 @@ def _check_traces(q: QuestionData) -> None:
     dup = np.flatnonzero(np.diff(sorted_idx) == 0)
     if dup.size:
         raise PoolError(f"{q.where()}, trace {int(sorted_idx[dup[0]])}: duplicate (qid, trace_idx)")
-    expected = np.arange(q.n_traces)
+    expected = np.arange(first_trace, first_trace + q.n_traces)
     if not np.array_equal(sorted_idx, expected):
         bad = int(np.flatnonzero(sorted_idx != expected)[0])
         raise PoolError(
-            f"{q.where()}: trace ids are not contiguous 0..{q.n_traces - 1} (first gap at {bad}, "
-            f"found trace {int(sorted_idx[bad])})"
+            f"{q.where()}: trace ids are not contiguous {first_trace}.."
+            f"{first_trace + q.n_traces - 1} (first gap at {first_trace + bad}, found trace "
+            f"{int(sorted_idx[bad])})"
         )
     if (q.lengths < 0).any():
         j = int(np.flatnonzero(q.lengths < 0)[0])
@@ -457,6 +458,7 @@ def question_from_table(
     ground_truth: str | None = None,
     question: str | None = None,
     confs: tuple | None = None,
+    first_trace: int = 0,
 ) -> QuestionData:
     where = f"{source}: question {qid}"
     if t.num_rows == 0:
@@ -585,7 +587,7 @@ def question_from_table(
         probe_steps=probe_steps,
         probe_raw=probe_raw,
     )
-    _check_traces(q)
+    _check_traces(q, first_trace)
     return _sort_by_trace(q)
 
 
@@ -674,7 +676,9 @@ class LayoutPool(Pool):
     def question_meta(self, qid: int) -> dict:
         return dict(self._questions[qid])
 
-    def read_question(self, qid: int) -> QuestionData:
+    def read_question(self, qid: int, first_trace: int = 0) -> QuestionData:
+        """Question ``qid``, checked; ``first_trace``: the first trace id of a shard's
+        (:mod:`mars.store.consolidate`)."""
         if qid not in self._questions:
             raise PoolError(f"{self.source}: no question {qid}")
         f = self.path / schema.trace_file_name(qid)
@@ -719,6 +723,7 @@ class LayoutPool(Pool):
             ground_truth=meta["ground_truth"],
             question=meta.get("question"),
             confs=confs,
+            first_trace=first_trace,
         )
         q.meta = {k: meta.get(k) for k in ("dataset", "model")}
         return q
