@@ -188,6 +188,31 @@ def test_simulation_uses_the_pools_probe_spacing(tmp_path, spacing):
     assert math.gcd(*map(int, grid)) == spacing or len(grid) == 1
 
 
+def test_a_published_pool_is_simulated_on_the_grid_its_probes_lie_on(tmp_path):
+    """A pool probed every 256 tokens, exported to the published schema (which records no
+    spacing), is simulated on its 256-token grid, as the pool itself is: it was simulated on the
+    2,048 grid unless --spacing said otherwise."""
+    pool = _spaced_pool(tmp_path, 256)
+    published = tmp_path / "p.parquet"
+    assert runner.invoke(app, ["export", str(pool), str(published)]).exit_code == 0
+    args = ["-m", "sc,sc-mars,oracle-first", "--budget", "16", "--iterations", "3", "-q"]
+    for src, out in ((pool, "a"), (published, "b")):
+        res = runner.invoke(app, ["simulate", str(src), *args, "--out", str(tmp_path / out)])
+        assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    for m in ("sc-mars", "oracle-first"):
+        a, b = (pd.read_csv(tmp_path / o / m / "per_iteration.csv") for o in "ab")
+        assert a.drop(columns="probe_tokens").equals(b.drop(columns="probe_tokens"))
+        assert b.probe_tokens.isna().all()  # the published schema keeps no probe cost
+        overall = json.loads((tmp_path / "b" / m / "overall.json").read_text())
+        assert overall["settings"]["spacing"] == 256
+    res = runner.invoke(
+        app, ["simulate", str(published), *args, "--spacing", "2048", "--out", str(tmp_path / "c")]
+    )
+    assert res.exit_code == 2 and "disagrees with the pool's probe spacing 256" in res.output
+
+
 def test_an_explicit_spacing_must_agree_with_the_pool(tmp_path):
     pool = _spaced_pool(tmp_path, 1024)
     res = runner.invoke(

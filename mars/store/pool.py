@@ -338,7 +338,8 @@ class Pool:
 
     source: str
     qids: list[int]
-    #: probe spacing the pool records (None: not recorded; the published format records none)
+    #: probe spacing the pool records (None: not recorded); of the published format, which
+    #: records none, the spacing its probes lie on (:func:`probe_spacing`)
     recorded_spacing: int | None = None
 
     def read_question(self, qid: int) -> QuestionData:  # pragma: no cover - interface
@@ -375,6 +376,35 @@ class Pool:
 
     def _files(self) -> list[Path]:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+#: an inferred probe spacing below this many tokens is no grid (positions that share no spacing)
+MIN_INFERRED_SPACING = 16
+
+
+def probe_spacing(pf: pq.ParquetFile, source: str) -> int | None:
+    """The spacing the probes of a published parquet lie on: the greatest common divisor of every
+    probe position but each trace's last (the terminal probe at its length, anywhere), read from
+    the positions alone (a few MB at paper scale). None when no trace has two probes or the
+    positions share no spacing of :data:`MIN_INFERRED_SPACING` tokens or more (then the grid is
+    the default, and a probe missing from it is an error naming the trace)."""
+    try:
+        col = pf.read(columns=["probes.list.element.position"], use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        raise PoolError(f"{source}: probe positions unreadable ({first_line(exc)})") from None
+    g = 0
+    for chunk in col.column("probes").chunks:
+        counts = pc.fill_null(pc.list_value_length(chunk), 0).to_numpy(zero_copy_only=False)
+        flat = pc.list_flatten(chunk)
+        if not len(flat):
+            continue
+        pos = pc.fill_null(flat.field("position"), 0).to_numpy(zero_copy_only=False)
+        inner = np.ones(len(pos), dtype=bool)
+        inner[np.cumsum(counts)[counts > 0] - 1] = False  # each trace's last probe
+        pos = pos[inner & (pos > 0)]
+        if len(pos):
+            g = int(np.gcd(g, np.gcd.reduce(pos)))
+    return g if g >= MIN_INFERRED_SPACING else None
 
 
 class PublishedPool(Pool):
@@ -418,6 +448,7 @@ class PublishedPool(Pool):
             raise PoolError(f"{self.source}: empty pool (no rows)")
         self.qids = sorted(self._row_groups)
         _check_qids(self.qids, self.source)
+        self.recorded_spacing = probe_spacing(self._pf, self.source)
 
     def _files(self) -> list[Path]:
         return [self.path]
