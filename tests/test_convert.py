@@ -226,9 +226,14 @@ def test_parallel_probe_import_reads_no_probe_before_the_first(tmp_path):
         (int(p), q.probe_strings[c] if c >= 0 else None)
         for p, c in zip(q.probe_positions, q.probe_codes)
     ]
-    assert got == [(2048, None), (4096, "5"), (6144, "5"), (8192, "6"), (10240, "6")] + [
+    assert got == [
+        (2048, None),  # before the first probe (at 4,000): no answer
+        (4096, "5"),
+        (6144, "5"),
+        (8192, "6"),
+        (10240, "6"),
         (12288, "7"),
-        (12500, "7"),
+        (12500, "7"),  # the trace's end: its final answer
     ]
     assert q.ground_truth == "7"
 

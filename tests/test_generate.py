@@ -176,7 +176,7 @@ def _nan(cs):
         (lambda s: _edit_manifest(s, version=99), "mars-pool format version 99 is not supported"),
         (lambda s: _edit_manifest(s, format="other"), "not a mars-pool manifest"),
         (lambda s: _damage_confs(s, _odd_bytes), "bytes (float16: 2 a token)"),
-        (lambda s: _damage_confs(s, _nan), "trace 5: non-finite confidence (NaN or inf) at token 3"),
+        (lambda s: _damage_confs(s, _nan), "trace 5: non-finite confidence (NaN or inf) at token"),
         (
             lambda s: _damage_confs(s, lambda cs: pa.array([[1, 2]] * len(cs))),
             "column 'confs' has type list<element: int64>",

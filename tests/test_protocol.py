@@ -351,7 +351,7 @@ def test_waves_are_charged_the_protocols_step_costs(tmp_path, seed):
     src.write_text(json.dumps([random_question(rng, 12)]))
     pool = open_pool(import_parallel_probe(src, tmp_path / "pool", spacing=None))
     arr = question_arrays(pool.read_question(0), SPACING)
-    base = dict(budget=12, iterations=8, warmup=0, seed=seed, protocol="parallel-probe")
+    base = {"budget": 12, "iterations": 8, "warmup": 0, "seed": seed, "protocol": "parallel-probe"}
     s = Settings(**base, wave_size=12).validate()
     res = simulate_question(arr, parse_methods("sc-mars2,sc-mars2-waves"), s).methods
     one, waves = res["sc-mars2"], res["sc-mars2-waves"]

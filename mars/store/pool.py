@@ -469,16 +469,35 @@ class PublishedPool(Pool):
                 f"{self.source}: no question {qid} (questions: {self.qids[0]}..{self.qids[-1]})"
             )
         cols = ["qid", "trace_idx", "ground_truth", "extracted_answer", "probes"]
-        if self._has_confs:
-            cols.append("confs")
+        rgs = self._row_groups[qid]
+        where = f"{self.source}: question {qid}"
         try:
-            t = self._pf.read_row_groups(self._row_groups[qid], columns=cols)
+            t = self._pf.read_row_groups(rgs, columns=cols)
+            mine = pc.equal(t.column("qid"), qid)
+            if not pc.all(mine).as_py():  # a row group shared with other questions
+                t = t.filter(mine)
+            confs = None
+            if self._has_confs:  # streamed, as a pool's are: a list column decoded whole
+                # holds its levels beside the values, and the table a second copy
+                pf = pq.ParquetFile(self.path, pre_buffer=False, **schema.TRACE_READ_OPTIONS)
+                confs = stream_confs(
+                    pf, where, t.num_rows, self._conf_capacity(pf, rgs), "the file says", rgs, qid
+                )
         except (OSError, pa.ArrowException) as exc:
-            raise PoolError(
-                f"{self.source}: question {qid}: unreadable ({first_line(exc)})"
-            ) from None
-        t = t.filter(pc.equal(t.column("qid"), qid))
-        return question_from_table(t, qid, self.source, published=True)
+            raise PoolError(f"{where}: unreadable ({first_line(exc)})") from None
+        return question_from_table(t, qid, self.source, published=True, confs=confs)
+
+    @staticmethod
+    def _conf_capacity(pf: pq.ParquetFile, row_groups: list[int]) -> int:
+        """At least the confidences these row groups hold: the values their ``confs`` column
+        chunks record (one more for each empty or null list), from the file's metadata."""
+        md = pf.metadata
+        leaf = next(
+            j
+            for j in range(md.num_columns)
+            if md.row_group(0).column(j).path_in_schema.split(".")[0] == "confs"
+        )
+        return sum(md.row_group(rg).column(leaf).num_values for rg in row_groups)
 
 
 def question_from_table(
@@ -768,28 +787,56 @@ def read_trace_table(path: str | Path, columns: list[str] | None = None) -> pa.T
     )
 
 
-def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
-    """Per-token confidences of a trace file as (offsets, float16 values), streamed in row batches
-    into one buffer (a file of either format: :mod:`mars.store.confs`).
-
-    Decoding a whole column at once costs more than its size in temporary buffers (of a format 1
-    file's list<float16>: repetition and definition levels, 2 bytes each per token, beside the
-    values); batches of a quarter row group keep the peak near the size of the result.
-    """
+def _read_confs(path: Path, t: pa.Table) -> tuple | None:
+    """Per-token confidences of a trace file as (offsets, float16 values) (a file of either
+    format: :mod:`mars.store.confs`); None for a pool without them."""
     # no pre-buffering: it holds the whole column's pages at once (2× the memory) and costs
     # more CPU than reading row group by row group
     pf = pq.ParquetFile(path, pre_buffer=False, **schema.TRACE_READ_OPTIONS)
     if "confs" not in pf.schema_arrow.names:
         return None
+    capacity = int(pc.sum(t.column("length")).as_py() or 0)
+    return stream_confs(pf, str(path), t.num_rows, capacity, "the lengths say")
+
+
+def stream_confs(
+    pf: pq.ParquetFile,
+    where: str,
+    n_rows: int,
+    capacity: int,
+    bound: str,
+    row_groups: list[int] | None = None,
+    qid: int | None = None,
+    batch_rows: int = 64,
+) -> tuple | None:
+    """The ``confs`` column of ``pf`` (its ``row_groups``, the rows of question ``qid`` when
+    given) as (offsets, float16 values), streamed in row batches into one buffer of
+    ``capacity`` tokens (what ``bound`` says a question holds at most); None when every row is
+    null (a pool without confidences).
+
+    Decoding a whole column at once costs more than its size in temporary buffers (of a
+    ``list<float16>`` column: repetition and definition levels, 2 bytes each per token, beside
+    the values); batches of a quarter row group keep the peak near the size of the result.
+    """
     kind = pf.schema_arrow.field("confs").type
     if not confs_codec.readable(kind):
-        raise PoolError(f"{path}: column 'confs' has type {kind}, expected float16 bytes or lists")
-    offsets = np.zeros(t.num_rows + 1, dtype=np.int64)
+        raise PoolError(f"{where}: column 'confs' has type {kind}, expected float16 bytes or lists")
+    columns = ["confs"] if qid is None else ["qid", "confs"]
+    offsets = np.zeros(n_rows + 1, dtype=np.int64)
     values = None
     row = 0
     n_null = 0
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=["confs"], use_threads=False):
-        col = batch.column(0)
+    batches = pf.iter_batches(
+        batch_size=batch_rows, row_groups=row_groups, columns=columns, use_threads=False
+    )
+    for batch in batches:
+        if qid is not None:
+            mine = pc.equal(batch.column(0), qid)
+            if not pc.all(mine).as_py():
+                batch = batch.filter(mine)
+        col = batch.column(len(columns) - 1)
+        if row + len(col) > n_rows:
+            raise PoolError(f"{where}: more traces than its question holds")
         if col.null_count == len(col) and values is None:
             n_null += len(col)  # a pool without confidences has nulls in every row
             row += len(col)
@@ -797,16 +844,14 @@ def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
         if col.null_count or n_null:
             valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False))
             j = row + int(np.flatnonzero(~valid)[0]) if col.null_count else 0
-            raise PoolError(f"{path}: trace {j}: confs missing for some traces only")
-        off, flat = confs_codec.decode(col, str(path), PoolError, first_row=row)
+            raise PoolError(f"{where}: trace {j}: confs missing for some traces only")
+        off, flat = confs_codec.decode(col, where, PoolError, first_row=row)
         if values is None:
-            values = np.empty(int(pc.sum(t.column("length")).as_py() or 0), dtype=np.float16)
+            values = np.empty(capacity, dtype=np.float16)
         start = offsets[row]
         n_new = int(off[-1])
         if start + n_new > len(values):
-            raise PoolError(
-                f"{path}: more confidences than the lengths say (trace {row + len(col) - 1})"
-            )
+            raise PoolError(f"{where}: more confidences than {bound} (trace {row + len(col) - 1})")
         values[start : start + n_new] = flat
         offsets[row + 1 : row + len(col) + 1] = start + off[1:]
         row += len(col)
@@ -815,6 +860,8 @@ def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
     pa.default_memory_pool().release_unused()
     if values is None:
         return None
+    if row != n_rows:
+        raise PoolError(f"{where}: fewer traces than its question holds")
     return offsets, values[: offsets[-1]]
 
 
