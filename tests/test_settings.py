@@ -211,6 +211,10 @@ def test_a_published_pool_is_simulated_on_the_grid_its_probes_lie_on(tmp_path):
         app, ["simulate", str(published), *args, "--spacing", "2048", "--out", str(tmp_path / "c")]
     )
     assert res.exit_code == 2 and "disagrees with the pool's probe spacing 256" in res.output
+    # imported back into a pool, it records that grid (it recorded 2,048)
+    back = tmp_path / "back"
+    assert runner.invoke(app, ["import", "mars-parquet", str(published), str(back)]).exit_code == 0
+    assert json.loads((back / "pool.json").read_text())["spacing"] == 256
 
 
 def test_an_explicit_spacing_must_agree_with_the_pool(tmp_path):

@@ -383,27 +383,40 @@ MIN_INFERRED_SPACING = 16
 
 
 def probe_spacing(pf: pq.ParquetFile, source: str) -> int | None:
-    """The spacing the probes of a published parquet lie on: the greatest common divisor of every
-    probe position but each trace's last (the terminal probe at its length, anywhere), read from
-    the positions alone (a few MB at paper scale). None when no trace has two probes or the
-    positions share no spacing of :data:`MIN_INFERRED_SPACING` tokens or more (then the grid is
-    the default, and a probe missing from it is an error naming the trace)."""
+    """The spacing the probes of a published parquet lie on (:func:`grid_spacing` of its probes),
+    read from the positions alone (a few MB at paper scale)."""
     try:
         col = pf.read(columns=["probes.list.element.position"], use_threads=False)
     except (OSError, pa.ArrowException) as exc:
         raise PoolError(f"{source}: probe positions unreadable ({first_line(exc)})") from None
     g = 0
     for chunk in col.column("probes").chunks:
+        g = positions_gcd(chunk, g)
+    return grid_spacing(g)
+
+
+def positions_gcd(probes: pa.Array | pa.ChunkedArray, g: int = 0) -> int:
+    """The greatest common divisor of ``g`` and the positions of a ``list<struct<position>>``
+    probe column, each trace's largest left out (the terminal probe at its length lies
+    anywhere)."""
+    for chunk in probes.chunks if isinstance(probes, pa.ChunkedArray) else [probes]:
         counts = pc.fill_null(pc.list_value_length(chunk), 0).to_numpy(zero_copy_only=False)
         flat = pc.list_flatten(chunk)
         if not len(flat):
             continue
         pos = pc.fill_null(flat.field("position"), 0).to_numpy(zero_copy_only=False)
-        inner = np.ones(len(pos), dtype=bool)
-        inner[np.cumsum(counts)[counts > 0] - 1] = False  # each trace's last probe
-        pos = pos[inner & (pos > 0)]
+        starts = np.cumsum(counts)[counts > 0] - counts[counts > 0]
+        largest = np.repeat(np.maximum.reduceat(pos, starts), counts[counts > 0])
+        pos = pos[(pos < largest) & (pos > 0)]
         if len(pos):
             g = int(np.gcd(g, np.gcd.reduce(pos)))
+    return g
+
+
+def grid_spacing(g: int) -> int | None:
+    """The grid a pool's probes lie on, from :func:`positions_gcd`: None when no trace has two
+    probes or the positions share no spacing of :data:`MIN_INFERRED_SPACING` tokens or more (then
+    the grid is the default, and a probe missing from it is an error naming the trace)."""
     return g if g >= MIN_INFERRED_SPACING else None
 
 

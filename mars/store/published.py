@@ -31,7 +31,15 @@ import pyarrow.parquet as pq
 
 from . import schema
 from .atomic import check_apart, check_output_file, make_dirs, write_atomic
-from .pool import MAX_TRACE_LENGTH, LayoutPool, PoolError, PublishedPool, open_pool
+from .pool import (
+    MAX_TRACE_LENGTH,
+    LayoutPool,
+    PoolError,
+    PublishedPool,
+    grid_spacing,
+    open_pool,
+    positions_gcd,
+)
 from .userfiles import read_json, regular_file
 from .write import PoolDirWriter, question_to_table
 
@@ -58,13 +66,17 @@ def _probe_rows(positions, answers, raws=None) -> list[dict]:
 
 
 def _write(out, manifest, questions) -> Path:
-    """questions: iterable of (meta dict, trace table); written atomically (nothing on failure)."""
+    """questions: iterable of (meta dict, trace table); written atomically (nothing on failure).
+    The pool's spacing is the manifest's, else the grid its probes lie on, else 2,048."""
     rows = []
+    g = 0
     with PoolDirWriter(out, atomic=True) as w:
         for meta, table in questions:
             w.write_question(int(meta["qid"]), table)
             rows.append(meta)
-        w.finish(rows, {"spacing": schema.CHECKPOINT_SPACING, **manifest})
+            g = positions_gcd(table.column("probes"), g)
+        spacing = grid_spacing(g) or schema.CHECKPOINT_SPACING
+        w.finish(rows, {"spacing": spacing, **manifest})
     return Path(out)
 
 
