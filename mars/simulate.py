@@ -461,7 +461,9 @@ class MethodRun:
         another. At every checkpoint of a wave the rule sees the earlier waves' final answers,
         the wave's current ones, and every trace not yet launched as pending (an answer still to
         be drawn); it stops everything when it fires, and a wave that ends without a stop
-        launches the next. Sequential tokens are each wave's longest trace, summed."""
+        launches the next. Sequential tokens are each wave's longest trace, summed. A trace
+        costs what :meth:`finish` charges a trace stopped at the same checkpoint (its tokens up
+        to there, or the protocol's step cost), and a wave that ended its full reading."""
         arr, rule, method = self.arr, self.rule, self.method
         if method.deepconf or method.conf_weights or rule.needs_q:
             raise SimulationError(f"method {method.name}: waves need a rule that reads no q")
@@ -473,6 +475,18 @@ class MethodRun:
         spent = np.zeros((I, B), dtype=np.int64)
         seq = np.zeros(I, dtype=np.int64)
         final = arr.final_ids[S]
+        if arr.step_cost is not None and rule.probes:  # read step by step (mars.method.protocol)
+            step_cost = arr.step_cost
+
+            def cost(rows: np.ndarray, lo: int, hi: int, k: int) -> np.ndarray:
+                return step_cost[S[rows, lo:hi], min(k, m - 1)]
+        else:
+
+            def cost(rows: np.ndarray, lo: int, hi: int, k: int) -> np.ndarray:
+                return (
+                    self.cap[rows, lo:hi] if k >= m else np.minimum(self.cap[rows, lo:hi], grid[k])
+                )
+
         for lo, hi in launches:
             ends = self.run_k[:, lo:hi].max(axis=1)  # the checkpoint where the wave has ended
             for k in range(m):
@@ -514,12 +528,13 @@ class MethodRun:
                     self.stop_k[hit] = k
                     self.label[hit] = rule.label
                     self.active[hit] = False
-                    part = np.minimum(self.cap[hit, lo:hi], grid[k])
+                    part = cost(hit, lo, hi, k)
                     spent[hit, lo:hi] = part
                     seq[hit] += part.max(axis=1)
             rest = np.flatnonzero(self.active)
-            spent[rest, lo:hi] = self.cap[rest, lo:hi]
-            seq[rest] += self.cap[rest, lo:hi].max(axis=1)
+            part = cost(rest, lo, hi, m)  # the wave ran to its end
+            spent[rest, lo:hi] = part
+            seq[rest] += part.max(axis=1)
         result = self.finish()  # the rows still active take the full-budget vote of all traces
         result.tokens = spent.sum(axis=1).astype(np.int64)
         result.seq_tokens = seq
@@ -548,7 +563,7 @@ class MethodRun:
         used, answer, early = rule.decide_draws(arr.final_ids[S], self.first_seen)
         drawn = np.arange(B)[None, :] < used[:, None]
         spent = np.where(drawn, self.cap, 0)
-        w = int(rule.draws)
+        w = max(1, min(int(rule.draws), B))  # a round larger than the budget is the budget
         rounds = -(-B // w)
         padded = np.zeros((I, rounds * w), dtype=np.int64)
         padded[:, :B] = spent

@@ -13,6 +13,7 @@ as a command that works as printed.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import shlex
@@ -107,6 +108,7 @@ def check_schema(config: dict, schema: dict) -> None:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
+    _check_finite(config)
     errors = list(Draft202012Validator(schema).iter_errors(config))
     if not errors:
         return
@@ -117,6 +119,19 @@ def check_schema(config: dict, schema: dict) -> None:
         while error.context:  # oneOf / anyOf: the branch that came closest
             error = best_match(error.context)
     raise ConfigError(_message(error, schema))
+
+
+def _check_finite(node, path: tuple = ()) -> None:
+    """Refuse a NaN or infinite number anywhere (YAML's ``.nan``, ``.inf``): a schema's minimum
+    and maximum never reject NaN, and every job given one would fail."""
+    if isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(f"{_key(path)}: {node} is not a finite number")
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _check_finite(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _check_finite(v, (*path, i))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -192,6 +192,23 @@ def test_an_analysis_of_a_run_simulated_again_is_refused(chain, tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_stale_analysis_is_refused_wherever_the_run_lies(chain, tmp_path):
+    """A run folder outside any ``results/`` labels itself by its name alone when analysed, and by
+    its path under the report's root when reported: the analysis is still known as that run's,
+    and refused once the run is simulated again (it was left out, exit 0)."""
+    runs = tmp_path / "runs"
+    sim = runs / "simulate" / "m" / "d" / "default"
+    args = ["-m", METHODS, "--budget", "24", "--iterations", "4", "--fit", chain / "fit", "-q"]
+    cli("simulate", chain / "pool", *args, "--out", sim)
+    cli("analyze", chain / "pool", sim, "--fit", chain / "fit", "--out", runs / "analysis", "-q")
+    rep = render_report([runs], tmp_path / "r0", figures=False)
+    assert rep.results.runs[0].analysis is not None  # found although the labels differ
+    cli("simulate", chain / "pool", *args, "--seed", "7", "--out", sim)
+    res = RUNNER.invoke(app, ["report", str(runs), "--out", str(tmp_path / "r")])
+    one_line(res, "analysis.json", "simulated again", "mars analyze")
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize(
     "damage, needle",
     [

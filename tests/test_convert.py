@@ -173,10 +173,28 @@ def _pp_file(tmp_path, **edit):
             "claims 1,000,000,000,000 tokens, but its 1 probes",
         ),
         ({"each_branch": [[["5"], -5, "7"]]}, "token count -5 is not a whole number"),
-        ({"probe_freq": 0}, "probe_freq 0 is not a positive whole number"),
+        ({"probe_freq": 0}, "probe_freq 0 is not a whole number of tokens from 1 to"),
+        ({"probe_freq": 10**30}, "probe_freq 1000000000000000000000000000000 is not a whole"),
         ({"probe_freq": -500}, "probe_freq -500"),
         ({"each_branch": [["5", 100, "7"]]}, "branch is not [probe_list, tokens, final]"),
         ({"each_branch": [[[5], 100, "7"]]}, "answers must be strings"),
+        # a probe every 10^15 tokens covered a claim of 10^16 (its 2,048-grid hung): the probe
+        # spacing and the length are bounded by the longest trace a pool may hold
+        (
+            {"probe_freq": 10**15, "each_branch": [[["5"] * 10, 10**16, "7"]]},
+            "probe_freq 1000000000000000 is not a whole number of tokens from 1 to 16,777,216",
+        ),
+        (
+            {"probe_freq": 2**24, "each_branch": [[["5"] * 10, 40 * 2**24, "7"]]},
+            "claims 671,088,640 tokens, more than a trace may hold (16,777,216)",
+        ),
+        ({"question": 5}, "question 0: its question text is 5, not a string"),
+        ({"question": ["a", "b"]}, "its question text is a list, not a string"),
+        ({"gold_answer": None}, "gold_answer is null, not a string or a whole number"),
+        ({"gold_answer": [7]}, "gold_answer is a list, not a string"),
+        ({"gold_answer": {"a": 7}}, "gold_answer is an object, not a string"),
+        ({"gold_answer": True}, "gold_answer is true, not a string"),
+        ({"gold_answer": 7.5}, "gold_answer is 7.5, not a string"),
     ],
 )
 def test_parallel_probe_import_validates_before_work(tmp_path, edit, message):
@@ -206,6 +224,32 @@ def test_a_native_import_names_a_probe_freq_that_is_not_a_number(tmp_path):
     src.write_text(_json.dumps([item, {**item, "probe_freq": 400}]))
     res = runner.invoke(app, args)
     assert "different probe_freq values [400, 500]" in res.output
+
+def test_parallel_probe_import_reads_no_probe_before_the_first(tmp_path):
+    """A grid finer than the source's probes: a checkpoint before the first probe has no answer
+    (it read the last probe, from the trace's end), later ones the last probe read by then; a
+    whole-number gold answer is its digits."""
+    from mars.store.pool import open_pool
+
+    branch = [["5", "6", "7"], 12_500, "7"]
+    src = _pp_file(tmp_path, probe_freq=4000, gold_answer=7, each_branch=[branch])
+    res = runner.invoke(app, ["import", "parallel-probe", str(src), str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    q = open_pool(tmp_path / "out").read_question(0)
+    got = [
+        (int(p), q.probe_strings[c] if c >= 0 else None)
+        for p, c in zip(q.probe_positions, q.probe_codes)
+    ]
+    assert got == [
+        (2048, None),  # before the first probe (at 4,000): no answer
+        (4096, "5"),
+        (6144, "5"),
+        (8192, "6"),
+        (10240, "6"),
+        (12288, "7"),
+        (12500, "7"),  # the trace's end: its final answer
+    ]
+    assert q.ground_truth == "7"
 
 
 def _authors_pickle(path, protocol):

@@ -147,6 +147,65 @@ def test_consolidate_rejects_bad_shard_sets(tmp_path, problems):
     assert not (tmp_path / "m1").exists()
 
 
+@pytest.fixture(scope="module")
+def two_shards(problems, tmp_path_factory):
+    root = tmp_path_factory.mktemp("shards")
+    return [gen(problems, root / f"s{i}", shard=i, n_shards=2) for i in (0, 1)]
+
+
+def _damage_confs(shard, confs_of):
+    """Rewrite question 0's trace file with confidences ``confs_of(list of float16 arrays)``."""
+    f = shard / schema.trace_file_name(0)
+    t = read_trace_table(f)
+    col = confs_of([np.asarray(c, dtype=np.float16) for c in t.column("confs").to_pylist()])
+    pq.write_table(t.set_column(t.column_names.index("confs"), "confs", col), f)
+    return f
+
+
+def _odd_bytes(cs):
+    return pa.array([c.tobytes() + (b"\0" if j == 1 else b"") for j, c in enumerate(cs)])
+
+
+def _nan(cs):
+    cs[1][3] = np.nan
+    return pa.array([c.tobytes() for c in cs], pa.large_binary())
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda s: _edit_manifest(s, version=99), "mars-pool format version 99 is not supported"),
+        (lambda s: _edit_manifest(s, format="other"), "not a mars-pool manifest"),
+        (lambda s: _damage_confs(s, _odd_bytes), "bytes (float16: 2 a token)"),
+        (lambda s: _damage_confs(s, _nan), "trace 5: non-finite confidence (NaN or inf) at token"),
+        (
+            lambda s: _damage_confs(s, lambda cs: pa.array([[1, 2]] * len(cs))),
+            "column 'confs' has type list<element: int64>",
+        ),
+        (
+            lambda s: _damage_confs(s, lambda cs: pa.array([["a"]] * len(cs))),
+            "column 'confs' has type list<element: string>",
+        ),
+    ],
+)
+def test_consolidate_checks_each_shard_as_a_pool_is_read(two_shards, tmp_path, damage, message):
+    """A shard of another format or version, or with confidences a pool reader refuses (odd byte
+    counts, NaN, integers, strings), is one line naming the shard; nothing is written."""
+    s0, s1 = two_shards
+    bad = tmp_path / "s1"
+    shutil.copytree(s1, bad)
+    damage(bad)
+    res = CliRunner().invoke(app, ["consolidate", str(s0), str(bad), "--out", str(tmp_path / "m")])
+    assert res.exit_code == 2, res.output
+    assert res.output.count("\n") == 1 and message in res.output and str(bad) in res.output
+    assert not (tmp_path / "m").exists()
+
+
+def _edit_manifest(shard, **changes):
+    f = shard / schema.POOL_MANIFEST
+    f.write_text(json.dumps({**json.loads(f.read_text()), **changes}))
+
+
 def test_resume_after_deleting_a_question(tmp_path, problems):
     out = gen(problems, tmp_path / "s", shard=1, n_shards=2)
     before = trace_bytes(out)

@@ -310,6 +310,71 @@ def test_sample_more_methods_report_rounds_as_their_sequential_tokens(tmp_path):
     assert (sc.seq_tokens == arr.lengths[S].max(axis=1)).all() and sc.rounds == 0
 
 
+@pytest.mark.parametrize("protocol", ["bootstrap", "parallel-probe"])
+def test_an_esc_window_larger_than_the_budget_is_one_window_of_the_whole_budget(tmp_path, protocol):
+    """The default window 8 at --budget 4 draws the four traces as one window, as window 4 does:
+    not an empty sample (no answer, 0 tokens)."""
+    rng = np.random.default_rng(3)
+    src = tmp_path / "pp.json"
+    src.write_text(json.dumps([random_question(rng, 12)]))
+    pool = open_pool(import_parallel_probe(src, tmp_path / "pool", spacing=None))
+    if protocol == "parallel-probe":
+        arr = question_arrays(pool.read_question(0), SPACING)
+    else:
+        from mars.method.arrays import load_arrays
+
+        arr = load_arrays(pool.read_question(0), None, spacing=SPACING, window=2048)
+    runs = {}
+    for window in (4, 8, 16):
+        s = Settings(
+            budget=4, iterations=6, warmup=0, protocol=protocol, esc_window=window
+        ).validate()
+        runs[window] = simulate_question(arr, parse_methods("esc,sc"), s).methods
+    esc = runs[8]["esc"]
+    assert (esc.answer >= 0).all() and (esc.tokens == esc.baseline).all()
+    assert esc.rounds == 4 and (esc.seq_tokens == esc.longest_tokens).all()
+    for window in (8, 16):
+        for k in ("answer", "tokens", "seq_tokens", "correct"):
+            assert (getattr(runs[window]["esc"], k) == getattr(runs[4]["esc"], k)).all(), k
+    # not unanimous: the majority of the whole budget, which is self-consistency's vote
+    split = esc.stopped_by == "budget"
+    assert (esc.answer[split] == runs[8]["sc"].answer[split]).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_waves_are_charged_the_protocols_step_costs(tmp_path, seed):
+    """sc-mars2-waves under the parallel-probe protocol: with one wave it is sc-mars2 (answers,
+    stops and every token count); with several, a wave before the stopping one costs its traces'
+    full reading, the stopping wave its step costs at the stop, the later ones nothing."""
+    rng = np.random.default_rng(seed)
+    src = tmp_path / "pp.json"
+    src.write_text(json.dumps([random_question(rng, 12)]))
+    pool = open_pool(import_parallel_probe(src, tmp_path / "pool", spacing=None))
+    arr = question_arrays(pool.read_question(0), SPACING)
+    base = {"budget": 12, "iterations": 8, "warmup": 0, "seed": seed, "protocol": "parallel-probe"}
+    s = Settings(**base, wave_size=12).validate()
+    res = simulate_question(arr, parse_methods("sc-mars2,sc-mars2-waves"), s).methods
+    one, waves = res["sc-mars2"], res["sc-mars2-waves"]
+    for k in ("answer", "position", "tokens", "seq_tokens", "longest_tokens"):
+        assert np.array_equal(getattr(one, k), getattr(waves, k)), k
+    assert np.array_equal(one.stopped_by, waves.stopped_by)
+    assert (one.tokens != arr.lengths[shuffles(12, 12, 8, seed)].sum(axis=1)).any()
+    s = Settings(**base, wave_size=4).validate()
+    r = simulate_question(arr, parse_methods("sc-mars2-waves"), s).methods["sc-mars2-waves"]
+    S = shuffles(12, 12, 8, seed)
+    full = arr.step_cost[:, -1]
+    for i in range(8):
+        if r.stopped_by[i] == "budget":
+            assert r.tokens[i] == full[S[i]].sum()
+            continue
+        k = int(np.searchsorted(arr.grid, r.position[i]))
+        options = [
+            full[S[i, :lo]].sum() + arr.step_cost[S[i, lo : lo + 4], k].sum()
+            for lo in range(0, 12, 4)
+        ]
+        assert r.tokens[i] in options
+
+
 def test_a_tie_goes_to_the_answer_seen_first_or_to_the_lowest_id():
     from mars.method.voting import leader, tally
 

@@ -188,6 +188,35 @@ def test_simulation_uses_the_pools_probe_spacing(tmp_path, spacing):
     assert math.gcd(*map(int, grid)) == spacing or len(grid) == 1
 
 
+def test_a_published_pool_is_simulated_on_the_grid_its_probes_lie_on(tmp_path):
+    """A pool probed every 256 tokens, exported to the published schema (which records no
+    spacing), is simulated on its 256-token grid, as the pool itself is: it was simulated on the
+    2,048 grid unless --spacing said otherwise."""
+    pool = _spaced_pool(tmp_path, 256)
+    published = tmp_path / "p.parquet"
+    assert runner.invoke(app, ["export", str(pool), str(published)]).exit_code == 0
+    args = ["-m", "sc,sc-mars,oracle-first", "--budget", "16", "--iterations", "3", "-q"]
+    for src, out in ((pool, "a"), (published, "b")):
+        res = runner.invoke(app, ["simulate", str(src), *args, "--out", str(tmp_path / out)])
+        assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    for m in ("sc-mars", "oracle-first"):
+        a, b = (pd.read_csv(tmp_path / o / m / "per_iteration.csv") for o in "ab")
+        assert a.drop(columns="probe_tokens").equals(b.drop(columns="probe_tokens"))
+        assert b.probe_tokens.isna().all()  # the published schema keeps no probe cost
+        overall = json.loads((tmp_path / "b" / m / "overall.json").read_text())
+        assert overall["settings"]["spacing"] == 256
+    res = runner.invoke(
+        app, ["simulate", str(published), *args, "--spacing", "2048", "--out", str(tmp_path / "c")]
+    )
+    assert res.exit_code == 2 and "disagrees with the pool's probe spacing 256" in res.output
+    # imported back into a pool, it records that grid (it recorded 2,048)
+    back = tmp_path / "back"
+    assert runner.invoke(app, ["import", "mars-parquet", str(published), str(back)]).exit_code == 0
+    assert json.loads((back / "pool.json").read_text())["spacing"] == 256
+
+
 def test_an_explicit_spacing_must_agree_with_the_pool(tmp_path):
     pool = _spaced_pool(tmp_path, 1024)
     res = runner.invoke(
@@ -224,3 +253,12 @@ def test_sizes_without_meaning_are_refused_and_surprising_ones_explained():
     (note,) = check_sizes(Settings(warmup=40, budget=32), traces, sc, "P")
     assert note.startswith("warmup 40 > budget 32: the warmup traces are run in full, outside")
     assert check_sizes(Settings(warmup=40, budget=32), traces, parse_methods("sc,sc-pp"), "P") == []
+    # an ESC window (or a wave) larger than the budget runs as the whole budget, and says so
+    esc = parse_methods("sc,esc,sc-mars2-waves")
+    notes = check_sizes(Settings(warmup=0, budget=4), traces, esc, "P")
+    assert notes == [
+        "esc: --esc-window 8 > --budget 4: runs as --esc-window 4, the whole budget at once",
+        "sc-mars2-waves: --wave-size 16 > --budget 4: runs as --wave-size 4, the whole budget at "
+        "once",
+    ]
+    assert check_sizes(Settings(warmup=0, budget=16), traces, esc, "P") == []

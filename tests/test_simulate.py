@@ -385,3 +385,54 @@ def test_the_planned_launch_is_mars2_at_once_or_two_rounds(tmp_path):
             assert (b.seq_tokens <= two_rounds).all()
             assert b.rounds == first
     assert kinds == {1, 2}  # both plans occur on these questions
+
+#: pools the Parallel-Probe importer accepts that no trace can be sampled from, or read oddly
+_GOOD = {"question": "q", "gold_answer": "2", "probe_freq": 500}
+_GOOD_BRANCHES = [[["1", "2"] * 6, 5000, "2"]] * 8
+ODD_POOLS = {
+    # a question with no traces at all
+    "no-traces": [],
+    # every probe and final answer ERR, traces of many lengths (probes off the 2,048 grid)
+    "all-err": [[["ERR"] * k, 500 * k, "ERR"] for k in range(1, 9)],
+    # traces that generated nothing
+    "zero-length": [[[], 0, "2"]] * 8,
+}
+
+
+@pytest.mark.parametrize(
+    "methods, spacing",
+    [
+        ("sc,sc-mars-cal,sc-mars2,sc-mars2-waves,asc,esc,pp-main,oracle-first", "2048"),
+        pytest.param("all", "2048", marks=pytest.mark.slow),
+        pytest.param("all", "native", marks=pytest.mark.slow),
+    ],
+)
+@pytest.mark.parametrize("protocol", ["bootstrap", "parallel-probe"])
+@pytest.mark.parametrize("odd", list(ODD_POOLS))
+def test_whatever_the_importer_accepts_simulates_or_is_refused_in_one_line(
+    tmp_path, odd, protocol, methods, spacing
+):
+    """Every method (a run of all of them, next to a regular question) simulates such a pool or
+    refuses it in one line naming the question, before any output: no ZeroDivisionError,
+    IndexError or other traceback."""
+    from typer.testing import CliRunner
+
+    from mars.cli import app
+
+    src = tmp_path / "pp.json"
+    odd_q = {**_GOOD, "each_branch": ODD_POOLS[odd]}
+    src.write_text(json.dumps([{**_GOOD, "each_branch": _GOOD_BRANCHES}, odd_q]))
+    pool = tmp_path / "pool"
+    res = CliRunner().invoke(
+        app, ["import", "parallel-probe", str(src), str(pool), "--spacing", spacing]
+    )
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "out"
+    args = ["-m", methods, "--budget", 4, "--iterations", 2, "--warmup", 0, "--protocol", protocol]
+    res = _simulate_cli(pool, out, "-q", *args)
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+    if res.exit_code == 0:
+        assert json.loads((out / "sc" / "overall.json").read_text())["n_questions"] == 2
+    else:
+        assert res.exit_code == 2 and "question 1" in res.output, res.output
+        assert res.output.splitlines()[-1].startswith("error: ") and not out.exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import shlex
@@ -340,6 +341,20 @@ def test_bad_config_fails_at_parse_time(tmp_path, change, message):
             "models.tiny (synthetic)",
         ),
         ({"probe": {"timeout": 60}}, "probe.timeout: only for probing through a server"),
+        # YAML's .nan passes every minimum and maximum of a schema; every job would fail
+        (
+            {"models": {"m": {"backend": "server", "base_url": "http://h:1", "timeout": math.nan}}},
+            "models.m.timeout: nan is not a finite number",
+        ),
+        (
+            {
+                "models": {
+                    "m": {"backend": "server", "base_url": "http://h:1", "temperature": math.nan}
+                }
+            },
+            "models.m.temperature: nan is not a finite number",
+        ),
+        ({"simulation": {"gamma": math.inf}}, "simulation.gamma: inf is not a finite number"),
     ],
 )
 def test_config_rejects_in_one_line(change, message):

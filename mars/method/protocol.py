@@ -64,7 +64,7 @@ def _exact_groups(strings: list[str]) -> tuple[np.ndarray, list[str]]:
 def _steps(q: QuestionData, spacing: int) -> np.ndarray:
     """Recorded probes per trace: ``probe_steps`` where the source kept it, else the probes at
     the spacing's multiples below the length."""
-    below = (np.asarray(q.lengths, dtype=np.int64) - 1) // spacing
+    below = np.maximum(np.asarray(q.lengths, dtype=np.int64) - 1, 0) // spacing  # 0 tokens: 0
     if q.probe_steps is None:
         return below
     return np.where(q.probe_steps >= 0, q.probe_steps, below)

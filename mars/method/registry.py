@@ -197,6 +197,17 @@ class Sweep:
     title: str
     param: str  # a Settings field
     values: tuple[float, ...]
+    #: a setting the value cannot exceed: a larger value acts as that one (an ESC window or a
+    #: wave larger than the budget is one window, one wave, of the whole budget)
+    bound: str | None = None
+
+    def effective(self, settings: dict) -> Any:
+        """The value a run with these settings really used (its point on the curve)."""
+        value = settings.get(self.param)
+        cap = settings.get(self.bound) if self.bound else None
+        if value is None or cap is None:
+            return value
+        return min(value, cap)
 
 
 @dataclass(frozen=True)
@@ -395,7 +406,7 @@ _METHODS = [
         "ESC ({esc_window})",
         EARLY_STOPPING,
         group="other",
-        sweep=Sweep("ESC, window", "esc_window", (2, 4, 8, 16)),
+        sweep=Sweep("ESC, window", "esc_window", (2, 4, 8, 16), bound="budget"),
     ),
     # beyond the paper (docs/beyond.md): predictive risk instead of the adversarial bound
     Method("sc-mars2", "MARS2 (predictive risk)", RISK, q="learned"),
@@ -405,7 +416,7 @@ _METHODS = [
         RISK,
         q="learned",
         waves=True,
-        sweep=Sweep("MARS2 in waves, wave size", "wave_size", (8, 16, 32)),
+        sweep=Sweep("MARS2 in waves, wave size", "wave_size", (8, 16, 32), bound="budget"),
     ),
     Method(
         "sc-mars2-launch",

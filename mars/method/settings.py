@@ -459,6 +459,9 @@ def check_sizes(
     sample (reference-protocol §8): they need at least one, and no more than the budget. The
     others' warmup is the first ``warmup`` traces of the question, outside the budget (§4.3).
     """
+    empty = sorted(q for q, n in traces.items() if n == 0)
+    if empty:
+        raise SimulationError(f"question {empty[0]} of {source} has no traces: nothing to sample")
     check_warmup(settings.warmup, traces, source)
     w, b = settings.warmup, settings.budget
     deepconf = [m.name for m in methods if m.deepconf]
@@ -487,6 +490,14 @@ def check_sizes(
             notes.append(
                 f"budget {b} > the {traces[q]} traces {which}: bootstrap samples are drawn with "
                 f"replacement, so a sample holds each trace {b / traces[q]:.1f} times on average"
+            )
+    for m in methods:
+        sweep = m.sweep
+        if sweep is not None and sweep.bound == "budget" and getattr(settings, sweep.param) > b:
+            flag = SPECS[sweep.param].flag
+            notes.append(
+                f"{m.name}: {flag} {getattr(settings, sweep.param)} > --budget {b}: runs as "
+                f"{flag} {b}, the whole budget at once"
             )
     if w > b and any(m.q is not None for m in methods):  # rules that read q use the warmup
         notes.append(

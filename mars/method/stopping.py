@@ -659,7 +659,8 @@ class AdaptiveConsistency(Rule):
 class EarlyStopping(Rule):
     """Early-Stopping Self-Consistency: draw windows of ``window`` traces (as many whole windows
     as the budget holds); stop at the first window whose answers are all the same; otherwise the
-    majority of every drawn trace."""
+    majority of every drawn trace. A window larger than the budget is one window of the whole
+    budget (:meth:`window_for`): the budget bounds what is drawn, as it does for every method."""
 
     window: int = 8
     label: str = "esc"
@@ -670,11 +671,15 @@ class EarlyStopping(Rule):
     def draws(self) -> int:  # type: ignore[override]
         return self.window
 
+    def window_for(self, budget: int) -> int:
+        """The window drawn under ``budget``: at most the whole budget."""
+        return max(1, min(self.window, budget))
+
     def decide_draws(
         self, final_ids: np.ndarray, first_seen: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         I, B = final_ids.shape
-        w = self.window
+        w = self.window_for(B)
         n_win = B // w
         A = int(final_ids.max()) + 1 if final_ids.size else 1
         used = np.full(I, n_win * w, dtype=np.int64)

@@ -211,7 +211,7 @@ def attach(results: Results, analysis: Analysis) -> None:
                 )
             run.analysis = analysis
             return
-    stale = next((r for r in results.runs if r.label == analysis.label), None)
+    stale = next((r for r in results.runs if analysis.is_of(r.label, r.path)), None)
     if stale is not None:
         raise ReportError(
             f"{f}: made from other simulation results than {stale.path} holds now (it was "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,6 +182,20 @@ class Analysis:
     trajectories: list[Trajectory]
     q_calibration: pd.DataFrame
     switch_models: pd.DataFrame
+    run: str | None = None  # the analysed run's folder, as `mars analyze` was given it
+
+    def is_of(self, run_label: str, run_path: Path) -> bool:
+        """Whether this analysis was made of the run ``run_label`` at ``run_path`` (its current
+        contents aside): the same label, or the same folder (a run's label depends on the root it
+        is found under; its folder does not)."""
+        if run_label == self.label:
+            return True
+        if self.run is None:
+            return False
+        try:
+            return os.path.samefile(self.run, run_path)
+        except OSError:  # moved or gone: only the label can tell
+            return False
 
     def trajectory(self, purpose: str, qid: int, iteration: int) -> Trajectory | None:
         return next(
@@ -226,8 +241,10 @@ def read_analysis(path: Path) -> Analysis:
             trajectories.append(Trajectory.from_dict(d))
         except (KeyError, TypeError, ValueError) as exc:
             raise AnalysisError(f"{f}: trajectory {i} is malformed ({exc})") from None
+    run = meta.get("run")
     return Analysis(
         path=path,
+        run=run if isinstance(run, str) else None,
         label=label,
         inputs=dict(inputs),
         example_spec=spec,

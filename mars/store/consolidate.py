@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from ..errors import MarsError, UsageError
 from . import confs, schema
 from .atomic import check_apart
-from .pool import PoolError
+from .pool import LayoutPool, PoolError
 from .userfiles import read_json_object
 from .write import STOOD_IN_MANIFEST_KEY, PoolDirWriter, stood_in_of, with_stood_in
 
@@ -53,8 +53,10 @@ def _read_manifest(d: Path) -> dict:
 def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bool = False) -> Path:
     """Merge complete shard directories of one generation into the pool ``out``.
 
-    Checks that the shards share every generation parameter, cover trace ids 0..N-1 exactly
-    (contiguous, no overlap) and hold the same questions; concatenates each question's traces by
+    Checks that the shards are pools this mars reads (format and version), share every
+    generation parameter, cover trace ids 0..N-1 exactly (contiguous, no overlap) and hold the
+    same questions, and reads every shard's question as a pool is read (confidences, lengths,
+    probes: a damaged shard is named, not merged); concatenates each question's traces by
     trace_idx and writes the pool atomically.
     """
     if not shard_dirs:
@@ -70,6 +72,7 @@ def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bo
             "n_traces": m["n_traces"],
         }
         shards.append((info["first_trace"], d, m, info))
+    readers = {d: LayoutPool(d) for _, d, _, _ in shards}  # format and version, questions file
     shards.sort(key=lambda s: s[0])
     ref = {k: v for k, v in shards[0][2].items() if k not in SHARD_ONLY}
     for _, d, m, _ in shards[1:]:
@@ -103,6 +106,8 @@ def consolidate(shard_dirs: Sequence[str | Path], out: str | Path, overwrite: bo
     with PoolDirWriter(out, atomic=True, overwrite=overwrite) as w:
         for row in qrows:
             qid = row["qid"]
+            for first, d, _, _ in shards:  # each shard's traces as a pool holds them
+                readers[d].read_question(qid, first_trace=first)
             parts = [  # shards of either format version: confidences as bytes in both
                 confs.stored_table(pq.read_table(d / schema.trace_file_name(qid)))
                 for _, d, _, _ in shards

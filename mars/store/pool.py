@@ -221,8 +221,8 @@ def _type_compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
     return actual.equals(expected) or pa.types.is_null(actual)
 
 
-def _check_traces(q: QuestionData) -> None:
-    """Structural checks shared by both formats."""
+def _check_traces(q: QuestionData, first_trace: int = 0) -> None:
+    """Structural checks shared by both formats (trace ids from ``first_trace``: a shard's)."""
     if q.n_traces == 0:
         raise PoolError(f"{q.where()}: no traces")
     order = np.argsort(q.trace_idx, kind="stable")
@@ -230,12 +230,13 @@ def _check_traces(q: QuestionData) -> None:
     dup = np.flatnonzero(np.diff(sorted_idx) == 0)
     if dup.size:
         raise PoolError(f"{q.where()}, trace {int(sorted_idx[dup[0]])}: duplicate (qid, trace_idx)")
-    expected = np.arange(q.n_traces)
+    expected = np.arange(first_trace, first_trace + q.n_traces)
     if not np.array_equal(sorted_idx, expected):
         bad = int(np.flatnonzero(sorted_idx != expected)[0])
         raise PoolError(
-            f"{q.where()}: trace ids are not contiguous 0..{q.n_traces - 1} (first gap at {bad}, "
-            f"found trace {int(sorted_idx[bad])})"
+            f"{q.where()}: trace ids are not contiguous {first_trace}.."
+            f"{first_trace + q.n_traces - 1} (first gap at {first_trace + bad}, found trace "
+            f"{int(sorted_idx[bad])})"
         )
     if (q.lengths < 0).any():
         j = int(np.flatnonzero(q.lengths < 0)[0])
@@ -337,7 +338,8 @@ class Pool:
 
     source: str
     qids: list[int]
-    #: probe spacing the pool records (None: not recorded; the published format records none)
+    #: probe spacing the pool records (None: not recorded); of the published format, which
+    #: records none, the spacing its probes lie on (:func:`probe_spacing`)
     recorded_spacing: int | None = None
 
     def read_question(self, qid: int) -> QuestionData:  # pragma: no cover - interface
@@ -374,6 +376,48 @@ class Pool:
 
     def _files(self) -> list[Path]:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+#: an inferred probe spacing below this many tokens is no grid (positions that share no spacing)
+MIN_INFERRED_SPACING = 16
+
+
+def probe_spacing(pf: pq.ParquetFile, source: str) -> int | None:
+    """The spacing the probes of a published parquet lie on (:func:`grid_spacing` of its probes),
+    read from the positions alone (a few MB at paper scale)."""
+    try:
+        col = pf.read(columns=["probes.list.element.position"], use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        raise PoolError(f"{source}: probe positions unreadable ({first_line(exc)})") from None
+    g = 0
+    for chunk in col.column("probes").chunks:
+        g = positions_gcd(chunk, g)
+    return grid_spacing(g)
+
+
+def positions_gcd(probes: pa.Array | pa.ChunkedArray, g: int = 0) -> int:
+    """The greatest common divisor of ``g`` and the positions of a ``list<struct<position>>``
+    probe column, each trace's largest left out (the terminal probe at its length lies
+    anywhere)."""
+    for chunk in probes.chunks if isinstance(probes, pa.ChunkedArray) else [probes]:
+        counts = pc.fill_null(pc.list_value_length(chunk), 0).to_numpy(zero_copy_only=False)
+        flat = pc.list_flatten(chunk)
+        if not len(flat):
+            continue
+        pos = pc.fill_null(flat.field("position"), 0).to_numpy(zero_copy_only=False)
+        starts = np.cumsum(counts)[counts > 0] - counts[counts > 0]
+        largest = np.repeat(np.maximum.reduceat(pos, starts), counts[counts > 0])
+        pos = pos[(pos < largest) & (pos > 0)]
+        if len(pos):
+            g = int(np.gcd(g, np.gcd.reduce(pos)))
+    return g
+
+
+def grid_spacing(g: int) -> int | None:
+    """The grid a pool's probes lie on, from :func:`positions_gcd`: None when no trace has two
+    probes or the positions share no spacing of :data:`MIN_INFERRED_SPACING` tokens or more (then
+    the grid is the default, and a probe missing from it is an error naming the trace)."""
+    return g if g >= MIN_INFERRED_SPACING else None
 
 
 class PublishedPool(Pool):
@@ -417,6 +461,7 @@ class PublishedPool(Pool):
             raise PoolError(f"{self.source}: empty pool (no rows)")
         self.qids = sorted(self._row_groups)
         _check_qids(self.qids, self.source)
+        self.recorded_spacing = probe_spacing(self._pf, self.source)
 
     def _files(self) -> list[Path]:
         return [self.path]
@@ -437,16 +482,35 @@ class PublishedPool(Pool):
                 f"{self.source}: no question {qid} (questions: {self.qids[0]}..{self.qids[-1]})"
             )
         cols = ["qid", "trace_idx", "ground_truth", "extracted_answer", "probes"]
-        if self._has_confs:
-            cols.append("confs")
+        rgs = self._row_groups[qid]
+        where = f"{self.source}: question {qid}"
         try:
-            t = self._pf.read_row_groups(self._row_groups[qid], columns=cols)
+            t = self._pf.read_row_groups(rgs, columns=cols)
+            mine = pc.equal(t.column("qid"), qid)
+            if not pc.all(mine).as_py():  # a row group shared with other questions
+                t = t.filter(mine)
+            confs = None
+            if self._has_confs:  # streamed, as a pool's are: a list column decoded whole
+                # holds its levels beside the values, and the table a second copy
+                pf = pq.ParquetFile(self.path, **STREAM_OPTIONS, **schema.TRACE_READ_OPTIONS)
+                confs = stream_confs(
+                    pf, where, t.num_rows, self._conf_capacity(pf, rgs), "the file says", rgs, qid
+                )
         except (OSError, pa.ArrowException) as exc:
-            raise PoolError(
-                f"{self.source}: question {qid}: unreadable ({first_line(exc)})"
-            ) from None
-        t = t.filter(pc.equal(t.column("qid"), qid))
-        return question_from_table(t, qid, self.source, published=True)
+            raise PoolError(f"{where}: unreadable ({first_line(exc)})") from None
+        return question_from_table(t, qid, self.source, published=True, confs=confs)
+
+    @staticmethod
+    def _conf_capacity(pf: pq.ParquetFile, row_groups: list[int]) -> int:
+        """At least the confidences these row groups hold: the values their ``confs`` column
+        chunks record (one more for each empty or null list), from the file's metadata."""
+        md = pf.metadata
+        leaf = next(
+            j
+            for j in range(md.num_columns)
+            if md.row_group(0).column(j).path_in_schema.split(".")[0] == "confs"
+        )
+        return sum(md.row_group(rg).column(leaf).num_values for rg in row_groups)
 
 
 def question_from_table(
@@ -457,6 +521,7 @@ def question_from_table(
     ground_truth: str | None = None,
     question: str | None = None,
     confs: tuple | None = None,
+    first_trace: int = 0,
 ) -> QuestionData:
     where = f"{source}: question {qid}"
     if t.num_rows == 0:
@@ -585,7 +650,7 @@ def question_from_table(
         probe_steps=probe_steps,
         probe_raw=probe_raw,
     )
-    _check_traces(q)
+    _check_traces(q, first_trace)
     return _sort_by_trace(q)
 
 
@@ -676,7 +741,9 @@ class LayoutPool(Pool):
     def question_meta(self, qid: int) -> dict:
         return dict(self._questions[qid])
 
-    def read_question(self, qid: int) -> QuestionData:
+    def read_question(self, qid: int, first_trace: int = 0) -> QuestionData:
+        """Question ``qid``, checked; ``first_trace``: the first trace id of a shard's
+        (:mod:`mars.store.consolidate`)."""
         if qid not in self._questions:
             raise PoolError(f"{self.source}: no question {qid}")
         f = self.path / schema.trace_file_name(qid)
@@ -721,6 +788,7 @@ class LayoutPool(Pool):
             ground_truth=meta["ground_truth"] or "",  # not known: no answer is graded correct
             question=meta.get("question"),
             confs=confs,
+            first_trace=first_trace,
         )
         q.meta = {k: meta.get(k) for k in ("dataset", "model")}
         return q
@@ -734,28 +802,61 @@ def read_trace_table(path: str | Path, columns: list[str] | None = None) -> pa.T
     )
 
 
-def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
-    """Per-token confidences of a trace file as (offsets, float16 values), streamed in row batches
-    into one buffer (a file of either format: :mod:`mars.store.confs`).
+#: how the confidences are read: no pre-buffering (it holds the whole column's pages at once, 2×
+#: the memory, and costs more CPU than reading row group by row group) and a buffered stream (else
+#: a column chunk is read whole before its first batch: 420 MB for a published question of 4,096
+#: traces in one row group)
+STREAM_OPTIONS = {"pre_buffer": False, "buffer_size": 1 << 20}
 
-    Decoding a whole column at once costs more than its size in temporary buffers (of a format 1
-    file's list<float16>: repetition and definition levels, 2 bytes each per token, beside the
-    values); batches of a quarter row group keep the peak near the size of the result.
-    """
-    # no pre-buffering: it holds the whole column's pages at once (2× the memory) and costs
-    # more CPU than reading row group by row group
-    pf = pq.ParquetFile(path, pre_buffer=False, **schema.TRACE_READ_OPTIONS)
+
+def _read_confs(path: Path, t: pa.Table) -> tuple | None:
+    """Per-token confidences of a trace file as (offsets, float16 values) (a file of either
+    format: :mod:`mars.store.confs`); None for a pool without them."""
+    pf = pq.ParquetFile(path, **STREAM_OPTIONS, **schema.TRACE_READ_OPTIONS)
     if "confs" not in pf.schema_arrow.names:
         return None
+    capacity = int(pc.sum(t.column("length")).as_py() or 0)
+    return stream_confs(pf, str(path), t.num_rows, capacity, "the lengths say")
+
+
+def stream_confs(
+    pf: pq.ParquetFile,
+    where: str,
+    n_rows: int,
+    capacity: int,
+    bound: str,
+    row_groups: list[int] | None = None,
+    qid: int | None = None,
+    batch_rows: int = 64,
+) -> tuple | None:
+    """The ``confs`` column of ``pf`` (its ``row_groups``, the rows of question ``qid`` when
+    given) as (offsets, float16 values), streamed in row batches into one buffer of
+    ``capacity`` tokens (what ``bound`` says a question holds at most); None when every row is
+    null (a pool without confidences).
+
+    Decoding a whole column at once costs more than its size in temporary buffers (of a
+    ``list<float16>`` column: repetition and definition levels, 2 bytes each per token, beside
+    the values); batches of a quarter row group keep the peak near the size of the result.
+    """
     kind = pf.schema_arrow.field("confs").type
     if not confs_codec.readable(kind):
-        raise PoolError(f"{path}: column 'confs' has type {kind}, expected float16 bytes or lists")
-    offsets = np.zeros(t.num_rows + 1, dtype=np.int64)
+        raise PoolError(f"{where}: column 'confs' has type {kind}, expected float16 bytes or lists")
+    columns = ["confs"] if qid is None else ["qid", "confs"]
+    offsets = np.zeros(n_rows + 1, dtype=np.int64)
     values = None
     row = 0
     n_null = 0
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=["confs"], use_threads=False):
-        col = batch.column(0)
+    batches = pf.iter_batches(
+        batch_size=batch_rows, row_groups=row_groups, columns=columns, use_threads=False
+    )
+    for batch in batches:
+        if qid is not None:
+            mine = pc.equal(batch.column(0), qid)
+            if not pc.all(mine).as_py():
+                batch = batch.filter(mine)
+        col = batch.column(len(columns) - 1)
+        if row + len(col) > n_rows:
+            raise PoolError(f"{where}: more traces than its question holds")
         if col.null_count == len(col) and values is None:
             n_null += len(col)  # a pool without confidences has nulls in every row
             row += len(col)
@@ -763,16 +864,14 @@ def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
         if col.null_count or n_null:
             valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False))
             j = row + int(np.flatnonzero(~valid)[0]) if col.null_count else 0
-            raise PoolError(f"{path}: trace {j}: confs missing for some traces only")
-        off, flat = confs_codec.decode(col, str(path), PoolError, first_row=row)
+            raise PoolError(f"{where}: trace {j}: confs missing for some traces only")
+        off, flat = confs_codec.decode(col, where, PoolError, first_row=row)
         if values is None:
-            values = np.empty(int(pc.sum(t.column("length")).as_py() or 0), dtype=np.float16)
+            values = np.empty(capacity, dtype=np.float16)
         start = offsets[row]
         n_new = int(off[-1])
         if start + n_new > len(values):
-            raise PoolError(
-                f"{path}: more confidences than the lengths say (trace {row + len(col) - 1})"
-            )
+            raise PoolError(f"{where}: more confidences than {bound} (trace {row + len(col) - 1})")
         values[start : start + n_new] = flat
         offsets[row + 1 : row + len(col) + 1] = start + off[1:]
         row += len(col)
@@ -781,6 +880,8 @@ def _read_confs(path: Path, t: pa.Table, batch_rows: int = 64) -> tuple | None:
     pa.default_memory_pool().release_unused()
     if values is None:
         return None
+    if row != n_rows:
+        raise PoolError(f"{where}: fewer traces than its question holds")
     return offsets, values[: offsets[-1]]
 
 

@@ -545,3 +545,11 @@ def test_early_stopping_draws_windows_until_one_is_unanimous():
     assert answer.tolist() == [1, 0, 2]
     assert rule.decide_draws(final[1:2], first_seen=True)[1].tolist() == [0]
     assert rule.decide_draws(np.array([[1, 0, 0, 1, 1, 0]]), first_seen=True)[1].tolist() == [1]
+
+
+def test_an_early_stopping_window_larger_than_the_budget_is_the_whole_budget():
+    final = np.array([[1, 1, 1], [0, 1, 1], [-1, 2, 2]])
+    for window in (3, 4, 100):
+        used, answer, early = EarlyStopping(window=window).decide_draws(final, first_seen=False)
+        assert used.tolist() == [3, 3, 3] and answer.tolist() == [1, 1, 2]
+        assert early.tolist() == [True, False, True]

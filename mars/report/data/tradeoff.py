@@ -63,7 +63,7 @@ def tradeoff_frame(runs: list[Run]) -> pd.DataFrame:
         points: dict[Any, dict] = {}
         for run in runs:
             if method in run.overall:
-                value = run.settings(method).get(sweep.param)
+                value = sweep.effective(run.settings(method))  # a window over the budget is it
                 points.setdefault(value, _row(run, method, sweep.title, sweep.param, value))
         if len(points) >= MIN_POINTS:
             rows += sorted(points.values(), key=lambda r: r["value"])
