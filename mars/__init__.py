@@ -1,9 +1,9 @@
 """MARS: margin-adversarial risk-controlled stopping for parallel LLM test-time scaling.
 
-The library's face is :class:`mars.Stopper` (with :class:`mars.Warmup` and :class:`mars.Decision`,
-from :mod:`mars.stepper`): one method deciding on one question, checkpoint by checkpoint, fed by
-any generation loop (docs/library.md). They are imported on first use, so ``import mars`` stays
-cheap for the command line.
+The library's face is :class:`mars.Stopper` (with :class:`mars.Warmup` and
+:class:`mars.Decision`, from :mod:`mars.live.stepper`): one method deciding on one question,
+checkpoint by checkpoint, fed by any generation loop (docs/library.md). They are imported on
+first use, so ``import mars`` stays cheap for the command line.
 """
 
 __version__ = "0.1.0"
@@ -16,7 +16,7 @@ _LAZY = ("Decision", "Stopper", "Warmup")
 
 def __getattr__(name: str):
     if name in _LAZY:
-        from . import stepper
+        from .live import stepper
 
         return getattr(stepper, name)
     raise AttributeError(f"module 'mars' has no attribute {name!r}")

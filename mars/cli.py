@@ -203,16 +203,15 @@ def simulate(
 ):
     """Bootstrap-simulate stopping methods on a trace pool (the paper's evaluation)."""
     from .method.registry import parse_methods
-    from .method.settings import Settings
+    from .method.settings import Settings, pool_settings
     from .progress import bar
-    from .results import summary_table, write_methods
-    from .simulate import (
+    from .simulate.driver import (
         check_protocol_inputs,
-        pool_settings,
         simulate_pool,
         size_notes,
         supported_methods,
     )
+    from .simulate.results import summary_table, write_methods
     from .store.atomic import check_apart, output_dir
     from .store.pool import open_pool
     from .store.provenance import pool_source
@@ -284,7 +283,7 @@ def fit(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
 ):
     """Fit the per-question stage: arrays and switch models (q) that `simulate --fit` reads."""
-    from .fit import check_fit, fit_pool, summary_table
+    from .fit.driver import check_fit, fit_pool, summary_table
     from .progress import bar
     from .store.atomic import check_apart, output_dir
 
@@ -552,7 +551,7 @@ def solve(
 ):
     """Answer questions live: stop the parallel traces the moment the method fires."""
     from .engines.factory import make_backend
-    from .live import solve_pool
+    from .live.solve import solve_pool
     from .store.atomic import check_apart
 
     opts = dict(engine_options or {})
@@ -586,7 +585,7 @@ def solve(
 def _print_live(rows: list) -> None:
     from rich.table import Table
 
-    from .live_summary import summarize
+    from .live.summary import summarize
 
     summary = summarize(rows)
     t = Table(title="live runs", show_lines=False)
@@ -716,8 +715,8 @@ def replay(
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
 ):
     """Re-simulate a live run from its records; exit 1 if any question differs from what ran live."""  # noqa: E501 - typer shows it verbatim as the command summary
-    from .replay import open_live_run
-    from .replay import replay as replay_run
+    from .live.replay import open_live_run
+    from .live.replay import replay as replay_run
 
     with user_errors():
         state = open_live_run(run)
@@ -768,7 +767,7 @@ def analyze(
 ):
     """What the report draws beyond simulation summaries: example trajectories, q calibration,
     the switch models (computed from the pool, so the report only draws)."""
-    from .analyze import analyze as run_analysis
+    from .analyze.driver import analyze as run_analysis
     from .progress import bar
     from .store.atomic import check_apart
 

@@ -58,7 +58,7 @@ def folders(pool: str) -> list[str]:
 
 
 def fixture_settings(pool: str, folder: str):
-    from mars.simulate import Settings
+    from mars.method.settings import Settings
 
     cfg = json.loads((FIXTURES / pool / folder / "config.json").read_text())
     ex = cfg["extra"]
@@ -98,7 +98,7 @@ def reference(pool: str, folder: str) -> pd.DataFrame:
 def run(arr, pool: str, folder: str) -> pd.DataFrame:
     """Our results for one fixture folder on one question; folders sharing settings run together."""
     from mars.method.registry import get_method
-    from mars.simulate import simulate_question
+    from mars.simulate.driver import simulate_question
 
     cache = arr.__dict__.setdefault("_runs", {})
     if folder in cache:
@@ -240,8 +240,8 @@ def explain(pool: str, qid: int, max_rounds: int = 12):
 def _tied_leaders(arr, pool: str, folder: str, iterations) -> set:
     """Answers tied for the lead (uniform snapshot vote)
     at any checkpoint of the given iterations."""
+    from mars.method.protocol import samples as bootstrap_samples
     from mars.method.voting import tally
-    from mars.simulate import bootstrap_samples
 
     if not iterations:
         return set()

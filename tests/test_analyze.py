@@ -14,13 +14,13 @@ import pytest
 from typer.testing import CliRunner
 from util import report_files_differ
 
-from mars.analyze import trajectory
+from mars.analyze.driver import trajectory
 from mars.cli import app
-from mars.fit import FitDir
+from mars.fit.fitdir import FitDir
 from mars.method.registry import sweep_settings
+from mars.method.walk import QuestionContext
 from mars.report import collect, render_report
 from mars.report.collect import ReportError
-from mars.simulate import QuestionContext
 from mars.store import analysis as files
 from mars.store.pool import open_pool
 
@@ -70,7 +70,7 @@ def test_trajectories_are_the_simulators_decisions(chain):
     for qid in sorted(it.qid.unique()):
         q = pool.read_question(int(qid))
         arr = fit.arrays(q, s)
-        ctx = QuestionContext(arr, s, fitted=fit.question(q, arr, s.warmup))
+        ctx = QuestionContext.sample(arr, s, fitted=fit.question(q, arr, s.warmup))
         for i in range(s.iterations):
             tr = trajectory(arr, ctx, i, files.EXAMPLE)
             row = it[(it.qid == qid) & (it.iteration == i)].iloc[0]
@@ -305,7 +305,8 @@ def test_report_errors_name_the_analysis(chain, tmp_path):
 
 
 def test_the_report_imports_neither_the_pool_reader_nor_the_simulator(chain, tmp_path):
-    """Issue 21 (1): drawing needs no pool reader, no simulator, no fit reader."""
+    """Issue 21 (1): drawing needs no pool reader, no simulator, no fit reader (of the simulate
+    stage it reads only its readers, mars.simulate.runs and .candidates)."""
     import subprocess
     import sys
 
@@ -315,8 +316,8 @@ def test_the_report_imports_neither_the_pool_reader_nor_the_simulator(chain, tmp
         "from mars.report import render_report\n"
         f"render_report([{str(results / 'simulate')!r}], {str(tmp_path / 'r')!r}, "
         f"analyses=[{str(results / 'analysis')!r}], formats=('png',))\n"
-        "banned = ('mars.simulate', 'mars.store.pool', 'mars.fit', 'mars.analyze',\n"
-        "          'mars.method.arrays', 'mars.method.features', 'pyarrow.parquet')\n"
+        "banned = ('mars.simulate.driver', 'mars.method.walk', 'mars.store.pool', 'mars.fit',\n"
+        "          'mars.analyze', 'mars.method.arrays', 'mars.method.features', 'pyarrow.parquet')\n"
         "print([m for m in banned if m in sys.modules])\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -324,7 +325,7 @@ def test_the_report_imports_neither_the_pool_reader_nor_the_simulator(chain, tmp
 
 
 def test_the_analysis_stage_imports_nothing_of_the_report():
-    """Data flows one way: the analysis reads runs through mars.runs, and the
+    """Data flows one way: the analysis reads runs through mars.simulate.runs, and the
     report, after it, reads the analysis; nothing of the render stage is imported before it."""
     import subprocess
     import sys

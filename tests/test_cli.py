@@ -39,14 +39,14 @@ def test_internal_error_shows_its_traceback(tmp_path, monkeypatch):
     """A bug (a numpy broadcast error inside the simulator) is not dressed up as a user error."""
     from util import write_layout_pool
 
-    import mars.simulate
+    from mars.simulate import driver
 
     pool = write_layout_pool(tmp_path / "p", n_questions=1)
 
     def broken(*args, **kwargs):
         raise ValueError("operands could not be broadcast together with shapes (3,) (4,)")
 
-    monkeypatch.setattr(mars.simulate, "simulate_question", broken)
+    monkeypatch.setattr(driver, "simulate_question", broken)
     res = runner.invoke(cli.app, ["simulate", str(pool), "-m", "sc", "--out", str(tmp_path / "o")])
     assert res.exit_code == 1
     assert isinstance(res.exception, ValueError) and "broadcast" in str(res.exception)

@@ -52,7 +52,7 @@ def test_the_guard_by_tokens_is_the_reference_on_its_grid():
     guard on these 2,048-token grids: every MARS method's result, iteration by iteration, is the
     one compared with the reference above."""
     from mars.method.registry import get_method
-    from mars.simulate import simulate_question
+    from mars.simulate.driver import simulate_question
 
     for pool, folder in POOL_FOLDERS:
         if "mars" not in folder:
@@ -95,7 +95,7 @@ def test_oracle_bounds_against_printed_values():
     """DeepConf oracle bounds match the printed values; the SC ones are within 1.3 points
     (see README)."""
     from mars.method.registry import parse_methods
-    from mars.simulate import simulate_question
+    from mars.simulate.driver import simulate_question
 
     for pool, printed in C.ORACLE_PRINTED.items():
         settings = C.fixture_settings(pool, "sc")

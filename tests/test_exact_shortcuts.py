@@ -15,9 +15,11 @@ from util import write_layout_pool
 from mars.method import arrays, deepconf
 from mars.method.arrays import build_arrays
 from mars.method.registry import parse_methods
+from mars.method.settings import Settings
 from mars.method.stopping import Margin, _challengers, margin
 from mars.method.voting import leader, tally
-from mars.simulate import MethodRun, QuestionContext, Settings, simulate_question
+from mars.method.walk import MethodRun, QuestionContext
+from mars.simulate.driver import simulate_question
 from mars.store.pool import QuestionData, open_pool
 
 
@@ -200,7 +202,7 @@ def test_methods_sharing_a_question_decide_as_they_do_alone(tmp_path):
         arr = build_arrays(open_pool(pool).read_question(qid))
         together = simulate_question(arr, methods, settings).methods
         for m in methods:
-            alone = MethodRun(QuestionContext(arr, settings), m).run()
+            alone = MethodRun(QuestionContext.sample(arr, settings), m).run()
             for field in ("answer", "tokens", "position", "stopped_by", "probe_tokens"):
                 a, b = getattr(together[m.name], field), getattr(alone, field)
                 assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), (m.name, field)
@@ -227,7 +229,7 @@ def test_probe_cost_from_shared_sums_equals_the_direct_count(tmp_path):
     arr = build_arrays(open_pool(pool).read_question(0))
     assert arr.probe_tokens is not None
     arr.probe_tokens[3, 1] = -1  # one unknown cost
-    ctx = QuestionContext(arr, Settings(budget=16, iterations=8, warmup=4))
+    ctx = QuestionContext.sample(arr, Settings(budget=16, iterations=8, warmup=4))
     run = MethodRun(ctx, parse_methods("sc-mars")[0])
     stop_k = np.arange(8) % (len(arr.grid) + 1)
     never = np.full(run.samples.shape, np.iinfo(np.int64).max)  # charged to the end: the same

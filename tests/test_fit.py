@@ -15,13 +15,13 @@ from typer.testing import CliRunner
 from util import write_layout_pool
 
 from mars.cli import app
-from mars.fit import FitDir
+from mars.fit.fitdir import FitDir
 from mars.method.arrays import build_arrays, load_arrays
 from mars.method.features import question_features, switch_labels
 from mars.method.qmodel import SwitchModel
 from mars.method.registry import parse_methods
 from mars.method.settings import Settings
-from mars.simulate import simulate_pool
+from mars.simulate.driver import simulate_pool
 from mars.store import schema
 from mars.store.pool import open_pool
 
@@ -466,12 +466,12 @@ def test_a_fit_of_an_older_format_is_refused(fitted, tmp_path):
 def test_models_of_other_answer_groups_are_refused(fitted, monkeypatch):
     """Switch labels follow the answer groups: models fitted under another arrays version (the
     grouping or grading changed since) are refused, not used with the new groups."""
-    import mars.fit
+    from mars.fit import fitdir
 
     _, fit, _ = fitted
     FitDir(fit)  # readable as written
-    monkeypatch.setattr(mars.fit, "ARRAYS_VERSION", mars.fit.ARRAYS_VERSION + 1)
-    with pytest.raises(mars.fit.FitError, match=r"models.parquet: fitted on .*rerun `mars fit`"):
+    monkeypatch.setattr(fitdir, "ARRAYS_VERSION", fitdir.ARRAYS_VERSION + 1)
+    with pytest.raises(fitdir.FitError, match=r"models.parquet: fitted on .*rerun `mars fit`"):
         FitDir(fit)
 
 

@@ -26,10 +26,10 @@ from mars.cli import app
 from mars.engines.synthetic import SyntheticBackend
 from mars.errors import UsageError
 from mars.live import MAX_CHECKPOINTS, live_grid, live_method, solve, solve_pool
+from mars.live.replay import replay
 from mars.method.answers import group_answers_online
 from mars.method.registry import live_methods
-from mars.replay import replay
-from mars.simulate import SimulationError
+from mars.simulate.driver import SimulationError
 from mars.store import schema
 from mars.store.atomic import LOCK_NAME, folder_lock
 from mars.store.pool import PoolError, open_pool
@@ -562,7 +562,7 @@ def test_a_warmup_without_final_answers_is_said_before_the_main_traces(backend, 
 def test_a_kept_warmup_that_is_no_warmup_file_says_what_it_is(tmp_path):
     """A directory where the warmup file goes, or a trace file with no warmup record: one line
     saying so (not a bytes literal), naming it, with the remedy."""
-    from mars.live_warmup import read_warmup
+    from mars.live.warmup import read_warmup
 
     made_by = {"qid": 1, "warmup": 2}
     kept = tmp_path / "q000001.warmup.parquet"

@@ -8,7 +8,7 @@ import csv
 from typer.testing import CliRunner
 
 from mars.cli import app
-from mars.live_summary import closing_lines, summarize, write_csv
+from mars.live.summary import closing_lines, summarize, write_csv
 
 
 def _record(qid=0, tokens=100, stopped=(), full=None, warmup_tokens=50, probes=10, **more):

@@ -32,7 +32,7 @@ from mars.method.registry import (
     unregister,
 )
 from mars.method.stopping import Rule, Snapshot
-from mars.simulate import SimulationError
+from mars.simulate.driver import SimulationError
 from mars.store import schema
 from mars.store.problems import load_problems
 
@@ -127,7 +127,7 @@ def test_live_admits_methods_by_their_properties():
     for m in METHODS.values():
         admitted = m.name in live_methods()
         # all N traces start at once
-        together = not m.rule.samples_more and m.width is None and not m.waves
+        together = not m.rule.samples_more and m.width is None and m.launch.live
         assert admitted == (not m.deepconf and not m.reads_future and together)
     assert {"sc-mars-oracle", "oracle-first", "oracle-last", "dco-mars"}.isdisjoint(live_methods())
     assert {"asc", "esc", "single-sac", "sc-mars2-waves"}.isdisjoint(live_methods())

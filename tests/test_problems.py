@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from mars.cli import app
 from mars.errors import MarsError
-from mars.replay import replay
+from mars.live.replay import replay
 from mars.store.pool import open_pool
 from mars.store.problems import load_problems
 

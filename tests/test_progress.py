@@ -12,12 +12,12 @@ from util import write_layout_pool
 from mars.engines.generate import generate_pool
 from mars.engines.probe import probe_pool
 from mars.engines.synthetic import SyntheticBackend
-from mars.fit import fit_pool
+from mars.fit.driver import fit_pool
 from mars.live import solve_pool
 from mars.method.registry import parse_methods
 from mars.method.settings import Settings
 from mars.progress import Bar
-from mars.simulate import simulate_pool
+from mars.simulate.driver import simulate_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,10 +20,11 @@ import pytest
 from typer.testing import CliRunner
 
 from mars.cli import app
+from mars.errors import SimulationError
 from mars.method.protocol import NO_ANSWER, question_arrays, shuffles
 from mars.method.registry import parse_methods
 from mars.method.settings import Settings
-from mars.simulate import simulate_question
+from mars.simulate.driver import simulate_question
 from mars.store.pool import open_pool
 from mars.store.published import import_parallel_probe
 
@@ -407,3 +408,40 @@ def test_what_the_protocol_cannot_do_is_one_line_before_any_work(tmp_path, extra
     assert res.exit_code == 2 and message in res.output, res.output
     assert res.output.count("\n") == 1 and "note:" not in res.output
     assert not (tmp_path / "out").exists() and not (tmp_path / "CACHE").exists()
+
+
+def test_sizes_without_meaning_are_refused_and_surprising_ones_explained():
+    """check_sizes: a warmup beyond a question's traces, or outside 1..budget for the DeepConf
+    methods, is refused; a budget beyond the traces (each drawn several times) and a warmup
+    beyond the budget (run outside it) are legal and explained."""
+    from mars.method.protocol import check_sizes
+    from mars.method.registry import parse_methods
+
+    traces = {0: 64, 1: 128}
+    sc, dco = parse_methods("sc,sc-mars-cal"), parse_methods("sc,dco")
+    with pytest.raises(SimulationError, match=r"--warmup 100: question 0 of P has only 64 traces"):
+        check_sizes(Settings(warmup=100, budget=32), traces, sc, "P")
+    for w, b in ((0, 32), (40, 32)):
+        with pytest.raises(SimulationError, match=rf"--warmup {w}: the DeepConf methods \(dco\)"):
+            check_sizes(Settings(warmup=w, budget=b), traces, dco, "P")
+    assert check_sizes(Settings(warmup=0, budget=32), traces, sc, "P") == []  # no warmup: q = 1
+    assert check_sizes(Settings(warmup=1, budget=1), traces, dco, "P") == []
+    notes = check_sizes(Settings(warmup=16, budget=512), {0: 128, 1: 128}, sc, "P")
+    assert notes == [
+        "budget 512 > the 128 traces per question: bootstrap samples are drawn with replacement, "
+        "so a sample holds each trace 4.0 times on average"
+    ]
+    (note,) = check_sizes(Settings(warmup=16, budget=256), traces, dco, "P")
+    assert "the 64 traces of question 0 (the fewest)" in note and "4.0 times" in note
+    (note,) = check_sizes(Settings(warmup=40, budget=32), traces, sc, "P")
+    assert note.startswith("warmup 40 > budget 32: the warmup traces are run in full, outside")
+    assert check_sizes(Settings(warmup=40, budget=32), traces, parse_methods("sc,sc-pp"), "P") == []
+    # an ESC window (or a wave) larger than the budget runs as the whole budget, and says so
+    esc = parse_methods("sc,esc,sc-mars2-waves")
+    notes = check_sizes(Settings(warmup=0, budget=4), traces, esc, "P")
+    assert notes == [
+        "esc: --esc-window 8 > --budget 4: runs as --esc-window 4, the whole budget at once",
+        "sc-mars2-waves: --wave-size 16 > --budget 4: runs as --wave-size 4, the whole budget at "
+        "once",
+    ]
+    assert check_sizes(Settings(warmup=0, budget=16), traces, esc, "P") == []

@@ -14,8 +14,9 @@ import pytest
 from util import small_disk, write_layout_pool
 
 from mars.method.registry import parse_methods
-from mars.results import write_method, write_methods
-from mars.simulate import Settings, simulate_pool
+from mars.method.settings import Settings
+from mars.simulate.driver import simulate_pool
+from mars.simulate.results import write_method, write_methods
 from mars.store.atomic import disk_full_message
 
 FILES = ["overall.json", "per_iteration.csv", "per_question.csv"]

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from util import write_layout_pool
 
-import mars.simulate as sim
+from mars.method import walk as sim
 from mars.method.arrays import build_arrays
 from mars.method.registry import get_method
 from mars.method.riskstop import (
@@ -27,6 +27,7 @@ from mars.method.riskstop import (
     predictive_risk,
     theta_draws,
 )
+from mars.method.settings import Settings
 from mars.method.stopping import Snapshot
 from mars.method.voting import leader, tally
 from mars.store.pool import open_pool
@@ -190,7 +191,7 @@ def test_rule_reads_only_the_warmup(tmp_path):
     every other trace changes nothing in it (out of sample by construction)."""
     path = write_layout_pool(Path(tmp_path) / "pool", seed=3, n_questions=1)
     arr = build_arrays(open_pool(path).read_question(0))
-    ctx = sim.QuestionContext(arr, sim.Settings(budget=16, iterations=4, warmup=8))
+    ctx = sim.QuestionContext.sample(arr, Settings(budget=16, iterations=4, warmup=8))
     method = get_method("sc-mars2")
     a = ctx.rule_for(method)
     other = np.setdiff1d(np.arange(arr.n_traces), ctx.warm)
@@ -214,7 +215,9 @@ def test_through_the_simulator(tmp_path, seed):
     """Wired into run_method: never more tokens than the full budget; a stop answers the leader."""
     path = write_layout_pool(Path(tmp_path) / "pool", seed=seed, n_questions=1)
     arr = build_arrays(open_pool(path).read_question(0))
-    ctx = sim.QuestionContext(arr, sim.Settings(budget=24, iterations=6, warmup=8, risk_alpha=0.5))
+    ctx = sim.QuestionContext.sample(
+        arr, Settings(budget=24, iterations=6, warmup=8, risk_alpha=0.5)
+    )
     res = sim.run_method(ctx, get_method("sc-mars2"))
     assert (res.tokens <= res.baseline).all()
     stopped = res.stopped_by == "risk"
@@ -476,7 +479,7 @@ def test_contested_question_is_not_lost_where_sc_is_a_coin_flip(tmp_path):
     dis: dict[str, list] = {"sc-mars2": [], "v1": []}
     for qid in pool.qids:
         arr = build_arrays(pool.read_question(qid))
-        ctx = sim.QuestionContext(arr, sim.Settings(budget=64, iterations=32, warmup=16))
+        ctx = sim.QuestionContext.sample(arr, Settings(budget=64, iterations=32, warmup=16))
         full = sim.run_method(ctx, get_method("sc"))
         now = sim.run_method(ctx, get_method("sc-mars2"))
         first = RiskStop.for_question(arr.final_ids[ctx.warm], arr.n_answers)

@@ -15,9 +15,10 @@ from util import write_layout_pool
 
 from mars.method.arrays import build_arrays
 from mars.method.registry import parse_methods
+from mars.method.settings import Settings
 from mars.method.voting import leader, tally
-from mars.results import write_method
-from mars.simulate import Settings, SimulationError, simulate_pool, simulate_question
+from mars.simulate.driver import SimulationError, simulate_pool, simulate_question
+from mars.simulate.results import write_method
 from mars.store.pool import open_pool
 
 FAST = Settings(budget=24, iterations=6, warmup=8)
@@ -46,7 +47,7 @@ def _full_budget_vote(arr, samples):
 @given(seed=st.integers(0, 10_000), n_answers=st.integers(2, 5))
 def test_oracle_q_gamma1_keeps_full_budget_answer(tmp_path, seed, n_answers):
     """Without abstaining probes, MARS with oracle q and γ = 1 never changes the SC answer."""
-    from mars.simulate import bootstrap_samples
+    from mars.method.protocol import samples as bootstrap_samples
 
     arr = _arrays(tmp_path, seed, n_answers=n_answers, abstain=0.0)
     res = simulate_question(arr, parse_methods("sc,sc-mars-oracle"), FAST)
@@ -118,7 +119,7 @@ def test_method_groups_run_what_the_pool_supports(tmp_path):
     """'all' on a pool without confidences: every method but the DeepConf ones, and the names it
     left out; a DeepConf method named explicitly stays (and is refused when simulated)."""
     from mars.method.registry import METHODS
-    from mars.simulate import supported_methods
+    from mars.simulate.driver import supported_methods
 
     pool = open_pool(write_layout_pool(tmp_path / "pool", seed=1, n_questions=1, confs=False))
     methods, left_out = supported_methods("all", pool, None)
@@ -290,7 +291,7 @@ def test_waves_launch_whole_waves_and_wait_for_each(tmp_path, seed, wave):
     """Traces are charged wave by wave: a wave after the one that stopped costs nothing, the ones
     before cost their full length, and the sequential tokens are each wave's longest, summed; a
     run that never stops is the full-budget vote."""
-    from mars.simulate import bootstrap_samples
+    from mars.method.protocol import samples as bootstrap_samples
 
     arr = _arrays(tmp_path, seed, abstain=0.1)
     s = FAST.replace(wave_size=wave)
@@ -355,7 +356,7 @@ def test_the_planned_launch_is_mars2_at_once_or_two_rounds(tmp_path):
     from mars.engines.generate import generate_pool
     from mars.engines.synthetic import SyntheticBackend
     from mars.method import launch
-    from mars.simulate import QuestionContext, run_method
+    from mars.method.walk import QuestionContext, run_method
     from mars.store.problems import load_problems
 
     problems = load_problems("hmmt_feb_2025")[:8]
@@ -371,7 +372,7 @@ def test_the_planned_launch_is_mars2_at_once_or_two_rounds(tmp_path):
     m2, planned = parse_methods("sc-mars2,sc-mars2-launch")
     kinds = set()
     for q in open_pool(pool).questions():
-        ctx = QuestionContext(build_arrays(q), s)
+        ctx = QuestionContext.sample(build_arrays(q), s)
         launches = launch.plan(ctx.arr.final_ids[ctx.warm], ctx.arr.n_answers, 16, 48)
         a, b = run_method(ctx, m2), run_method(ctx, planned)
         kinds.add(len(launches))
@@ -385,6 +386,7 @@ def test_the_planned_launch_is_mars2_at_once_or_two_rounds(tmp_path):
             assert (b.seq_tokens <= two_rounds).all()
             assert b.rounds == first
     assert kinds == {1, 2}  # both plans occur on these questions
+
 
 #: pools the Parallel-Probe importer accepts that no trace can be sampled from, or read oddly
 _GOOD = {"question": "q", "gold_answer": "2", "probe_freq": 500}

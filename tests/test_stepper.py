@@ -107,7 +107,7 @@ def test_docs_example_runs_as_written(tmp_path, monkeypatch):
 
 def test_mars_exposes_the_stopper():
     assert {"Stopper", "Warmup", "Decision"} <= set(mars.__all__)
-    assert mars.Stopper.__module__ == "mars.stepper"
+    assert mars.Stopper.__module__ == "mars.live.stepper"
     assert {"Stopper", "Warmup", "Decision", "__version__"} <= set(dir(mars))
 
 
@@ -175,8 +175,9 @@ def _state(s: mars.Stopper) -> tuple:
         s.running.tobytes(),
         None if s.conf is None else s.conf.tobytes(),
         s.q.tobytes(),
-        s.flips.tobytes(),
-        s.streak.tobytes(),
+        s.features.flips.tobytes(),
+        s.features.streak.tobytes(),
+        s.features.k,
         [list(m) for m in s.groups.members],
     )
 

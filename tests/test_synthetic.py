@@ -308,7 +308,8 @@ def test_mars_saves_tokens_and_keeps_sc_accuracy_on_generated_pools(tmp_path, ai
     """
     from mars.engines.generate import generate_pool
     from mars.method.registry import parse_methods
-    from mars.simulate import Settings, simulate_pool
+    from mars.method.settings import Settings
+    from mars.simulate.driver import simulate_pool
 
     methods = parse_methods("sc,sc-mars,sc-mars-cal,sc-pp")
     acc = {m.name: [] for m in methods}

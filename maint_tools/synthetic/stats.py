@@ -223,7 +223,8 @@ def mars_stats(
     (``iterations`` samples of ``budget`` answered traces per question, warmup 16, the reference
     settings otherwise), means over questions, as ``mars simulate`` reports them."""
     from mars.method.registry import get_method
-    from mars.simulate import Settings, simulate_question
+    from mars.method.settings import Settings
+    from mars.simulate.driver import simulate_question
 
     ms = [get_method(m) for m in methods]
     s = Settings(budget=budget, iterations=iterations, seed=seed)
@@ -251,7 +252,8 @@ def pool_mars_stats(
     ``mars simulate``'s :func:`~mars.simulate.simulate_pool`
     on a pool directory (answers grouped as the simulator groups them)."""
     from mars.method.registry import get_method
-    from mars.simulate import Settings, simulate_pool
+    from mars.method.settings import Settings
+    from mars.simulate.driver import simulate_pool
 
     ms = [get_method(m) for m in methods]
     results = simulate_pool(pool_path, ms, Settings(budget=budget, iterations=iterations))

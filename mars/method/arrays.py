@@ -357,6 +357,43 @@ def checkpoint_confidences(
     return _confidence_stats(q, grid, window, finished_at, conf_window, group_stats=False)[0]
 
 
+class RunningConfidence:
+    """:func:`checkpoint_confidences` (``conf_window="before"``), one checkpoint at a time: the
+    checkpoint confidence of each of ``n`` traces as they generate, to the bit what their stored
+    records give. Float16-stored token confidences, float64 prefix sums, of which the last
+    ``window`` + 1 are kept; a trace that no longer runs has the mean of all its tokens."""
+
+    def __init__(self, n: int, window: int):
+        self.window = window
+        self.tails = [np.zeros(1) for _ in range(n)]  # prefix sums cs[L - len + 1 .. L]
+        self.seen = np.zeros(n, dtype=np.int64)
+        self.final: dict[int, float] = {}  # traces that no longer run: their whole mean
+
+    def at(self, j: int, p: int, confs, running: bool) -> float:
+        """Trace ``j``'s confidence at checkpoint ``p`` (tokens), given its token confidences so
+        far ``confs`` (all of them once it no longer runs) and whether it still runs."""
+        if j in self.final:
+            return self.final[j]
+        c = np.asarray(confs[self.seen[j] :], np.float16).astype(np.float32)
+        tail = self.tails[j]
+        if len(c):
+            cs = np.cumsum(np.concatenate(([tail[-1]], c.astype(np.float64))))
+            self.tails[j] = tail = np.concatenate((tail, cs[1:]))[-(self.window + 1) :]
+            self.seen[j] += len(c)
+        L = int(self.seen[j])
+        if L == 0:
+            return 0.0 if running else self.final.setdefault(j, 0.0)
+        if not running:
+            self.final[j] = float(tail[-1] / L)
+            return self.final[j]
+        end = min(p, L)
+        start = max(end - self.window, 0)
+        first = L - len(tail) + 1  # the prefix index tail[0] holds
+        if start < first:  # only when a trace ran past its checkpoint
+            raise RuntimeError(f"trace {j}: {L} tokens at checkpoint {p}")
+        return float((tail[end - first] - tail[start - first]) / max(end - start, 1))
+
+
 def build_arrays(
     q: QuestionData,
     spacing: int = CHECKPOINT_SPACING,

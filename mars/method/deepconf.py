@@ -1,10 +1,16 @@
-"""DeepConf-online emulation (reference-protocol §8): threshold, voting filter, truncation."""
+"""DeepConf-online emulation (reference-protocol §8): threshold, voting filter, truncation; and
+the filter as a part of a method (:class:`Filter`: :data:`KEEP_ALL` or
+:data:`DEEPCONF_ONLINE`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
 import numpy as np
 
-from .arrays import QuestionArrays
+if TYPE_CHECKING:
+    from .arrays import QuestionArrays
 
 PERCENTILE = 90
 
@@ -68,3 +74,92 @@ def truncations(arr: QuestionArrays, taus, samples: np.ndarray) -> np.ndarray:
         arr.lengths[:, None],
     )
     return cut[samples, rank[:, None]]
+
+
+class Filter:
+    """Which traces vote, and where a trace is cut: a part of a method
+    (:class:`mars.method.registry.Method`). :data:`KEEP_ALL` keeps every trace;
+    :data:`DEEPCONF_ONLINE` is DeepConf's online filter.
+
+    :meth:`prepare` computes what the filter needs of a question's samples (once per question,
+    shared by the methods that filter alike); :meth:`kept` says which sampled traces vote at
+    checkpoint ``k``, :meth:`truncation` where each stops generating, and :meth:`warm_kept` which
+    warmup traces vote at every checkpoint (γ's calibration)."""
+
+    name: ClassVar[str] = "filter"
+    needs_confs: ClassVar[bool] = False
+    #: it keeps every trace (a sample may then be run in part: ``Method.width``)
+    keeps_all: ClassVar[bool] = False
+
+    def prepare(self, arr: QuestionArrays, samples: np.ndarray, n_warmup: int) -> Any:
+        return None
+
+    def kept(
+        self, state: Any, arr: QuestionArrays, S: np.ndarray, rows: np.ndarray | None, k: int
+    ) -> np.ndarray:
+        """bool [len(rows), B]: the traces ``S`` (the sampled traces of iterations ``rows``;
+        None: every iteration) that vote at checkpoint ``k``."""
+        raise NotImplementedError
+
+    def truncation(self, state: Any, lengths: np.ndarray) -> np.ndarray:
+        """Where every sampled trace stops generating [I, B] (``lengths``: their lengths)."""
+        raise NotImplementedError
+
+    def warm_kept(self, arr: QuestionArrays, warm: np.ndarray) -> np.ndarray:
+        """bool [W, m]: the warmup traces that vote at each checkpoint."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class KeepAll(Filter):
+    """No filter: every trace votes and runs to its end."""
+
+    name: ClassVar[str] = "none"
+    keeps_all: ClassVar[bool] = True
+
+    def kept(
+        self, state: Any, arr: QuestionArrays, S: np.ndarray, rows: np.ndarray | None, k: int
+    ) -> np.ndarray:
+        return np.ones(S.shape, dtype=bool)
+
+    def truncation(self, state: Any, lengths: np.ndarray) -> np.ndarray:
+        return lengths
+
+    def warm_kept(self, arr: QuestionArrays, warm: np.ndarray) -> np.ndarray:
+        return np.ones((len(warm), len(arr.grid)), dtype=bool)
+
+
+@dataclass(frozen=True)
+class DeepConf(Filter):
+    """DeepConf-online (reference-protocol §8): a trace votes while its running minimum
+    checkpoint confidence stays at or above its iteration's threshold τ (from the sample's first
+    ``warmup`` traces), and is cut where its group confidence first falls below τ."""
+
+    name: ClassVar[str] = "deepconf"
+    needs_confs: ClassVar[bool] = True
+
+    def prepare(
+        self, arr: QuestionArrays, samples: np.ndarray, n_warmup: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(τ per iteration float32 [I], truncation [I, B], running-min checkpoint conf [n, m])."""
+        taus, trunc = iteration_state(arr, samples, n_warmup)
+        return np.array(taus, dtype=np.float32), trunc, running_min_conf(arr)
+
+    def kept(
+        self, state: Any, arr: QuestionArrays, S: np.ndarray, rows: np.ndarray | None, k: int
+    ) -> np.ndarray:
+        taus, trunc, runmin = state
+        if rows is not None:
+            taus, trunc = taus[rows], trunc[rows]
+        lens = arr.lengths[S]
+        return (runmin[S, k] >= taus[:, None]) & ~((trunc < lens) & (arr.grid[k] >= trunc))
+
+    def truncation(self, state: Any, lengths: np.ndarray) -> np.ndarray:
+        return state[1]
+
+    def warm_kept(self, arr: QuestionArrays, warm: np.ndarray) -> np.ndarray:
+        return running_min_conf(arr)[warm] >= threshold(arr, warm)
+
+
+KEEP_ALL: Filter = KeepAll()
+DEEPCONF_ONLINE: Filter = DeepConf()

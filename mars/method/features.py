@@ -56,3 +56,42 @@ def switch_labels(arr: QuestionArrays, traces: np.ndarray | None = None) -> np.n
     ids = arr.ids if traces is None else arr.ids[traces]
     final = arr.final_ids if traces is None else arr.final_ids[traces]
     return (ids != final[:, None]).astype(np.float32)
+
+
+class RunningFeatures:
+    """:func:`question_features`, one checkpoint at a time (what a live stopper has): fed each
+    checkpoint's position and the ``n`` traces' answer ids and confidences there, it gives their
+    features [n, 5], the batch's column at that checkpoint to the bit."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.k = 0  # checkpoints fed
+        self.flips = np.zeros(n, dtype=np.int64)
+        self.streak = np.zeros(n, dtype=np.int64)
+        self.ids: np.ndarray | None = None  # at the previous checkpoint
+        self.conf: np.ndarray | None = None
+
+    def next(self, position: int, ids: np.ndarray, conf: np.ndarray | None = None) -> np.ndarray:
+        """The features float64 [n, 5] at the next checkpoint (``position`` tokens), where the
+        traces hold answer ids ``ids`` [n] and confidences ``conf`` float32 [n] (None: none,
+        a constant column as in the batch)."""
+        if conf is None:
+            conf = np.zeros(self.n, dtype=np.float32)
+        if self.ids is None:
+            self.streak = np.ones(self.n, dtype=np.int64)
+            trend: np.ndarray | float = 0.0
+        else:
+            changed = ids != self.ids
+            self.flips = self.flips + changed
+            self.streak = np.where(changed, 1, self.streak + 1)
+            assert self.conf is not None
+            trend = conf.astype(np.float64) - self.conf.astype(np.float64)
+        X = np.empty((self.n, 5), dtype=np.float64)
+        X[:, 0] = position
+        X[:, 1] = conf
+        X[:, 2] = self.flips
+        X[:, 3] = self.streak
+        X[:, 4] = trend
+        self.ids, self.conf = np.array(ids, copy=True), np.array(conf, copy=True)
+        self.k += 1
+        return X

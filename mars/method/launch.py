@@ -1,4 +1,10 @@
-"""How many traces width-adaptive MARS2 launches first, planned from the warmup (sc-mars2-launch).
+"""When a sample's traces start: a launch policy, a part of a method; and how many traces
+width-adaptive MARS2 launches first, planned from the warmup (``sc-mars2-launch``).
+
+A launch policy (:class:`Launch`) says which traces of a sample start together: all of them
+(:data:`TOGETHER`, the paper's walk), waves of ``wave_size`` (:data:`WAVES`), or a first wave
+planned from the warmup and then the rest (:data:`PLANNED`). The walk
+(:class:`mars.method.walk.MethodRun`) runs the same step over each launch in turn.
 
 MARS2 in waves (``sc-mars2-waves``) launches ``wave_size`` traces and the next wave only once a
 wave has ended without a stop; to the risk, every trace not yet launched is an answer still to be
@@ -23,15 +29,27 @@ ended), ``wave`` the ``wave_size`` setting (16, the warmup's size).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
 import numpy as np
 
-from .riskstop import ALPHA_SC, TAU, dirichlet_counts, predictive_risk
+from ..errors import SimulationError
+from .deepconf import KEEP_ALL
+from .voting import UNIFORM
+
+if TYPE_CHECKING:
+    from .deepconf import Filter
+    from .stopping import Rule, WalkView
+    from .voting import Voting
 
 
 def first_wave_risk(warm_final: np.ndarray, n_answers: int, size: int, budget: int) -> float:
     """The rule's risk once a first wave of ``size`` traces has ended with the warmup's final
     answers in the warmup's proportions and the other ``budget - size`` traces are still to be
     drawn (1 where the warmup gave no answer)."""
+    from .riskstop import TAU, dirichlet_counts, predictive_risk  # scipy: where it runs
+
     wf = np.asarray(warm_final, dtype=np.int64)
     given = wf[wf >= 0]
     if len(given) == 0:
@@ -50,10 +68,15 @@ def first_wave_risk(warm_final: np.ndarray, n_answers: int, size: int, budget: i
 
 
 def first_wave(
-    warm_final: np.ndarray, n_answers: int, wave: int, budget: int, alpha: float = ALPHA_SC
+    warm_final: np.ndarray, n_answers: int, wave: int, budget: int, alpha: float | None = None
 ) -> int:
     """The size of the first launch: the smallest of ``wave``, 2 ``wave``, 4 ``wave``, … below
-    the budget whose end could decide (:func:`first_wave_risk` ≤ ``alpha``), else the budget."""
+    the budget whose end could decide (:func:`first_wave_risk` ≤ ``alpha``; None: MARS2's level
+    for self-consistency, :data:`mars.method.riskstop.ALPHA_SC`), else the budget."""
+    if alpha is None:
+        from .riskstop import ALPHA_SC
+
+        alpha = ALPHA_SC
     size = max(1, wave)
     while size < budget:
         if first_wave_risk(warm_final, n_answers, size, budget) <= alpha:
@@ -63,9 +86,77 @@ def first_wave(
 
 
 def plan(
-    warm_final: np.ndarray, n_answers: int, wave: int, budget: int, alpha: float = ALPHA_SC
+    warm_final: np.ndarray, n_answers: int, wave: int, budget: int, alpha: float | None = None
 ) -> list[tuple[int, int]]:
     """The launches, as (first, last + 1) sample positions: the first wave
     (:func:`first_wave`), then, should it end without a stop, every other trace at once."""
     size = first_wave(warm_final, n_answers, wave, budget, alpha)
     return [(0, size)] if size >= budget else [(0, size), (size, budget)]
+
+
+class Launch:
+    """Which traces of a sample start together, one launch after another: (first, last + 1)
+    sample positions (:meth:`launches`).
+
+    The base policy launches every trace at once. A *staged* policy (:attr:`staged`) launches
+    more than once: at every checkpoint of a launch the rule sees the earlier launches' final
+    answers, the launch's current ones and every trace not yet launched as pending (an answer
+    still to be drawn); a launch whose traces have all ended without a stop launches the next.
+    A trace costs its tokens up to the stop (or the protocol's step cost), and a launch that ended
+    its full reading; what a user waits for is each launch's longest trace, summed. A live run
+    starts its traces together: only :attr:`live` policies run live."""
+
+    name: ClassVar[str] = "together"
+    staged: ClassVar[bool] = False
+    live: ClassVar[bool] = True
+
+    def launches(self, walk: WalkView) -> list[tuple[int, int]]:
+        return [(0, walk.samples.shape[1])]
+
+    def check(self, method: str, rule: Rule, voting: Voting, filter: Filter) -> None:
+        """Refuse a method this policy cannot run (one line)."""
+
+
+@dataclass(frozen=True)
+class Together(Launch):
+    """Every trace of the sample at once (the paper's walk)."""
+
+
+@dataclass(frozen=True)
+class Waves(Launch):
+    """Waves of ``wave_size`` traces (the setting), one after another (``sc-mars2-waves``).
+    Earlier waves vote with their final answers, uniformly, unfiltered: the rule reads no q."""
+
+    name: ClassVar[str] = "waves"
+    staged: ClassVar[bool] = True
+    live: ClassVar[bool] = False
+
+    def wave(self, walk: WalkView) -> int:
+        """The wave size: ``wave_size``, at most the budget."""
+        return max(1, min(int(walk.question.s.wave_size), walk.samples.shape[1]))
+
+    def launches(self, walk: WalkView) -> list[tuple[int, int]]:
+        B, w = walk.samples.shape[1], self.wave(walk)
+        return [(lo, min(B, lo + w)) for lo in range(0, B, w)]
+
+    def check(self, method: str, rule: Rule, voting: Voting, filter: Filter) -> None:
+        if filter != KEEP_ALL or voting != UNIFORM or rule.needs_q:
+            raise SimulationError(f"method {method}: waves need a rule that reads no q")
+
+
+@dataclass(frozen=True)
+class Planned(Waves):
+    """A first wave planned from the warmup (:func:`plan`), then every other trace at once
+    (``sc-mars2-launch``)."""
+
+    name: ClassVar[str] = "planned"
+
+    def launches(self, walk: WalkView) -> list[tuple[int, int]]:
+        alpha = getattr(walk.rule, "alpha", None)  # the rule's own level
+        warm_final = walk.arr.final_ids[walk.question.warm]
+        return plan(warm_final, walk.arr.n_answers, self.wave(walk), walk.samples.shape[1], alpha)
+
+
+TOGETHER: Launch = Together()
+WAVES: Launch = Waves()
+PLANNED: Launch = Planned()

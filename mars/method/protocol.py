@@ -3,8 +3,7 @@
 * ``bootstrap`` — the MARS paper's (reference-protocol §4): ``iterations`` samples of ``budget``
   traces drawn with replacement from the traces that have a final answer; answers grouped by value
   (:mod:`mars.method.answers`), an abstention votes for nothing, ties go to the lowest answer id; a
-  trace
-  stopped at a checkpoint costs the tokens it generated up to there.
+  trace stopped at a checkpoint costs the tokens it generated up to there.
 * ``parallel-probe`` — Parallel-Probe's public evaluator (zhengkid/Parallel-Probe,
   ``evaluation/data_loader.py`` and ``method.py``, read and re-implemented): iteration i shuffles
   the question's traces with ``random.Random(seed + i).shuffle`` (the same permutation for every
@@ -15,25 +14,58 @@
   probes one more step reads the rest and ends it); a trace read in full without probes costs its
   length. Correct means equal to the gold answer as a string.
 
-:func:`samples` and :func:`question_arrays` give the walk (:mod:`mars.simulate`) what it needs; the
-rules and the walk are the same under both. :func:`table_row` averages a run the way
-Parallel-Probe's evaluator prints it.
+:func:`samples`, :func:`warmup`, :func:`first_seen` and :func:`question_arrays` give the walk
+(:mod:`mars.method.walk`) what it needs; the rules and the walk are the same under both.
+:func:`check_sizes` refuses sizes that cannot mean anything under a protocol; :func:`table_row`
+averages a run the way Parallel-Probe's evaluator prints it.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import SimulationError
 from ..store.pool import QuestionData
 from .arrays import QuestionArrays
+from .settings import SPECS, Settings, check_warmup
+
+if TYPE_CHECKING:
+    from .registry import Method
 
 BOOTSTRAP = "bootstrap"
 PARALLEL_PROBE = "parallel-probe"
 #: what Parallel-Probe's evaluator votes for where a probe or a trace gave no answer
 NO_ANSWER = "ERR"
+
+
+def samples(arr: QuestionArrays, s: Settings) -> np.ndarray:
+    """The sampled trace indices [iterations, budget] of the settings' protocol: bootstrap
+    samples (reference-protocol §4.2: with replacement, from the traces that have a final answer,
+    ``default_rng(seed + 10000·qid + i)``), or Parallel-Probe's shuffles (:func:`shuffles`)."""
+    if s.protocol == PARALLEL_PROBE:
+        return shuffles(arr.n_traces, s.budget, s.iterations, s.seed)
+    pool = arr.pool_ids()
+    out = np.empty((s.iterations, s.budget), dtype=np.int64)
+    for i in range(s.iterations):
+        rng = np.random.default_rng(s.seed + 10000 * arr.qid + i)
+        out[i] = pool[rng.choice(len(pool), size=s.budget, replace=True)]
+    return out
+
+
+def warmup(arr: QuestionArrays, s: Settings) -> np.ndarray:
+    """The warmup traces: the first ``warmup`` traces that have a final answer, by trace index
+    (reference-protocol §4.3), under either protocol."""
+    return arr.warmup_ids(s.warmup)
+
+
+def first_seen(s: Settings) -> bool:
+    """The protocol's tie rule: a tied vote goes to the answer seen first in sample order
+    (Parallel-Probe's), else to the lowest answer id (the MARS reference's)."""
+    return s.protocol == PARALLEL_PROBE
 
 
 def shuffles(n_traces: int, budget: int, iterations: int, seed: int) -> np.ndarray:
@@ -157,3 +189,61 @@ def table_row(per_iteration, n_questions: int, rounds: int = 0) -> dict:
         "Seq_Cost": int(sum(their_seq) / len(their_seq)),
         "Seq": int(sum(seqs) / len(seqs)),
     }
+
+
+def check_sizes(
+    settings: Settings, traces: Mapping[int, int], methods: Sequence[Method], source: str
+) -> list[str]:
+    """Refuse sizes that cannot mean anything for these questions (``traces``: count per
+    question) and methods; return a note (one line each) on every legal size that surprises.
+
+    The DeepConf methods set their threshold from the first ``warmup`` traces of each bootstrap
+    sample (reference-protocol §8): they need at least one, and no more than the budget. The
+    others' warmup is the first ``warmup`` traces of the question, outside the budget (§4.3).
+    """
+    empty = sorted(q for q, n in traces.items() if n == 0)
+    if empty:
+        raise SimulationError(f"question {empty[0]} of {source} has no traces: nothing to sample")
+    check_warmup(settings.warmup, traces, source)
+    w, b = settings.warmup, settings.budget
+    deepconf = [m.name for m in methods if m.deepconf]
+    if deepconf and not 1 <= w <= b:
+        raise SimulationError(
+            f"--warmup {w}: the DeepConf methods ({', '.join(deepconf)}) set their confidence "
+            f"threshold from the first --warmup traces of each sample; it must be 1 to --budget "
+            f"({b})"
+        )
+    notes = []
+    if traces and settings.protocol == "parallel-probe":
+        q = min(traces, key=lambda k: (traces[k], k))
+        if b > traces[q]:
+            raise SimulationError(
+                f"--budget {b}: the parallel-probe protocol draws without replacement, and "
+                f"question {q} of {source} has only {traces[q]} traces"
+            )
+    elif traces:
+        q = min(traces, key=lambda k: (traces[k], k))
+        if b > traces[q]:
+            which = (
+                "per question"
+                if len(set(traces.values())) == 1
+                else f"of question {q} (the fewest)"
+            )
+            notes.append(
+                f"budget {b} > the {traces[q]} traces {which}: bootstrap samples are drawn with "
+                f"replacement, so a sample holds each trace {b / traces[q]:.1f} times on average"
+            )
+    for m in methods:
+        sweep = m.sweep
+        if sweep is not None and sweep.bound == "budget" and getattr(settings, sweep.param) > b:
+            flag = SPECS[sweep.param].flag
+            notes.append(
+                f"{m.name}: {flag} {getattr(settings, sweep.param)} > --budget {b}: runs as "
+                f"{flag} {b}, the whole budget at once"
+            )
+    if w > b and any(m.q is not None for m in methods):  # rules that read q use the warmup
+        notes.append(
+            f"warmup {w} > budget {b}: the warmup traces are run in full, outside the budget "
+            "and its token count"
+        )
+    return notes

@@ -1,7 +1,8 @@
 """The simulator's methods: what votes, what filters, what stops, which q and which γ.
 
-A method is a composition (:class:`Method`): voting, an optional DeepConf filter, a rule factory
-(:class:`Stopping`), the q its rule reads and its role in the report; :func:`register` adds one
+A method is a composition of parts (:class:`Method`): its voting (:mod:`mars.method.voting`), its
+filter (:mod:`mars.method.deepconf`), a rule factory (:class:`Stopping`), the q its rule reads, its
+launch policy (:mod:`mars.method.launch`) and its role in the report; :func:`register` adds one
 (docs/methods.md).
 
 Names with the reference's meaning (reference-protocol §5.3; ``sc`` is its ``offline``):
@@ -50,13 +51,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SimulationError, UsageError
+from .deepconf import DEEPCONF_ONLINE, KEEP_ALL, Filter
+from .launch import PLANNED, TOGETHER, WAVES, Launch
+from .voting import CONFIDENCE, UNIFORM, Voting
 
 if TYPE_CHECKING:
-    from .stopping import Rule
-
-#: what a rule factory reads of a question: its :class:`mars.simulate.QuestionContext` (arrays,
-#: warmup, settings; not imported here, so that the registry stays below the simulator)
-QuestionContext = Any
+    from .stopping import QuestionView, Rule
 
 
 @dataclass(frozen=True)
@@ -80,17 +80,17 @@ class Stopping:
     reads_future: bool = False
     samples_more: bool = False
 
-    def rule(self, ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+    def rule(self, ctx: QuestionView, method: Method, gamma: Any) -> Rule:
         return self.build(ctx, method, gamma, **dict(self.options))
 
 
-def _never(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+def _never(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
     from .stopping import Never
 
     return Never()
 
 
-def _mars(ctx: QuestionContext, method: Method, gamma: Any, certified: bool = False) -> Rule:
+def _mars(ctx: QuestionView, method: Method, gamma: Any, certified: bool = False) -> Rule:
     from .stopping import GUARD_BEFORE, Mars
 
     return Mars(
@@ -103,7 +103,7 @@ def _mars(ctx: QuestionContext, method: Method, gamma: Any, certified: bool = Fa
     )
 
 
-def _risk(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+def _risk(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
     from .riskstop import RiskStop
 
     arr, warm = ctx.arr, ctx.warm
@@ -118,9 +118,7 @@ def _risk(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
     )
 
 
-def _parallel_probe(
-    ctx: QuestionContext, method: Method, gamma: Any, faithful: bool = False
-) -> Rule:
+def _parallel_probe(ctx: QuestionView, method: Method, gamma: Any, faithful: bool = False) -> Rule:
     from .stopping import ParallelProbe
 
     s = ctx.s
@@ -129,13 +127,13 @@ def _parallel_probe(
     )
 
 
-def _consensus(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+def _consensus(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
     from .stopping import Consensus
 
     return Consensus(share=ctx.s.consensus)
 
 
-def _controller(ctx: QuestionContext, method: Method, gamma: Any, keep_votes: bool = False) -> Rule:
+def _controller(ctx: QuestionView, method: Method, gamma: Any, keep_votes: bool = False) -> Rule:
     from .stopping import ProbeController
 
     s = ctx.s
@@ -148,25 +146,25 @@ def _controller(ctx: QuestionContext, method: Method, gamma: Any, keep_votes: bo
     )
 
 
-def _convergence_exit(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+def _convergence_exit(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
     from .stopping import ConvergenceExit
 
     return ConvergenceExit(n=ctx.s.sac_n)
 
 
-def _adaptive_consistency(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+def _adaptive_consistency(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
     from .stopping import AdaptiveConsistency
 
     return AdaptiveConsistency(threshold=ctx.s.asc_threshold)
 
 
-def _early_stopping(ctx: QuestionContext, method: Method, gamma: Any) -> Rule:
+def _early_stopping(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
     from .stopping import EarlyStopping
 
     return EarlyStopping(window=ctx.s.esc_window)
 
 
-def _oracle(ctx: QuestionContext, method: Method, gamma: Any, last: bool = False) -> Rule:
+def _oracle(ctx: QuestionView, method: Method, gamma: Any, last: bool = False) -> Rule:
     from .stopping import OracleStop
 
     return OracleStop(last=last)
@@ -226,22 +224,30 @@ class Method:
     label: str
     rule: Stopping = NEVER
     group: str = "sc"  # sc | dco | other | oracle
-    conf_weights: bool = False  # votes weighted by confidence (else uniform)
-    deepconf: bool = False  # DeepConf's filter
+    voting: Voting = UNIFORM  # how a vote weighs (UNIFORM, CONFIDENCE)
+    filter: Filter = KEEP_ALL  # which traces vote (KEEP_ALL, DEEPCONF_ONLINE)
     q: str | None = None  # learned | oracle | None
     reference: bool = False  # one of the 14 methods of the authors' simulator
     sweep: Sweep | None = None
     width: int | None = None  # traces of each sample it runs (None: the budget)
-    #: launch the sample's traces in waves of ``wave_size`` (settings), one after another, the
-    #: rule deciding at every checkpoint of a wave whether to stop, and at its end whether to
-    #: launch the next; traces not yet launched count as pending (mars.simulate.MethodRun._waves)
-    waves: bool = False
-    #: waves: the first one's size planned from the warmup (:func:`mars.method.launch.plan`)
-    planned: bool = False
+    #: when the sample's traces start: TOGETHER, in WAVES of ``wave_size`` (settings), the rule
+    #: deciding at every checkpoint of a wave whether to stop and at its end whether to launch
+    #: the next, or PLANNED from the warmup (:mod:`mars.method.launch`)
+    launch: Launch = TOGETHER
+
+    @property
+    def conf_weights(self) -> bool:
+        """Its votes weigh by confidence."""
+        return self.voting.needs_confs
+
+    @property
+    def deepconf(self) -> bool:
+        """It filters its voters (DeepConf)."""
+        return not self.filter.keeps_all
 
     @property
     def needs_confs(self) -> bool:
-        return self.conf_weights or self.deepconf
+        return self.voting.needs_confs or self.filter.needs_confs
 
     @property
     def baseline(self) -> str:
@@ -267,13 +273,20 @@ class Method:
             and not self.deepconf
             and not self.rule.samples_more
             and self.width is None
-            and not self.waves
+            and self.launch.live
         )
 
 
 _METHODS = [
     Method("sc", "SC (baseline)", reference=True),
-    Method("dco", "DCO (baseline)", group="dco", conf_weights=True, deepconf=True, reference=True),
+    Method(
+        "dco",
+        "DCO (baseline)",
+        group="dco",
+        voting=CONFIDENCE,
+        filter=DEEPCONF_ONLINE,
+        reference=True,
+    ),
     Method(
         "sc-mars",
         "MARS ({gamma})",
@@ -290,7 +303,7 @@ _METHODS = [
         "DCO + MARS ({gamma})",
         MARS,
         group="dco",
-        deepconf=True,
+        filter=DEEPCONF_ONLINE,
         q="learned",
         reference=True,
     ),
@@ -299,8 +312,8 @@ _METHODS = [
         "DCO + MARS",
         MARS_CALIBRATED,
         group="dco",
-        conf_weights=True,
-        deepconf=True,
+        voting=CONFIDENCE,
+        filter=DEEPCONF_ONLINE,
         q="learned",
         reference=True,
     ),
@@ -309,8 +322,8 @@ _METHODS = [
         "DCO + MARS (oracle q, {gamma})",
         MARS,
         group="dco",
-        conf_weights=True,
-        deepconf=True,
+        voting=CONFIDENCE,
+        filter=DEEPCONF_ONLINE,
         q="oracle",
         reference=True,
     ),
@@ -329,8 +342,8 @@ _METHODS = [
         "DCO oracle stop, first",
         ORACLE_FIRST,
         group="oracle",
-        conf_weights=True,
-        deepconf=True,
+        voting=CONFIDENCE,
+        filter=DEEPCONF_ONLINE,
         reference=True,
     ),
     Method(
@@ -338,8 +351,8 @@ _METHODS = [
         "DCO oracle stop, absorbing",
         ORACLE_LAST,
         group="oracle",
-        conf_weights=True,
-        deepconf=True,
+        voting=CONFIDENCE,
+        filter=DEEPCONF_ONLINE,
         reference=True,
     ),
     # new
@@ -356,8 +369,8 @@ _METHODS = [
         "DCO + MARS certified ({delta})",
         MARS_CERTIFIED,
         group="dco",
-        conf_weights=True,
-        deepconf=True,
+        voting=CONFIDENCE,
+        filter=DEEPCONF_ONLINE,
         q="learned",
     ),
     Method(
@@ -415,7 +428,7 @@ _METHODS = [
         "MARS2 in waves ({wave_size})",
         RISK,
         q="learned",
-        waves=True,
+        launch=WAVES,
         sweep=Sweep("MARS2 in waves, wave size", "wave_size", (8, 16, 32), bound="budget"),
     ),
     Method(
@@ -423,16 +436,15 @@ _METHODS = [
         "MARS2, launch planned ({wave_size})",
         RISK,
         q="learned",
-        waves=True,
-        planned=True,
+        launch=PLANNED,
     ),
     Method(
         "dco-mars2",
         "DCO + MARS2 (predictive risk)",
         RISK,
         group="dco",
-        conf_weights=True,
-        deepconf=True,
+        voting=CONFIDENCE,
+        filter=DEEPCONF_ONLINE,
         q="learned",
     ),
 ]

@@ -21,7 +21,7 @@ use.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from ..errors import SimulationError, UsageError
 from ..store.schema import CHECKPOINT_SPACING
 
 if TYPE_CHECKING:
-    from .registry import Method
+    from ..store.pool import Pool
 
 MAX_BUDGET = 1 << 16
 MAX_ITERATIONS = 1_000_000
@@ -436,6 +436,12 @@ def resolve_spacing(requested: int | None, recorded: int | None, source: str) ->
     return int(requested) if requested is not None else CHECKPOINT_SPACING
 
 
+def pool_settings(pool: Pool, settings: Settings) -> Settings:
+    """``settings`` with the pool's checkpoint spacing filled in (an explicit one must agree)."""
+    spacing = resolve_spacing(settings.spacing, pool.recorded_spacing, pool.source)
+    return settings.replace(spacing=spacing)
+
+
 def check_warmup(warmup: int, traces: Mapping[int, int], source: str) -> None:
     """Refuse a warmup larger than a question's traces (``traces``: count per question): it would
     silently shrink to all of them."""
@@ -447,61 +453,3 @@ def check_warmup(warmup: int, traces: Mapping[int, int], source: str) -> None:
             f"--warmup {warmup}: question {q} of {source} has only {traces[q]} traces "
             "(the warmup is the first --warmup of them)"
         )
-
-
-def check_sizes(
-    settings: Settings, traces: Mapping[int, int], methods: Sequence[Method], source: str
-) -> list[str]:
-    """Refuse sizes that cannot mean anything for these questions (``traces``: count per
-    question) and methods; return a note (one line each) on every legal size that surprises.
-
-    The DeepConf methods set their threshold from the first ``warmup`` traces of each bootstrap
-    sample (reference-protocol §8): they need at least one, and no more than the budget. The
-    others' warmup is the first ``warmup`` traces of the question, outside the budget (§4.3).
-    """
-    empty = sorted(q for q, n in traces.items() if n == 0)
-    if empty:
-        raise SimulationError(f"question {empty[0]} of {source} has no traces: nothing to sample")
-    check_warmup(settings.warmup, traces, source)
-    w, b = settings.warmup, settings.budget
-    deepconf = [m.name for m in methods if m.deepconf]
-    if deepconf and not 1 <= w <= b:
-        raise SimulationError(
-            f"--warmup {w}: the DeepConf methods ({', '.join(deepconf)}) set their confidence "
-            f"threshold from the first --warmup traces of each sample; it must be 1 to --budget "
-            f"({b})"
-        )
-    notes = []
-    if traces and settings.protocol == "parallel-probe":
-        q = min(traces, key=lambda k: (traces[k], k))
-        if b > traces[q]:
-            raise SimulationError(
-                f"--budget {b}: the parallel-probe protocol draws without replacement, and "
-                f"question {q} of {source} has only {traces[q]} traces"
-            )
-    elif traces:
-        q = min(traces, key=lambda k: (traces[k], k))
-        if b > traces[q]:
-            which = (
-                "per question"
-                if len(set(traces.values())) == 1
-                else f"of question {q} (the fewest)"
-            )
-            notes.append(
-                f"budget {b} > the {traces[q]} traces {which}: bootstrap samples are drawn with "
-                f"replacement, so a sample holds each trace {b / traces[q]:.1f} times on average"
-            )
-    for m in methods:
-        sweep = m.sweep
-        if sweep is not None and sweep.bound == "budget" and getattr(settings, sweep.param) > b:
-            flag = SPECS[sweep.param].flag
-            notes.append(
-                f"{m.name}: {flag} {getattr(settings, sweep.param)} > --budget {b}: runs as "
-                f"{flag} {b}, the whole budget at once"
-            )
-    if w > b and any(m.q is not None for m in methods):  # rules that read q use the warmup
-        notes.append(
-            f"warmup {w} > budget {b}: the warmup traces are run in full, outside the budget "
-            "and its token count"
-        )
-    return notes

@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from ..store.schema import CHECKPOINT_SPACING
 from .voting import leader, tally
+
+if TYPE_CHECKING:
+    from .arrays import QuestionArrays
+    from .settings import Settings
 
 
 @dataclass
@@ -65,6 +69,42 @@ class Snapshot:
         if self.first_seen:
             return leader(votes, ids, voting & (ids >= 0))
         return leader(votes)
+
+
+class QuestionView(Protocol):
+    """What a rule factory (:class:`mars.method.registry.Stopping`) and a launch policy read of a
+    question: its arrays, settings and warmup traces, and the warmup's majority final answer (-1:
+    none). :class:`mars.method.walk.QuestionContext` is one."""
+
+    arr: QuestionArrays
+    s: Settings
+    warm: np.ndarray
+    warm_ref: int
+
+
+class WalkView(Protocol):
+    """What a rule that reads the future (:meth:`Rule.foresee`) and a launch policy
+    (:class:`mars.method.launch.Launch`) read of the walk: the question, the sampled traces
+    [I, B], the rule, the vote at any checkpoint and the full-budget vote.
+    :class:`mars.method.walk.MethodRun` is one."""
+
+    @property
+    def question(self) -> QuestionView: ...
+
+    @property
+    def arr(self) -> QuestionArrays: ...
+
+    @property
+    def samples(self) -> np.ndarray: ...
+
+    @property
+    def rule(self) -> Rule: ...
+
+    def snapshot(self, k: int, rows: np.ndarray) -> Snapshot: ...
+
+    def full_budget_vote(
+        self, rows: np.ndarray, exclude: np.ndarray | None = None
+    ) -> np.ndarray: ...
 
 
 def _challengers(votes: np.ndarray, lead: np.ndarray) -> np.ndarray:
@@ -229,7 +269,7 @@ class Rule:
     def reset(self, n_iterations: int, budget: int) -> None:
         pass
 
-    def foresee(self, walk: Any) -> None:
+    def foresee(self, walk: WalkView) -> None:
         pass
 
     def check(self, snap: Snapshot) -> np.ndarray:
@@ -283,7 +323,7 @@ class OracleStop(Rule):
     final: np.ndarray | None = field(default=None, repr=False)
     settled_at: np.ndarray | None = field(default=None, repr=False)  # last: first settled k
 
-    def foresee(self, walk: Any) -> None:
+    def foresee(self, walk: WalkView) -> None:
         everyone = np.arange(len(walk.samples))
         self.final = walk.full_budget_vote(everyone)
         if self.last:

@@ -1,8 +1,15 @@
-"""Vote snapshots: weighted tallies per answer and the leader, for many iterations at once."""
+"""Vote snapshots: weighted tallies per answer and the leader, for many iterations at once; and
+how a trace's vote weighs (:class:`Voting`: uniform or by confidence), a part of a method."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from .arrays import QuestionArrays
 
 
 def tally(ids: np.ndarray, weights: np.ndarray, eligible: np.ndarray, n_answers: int) -> np.ndarray:
@@ -40,3 +47,42 @@ def leader(
     first = np.argmax(tied, axis=1)
     lead = np.where(has_votes, ids[rows[:, 0], first], -1)
     return lead.astype(np.int64), has_votes
+
+
+class Voting:
+    """How much each trace's vote weighs: a part of a method (:class:`mars.method.registry.Method`).
+
+    :meth:`weights` gives the weights of ``traces`` at checkpoint ``k`` (every checkpoint where
+    ``k`` is None), shaped like ``traces`` (and the checkpoints)."""
+
+    name: ClassVar[str] = "voting"
+    needs_confs: ClassVar[bool] = False
+
+    def weights(self, arr: QuestionArrays, traces: np.ndarray, k: int | None = None) -> np.ndarray:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Uniform(Voting):
+    """One vote per trace (self-consistency)."""
+
+    name: ClassVar[str] = "uniform"
+
+    def weights(self, arr: QuestionArrays, traces: np.ndarray, k: int | None = None) -> np.ndarray:
+        return np.ones(traces.shape if k is not None else (*traces.shape, len(arr.grid)))
+
+
+@dataclass(frozen=True)
+class ByConfidence(Voting):
+    """A trace's vote weighs its checkpoint confidence (DeepConf's weighted vote)."""
+
+    name: ClassVar[str] = "confidence"
+    needs_confs: ClassVar[bool] = True
+
+    def weights(self, arr: QuestionArrays, traces: np.ndarray, k: int | None = None) -> np.ndarray:
+        assert arr.conf_at_pos is not None  # needs_confs: refused before the walk
+        return arr.conf_at_pos[traces] if k is None else arr.conf_at_pos[traces, k]
+
+
+UNIFORM: Voting = Uniform()
+CONFIDENCE: Voting = ByConfidence()

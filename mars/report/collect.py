@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..errors import MarsError
 from ..method.settings import SAMPLING_KEYS
-from ..runs import DEFAULT_SETTING, Run, RunError, discover, split_label
+from ..simulate.runs import DEFAULT_SETTING, Run, RunError, discover, split_label
 from ..store.analysis import Analysis, AnalysisError, find_analyses, read_analysis
 from ..store.provenance import DataSource
 

@@ -4,15 +4,19 @@ A pool's ``pool.json`` says what made its traces: the synthetic engine and the p
 a real engine and model, or an import of published data. ``mars simulate`` records this
 :class:`DataSource` in every ``overall.json`` (``input.data``), so the report can say what its
 data is without opening the pool, and a shared table of synthetic data never reads as a real
-model's results.
+model's results. Results also record the packages they were computed with
+(:func:`package_versions`) and the content of the questions they read (:func:`checksum_of`).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from ..errors import MarsError
+from ..errors import DISTRIBUTION, MarsError
 from . import schema
 
 SYNTHETIC = "synthetic"
@@ -79,3 +83,29 @@ def pool_source(pool: Path | None, given: str | None = None) -> DataSource:
     if backend:
         return DataSource(REAL, f"a {backend} run of {model or 'an unnamed model'}")
     return DataSource(UNKNOWN, f"unknown: the pool {pool} records no engine")
+
+
+#: the distributions whose versions a result records (this package by its distribution name)
+PACKAGES = (DISTRIBUTION, "numpy", "scipy", "pandas", "pyarrow", "math-verify")
+
+
+@functools.cache
+def package_versions() -> dict:
+    """Versions of the packages results depend on (looked up once per process: each lookup
+    scans the installed distributions)."""
+    out: dict[str, str | None] = {}
+    for p in PACKAGES:
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def checksum_of(content_hashes: dict[int, str]) -> str:
+    """The questions a result was computed from and their content: ``{qid: content hash}``
+    digested (overall.json ``input.checksum``)."""
+    h = hashlib.blake2b(digest_size=16)
+    for qid in sorted(content_hashes):
+        h.update(f"{qid}:{content_hashes[qid]};".encode())
+    return h.hexdigest()

@@ -22,7 +22,8 @@ from common import walk
 
 from mars.method.arrays import load_arrays
 from mars.method.registry import REFERENCE_METHODS, get_method
-from mars.simulate import QuestionContext, Settings, run_method
+from mars.method.settings import Settings
+from mars.method.walk import QuestionContext, run_method
 from mars.store.pool import open_pool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ def main() -> None:
     for qid in pool.qids:
         t0 = time.perf_counter()
         arr = load_arrays(pool.read_question(qid))
-        ctx = QuestionContext(arr, s)
+        ctx = QuestionContext.sample(arr, s)
         t1 = time.perf_counter()
         for name in REFERENCE_METHODS:
             run_method(ctx, get_method(name))

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from mars.method import protocol
 from mars.method.arrays import load_arrays
 from mars.method.registry import get_method
-from mars.simulate import MethodRun, QuestionContext, Settings, run_method
+from mars.method.settings import Settings
+from mars.method.walk import MethodRun, QuestionContext, run_method
 from mars.store.pool import open_pool
 
 HERE = Path(__file__).resolve().parent
@@ -120,7 +122,7 @@ def contexts(spec: PoolSpec, settings: Settings = SETTINGS, disjoint: bool = Fal
     that nothing comes from the warmup traces reappearing inside the sample)."""
     out = []
     for arr in question_arrays(spec):
-        ctx = QuestionContext(arr, settings)
+        ctx = QuestionContext.sample(arr, settings)
         if disjoint:
             pool_ids = arr.pool_ids()
             rest = pool_ids[settings.warmup :]
@@ -128,7 +130,7 @@ def contexts(spec: PoolSpec, settings: Settings = SETTINGS, disjoint: bool = Fal
             for i in range(settings.iterations):
                 rng = np.random.default_rng(settings.seed + 10000 * arr.qid + i)
                 S[i] = rest[rng.choice(len(rest), size=settings.budget, replace=True)]
-            ctx = QuestionContext(arr, settings, samples=S)
+            ctx = QuestionContext(arr, settings, S, protocol.warmup(arr, settings))
         out.append(ctx)
     return out
 

@@ -26,7 +26,7 @@ import numpy as np
 from common import BASELINES, REAL_POOL, PoolSpec, contested_pools, contexts, method_summary, pools
 
 from mars.method.registry import get_method
-from mars.simulate import run_method
+from mars.method.walk import run_method
 
 OUT = Path(__file__).resolve().parent / "results"
 PROBE_EST = 30.0  # tokens per probe for the real pool (synthetic: suffix 24 + a few answer tokens)

@@ -8,7 +8,7 @@ import numpy as np
 
 from mars.method.registry import get_method
 from mars.method.riskstop import RiskStop
-from mars.simulate import MethodResult, QuestionContext, run_method
+from mars.method.walk import MethodResult, QuestionContext, run_method
 
 SC_MARS2 = get_method("sc-mars2")
 DCO_MARS2 = get_method("dco-mars2")

@@ -21,7 +21,7 @@ import numpy as np
 from common import SETTINGS, SHORT, PoolSpec, contested_pools, contexts, ensure_pool
 
 from mars.method.registry import get_method
-from mars.simulate import run_method
+from mars.method.walk import run_method
 
 OUT = Path(__file__).resolve().parent / "results" / "warmup_size.md"
 SIZES = (16, 32, 48)

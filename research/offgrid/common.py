@@ -19,7 +19,8 @@ import numpy as np
 from mars.method import protocol
 from mars.method.arrays import load_arrays
 from mars.method.registry import get_method
-from mars.simulate import MethodRun, QuestionContext, Settings, pool_settings
+from mars.method.settings import Settings, pool_settings
+from mars.method.walk import MethodRun, QuestionContext
 from mars.store.pool import open_pool
 
 HERE = Path(__file__).resolve().parent
@@ -99,7 +100,7 @@ def contexts(spec: PoolSpec, proto: str) -> list[QuestionContext]:
             arr = protocol.question_arrays(q, s.spacing)
         else:
             arr = load_arrays(q, CACHE / "arrays", spacing=s.spacing, window=s.window)
-        out.append(QuestionContext(arr, s))
+        out.append(QuestionContext.sample(arr, s))
     return out
 
 

@@ -23,7 +23,7 @@ import common as C
 
 from mars.method.calibration import GAMMA_GRID, _replay
 from mars.method.registry import get_method
-from mars.simulate import MethodRun
+from mars.method.walk import MethodRun
 
 QID = 0
 SHOW_UNTIL = 6500  # tokens

@@ -28,7 +28,7 @@ import common as C
 
 from mars.method.calibration import GAMMA_GRID, MIN_WARMUP, _replay
 from mars.method.registry import get_method
-from mars.simulate import MethodRun
+from mars.method.walk import MethodRun
 
 VARIANTS = {
     "cal": ("sc-mars-cal", {}),

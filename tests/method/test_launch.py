@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mars.errors import SimulationError
-from mars.method.launch import first_wave, first_wave_risk, plan
+from mars.method.launch import PLANNED, first_wave, first_wave_risk, plan
 from mars.method.registry import get_method, live_method
 
 UNANIMOUS = np.zeros(16, dtype=np.int64)
@@ -43,6 +43,6 @@ def test_a_plan_has_two_rounds_at_most():
 
 def test_the_planned_launch_is_not_a_live_method():
     method = get_method("sc-mars2-launch")
-    assert method.waves and method.planned
+    assert method.launch == PLANNED and method.launch.staged and not method.launch.live
     with pytest.raises(SimulationError, match="one round after another"):
         live_method(method)

@@ -39,10 +39,11 @@ def simulated(tmp_path_factory):
     two questions) and analysed, as the workflow does, then reported."""
     if not SYNTH5Q.exists():
         pytest.skip("needs ../shared reference fixtures")
-    from mars.analyze import analyze
+    from mars.analyze.driver import analyze
     from mars.method.registry import parse_methods, sweep_settings
-    from mars.results import write_methods
-    from mars.simulate import Settings, simulate_pool
+    from mars.method.settings import Settings
+    from mars.simulate.driver import simulate_pool
+    from mars.simulate.results import write_methods
 
     root = tmp_path_factory.mktemp("sim")
     res_root = root / "results"

@@ -76,9 +76,9 @@ def sc_counterpart(method: str) -> str:
         if other.baseline == SELF_CONSISTENCY and (
             other.rule,
             other.q,
-            other.waves,
+            other.launch,
             other.width,
-        ) == (m.rule, m.q, m.waves, m.width):
+        ) == (m.rule, m.q, m.launch, m.width):
             return other.name
     return method
 

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...candidates import CANDIDATES, MARS_SC, PP_SC, example_candidates, pp_failure_candidates
+from ...simulate.candidates import (
+    CANDIDATES,
+    MARS_SC,
+    PP_SC,
+    example_candidates,
+    pp_failure_candidates,
+)
 from ...store.analysis import EXAMPLE, PP_FAILURE, Analysis, Trajectory
 from ..collect import Results, Run
 

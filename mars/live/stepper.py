@@ -11,14 +11,20 @@ checkpoint confidence where the method or the switch model uses one) and gets ba
         if d.stop:
             break
 
+    else:
+        d = stopper.finish(final_answers)   # the rule never fired: the full-budget vote
+
 The decision is the simulator's own: the state holds the question's arrays (warmup traces, then
 the N traces, one column per checkpoint, answers grouped online in arrival order) and each
-:meth:`Stopper.step` is one :meth:`mars.simulate.MethodRun.step` over the one iteration whose
-sample is the N traces; the walk is never re-run over past checkpoints, except when new answers
-outgrow the room left for them (rarely: the room doubles; but at every new answer for a rule whose
-decision depends on how many answers exist, :attr:`mars.method.stopping.Rule.counts_answers`).
-Re-simulating the traces afterwards (:func:`mars.live.decide`, what `mars replay` does) gives the
-same decisions.
+:meth:`Stopper.step` is one :meth:`mars.method.walk.MethodRun.step` over the one iteration whose
+sample is the N traces, told which of them still run; the switch model's features come one
+checkpoint at a time (:class:`mars.method.features.RunningFeatures`). The walk is never re-run
+over past checkpoints, except when new answers outgrow the room left for them (rarely: the room
+doubles; but at every new answer for a rule whose decision depends on how many answers exist,
+:attr:`mars.method.stopping.Rule.counts_answers`). :meth:`Stopper.finish` walks the checkpoints
+the loop did not reach with every trace ended, then takes the full-budget vote, as
+:meth:`~mars.method.walk.MethodRun.finish` does. Re-simulating the traces afterwards
+(:func:`mars.live.decide`, what `mars replay` does) gives the same decisions.
 """
 
 from __future__ import annotations
@@ -32,14 +38,14 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UsageError
-from .method.answers import OnlineGroups
-from .method.arrays import QuestionArrays
-from .method.features import question_features
-from .method.qmodel import SwitchModel, fit_question
-from .method.registry import Method, live_method, live_methods
-from .method.settings import LIVE_KEYS, Settings
-from .simulate import MethodRun, QuestionContext
+from ..errors import UsageError
+from ..method.answers import OnlineGroups
+from ..method.arrays import QuestionArrays
+from ..method.features import RunningFeatures, question_features
+from ..method.qmodel import SwitchModel, fit_question
+from ..method.registry import Method, live_method, live_methods
+from ..method.settings import LIVE_KEYS, Settings
+from ..method.walk import MethodRun, QuestionContext
 
 #: The most checkpoints a grid may have: every look of the rule builds arrays over all of it, so
 #: this bounds the memory of a stopper (and of a live run and its replay), whatever a caller or a
@@ -234,15 +240,6 @@ def _warmup(warmup: Any, m: int) -> tuple[list, list, np.ndarray, np.ndarray | N
     return answers, finals, np.array(lengths, dtype=np.int64).reshape(W), confs
 
 
-class _Walk(MethodRun):
-    """The simulator's walk over the stopper's one row, whose running traces it is told."""
-
-    running_seen: np.ndarray  # bool [N, m]
-
-    def _running(self, k: int, rows: np.ndarray) -> np.ndarray:
-        return np.broadcast_to(self.running_seen[:, k], (len(rows), self.samples.shape[1]))
-
-
 class Stopper:
     """``method`` on one question of ``n_traces`` parallel traces over the checkpoint ``grid``
     (positions in tokens), after ``warmup`` (see the module docstring).
@@ -295,8 +292,7 @@ class Stopper:
             self.conf[:W] = warm_confs
         self.running = np.zeros((N, m), dtype=bool)
         self.q = np.ones((n, m), dtype=np.float32)
-        self.flips = np.zeros(N, dtype=np.int64)
-        self.streak = np.zeros(N, dtype=np.int64)
+        self.features = RunningFeatures(N)
         self.k = 0  # checkpoints seen
         self.done: Decision | None = None
         self.warm = np.flatnonzero(self.final_ids[:W] >= 0)
@@ -330,15 +326,17 @@ class Stopper:
                 self.q[: self.W][self.warm] = self._predict(X).reshape(len(self.warm), -1)
         main = np.arange(self.W, self.W + self.N)
         ctx = QuestionContext(
-            arr, self.settings, samples=main[None, :], warm=self.warm, memo=self.memo
-        )
-        ctx._shared["q_learned"] = self.q  # filled column by column
-        walk = _Walk(ctx, self.method)
-        walk.running_seen = self.running
+            arr, self.settings, main[None, :], self.warm, memo=self.memo, q_learned=self.q
+        )  # q: filled in column by column
+        walk = MethodRun(ctx, self.method)
         walk.start()
         for k in range(self.k):
-            walk.step(k)
+            walk.step(k, self._told(k))
         self.walk = walk
+
+    def _told(self, k: int) -> np.ndarray:
+        """Which of the N traces ran at checkpoint ``k``, as the walk's one row [1, N]."""
+        return self.running[None, :, k]
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         assert self.model is not None
@@ -354,8 +352,8 @@ class Stopper:
         """The next checkpoint: each trace's answer there (its final answer once it has finished;
         None: none), whether it is still generating, and its checkpoint confidence."""
         if self.done is not None:
-            raise UsageError("the method has already stopped this question")
-        k, N, W = self.k, self.N, self.W
+            raise UsageError("the method has already decided this question")
+        k, N = self.k, self.N
         if k >= len(self.grid):
             raise UsageError(f"all {len(self.grid)} checkpoints of the grid have been seen")
         where = f"checkpoint {k}"
@@ -376,25 +374,30 @@ class Stopper:
                     "and cannot run again"
                 )
         # every input is good: from here on nothing is refused
-        self.ids[W:, k] = self.groups.add(answers)
+        return self._advance(self.groups.add(answers), run, confs)
+
+    def _advance(
+        self, ids: Sequence[int] | np.ndarray, run: np.ndarray, confs: np.ndarray | None
+    ) -> Decision:
+        """Checkpoint ``self.k`` with the N traces' answer ids, running flags and confidences
+        (checked): one step of the walk."""
+        k, W = self.k, self.W
+        self.ids[W:, k] = ids
         self.running[:, k] = run
         if self.conf is not None:
             self.conf[W:, k] = confs
+        X = self.features.next(int(self.grid[k]), self.ids[W:, k], confs)
         if self.model is not None:
-            X, self.flips, self.streak = self._column(k)
             self.q[W:, k] = self._predict(X)
         self.k = k + 1
         if len(self.groups) > self.width:  # rebuilt and replayed over checkpoints 0..k
-            room = 1 if self.walk.rule.counts_answers else 2  # a rule that counts answer ids
-            self._build(room * len(self.groups))  # must see exactly those known so far
+            self._widen()
         else:
-            self.walk.step(k)
+            self.walk.step(k, self._told(k))
         walk = self.walk
         p = int(self.grid[k])
-        stopped = not walk.active[0]
-        until = walk.rule.charged_until()
-        pruned = np.zeros(N, dtype=bool) if until is None else until[0] == p
-        if stopped:
+        pruned = walk.stopped_traces(k)[0]
+        if not walk.active[0]:
             a = int(walk.answer[0])
             self.done = Decision(
                 True,
@@ -406,25 +409,67 @@ class Stopper:
             return self.done
         return Decision(False, None, "", p, np.flatnonzero(pruned & self.running[:, k]))
 
-    def _column(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Switch-model features of the N traces at checkpoint ``k`` [N, 5], and the answer flips
-        and streaks they hold (kept once the step is taken)."""
-        ids = self.ids[self.W :]
-        if k:
-            changed = ids[:, k] != ids[:, k - 1]
-            flips = self.flips + changed
-            streak = np.where(changed, 1, self.streak + 1)
-        else:
-            flips, streak = self.flips, np.ones(self.N, dtype=np.int64)
-        conf = (
-            self.conf[self.W :]
-            if self.conf is not None
-            else np.zeros((self.N, len(self.grid)), np.float32)
+    def _widen(self) -> None:
+        """Arrays wide enough for the answers known so far, the walk replayed over them."""
+        room = 1 if self.walk.rule.counts_answers else 2  # a rule that counts answer ids
+        self._build(room * len(self.groups))  # must see exactly those known so far
+
+    @property
+    def gamma(self) -> float:
+        """The γ the method's rule decides with (calibrated on the warmup where it says so)."""
+        return float(self.walk.gamma)
+
+    def finish(
+        self,
+        finals: Sequence[str | None] | None = None,
+        confidences: Sequence[float] | np.ndarray | None = None,
+    ) -> Decision:
+        """The decision once the loop has no more checkpoints to show: every trace has ended,
+        with final answer ``finals`` (None: none; default: each trace's answer at the last
+        checkpoint seen) and final confidence ``confidences`` (the mean over all its tokens; where
+        the stopper has confidences, default: each trace's at the last checkpoint seen).
+
+        The checkpoints of the grid the loop did not reach are walked with every trace ended
+        there (the rule may still stop: ``stop`` True, at one of them); otherwise the answer is
+        the full-budget vote of the final answers (label ``budget``, ``stop`` False). After a stop
+        it is that stop's decision."""
+        if self.done is not None:
+            return self.done
+        k, N, W = self.k, self.N, self.W
+        if finals is None:
+            if k == 0:
+                raise UsageError("finals: no checkpoint was seen; give the final answers")
+            finals = [self.groups.members[a][0] if a >= 0 else None for a in self.ids[W:, k - 1]]
+        finals = _answers(finals, N, "finals")
+        confs = None
+        if self.conf is not None:
+            if confidences is None:
+                if k == 0:
+                    raise UsageError("confidences: no checkpoint was seen; give them")
+                confs = self.conf[W:, k - 1].copy()
+            else:
+                confs = _numbers(confidences, (N,), "final confidences")
+        elif confidences is not None:
+            raise UsageError(
+                "confidences: give them at every checkpoint and for the warmup, or never"
+            )
+        # every input is good: from here on nothing is refused
+        ids = self.groups.add(finals)
+        ended = np.zeros(N, dtype=bool)
+        for _ in range(k, len(self.grid)):
+            d = self._advance(ids, ended, confs)
+            if d.stop:
+                return d
+        self.final_ids[W:] = ids
+        if len(self.groups) > self.width:
+            self._widen()
+        result = self.walk.finish()
+        a = int(result.answer[0])
+        self.done = Decision(
+            False,
+            self.groups.members[a][0] if a >= 0 else None,
+            str(result.stopped_by[0]),
+            int(result.position[0]),
+            np.zeros(0, dtype=np.int64),
         )
-        X = np.empty((self.N, 5), dtype=np.float64)
-        X[:, 0] = self.grid[k]
-        X[:, 1] = conf[:, k]
-        X[:, 2] = flips
-        X[:, 3] = streak
-        X[:, 4] = conf[:, k].astype(np.float64) - conf[:, k - 1].astype(np.float64) if k else 0.0
-        return X, flips, streak
+        return self.done

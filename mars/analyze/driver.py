@@ -24,7 +24,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .candidates import (
+from ..errors import MarsError
+from ..method.arrays import QuestionArrays, load_arrays
+from ..method.features import FEATURE_NAMES
+from ..method.registry import METHODS
+from ..method.settings import Settings, pool_settings
+from ..method.stopping import UNSEEN, Mars
+from ..method.walk import MethodRun, QuestionContext
+from ..progress import Progress, counted
+from ..simulate.candidates import (
     CANDIDATES,
     FIXED_SC,
     MARS_SC,
@@ -32,18 +40,11 @@ from .candidates import (
     example_candidates,
     pp_failure_candidates,
 )
-from .errors import MarsError
-from .method.arrays import QuestionArrays, load_arrays
-from .method.features import FEATURE_NAMES
-from .method.registry import METHODS
-from .method.stopping import UNSEEN, Mars
-from .progress import Progress, counted
-from .results import checksum_of, package_versions
-from .runs import PER_ITERATION, Run, discover
-from .simulate import MethodRun, QuestionContext, Settings, pool_settings
-from .store import analysis as files
-from .store.atomic import check_output_dir, make_dirs, make_temp_dir, replace_dir
-from .store.pool import Pool, open_pool
+from ..simulate.runs import PER_ITERATION, Run, discover
+from ..store import analysis as files
+from ..store.atomic import check_output_dir, make_dirs, make_temp_dir, replace_dir
+from ..store.pool import Pool, open_pool
+from ..store.provenance import checksum_of, package_versions
 
 #: questions of the q-calibration panels (the first ones of the run)
 Q_QUESTIONS = 10
@@ -162,11 +163,11 @@ class _Questions:
             if self.fit is not None:
                 arr = self.fit.arrays(q, self.s)
                 fitted = self.fit.question(q, arr, self.s.warmup)
-                self._ctx[qid] = QuestionContext(arr, self.s, fitted=fitted)
+                self._ctx[qid] = QuestionContext.sample(arr, self.s, fitted=fitted)
             else:
                 assert self.s.spacing is not None  # pool_settings fills it in
                 arr = load_arrays(q, None, spacing=self.s.spacing, window=self.s.window)
-                self._ctx[qid] = QuestionContext(arr, self.s)
+                self._ctx[qid] = QuestionContext.sample(arr, self.s)
         return self._ctx[qid]
 
 
@@ -255,7 +256,7 @@ def analyze(
     if missing:
         raise AnalysisError(f"{run_dir}: question {missing[0]} is not in {pool.source}")
     if fit_dir is not None:
-        from .fit import FitDir
+        from ..fit.fitdir import FitDir
 
         fit = FitDir(fit_dir)
         fit.check(pool, settings, qids)

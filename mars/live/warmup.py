@@ -20,20 +20,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .engines.base import Backend
-from .engines.generate import (
+from ..engines.base import Backend
+from ..engines.generate import (
     TraceRecord,
     backend_info,
     records_to_table,
     run_batch,
     warn_without_final_answers,
 )
-from .errors import first_line
-from .progress import Detail, prefixed
-from .store import schema
-from .store.pool import PoolError, QuestionData, question_from_table, read_trace_table
-from .store.problems import Problem, problem_digest
-from .store.write import stood_in_of, with_stood_in, write_trace_table
+from ..errors import first_line
+from ..progress import Detail, prefixed
+from ..store import schema
+from ..store.pool import PoolError, QuestionData, question_from_table, read_trace_table
+from ..store.problems import Problem, problem_digest
+from ..store.write import stood_in_of, with_stood_in, write_trace_table
 
 #: Parquet metadata key of a kept warmup file (what made it, its wall time, its rows' digest; JSON)
 WARMUP_METADATA_KEY = "mars.live.warmup"

@@ -58,8 +58,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .engines.base import Backend, TraceBatch, TraceResult
-from .engines.generate import (
+from ..engines.base import Backend, TraceBatch, TraceResult
+from ..engines.generate import (
     TraceRecord,
     backend_info,
     question_rows,
@@ -68,7 +68,20 @@ from .engines.generate import (
     token_cap,
     warn_without_final_answers,
 )
-from .live_records import (
+from ..method.answers import is_correct
+from ..method.arrays import RunningConfidence, checkpoint_answers, checkpoint_confidences
+from ..method.registry import DEFAULT_METHOD, Method, get_method, live_method
+from ..method.settings import Settings
+from ..progress import Detail, Progress, counted, prefixed
+from ..store import schema
+from ..store.atomic import folder_lock, make_dirs, output_dir, write_json_atomic
+from ..store.pool import (
+    QuestionData,
+    question_from_table,
+)
+from ..store.problems import Problem, problem_digest, problems_digest, select_problems
+from ..store.write import PoolDirWriter, stood_in_of, with_stood_in
+from .records import (
     LIVE_DIR,
     LIVE_RECORD,
     SUMMARY_FIELDS,
@@ -80,41 +93,12 @@ from .live_records import (
     read_records,
     warmup_path,
 )
-from .live_summary import write_csv
-from .live_warmup import warmup_inputs, warmup_traces
-from .method.answers import is_correct
-from .method.arrays import checkpoint_answers, checkpoint_confidences
-from .method.registry import DEFAULT_METHOD, Method, get_method, live_method
-from .method.settings import Settings
-from .progress import Detail, Progress, counted, prefixed
-from .replay import LiveRunDir, decide, open_live_run, replay
-from .stepper import MAX_CHECKPOINTS, Stopper, Warmup
-from .store import schema
-from .store.atomic import folder_lock, make_dirs, output_dir, write_json_atomic
-from .store.pool import (
-    QuestionData,
-    question_from_table,
-)
-from .store.problems import Problem, problem_digest, problems_digest, select_problems
-from .store.write import PoolDirWriter, stood_in_of, with_stood_in
+from .replay import decide
+from .stepper import Stopper, Warmup
+from .summary import write_csv
+from .warmup import warmup_inputs, warmup_traces
 
 log = logging.getLogger(__name__)
-
-#: the live run's face; the replay, grid and settings of :mod:`mars.replay` and
-#: :mod:`mars.live_records` are here too, where callers have found them
-__all__ = [
-    "MAX_CHECKPOINTS",
-    "LiveRun",
-    "LiveRunDir",
-    "decide",
-    "live_grid",
-    "live_method",
-    "live_settings",
-    "open_live_run",
-    "replay",
-    "solve",
-    "solve_pool",
-]
 
 
 def _as_stopped(r: TraceResult) -> TraceResult:
@@ -180,42 +164,6 @@ class LiveRun:
         return d
 
 
-class _Confidences:
-    """The checkpoint confidence of each of the N traces as it generates, to the bit what its
-    stored record gives (:func:`mars.method.arrays.checkpoint_confidences`,
-    ``conf_window="before"``):
-    float16-stored token confidences, float64 prefix sums, of which the last ``window`` + 1 are
-    kept; a trace that no longer runs has the mean of all its tokens."""
-
-    def __init__(self, n: int, window: int):
-        self.window = window
-        self.tails = [np.zeros(1) for _ in range(n)]  # prefix sums cs[L - len + 1 .. L]
-        self.seen = np.zeros(n, dtype=np.int64)
-        self.final: dict[int, float] = {}  # traces that no longer run: their whole mean
-
-    def at(self, j: int, p: int, confs, running: bool) -> float:
-        if j in self.final:
-            return self.final[j]
-        c = np.asarray(confs[self.seen[j] :], np.float16).astype(np.float32)
-        tail = self.tails[j]
-        if len(c):
-            cs = np.cumsum(np.concatenate(([tail[-1]], c.astype(np.float64))))
-            self.tails[j] = tail = np.concatenate((tail, cs[1:]))[-(self.window + 1) :]
-            self.seen[j] += len(c)
-        L = int(self.seen[j])
-        if L == 0:
-            return 0.0 if running else self.final.setdefault(j, 0.0)
-        if not running:
-            self.final[j] = float(tail[-1] / L)
-            return self.final[j]
-        end = min(p, L)
-        start = max(end - self.window, 0)
-        first = L - len(tail) + 1  # the prefix index tail[0] holds
-        if start < first:  # only when a trace ran past its checkpoint
-            raise RuntimeError(f"trace {j}: {L} tokens at checkpoint {p}")
-        return float((tail[end - first] - tail[start - first]) / max(end - start, 1))
-
-
 @dataclass(frozen=True)
 class Checkpoint:
     """What the method was shown and said at one checkpoint of the main traces (what
@@ -268,7 +216,9 @@ class _Controller:
             confs = None
             warmup = Warmup([], [], np.zeros(0, dtype=np.int64))
         self.stopper = Stopper(method, n, grid, warmup, settings=settings)
-        self.confs = _Confidences(n, settings.window) if confs is not None or not n_warm else None
+        self.confs = (
+            RunningConfidence(n, settings.window) if confs is not None or not n_warm else None
+        )
         self.decide_s += time.perf_counter() - t0
 
     def __call__(self, p: int, batch: TraceBatch, probes: dict) -> bool:
@@ -313,6 +263,23 @@ class _Controller:
         if self.watch is not None:
             self.watch(Checkpoint(p, answers, running, d.stop, d.answer, d.label))
         return d.stop
+
+    def finish(self, records: Sequence[TraceRecord]) -> tuple[str, int, str | None]:
+        """(label, position, answer) of the method: where it fired, or, when it never did, its
+        decision once every trace has ended (:meth:`mars.stepper.Stopper.finish`) fed the
+        traces' final answers and confidences."""
+        if self.fired is not None:
+            return self.fired
+        t0 = time.perf_counter()
+        results = [r.result for r in records]
+        confs: list[float] | None = None
+        if self.confs is not None and self.stopper.conf is not None:
+            p = int(self.grid[-1])
+            if all(r.confs is not None for r in results):
+                confs = [self.confs.at(j, p, r.confs, False) for j, r in enumerate(results)]
+        d = self.stopper.finish([r.final_answer for r in results], confs)
+        self.decide_s += time.perf_counter() - t0
+        return d.label, d.position, d.answer
 
 
 def _probe_cost(records: Iterable[TraceRecord]) -> tuple[int | None, int]:
@@ -386,7 +353,9 @@ def solve(
         stood_in_of(warm_table) + stood_in_of(main_table),
     )
 
-    # the final look: the answer when the rule never fired, and the replay check
+    # the method's decision (where it fired, or its full-budget vote), and the replay check:
+    # the records re-simulated give the same
+    label, position, answer = ctl.finish(records)
     stopped = np.concatenate([np.zeros(warmup, bool), ctl.stopped])
     res, arr = decide(_question(problem, [table]), m, settings, grid, warmup, stopped)
     a = int(res.answer[0])
@@ -396,10 +365,6 @@ def solve(
         arr.representatives[a] if a >= 0 else None,
     )
     tokens = int(sum(r.result.length for r in records))
-    if ctl.fired is not None:
-        label, position, answer = ctl.fired
-    else:
-        label, position, answer = final
     replay_ok = (
         final[0] == label
         and final[2] == answer

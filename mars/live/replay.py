@@ -17,8 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import MarsError
-from .live_records import (
+from ..errors import MarsError
+from ..method.answers import group_answers_online
+from ..method.arrays import QuestionArrays, build_arrays, checkpoint_answers
+from ..method.registry import Method, live_method
+from ..method.settings import Settings
+from ..method.walk import MethodResult, QuestionContext, run_method
+from ..store import schema
+from ..store.pool import LayoutPool, PoolError, QuestionData, open_pool
+from ..store.problems import Problem, problem_digest
+from ..store.userfiles import read_json_object
+from .records import (
     LIVE_RECORD,
     check_made_for,
     is_whole,
@@ -27,15 +36,6 @@ from .live_records import (
     live_settings,
     read_records,
 )
-from .method.answers import group_answers_online
-from .method.arrays import QuestionArrays, build_arrays, checkpoint_answers
-from .method.registry import Method, live_method
-from .method.settings import Settings
-from .simulate import MethodResult, QuestionContext, run_method
-from .store import schema
-from .store.pool import LayoutPool, PoolError, QuestionData, open_pool
-from .store.problems import Problem, problem_digest
-from .store.userfiles import read_json_object
 
 
 def decide(

@@ -13,13 +13,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import UsageError
-from .method.settings import Settings
+from ..errors import UsageError
+from ..method.settings import Settings
+from ..store import schema
+from ..store.pool import PoolError
+from ..store.userfiles import read_json_object
+from ..store.write import RUN_METADATA_KEY
 from .stepper import MAX_CHECKPOINTS, check_knobs
-from .store import schema
-from .store.pool import PoolError
-from .store.userfiles import read_json_object
-from .store.write import RUN_METADATA_KEY
 
 LIVE_DIR = "live"
 #: the parameters of a run still under way (the pool writer's record; pool.json once finished)

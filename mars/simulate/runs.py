@@ -33,12 +33,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import MarsError, first_line
-from .method.settings import SAMPLING_KEYS, SPECS, Settings, from_dict
-from .store.analysis import Analysis, file_digest
-from .store.provenance import UNKNOWN, DataSource
-from .store.schema import PER_QUESTION_LEADING_COLUMNS
-from .store.userfiles import read_json_object, regular_file
+from ..errors import MarsError, first_line
+from ..method.settings import SAMPLING_KEYS, SPECS, Settings, from_dict
+from ..store.analysis import Analysis, file_digest
+from ..store.provenance import UNKNOWN, DataSource
+from ..store.schema import PER_QUESTION_LEADING_COLUMNS
+from ..store.userfiles import read_json_object, regular_file
 
 DEFAULT_SETTING = "default"
 UNKNOWN_MODEL = "-"

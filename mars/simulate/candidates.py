@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .method.registry import CALIBRATED_MARS, FIXED_GAMMA_MARS, PROBE_STOP, SELF_CONSISTENCY
+from ..method.registry import CALIBRATED_MARS, FIXED_GAMMA_MARS, PROBE_STOP, SELF_CONSISTENCY
 from .runs import Run
 
 MARS_SC = CALIBRATED_MARS.of(SELF_CONSISTENCY)

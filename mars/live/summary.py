@@ -20,8 +20,8 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from .method.registry import get_method
-from .store.atomic import write_atomic
+from ..method.registry import get_method
+from ..store.atomic import write_atomic
 
 COLUMNS = (
     "qid",

@@ -9,37 +9,18 @@ earlier results stay untouched; concurrent runs into one folder take turns.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import shutil
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .errors import DISTRIBUTION
-from .method.protocol import table_row
+from ..method.protocol import table_row
+from ..store.atomic import folder_lock, make_dirs, make_temp_dir, naming_output, replace_dir
+from ..store.provenance import checksum_of, package_versions
+from ..store.schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
 from .runs import OVERALL, PER_ITERATION, PER_QUESTION
-from .store.atomic import folder_lock, make_dirs, make_temp_dir, naming_output, replace_dir
-from .store.schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
-
-#: the distributions whose versions a result records (this package by its distribution name)
-PACKAGES = (DISTRIBUTION, "numpy", "scipy", "pandas", "pyarrow", "math-verify")
-
-
-@functools.cache
-def package_versions() -> dict:
-    """Versions of the packages results depend on (looked up once per process: each lookup
-    scans the installed distributions)."""
-    out: dict[str, str | None] = {}
-    for p in PACKAGES:
-        try:
-            out[p] = version(p)
-        except PackageNotFoundError:
-            out[p] = None
-    return out
 
 
 def _iteration_columns(qr, method: str) -> dict:
@@ -126,16 +107,9 @@ def per_question_frame(results, method: str) -> pd.DataFrame:
 
 
 def input_checksum(results) -> str:
-    """The questions a simulation ran and their content (overall.json ``input.checksum``)."""
+    """The questions a simulation ran and their content (overall.json ``input.checksum``;
+    :func:`mars.store.provenance.checksum_of`)."""
     return checksum_of({qr.qid: qr.content_hash for qr in results})
-
-
-def checksum_of(content_hashes: dict[int, str]) -> str:
-    """:func:`input_checksum` of ``{qid: content hash}``."""
-    h = hashlib.blake2b(digest_size=16)
-    for qid in sorted(content_hashes):
-        h.update(f"{qid}:{content_hashes[qid]};".encode())
-    return h.hexdigest()
 
 
 def overall(

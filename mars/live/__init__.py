@@ -1,0 +1,33 @@
+"""The live stage (`mars solve`, `mars replay`): stop parallel generation on an engine the moment a
+stopping rule fires.
+
+* :mod:`.stepper` — :class:`~mars.live.stepper.Stopper`, one method deciding on one question
+  checkpoint by checkpoint, fed by any generation loop (``mars.Stopper``);
+* :mod:`.solve` — the decision loop on an engine (:func:`solve`) and many questions into a run
+  directory (:func:`solve_pool`);
+* :mod:`.warmup` — a question's warmup traces, kept on disk until the question ends;
+* :mod:`.records` — a run directory's records, their grid and settings, and their checks;
+* :mod:`.replay` — the records re-simulated (:func:`decide`, :func:`replay`);
+* :mod:`.summary` — what a run cost and saved (``live.csv``).
+"""
+
+from ..method.registry import live_method
+from .records import live_grid, live_settings
+from .replay import LiveRunDir, decide, open_live_run, replay
+from .solve import Checkpoint, LiveRun, solve, solve_pool
+from .stepper import MAX_CHECKPOINTS
+
+__all__ = [
+    "MAX_CHECKPOINTS",
+    "Checkpoint",
+    "LiveRun",
+    "LiveRunDir",
+    "decide",
+    "live_grid",
+    "live_method",
+    "live_settings",
+    "open_live_run",
+    "replay",
+    "solve",
+    "solve_pool",
+]
