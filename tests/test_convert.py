@@ -225,6 +225,7 @@ def test_a_native_import_names_a_probe_freq_that_is_not_a_number(tmp_path):
     res = runner.invoke(app, args)
     assert "different probe_freq values [400, 500]" in res.output
 
+
 def test_parallel_probe_import_reads_no_probe_before_the_first(tmp_path):
     """A grid finer than the source's probes: a checkpoint before the first probe has no answer
     (it read the last probe, from the trace's end), later ones the last probe read by then; a

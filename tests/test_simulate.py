@@ -386,6 +386,7 @@ def test_the_planned_launch_is_mars2_at_once_or_two_rounds(tmp_path):
             assert b.rounds == first
     assert kinds == {1, 2}  # both plans occur on these questions
 
+
 #: pools the Parallel-Probe importer accepts that no trace can be sampled from, or read oddly
 _GOOD = {"question": "q", "gold_answer": "2", "probe_freq": 500}
 _GOOD_BRANCHES = [[["1", "2"] * 6, 5000, "2"]] * 8
