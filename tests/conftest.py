@@ -7,7 +7,8 @@ from the build ``python3 tests/vllm_server.py build`` left in its cache, stopped
 the session. Tests that use it are marked ``vllm_server``; without a build they skip, unless
 ``MARS_REQUIRE_VLLM_SERVER=1`` (CI), which makes it a failure. The handle has ``url``,
 ``model_dir`` (the served model's folder: its tokenizer loads in a second) and ``metrics()``
-(the server's ``/metrics``, summed by name).
+(the server's ``/metrics``, summed by name). ``vllm_uncached_server`` is the same without the
+prefix cache (``$MARS_VLLM_UNCACHED_URL``, else started here).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import pytest
 
 REQUIRE_VLLM_ENV = "MARS_REQUIRE_VLLM_SERVER"
 VLLM_URL_ENV = "MARS_VLLM_URL"
+#: a second server, started without the prefix cache (``serve --no-prefix-caching``)
+VLLM_UNCACHED_URL_ENV = "MARS_VLLM_UNCACHED_URL"
 
 
 def vllm_module():
@@ -52,17 +55,27 @@ def need_vllm_server() -> None:
         pytest.skip(why)
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory):
+def _vllm(tmp_path_factory, url_env: str, prefix_caching: bool):
     need_vllm_server()
     vs = vllm_module()
     folder = vs.built()
-    url = os.environ.get(VLLM_URL_ENV)
+    url = os.environ.get(url_env)
     if url:
         yield vs.VLLMServer.attach(url, folder)
         return
-    server = vs.VLLMServer(folder, tmp_path_factory.mktemp("vllm")).start()
+    run_dir = tmp_path_factory.mktemp("vllm")
+    server = vs.VLLMServer(folder, run_dir, prefix_caching=prefix_caching).start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    yield from _vllm(tmp_path_factory, VLLM_URL_ENV, prefix_caching=True)
+
+
+@pytest.fixture(scope="session")
+def vllm_uncached_server(tmp_path_factory):
+    yield from _vllm(tmp_path_factory, VLLM_UNCACHED_URL_ENV, prefix_caching=False)

@@ -33,7 +33,6 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
-from conftest import vllm_module  # noqa: E402
 from test_backend_server import (  # noqa: E402
     FEW_SHOT,
     easy_problems,
@@ -115,7 +114,8 @@ def post_all(vllm, payloads: list[dict]) -> list[dict]:
 
 
 def top20(choice: dict) -> list[list[float]]:
-    return [sorted(d.values(), reverse=True)[:CONF_TOP_K] for d in choice["logprobs"]["top_logprobs"]]
+    tops = choice["logprobs"]["top_logprobs"]
+    return [sorted(d.values(), reverse=True)[:CONF_TOP_K] for d in tops]
 
 
 def block_size(vllm) -> int:
@@ -252,8 +252,8 @@ def test_max_model_len_is_the_context_check(vllm, tok, cli_env, tmp_path):
     before = quiet(vllm)["vllm:generation_tokens_total"]
     res = mars_cli(
         "generate", "--backend", "server", "--base-url", vllm.url, "--problems",
-        easy_problems(tmp_path), "--traces", 2, "--max-tokens", 2000, "--spacing", 500, "--out", tmp_path / "out",
-        "-q", check=False,
+        easy_problems(tmp_path), "--traces", 2, "--max-tokens", 2000, "--spacing", 500,
+        "--out", tmp_path / "out", "-q", check=False,
     )  # fmt: skip
     assert res.returncode == 2, res.stderr
     (line,) = res.stderr.strip().splitlines()
@@ -367,9 +367,10 @@ def test_vllm_live_solve_stops_early_replays_and_leaves_nothing_running(vllm, cl
     assert "prefix cache" not in res.stderr
     m = vllm.metrics()
     assert m["vllm:num_requests_running"] == 0 == m["vllm:num_requests_waiting"]
-    assert m["vllm:request_success_total{finished_reason=\"abort\"}"] == before[
-        "vllm:request_success_total{finished_reason=\"abort\"}"
-    ]  # stopping sent no request it then had to abort
+    assert (
+        m['vllm:request_success_total{finished_reason="abort"}']
+        == before['vllm:request_success_total{finished_reason="abort"}']
+    )  # stopping sent no request it then had to abort
     rec = json.loads((out / "live" / "q000000.json").read_text())
     assert rec["stopped_by"] != "budget" and rec["stop_position"] < 128
     assert rec["tokens"] < rec["full"]["tokens"] and rec["replay_ok"]
@@ -420,23 +421,12 @@ def test_the_workflow_through_a_served_vllm_model(vllm, monkeypatch, tmp_path):
 # Without prefix caching
 
 
-@pytest.fixture(scope="module")
-def vllm_uncached(vllm_server, tmp_path_factory):
-    """A second server, started without the prefix cache (``--no-enable-prefix-caching``)."""
-    vs = vllm_module()
-    server = vs.VLLMServer(
-        vs.built(), tmp_path_factory.mktemp("vllm-uncached"), prefix_caching=False
-    ).start()
-    yield server
-    server.stop()
-
-
 def test_without_prefix_caching_solve_and_probe_say_so_in_one_line(
-    vllm_uncached, cli_env, tmp_path
+    vllm_uncached_server, cli_env, tmp_path
 ):
     """A server without a prefix cache serves no probe token from it: ``mars solve`` and ``mars
     probe`` each say so in one line (and go on: the results are right, only slower)."""
-    url = vllm_uncached.url
+    url = vllm_uncached_server.url
     problems = easy_problems(tmp_path)
     res = mars_cli(
         "solve", "--backend", "server", "--base-url", url, "--problems", problems,
