@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import sys
@@ -36,17 +37,28 @@ httpx = pytest.importorskip("httpx")
 from test_backend_server import (  # noqa: E402
     FEW_SHOT,
     easy_problems,
+    fake,
     mars_cli,
     rows_of,
 )
 
 from mars.engines.generate import generate_pool  # noqa: E402
-from mars.engines.server import ServerBackend, ServerError, VLLMProtocol  # noqa: E402
+from mars.engines.server import (  # noqa: E402
+    UNCACHED_MIN_TOKENS,
+    Completion,
+    ServerBackend,
+    ServerError,
+    VLLMProtocol,
+)
 from mars.engines.tokens import CONF_TOP_K, token_confidence  # noqa: E402
 from mars.store.pool import open_pool  # noqa: E402
 from mars.store.problems import Problem  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm_server]
+
+def live(test):
+    """A test against the live server (slow; marker ``vllm_server``)."""
+    return pytest.mark.slow(pytest.mark.vllm_server(test))
+
 
 REPO = Path(__file__).resolve().parents[1]
 SERVED = "SmolLM2-135M-Instruct"
@@ -142,6 +154,7 @@ def quiet(vllm, settle: float = 1.0) -> dict[str, float]:
 # What the vLLM path relies on
 
 
+@live
 def test_token_id_prompts_and_20_top_logprobs_keyed_by_id(vllm, tok):
     """A token-id prompt goes in as it is; ``return_tokens_as_token_ids`` keys each token's top
     log-probabilities ``token_id:N``: 20 distinct ids, 21 when the sampled token is not among
@@ -173,6 +186,7 @@ def test_token_id_prompts_and_20_top_logprobs_keyed_by_id(vllm, tok):
     assert r.status_code == 400 and "max allowed: 20" in r.json()["error"]["message"]
 
 
+@live
 def test_a_seed_repeats_a_request_alone_not_beside_others(vllm, tok):
     """The same seeded request run alone twice: the same tokens and log-probabilities, bit for
     bit. Run beside other requests (a batch), its log-probabilities move — what the pool's
@@ -197,6 +211,7 @@ def test_a_seed_repeats_a_request_alone_not_beside_others(vllm, tok):
     assert "alone repeats bit for bit" in text and "beside other requests" in text
 
 
+@live
 def test_the_end_of_text_is_a_token_of_the_trace_and_of_the_counts(vllm, tok):
     """A trace that ends: ``finish_reason`` ``stop``, the EOS id last in ``token_ids`` and counted
     in ``completion_tokens``; through the backend a finished trace holds it and its length
@@ -228,6 +243,7 @@ def test_the_end_of_text_is_a_token_of_the_trace_and_of_the_counts(vllm, tok):
     assert after - before == be.stats["generate_completion_tokens"]
 
 
+@live
 def test_max_model_len_is_the_context_check(vllm, tok, cli_env, tmp_path):
     """The backend's context length is the server's ``max_model_len``. The server shortens a
     request whose prompt + ``max_tokens`` passes it without a word (``length``, fewer tokens
@@ -263,6 +279,7 @@ def test_max_model_len_is_the_context_check(vllm, tok, cli_env, tmp_path):
     assert quiet(vllm)["vllm:generation_tokens_total"] - before == 2
 
 
+@live
 def test_each_probe_reads_its_trace_from_the_prefix_cache(vllm, tmp_path):
     """Probes inline in a generation: each reports the server's cached prompt tokens, which are
     the prompt + trace so far in whole blocks of the prefix cache (``--block-size``), at least
@@ -293,6 +310,7 @@ def _probes(row: dict) -> list[tuple[int, dict]]:
     return [(int(p["position"]), p) for p in row["probes"]]
 
 
+@live
 def test_a_request_cut_short_is_aborted_at_the_server(vllm):
     """A request that passes its deadline is cancelled here, which closes its connection, and
     vLLM aborts it (within a second): nothing keeps generating for a run that gave up on it.
@@ -319,6 +337,7 @@ def test_a_request_cut_short_is_aborted_at_the_server(vllm):
 # The commands through vLLM
 
 
+@live
 def test_vllm_pool_probed_sharded_consolidated_simulated(vllm, cli_env, monkeypatch, tmp_path):
     """``mars generate --probe none`` in two shards through vLLM, ``mars probe`` of each shard,
     ``mars consolidate``, ``mars simulate``: a valid pool recording the server (vLLM 0.32.0) whose
@@ -353,6 +372,7 @@ def test_vllm_pool_probed_sharded_consolidated_simulated(vllm, cli_env, monkeypa
     assert (tmp_path / "sim" / "sc-mars" / "overall.json").exists()
 
 
+@live
 def test_vllm_live_solve_stops_early_replays_and_leaves_nothing_running(vllm, cli_env, tmp_path):
     """``mars solve`` through vLLM stops the traces early (fewer tokens than the same traces run
     to completion), replays exactly, and leaves no request running or waiting at the server."""
@@ -378,6 +398,7 @@ def test_vllm_live_solve_stops_early_replays_and_leaves_nothing_running(vllm, cl
     assert "1/1 questions replay exactly" in mars_cli("replay", out).stdout
 
 
+@live
 def test_the_workflow_through_a_served_vllm_model(vllm, monkeypatch, tmp_path):
     """The Snakemake workflow with a model of ``backend: server`` at the vLLM server: its
     generate and probe jobs talk to it, the pool is consolidated, fitted and simulated."""
@@ -421,6 +442,7 @@ def test_the_workflow_through_a_served_vllm_model(vllm, monkeypatch, tmp_path):
 # Without prefix caching
 
 
+@live
 def test_without_prefix_caching_solve_and_probe_say_so_in_one_line(
     vllm_uncached_server, cli_env, tmp_path
 ):
@@ -448,3 +470,45 @@ def test_without_prefix_caching_solve_and_probe_say_so_in_one_line(
     assert len(said) == 1 and "--enable-prefix-caching" in said[0], res.stderr
     probes = [p for r in rows_of(tmp_path / "probed", 0) for p in r["probes"]]
     assert probes and all(p["cached_tokens"] == 0 for p in probes)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rule behind the warning (no server needed)
+
+
+def test_the_uncached_warning_weighs_what_the_cache_could_have_served(caplog):
+    """The share is of the prompt tokens the server had seen before (``reusable``); probes with
+    nothing reusable, or whose server reports no cached tokens, do not count; the line comes once
+    the reusable tokens reach :data:`UNCACHED_MIN_TOKENS`, and only once."""
+    be = ServerBackend(
+        base_url="http://toy:8000", transport=fake.FakeServer("vllm").transport(),
+        tokenizer=fake.tokenizer(),
+    )  # fmt: skip
+
+    def probe(cached, reusable):
+        c = Completion([7], None, False, "7}", 400, cached, 1)
+        be.probe_result(c, 400, None, reusable)
+        be.check_probe_cache()
+
+    with caplog.at_level(logging.WARNING, logger="mars.engines.server"):
+        probe(0, 0)  # the first probe of a trace in the probe stage: nothing to reuse
+        probe(None, 300)  # no cached-token report: not weighed
+        probe(0, UNCACHED_MIN_TOKENS - 1)  # too few tokens to judge
+        assert not caplog.records
+        probe(200, 300)  # 200 of 555 served: under half, said
+        probe(0, 300)  # said once only
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "served 36 % of the probes' prompt tokens" in said[0]
+    assert "(200 of 555)" in said[0]
+    be.close()
+
+    caplog.clear()
+    be = ServerBackend(
+        base_url="http://toy:8000", transport=fake.FakeServer("vllm").transport(),
+        tokenizer=fake.tokenizer(),
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="mars.engines.server"):
+        for _ in range(4):
+            probe(280, 300)  # a prefix cache in blocks: most of it
+    assert not caplog.records
+    be.close()
