@@ -210,6 +210,18 @@ def test_a_seed_repeats_a_request_alone_not_beside_others(vllm, tok):
     text = VLLMProtocol(SERVED).reproducible({})
     assert "alone repeats bit for bit" in text and "beside other requests" in text
 
+    def traces() -> list[tuple[list[int], list[float]]]:  # one request at a time
+        be = ServerBackend(base_url=vllm.url, max_tokens=64, concurrency=1)
+        try:
+            batch = be.start(Problem(0, "What is 12 * 7? Explain.", "84", "t"), 2, seed=11)
+            for p in (32, 64):
+                batch.advance(p)
+            return [(batch.token_ids(j), list(batch.confs_so_far(j))) for j in range(2)]
+        finally:
+            be.close()
+
+    assert traces() == traces()  # the second finds more of its prefixes cached: no matter
+
 
 @live
 def test_the_end_of_text_is_a_token_of_the_trace_and_of_the_counts(vllm, tok):
