@@ -17,7 +17,10 @@ alike (T 0.6, top-p 0.95, top-k 20, top-20 log-probabilities). ``transformers`` 
 same GGUF de-quantised to float32, ``--threads`` threads) is there for reference.
 
 For every N in ``--traces``, a bundled AIME question's N traces to ``--tokens`` tokens, four ways
-(``--repeat`` times each, the ways taking turns to go first; medians):
+(``--repeat`` times each, the ways taking turns to go first, each run with seeds of its own so that
+none finds another's traces in the prefix cache; medians). Generation requests carry
+``ignore_eos``, so every way decodes all ``--tokens`` tokens of every trace (the traces of two
+ways differ: a trace's seeds depend on where its requests start):
 
 * **direct**: N concurrent HTTP requests of the whole length, the bodies the backend would send,
   sent with httpx and not read by mars -- the server's own speed;
@@ -246,7 +249,34 @@ def through_mars(be, problem, n: int, tokens: int, spacing: int | None, probe: b
     return out
 
 
+@contextlib.contextmanager
+def full_length(be):
+    """Every generation request with ``ignore_eos`` (llama.cpp and vLLM both take it): each way
+    decodes the same number of tokens, whatever its seeds (a trace that ends early would leave
+    the batch smaller, and slower per token, in one way than in another). Probes are unchanged."""
+    protocol = getattr(be, "protocol", None)
+    if protocol is None:  # in-process
+        yield
+        return
+    body = protocol.body
+
+    def patched(prompt, max_new, sampling, seed, logprobs):
+        out = body(prompt, max_new, sampling, seed, logprobs)
+        return {**out, "ignore_eos": True} if logprobs else out
+
+    protocol.body = patched
+    try:
+        yield
+    finally:
+        del protocol.body
+
+
 def measure(engine: str, be, problem, n: int, tokens: int, mode: str, spacing, seed: int) -> dict:
+    with full_length(be):
+        return _measure(engine, be, problem, n, tokens, mode, spacing, seed)
+
+
+def _measure(engine: str, be, problem, n: int, tokens: int, mode: str, spacing, seed: int) -> dict:
     if mode == "direct":
         res = direct(be, problem, n, tokens, seed)
     else:
