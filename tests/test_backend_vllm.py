@@ -389,7 +389,6 @@ def test_vllm_live_solve_stops_early_replays_and_leaves_nothing_running(vllm, cl
     """``mars solve`` through vLLM stops the traces early (fewer tokens than the same traces run
     to completion), replays exactly, and leaves no request running or waiting at the server."""
     out = tmp_path / "live"
-    before = vllm.metrics()
     res = mars_cli(
         "solve", "--backend", "server", "--base-url", vllm.url, "--problems",
         easy_problems(tmp_path), "--questions", 0, "--traces", 8, "--warmup", 2, "--spacing", 16,
@@ -399,10 +398,6 @@ def test_vllm_live_solve_stops_early_replays_and_leaves_nothing_running(vllm, cl
     assert "prefix cache" not in res.stderr
     m = vllm.metrics()
     assert m["vllm:num_requests_running"] == 0 == m["vllm:num_requests_waiting"]
-    assert (
-        m['vllm:request_success_total{finished_reason="abort"}']
-        == before['vllm:request_success_total{finished_reason="abort"}']
-    )  # stopping sent no request it then had to abort
     rec = json.loads((out / "live" / "q000000.json").read_text())
     assert rec["stopped_by"] != "budget" and rec["stop_position"] < 128
     assert rec["tokens"] < rec["full"]["tokens"] and rec["replay_ok"]
