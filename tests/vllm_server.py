@@ -43,6 +43,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -105,7 +106,7 @@ def default_cache() -> Path:
 
 
 def build_key() -> str:
-    what = [PACKAGE, VERSION, EXTRAS, MODEL_PACKAGE, REMOVE, CONVERT_VERSION, sys.version_info[:2]]
+    what = [PACKAGE, VERSION, EXTRAS, MODEL_PACKAGE, REMOVE, CONVERT_VERSION]
     return f"{VERSION}-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:10]}"
 
 
@@ -182,6 +183,7 @@ def build(cache: Path | None = None) -> Path:
             "torch": torch_v,
             "transformers": transformers_v,
             "python": py,
+            "python_version": platform.python_version(),
             "model": str(model),
             "served_name": SERVED_NAME,
             "model_from": info,
