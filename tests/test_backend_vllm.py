@@ -323,6 +323,29 @@ def _probes(row: dict) -> list[tuple[int, dict]]:
 
 
 @live
+def test_seeded_prompts_longer_than_a_step_are_served(vllm):
+    """vLLM 0.32's CPU build kills its engine (``RuntimeError: CPU Generator does not use
+    offset``, then every request a 500) when a seeded request's prompt is split over several
+    steps: more new prompt tokens at once than ``--max-num-batched-tokens`` (2,048 on CPU), as
+    the probe stage's first probes of long traces send. The server runs with
+    ``--no-enable-chunked-prefill``: four seeded requests of 1,000 new prompt tokens at once
+    (none in the prefix cache: a fresh ``cache_salt``) are all answered, and it lives on."""
+    salt = f"chunks-{time.time_ns()}"
+    prompts = [[1 + k] + [(37 * i + k) % 40000 + 100 for i in range(999)] for k in range(4)]
+    outs = post_all(
+        vllm,
+        [
+            body(p, max_tokens=4, seed=k, logprobs=None, cache_salt=salt)
+            for k, p in enumerate(prompts)
+        ],
+    )
+    for out in outs:
+        assert out["usage"]["prompt_tokens"] == 1000 and out["usage"]["completion_tokens"] == 4
+        assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert httpx.get(vllm.url + "/health", timeout=10).status_code == 200
+
+
+@live
 def test_a_request_cut_short_is_aborted_at_the_server(vllm):
     """A request that passes its deadline is cancelled here, which closes its connection, and
     vLLM aborts it (within a second): nothing keeps generating for a run that gave up on it.

@@ -76,6 +76,10 @@ FLAGS = (
     "--max-logprobs", "20",  # the paper's top 20 (vLLM's default cap, said at connect)
     "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens per request
     "--enforce-eager",  # healthy in about 60 s instead of about 170 s (no CUDA graphs on CPU)
+    # a seeded request whose prompt is split over steps (more new prompt tokens at once than
+    # --max-num-batched-tokens, 2048 on CPU) kills the CPU build's engine ("CPU Generator does
+    # not use offset"): every prompt is computed in one step instead
+    "--no-enable-chunked-prefill",
 )  # fmt: skip
 #: the environment of the server (on top of the caller's)
 ENV = {
