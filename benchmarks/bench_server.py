@@ -171,7 +171,9 @@ def vllm_server(max_model_len: int, prefix_caching: bool = True):
     if folder is None:
         raise SystemExit("no vLLM build: python3 tests/vllm_server.py build")
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
-        extra = ("--max-model-len", str(max_model_len))
+        # without chunked prefill (tests/vllm_server.py) a step must hold the longest prompt
+        n = str(max_model_len)
+        extra = ("--max-model-len", n, "--max-num-batched-tokens", n)
         server = vs.VLLMServer(folder, Path(tmp), prefix_caching=prefix_caching, extra=extra)
         with server.start():
             try:
