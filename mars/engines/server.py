@@ -45,7 +45,11 @@ the prompt's text + the trace's text so far instead (:class:`TextTraceBatch`, be
 * **probe(idx)**: ``prompt + trace[:p] + suffix``, ≤ ``probe_max_new_tokens`` tokens, seed
   (seed, qid, trace_idx, p), no log-probabilities; the server's prompt, cached and completion
   token counts go into the probe record.  ``stop`` sends nothing more: no request is in flight
-  between checkpoints, so a stopped trace costs the server nothing after its last request.
+  between checkpoints, so a stopped trace costs the server nothing after its last request.  A
+  request given up on mid-flight (timeout, a failed sibling, Ctrl-C) is cancelled, which closes
+  its connection: vLLM aborts it then.  Probes whose prompts come back mostly uncached (a server
+  without a prefix cache re-reads every trace) are said once, in one line
+  (:meth:`ServerBackend.check_probe_cache`).
 * **The probe stage** (:meth:`ServerBackend.reprobe`): each trace's probes go in position order
   (each prefix extends the previous one, so the server's cache holds it), traces concurrently.
 * **Confidence** of a token = −mean of its 20 top log-probabilities (spec §3.1,
@@ -67,7 +71,8 @@ Per server (:class:`Protocol`; the shapes are pinned by ``tests/test_backend_ser
   ``return_tokens_as_token_ids`` (top log-probabilities keyed by id: two tokens that decode alike
   do not collide).  Cached tokens: ``usage.prompt_tokens_details.cached_tokens``, only when the
   server runs with ``--enable-prompt-tokens-details`` (else not recorded).  Needs
-  ``--max-logprobs`` ≥ 20 (its default is 20).
+  ``--max-logprobs`` ≥ 20 (its default is 20).  Run in CI against vLLM 0.32's CPU build
+  (``tests/test_backend_vllm.py``: the facts relied on here, asserted on the live server).
 * **SGLang** — native ``POST /generate`` (``input_ids``, ``sampling_seed``,
   ``top_logprobs_num``), read by :func:`mars.engines.sglang.parse_generation`; cached tokens:
   ``meta_info.cached_tokens``.  Seeds hold only when the server runs with
