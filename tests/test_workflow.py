@@ -1015,7 +1015,8 @@ def test_changed_then_reverted_generation_needs_no_cleanup(tiny_run, tmp_path):
     if os.geteuid() == 0:
         log = (res / "logs" / "generate" / "tiny" / "aime_2025" / "shard0.log").read_text()
         assert "holds a generation with other parameters (" in log
-        assert "to keep it, run with its parameters; to replace it, delete the folder" in log
+        assert "to keep it, rerun with its parameters; for these, choose another --out" in log
+        assert "; to replace it, delete the folder" in log
         assert "Traceback" not in log
     else:
         assert "Write-protected output files" in r.stdout or "ProtectedOutputException" in r.stdout

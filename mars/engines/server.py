@@ -58,7 +58,11 @@ the prompt's text + the trace's text so far instead (:class:`TextTraceBatch`, be
 * **probe(idx)**: ``prompt + trace[:p] + suffix``, ≤ ``probe_max_new_tokens`` tokens, seed
   (seed, qid, trace_idx, p), no log-probabilities; the server's prompt, cached and completion
   token counts go into the probe record.  ``stop`` sends nothing more: no request is in flight
-  between checkpoints, so a stopped trace costs the server nothing after its last request.
+  between checkpoints, so a stopped trace costs the server nothing after its last request.  A
+  request given up on mid-flight (timeout, a failed sibling, Ctrl-C) is cancelled, which closes
+  its connection: vLLM aborts it then.  Probes whose prompts come back mostly uncached (a server
+  without a prefix cache re-reads every trace) are said once, in one line
+  (:meth:`ServerBackend.check_probe_cache`).
 * **The probe stage** (:meth:`ServerBackend.reprobe`): each trace's probes go in position order
   (each prefix extends the previous one, so the server's cache holds it), traces concurrently.
 * **Confidence** of a token = −mean of its 20 top log-probabilities (spec §3.1,
@@ -80,7 +84,8 @@ Per server (:class:`Protocol`; the shapes are pinned by ``tests/test_backend_ser
   ``return_tokens_as_token_ids`` (top log-probabilities keyed by id: two tokens that decode alike
   do not collide).  Cached tokens: ``usage.prompt_tokens_details.cached_tokens``, only when the
   server runs with ``--enable-prompt-tokens-details`` (else not recorded).  Needs
-  ``--max-logprobs`` ≥ 20 (its default is 20).
+  ``--max-logprobs`` ≥ 20 (its default is 20).  Run in CI against vLLM 0.32's CPU build
+  (``tests/test_backend_vllm.py``: the facts relied on here, asserted on the live server).
 * **SGLang** — native ``POST /generate`` (``input_ids``, ``sampling_seed``,
   ``top_logprobs_num``), read by :func:`mars.engines.sglang.parse_generation`; cached tokens:
   ``meta_info.cached_tokens``.  Seeds hold only when the server runs with
@@ -178,6 +183,11 @@ _GEN_SALT = 0x5E4E0  # separates generation seeds from probe seeds
 _PROBE_SALT = 0x9B0BE
 #: A sample the tokenizer must split as the server does (digits, LaTeX, non-ASCII, the suffix).
 TOKENIZER_SAMPLE = "Let x = 3.25; then \\frac{x}{2} ≤ 1.7 — naïve 中文 é." + PROBE_SUFFIX
+#: Probes that found less than this share of what they could reuse in the server's prefix cache
+#: (the prompt and trace the server has already seen) are said to come back mostly uncached ...
+UNCACHED_SHARE = 0.5
+#: ... once their reusable prompt tokens reach this many (one line, once per backend).
+UNCACHED_MIN_TOKENS = 256
 #: What a served model's ``owned_by`` says about the server.
 OWNED_BY = {"llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang"}
 #: What llama-cpp-python's server says it is owned by (``/v1/models``).
@@ -623,8 +633,11 @@ class VLLMProtocol(Protocol):
 
     def reproducible(self, report):
         return (
-            "per-request seeds are honoured; bit-exact repeats need the server started with "
-            "VLLM_BATCH_INVARIANT=1 on the same hardware and version"
+            "per-request seeds are honoured: a request the server runs alone repeats bit for bit "
+            "(--concurrency 1), but beside other requests its log-probabilities move (by up to "
+            "0.5 nats on vLLM 0.32's CPU build) and its tokens can part from the same request run "
+            "alone; bit-exact repeats in batches need VLLM_BATCH_INVARIANT=1 (GPU backends only), "
+            "the same hardware and version"
         )
 
 
@@ -1447,6 +1460,10 @@ class ServerBackend(TokenProbing, Backend):
             "probe_prompt_tokens": 0,
             "probe_cached_tokens": 0,
             "probe_completion_tokens": 0,
+            # probes: prompt tokens the server had seen before as a prefix (prompt + the trace so
+            # far), and how many of them it served from its cache
+            "probe_reusable_tokens": 0,
+            "probe_reused_tokens": 0,
             "missing_confs": 0,
             # text-prompt servers: their own count of the tokens they generated (the completion
             # tokens above are ours, of the text they returned)
@@ -1459,6 +1476,7 @@ class ServerBackend(TokenProbing, Backend):
         #: none, or not known), and why it refused a token-id prompt (None: not asked)
         self.server_bos: int | None = None
         self.token_ids_refused: str | None = None
+        self._said_uncached = False
         try:
             self._connect(model, server, concurrency, tokenizer)
         except ServerError as exc:  # a refusal may quote the server, which may echo the key
@@ -1930,8 +1948,15 @@ class ServerBackend(TokenProbing, Backend):
         if c.exact is not None:
             self.stats["approx_confs"] += n - sum(c.exact[:n])
 
-    def probe_result(self, c: Completion, request_len: int, conf: float | None) -> ProbeResult:
+    def probe_result(
+        self, c: Completion, request_len: int, conf: float | None, reusable: int = 0
+    ) -> ProbeResult:
+        """A probe's record; ``reusable``: its prompt tokens the server has seen before as a
+        prefix (:meth:`check_probe_cache`)."""
         self.count("probe", c)
+        if reusable and c.cached_tokens is not None:
+            self.stats["probe_reusable_tokens"] += int(reusable)
+            self.stats["probe_reused_tokens"] += min(int(c.cached_tokens), int(reusable))
         return ProbeResult(
             answer=parse_probe(c.text),
             raw_text="\\boxed{" + c.text,
@@ -1939,6 +1964,25 @@ class ServerBackend(TokenProbing, Backend):
             prompt_tokens=c.prompt_tokens if c.prompt_tokens is not None else request_len,
             cached_tokens=c.cached_tokens,
             generated_tokens=c.completion_tokens,
+        )
+
+    def check_probe_cache(self) -> None:
+        """Say once, in one line, when the probes' prompts come back mostly uncached: the server
+        keeps no prefix cache (vLLM without ``--enable-prefix-caching``, a model whose server
+        cannot cache prefixes) or evicts it, and every probe re-reads its whole trace."""
+        s = self.stats
+        seen, reused = s["probe_reusable_tokens"], s["probe_reused_tokens"]
+        if self._said_uncached or seen < UNCACHED_MIN_TOKENS or reused >= UNCACHED_SHARE * seen:
+            return
+        self._said_uncached = True
+        log.warning(
+            "server backend: the server's prefix cache served %.0f %% of the probes' prompt "
+            "tokens it had seen before (%d of %d): each probe re-reads its trace (start vLLM "
+            "with --enable-prefix-caching; llama.cpp: --parallel at least the traces in flight; "
+            "docs/backends.md)",
+            100 * reused / seen,
+            reused,
+            seen,
         )
 
     def reprobe(
@@ -1971,6 +2015,7 @@ class ServerBackend(TokenProbing, Backend):
 
         async def chain(i: int) -> None:
             t = traces[i]
+            before = 0  # the prefix the previous probe of this trace sent (none: nothing known)
             for k, d in enumerate(np.asarray(positions[i]).tolist()):
                 req, n = request(t, d, plan[i][k])
                 m = self.probe_max_new_tokens
@@ -1981,7 +2026,8 @@ class ServerBackend(TokenProbing, Backend):
                 answer = await self.http.post(p.path, body, limit, _asked(m))
                 c = self.read(answer, m, False)
                 conf = None if t.confs is None else window_conf(t.confs, d)
-                out[i][k] = self.probe_result(c, n, conf)
+                out[i][k] = self.probe_result(c, n, conf, before)
+                before = len(prompt) + len(plan[i][k])
 
         async def go():
             async with asyncio.TaskGroup() as tg:
@@ -1994,6 +2040,7 @@ class ServerBackend(TokenProbing, Backend):
         except ExceptionGroup as eg:
             raise _first(eg) from None
         self.stats["probe_calls"] += 1
+        self.check_probe_cache()
         return out
 
     def close(self) -> None:
@@ -2103,10 +2150,13 @@ class ServerTraceBatch(TokenTraceBatch):
         ]
         outs = be.complete(reqs, logprobs=False)
         be.stats["probe_calls"] += 1
-        return [
-            be.probe_result(c, len(r[0]), window_conf(self._confs[j], p))
+        # the server generated each trace so far: the prompt and the trace are its to reuse
+        out = [
+            be.probe_result(c, len(r[0]), window_conf(self._confs[j], p), len(self.prompt) + p)
             for j, p, r, c in zip(js, pos, reqs, outs)
         ]
+        be.check_probe_cache()
+        return out
 
 
 class TextTraceBatch(ServerTraceBatch):

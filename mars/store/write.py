@@ -322,16 +322,19 @@ class PoolDirWriter:
         self.abort()  # a no-op after finish()
 
 
-def _differing(a: dict, b: dict) -> list[str]:
+def _differing(a: object, b: object) -> list[str]:
+    """The parameters that differ; a damaged record (not an object) differs in all of them."""
+    a = a if isinstance(a, dict) else {}
+    b = b if isinstance(b, dict) else {}
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def _other_run(found: dict, wanted: dict) -> str:
+def _other_run(found: object, wanted: dict) -> str:
     """What differs between the run a folder holds and the one asked for, and what to do: the
     end of the line refusing it."""
     keys = _differing(found, wanted)
     text = f" ({', '.join(keys)}): to keep it, rerun with its parameters"
-    qids = found.get("qids")
+    qids = found.get("qids") if isinstance(found, dict) else None
     if "qids" in keys and isinstance(qids, list) and all(isinstance(q, int) for q in qids):
         text += f" (its questions: --questions {_question_spec(qids)})"
     return text + "; for these, choose another --out; to replace it, delete the folder"
