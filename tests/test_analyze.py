@@ -316,8 +316,9 @@ def test_the_report_imports_neither_the_pool_reader_nor_the_simulator(chain, tmp
         "from mars.report import render_report\n"
         f"render_report([{str(results / 'simulate')!r}], {str(tmp_path / 'r')!r}, "
         f"analyses=[{str(results / 'analysis')!r}], formats=('png',))\n"
-        "banned = ('mars.simulate.driver', 'mars.method.walk', 'mars.store.pool', 'mars.fit',\n"
-        "          'mars.analyze', 'mars.method.arrays', 'mars.method.features', 'pyarrow.parquet')\n"
+        "banned = ('mars.simulate.driver', 'mars.method.walk', 'mars.store.pool',\n"
+        "          'mars.fit', 'mars.analyze', 'mars.method.arrays', 'mars.method.features',\n"
+        "          'pyarrow.parquet')\n"
         "print([m for m in banned if m in sys.modules])\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mars.method import arrays as arrays_module
 from mars.method.arrays import (
     QuestionArrays,
+    RunningConfidence,
     arrays_path,
     build_arrays,
     cache_key,
     checkpoint_answers,
+    checkpoint_confidences,
     digest_arrays,
     load_arrays,
     read_cached,
@@ -259,3 +263,47 @@ def test_digest_arrays_sees_dtype_shape_and_bytes():
     b[5] = 7
     assert digest_arrays(a) != digest_arrays(b)
     assert digest_arrays(a, b) != digest_arrays(b, a)
+
+
+def bare_question(token_confs: list[np.ndarray]) -> QuestionData:
+    """Traces with these per-token confidences and no probes (all the confidences need)."""
+    n = len(token_confs)
+    lengths = np.array([len(c) for c in token_confs], dtype=np.int64)
+    return QuestionData(
+        qid=0,
+        ground_truth="1",
+        trace_idx=np.arange(n, dtype=np.int64),
+        lengths=lengths,
+        final_answers=[None] * n,
+        probe_offsets=np.zeros(n + 1, dtype=np.int64),
+        probe_positions=np.zeros(0, dtype=np.int64),
+        probe_codes=np.zeros(0, dtype=np.int32),
+        probe_strings=[],
+        conf_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        conf_values=np.concatenate([*token_confs, np.zeros(0, np.float16)]).astype(np.float16),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.floats(0, 30, width=16), max_size=40).map(lambda v: np.array(v, np.float16)),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(1, 9),
+    st.integers(1, 12),
+    st.integers(1, 6),
+)
+def test_running_confidence_is_the_batch_at_each_checkpoint(token_confs, window, spacing, m):
+    """The live twin (RunningConfidence), fed what an engine holds at each checkpoint (the tokens
+    so far while a trace runs, all of them once it has ended), gives the batch's
+    (checkpoint_confidences, window before the probe) value there to the bit."""
+    grid = np.arange(1, m + 1, dtype=np.int64) * spacing
+    batch = checkpoint_confidences(bare_question(token_confs), grid, window, conf_window="before")
+    running = RunningConfidence(len(token_confs), window)
+    for k, p in enumerate(grid.tolist()):
+        for j, c in enumerate(token_confs):
+            runs = len(c) > p
+            value = running.at(j, p, c[:p] if runs else c, runs)
+            assert np.float32(value) == batch[j, k], (j, p)

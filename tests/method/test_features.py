@@ -4,10 +4,13 @@ built by hand."""
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mars.method.arrays import QuestionArrays
 from mars.method.features import (
     FEATURE_NAMES,
+    RunningFeatures,
     flips_and_streaks,
     question_features,
     switch_labels,
@@ -87,3 +90,34 @@ def test_switch_labels_mark_answers_other_than_the_final():
     assert y.dtype == np.float32
     # an abstention differs from a final answer; no answer at all matches a missing final
     assert y.tolist() == [[1, 0, 0], [1, 1, 0], [0, 0, 0]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 5).flatmap(
+        lambda n: st.integers(1, 8).flatmap(
+            lambda m: st.tuples(
+                st.lists(
+                    st.lists(st.integers(-1, 3), min_size=m, max_size=m), min_size=n, max_size=n
+                ),
+                st.none()
+                | st.lists(
+                    st.lists(st.floats(0, 20, width=32), min_size=m, max_size=m),
+                    min_size=n,
+                    max_size=n,
+                ),
+            )
+        )
+    )
+)
+def test_running_features_are_the_batch_column_at_each_checkpoint(case):
+    """The live twin (RunningFeatures), fed one checkpoint at a time, gives the batch's
+    (question_features) column there to the bit, with or without confidences."""
+    ids, conf = case
+    arr = arrays(ids, [0] * len(ids), conf)
+    batch = question_features(arr)
+    running = RunningFeatures(len(ids))
+    for k, p in enumerate(arr.grid):
+        column = None if arr.conf_at_pos is None else arr.conf_at_pos[:, k]
+        X = running.next(int(p), arr.ids[:, k], column)
+        assert X.dtype == batch.dtype and np.array_equal(X, batch[:, k])
