@@ -1,7 +1,10 @@
 """The package's folders are its layers, and imports only go down: the storage layer
 (``mars.store``) imports no other layer, the method core (``mars.method``) only the storage layer,
-the engines (``mars.engines``) those two; the stage drivers, the report and the command line sit
-above. No import cycle, and no calibration tooling in the runtime package."""
+the engines (``mars.engines``) those two; the stages (``mars.fit``, ``mars.simulate``,
+``mars.analyze``, ``mars.live``) sit on those three and never on one another, except through the
+readers of what another stage writes; the report reads only those readers; the command line and
+the proxy (``mars serve``) sit on top. No import cycle, and no calibration tooling in the runtime
+package."""
 
 from __future__ import annotations
 
@@ -17,6 +20,13 @@ ALLOWED = {
     "mars.method": {"mars.store"},
     "mars.engines": {"mars.store", "mars.method"},
 }
+
+
+#: the stage packages: each owns its driver and the formats of what it writes
+STAGES = ("mars.fit", "mars.simulate", "mars.analyze", "mars.live")
+#: the modules of a stage that read what it wrote, all another stage or the report may import of it
+#: (a simulation reads a fit directory; the analysis and the report read a simulation's outputs)
+READERS = {"mars.fit.fitdir", "mars.simulate.runs", "mars.simulate.candidates"}
 
 
 def module_name(path: Path) -> str:
@@ -59,6 +69,28 @@ def test_imports_only_go_down_the_layers():
             if target in BASE or layer_of(target) == layer or target == "mars":
                 continue
             assert layer_of(target) in ALLOWED[layer], f"{mod} imports {target}"
+
+
+def test_a_stage_imports_the_layers_below_and_of_another_stage_only_its_readers():
+    """A stage (and the report) imports store, method, engines and the utilities; of another stage
+    only its readers, never its driver, its writer or its package (whose ``__init__`` may load
+    them)."""
+    for path in MARS.rglob("*.py"):
+        mod = module_name(path)
+        layer = layer_of(mod)
+        if layer not in (*STAGES, "mars.report"):
+            continue
+        for target in imports_of(path):
+            other = layer_of(target)
+            if other in STAGES and other != layer:
+                assert target in READERS, f"{mod} imports {target}, not a reader of {other}"
+            else:
+                below = {layer, "mars.store", "mars.method", "mars.engines"}
+                assert target in BASE or other in below, f"{mod} imports {target}"
+    # and the stages' readers read no stage driver themselves
+    for reader in READERS:
+        path = MARS.parent / (reader.replace(".", "/") + ".py")
+        assert all(t in READERS or layer_of(t) not in STAGES for t in imports_of(path)), reader
 
 
 def test_no_import_cycle():
