@@ -122,7 +122,7 @@ def test_the_proxy_is_a_stage_nothing_below_imports():
     only the command line imports it, and ``import mars`` does not (its extra is optional)."""
     for path in MARS.rglob("*.py"):
         mod = module_name(path)
-        if mod.startswith("mars.serve") or mod == "mars.cli":
+        if mod.startswith(("mars.serve", "mars.cli")):
             continue
         bad = [t for t in imports_of(path) if t.startswith("mars.serve")]
         assert not bad, f"{mod} imports {bad}"

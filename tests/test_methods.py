@@ -128,7 +128,7 @@ def test_live_admits_methods_by_their_properties():
         admitted = m.name in live_methods()
         # all N traces start at once
         together = not m.rule.samples_more and m.width is None and m.launch.live
-        assert admitted == (not m.deepconf and not m.reads_future and together)
+        assert admitted == (m.filter.live and not m.reads_future and together)
     assert {"sc-mars-oracle", "oracle-first", "oracle-last", "dco-mars"}.isdisjoint(live_methods())
     assert {"asc", "esc", "single-sac", "sc-mars2-waves"}.isdisjoint(live_methods())
     assert {"sc-sac", "pp-main", "pp-main-keep"} <= set(live_methods())
@@ -276,3 +276,53 @@ def test_no_method_name_is_written_in_the_report_or_live_runs():
     code = 'a = m.endswith("-cert")\nb = m.startswith(("oracle", "x"))\nc = "mars" in m\n'
     code += 'd = s.startswith("-")'
     assert method_affixes(code) == [(1, "-cert"), (2, "oracle"), (3, "mars")]
+
+
+def _docs_blocks() -> list[str]:
+    """The Python blocks of docs/methods.md's "Adding a method"."""
+    text = (Path(__file__).parents[1] / "docs" / "methods.md").read_text()
+    section = text.split("## Adding a method", 1)[1]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+def test_the_docs_add_a_method_example_runs(tmp_path):
+    """docs/methods.md's blocks, pasted into a fresh interpreter, register a method with a new
+    rule and one with a new launch policy; both run through `mars simulate`: the rule stops every
+    iteration at its checkpoint, the halves walk two launches of half the budget each."""
+    import subprocess
+    import sys
+
+    blocks = _docs_blocks()
+    assert len(blocks) == 2
+    pool = write_layout_pool(tmp_path / "pool", seed=3, n_questions=2)
+    out = tmp_path / "out"
+    args = [str(pool), "--method", "sc,sc-stop-at,sc-mars2-halves", "--out", str(out)]
+    args += ["--budget", "16", "--iterations", "4", "--warmup", "4", "-q"]
+    check = f"""
+from mars.cli import main
+from mars.method.registry import METHODS
+from mars.method.walk import MethodRun, QuestionContext
+from mars.method.settings import Settings
+from mars.method.arrays import load_arrays
+from mars.store.pool import open_pool
+
+assert main(["simulate", *{args!r}]) == 0
+q = open_pool({str(pool)!r}).read_question(0)
+ctx = QuestionContext.sample(load_arrays(q), Settings(budget=16, iterations=4, warmup=4))
+print(MethodRun(ctx, METHODS["sc-mars2-halves"]).launches())
+"""
+    script = tmp_path / "example.py"
+    script.write_text("\n".join([*blocks, check]))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "[(0, 8), (8, 16)]"
+    full = pd.read_csv(out / "sc" / "per_question.csv")
+    stop_at = pd.read_csv(out / "sc-stop-at" / "per_question.csv")
+    assert (stop_at["stopped_early"] == 4).all()
+    assert (stop_at["tokens_mean"] < full["tokens_mean"]).all()
+    halves = pd.read_csv(out / "sc-mars2-halves" / "per_iteration.csv")
+    assert len(halves) == 8 and (halves["tokens"] <= halves["baseline_tokens"]).all()
+    overall = json.loads((out / "sc-mars2-halves" / "overall.json").read_text())
+    assert overall["method"] == "sc-mars2-halves" and overall["rounds"] == 8  # the first launch
+    # a user waits for each launch's longest trace in turn
+    assert (halves["seq_tokens"] >= halves["longest_tokens"]).all()

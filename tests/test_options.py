@@ -84,7 +84,7 @@ def test_each_command_takes_its_declared_options(command):
 
 def test_no_engine_default_is_written_twice():
     """The spacing and warmup defaults come from their declarations, not from literals."""
-    cli = (ROOT / "mars" / "cli.py").read_text()
+    cli = "".join(p.read_text() for p in sorted((ROOT / "mars" / "cli").glob("*.py")))
     assert "2048" not in cli and "typer.Option(16" not in cli
     assert "top_p: float" not in cli and "--base-url" not in cli  # no hand-declared option
 

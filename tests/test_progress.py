@@ -66,7 +66,7 @@ def test_only_the_command_line_draws():
     """No module of the library but mars.progress (which the command line calls) imports rich's
     progress display."""
     for path in (ROOT / "mars").rglob("*.py"):
-        if path.name in ("progress.py", "cli.py"):
+        if path.name == "progress.py" or path.parent.name == "cli":
             continue
         text = path.read_text()
         assert not re.search(r"rich\.progress|progress_bar|track\(", text), path

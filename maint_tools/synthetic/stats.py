@@ -249,7 +249,7 @@ def pool_mars_stats(
     pool_path, methods=MARS_METHODS, budget: int = MARS_BUDGET, iterations: int = 64
 ) -> dict:
     """:func:`mars_stats` through the real path:
-    ``mars simulate``'s :func:`~mars.simulate.simulate_pool`
+    ``mars simulate``'s :func:`~mars.simulate.driver.simulate_pool`
     on a pool directory (answers grouped as the simulator groups them)."""
     from mars.method.registry import get_method
     from mars.method.settings import Settings

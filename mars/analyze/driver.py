@@ -8,8 +8,8 @@ writes them as files (:mod:`mars.store.analysis`), so the report only draws and 
 when a figure is stale.
 
 Every quantity is the simulator's own: the same arrays, the same bootstrap samples, warmup,
-switch model and calibrated γ (:class:`~mars.simulate.QuestionContext`), and the rule's decision
-at every checkpoint (:meth:`~mars.simulate.MethodRun.snapshot`,
+switch model and calibrated γ (:class:`~mars.method.walk.QuestionContext`), and the rule's decision
+at every checkpoint (:meth:`~mars.method.walk.MethodRun.snapshot`,
 :meth:`~mars.method.stopping.Mars.explain`), so a figure shows exactly the rule its tables report.
 The analysis keeps every candidate a report may choose (the first :data:`CANDIDATES` of each kind,
 in the report's order), so a report over several pools picks across them as if it had the pools.

@@ -6,20 +6,20 @@
 2. *main*: ``n_traces`` traces (ids W..W+N-1) advance checkpoint by checkpoint
    (:func:`mars.engines.generate.run_batch`, ``spacing`` tokens apart); every running trace is
    probed;
-3. at each checkpoint the method takes one step (:class:`mars.stepper.Stopper`) fed what the
+3. at each checkpoint the method takes one step (:class:`mars.live.stepper.Stopper`) fed what the
    engine just produced (each trace's probed or final answer, whether it runs, its confidence);
    when it fires, every running trace is stopped (:meth:`~mars.engines.base.TraceBatch.stop`) and
    the leader is the answer. Parallel-Probe as its authors define it (``sc-pp-faithful``) also
    stops the traces it prunes, there and then.
 
-The decision is the simulator's own (one step of :class:`mars.simulate.MethodRun` over the one
+The decision is the simulator's own (one step of :class:`mars.method.walk.MethodRun` over the one
 iteration whose sample is the N main traces and whose warmup is the W warmup traces, running
 traces shown as traces stopped at the checkpoint). The records are written once, at the end of the
 question (the finished warmup traces are kept meanwhile, so an interrupted question resumes after
-its warmup: :mod:`mars.live_warmup`); re-simulating them (:func:`decide`,
-:func:`mars.replay.replay`) gives the run's answer, stop position and tokens exactly, which every
-run checks (``replay_ok``). Three things differ from
-the offline simulator, each because a live run cannot see the future:
+its warmup: :mod:`mars.live.warmup`); re-simulating them (:func:`decide`,
+:func:`mars.live.replay.replay`) gives the run's answer, stop position and tokens exactly, which
+every run checks (``replay_ok``). Three things differ from the offline simulator, each because a
+live run cannot see the future:
 
 * the checkpoint grid is fixed in advance (``spacing``, 2·spacing, … ≤ ``max_tokens``), not taken
   from the traces;
@@ -37,8 +37,8 @@ Output of :func:`solve_pool` (a pool directory, so ``mars simulate`` reads it to
     OUT/traces/qNNNNNN.parquet   warmup + main traces; a stopped trace has its length at the stop,
                                  finished = false, no final answer, and its last probe at the stop
     OUT/live/qNNNNNN.json        the live result of the question (see :class:`LiveRun`;
-                                 :mod:`mars.live_records`)
-    OUT/live.csv                 one row per question (:mod:`mars.live_summary`); OUT/pool.json
+                                 :mod:`mars.live.records`)
+    OUT/live.csv                 one row per question (:mod:`mars.live.summary`); OUT/pool.json
                                  has the run's parameters
     OUT/live/qNNNNNN.warmup.parquet  the question's finished warmup traces while its main traces
                                  run (an interrupted question resumes after its warmup)
@@ -183,7 +183,7 @@ Watch = Callable[[Checkpoint], None]
 
 
 class _Controller:
-    """The checkpoint hook of the main batch: one :meth:`mars.stepper.Stopper.step` per
+    """The checkpoint hook of the main batch: one :meth:`mars.live.stepper.Stopper.step` per
     checkpoint, fed what the engine just produced."""
 
     def __init__(
@@ -266,7 +266,7 @@ class _Controller:
 
     def finish(self, records: Sequence[TraceRecord]) -> tuple[str, int, str | None]:
         """(label, position, answer) of the method: where it fired, or, when it never did, its
-        decision once every trace has ended (:meth:`mars.stepper.Stopper.finish`) fed the
+        decision once every trace has ended (:meth:`mars.live.stepper.Stopper.finish`) fed the
         traces' final answers and confidences."""
         if self.fired is not None:
             return self.fired

@@ -90,6 +90,10 @@ class Filter:
     needs_confs: ClassVar[bool] = False
     #: it keeps every trace (a sample may then be run in part: ``Method.width``)
     keeps_all: ClassVar[bool] = False
+    #: a live run can apply it (DeepConf's cuts traces token by token inside the engine: no)
+    live: ClassVar[bool] = False
+    #: what a method with this filter is measured against: the pipeline of its full-budget vote
+    pipeline: ClassVar[str] = "dco"
 
     def prepare(self, arr: QuestionArrays, samples: np.ndarray, n_warmup: int) -> Any:
         return None
@@ -116,6 +120,8 @@ class KeepAll(Filter):
 
     name: ClassVar[str] = "none"
     keeps_all: ClassVar[bool] = True
+    live: ClassVar[bool] = True
+    pipeline: ClassVar[str] = "sc"
 
     def kept(
         self, state: Any, arr: QuestionArrays, S: np.ndarray, rows: np.ndarray | None, k: int

@@ -206,7 +206,7 @@ def check_sizes(
         raise SimulationError(f"question {empty[0]} of {source} has no traces: nothing to sample")
     check_warmup(settings.warmup, traces, source)
     w, b = settings.warmup, settings.budget
-    deepconf = [m.name for m in methods if m.deepconf]
+    deepconf = [m.name for m in methods if not m.filter.keeps_all]
     if deepconf and not 1 <= w <= b:
         raise SimulationError(
             f"--warmup {w}: the DeepConf methods ({', '.join(deepconf)}) set their confidence "

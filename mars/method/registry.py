@@ -110,7 +110,7 @@ def _risk(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
     return RiskStop.for_question(
         arr.final_ids[warm],
         arr.n_answers,
-        deepconf=method.deepconf,
+        deepconf=not method.filter.keeps_all,
         warm_min_group=None if arr.min_group is None else arr.min_group[warm],
         alpha=ctx.s.risk_alpha,
         warm_ids=arr.ids[warm],
@@ -236,23 +236,13 @@ class Method:
     launch: Launch = TOGETHER
 
     @property
-    def conf_weights(self) -> bool:
-        """Its votes weigh by confidence."""
-        return self.voting.needs_confs
-
-    @property
-    def deepconf(self) -> bool:
-        """It filters its voters (DeepConf)."""
-        return not self.filter.keeps_all
-
-    @property
     def needs_confs(self) -> bool:
         return self.voting.needs_confs or self.filter.needs_confs
 
     @property
     def baseline(self) -> str:
         """The full-budget vote this method's answer and savings are compared with."""
-        return "dco" if self.deepconf or self.conf_weights else "sc"
+        return "dco" if self.voting.needs_confs else self.filter.pipeline
 
     @property
     def is_baseline(self) -> bool:
@@ -270,7 +260,7 @@ class Method:
         truncates traces token by token inside the engine), all traces started together."""
         return (
             not self.reads_future
-            and not self.deepconf
+            and self.filter.live
             and not self.rule.samples_more
             and self.width is None
             and self.launch.live
@@ -541,7 +531,7 @@ def live_method(method: str | Method) -> Method:
     """The method, if it can decide on a live run (:attr:`Method.live`); a clear error
     otherwise."""
     m = get_method(method) if isinstance(method, str) else method
-    if m.deepconf:
+    if not m.filter.live:
         raise SimulationError(
             f"method {m.name}: DeepConf's online filter truncates traces token by token inside "
             f"the engine; live mode runs {', '.join(live_methods())}"

@@ -1,5 +1,5 @@
 """The runs of a report together: lookups by model, dataset, method and setting, the datasets
-in report order, and each run's analysis attached. Runs are read by :mod:`mars.runs`.
+in report order, and each run's analysis attached. Runs are read by :mod:`mars.simulate.runs`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import pytest
 
 from mars.errors import SimulationError, UsageError
 from mars.method import registry as R
+from mars.method.deepconf import DEEPCONF_ONLINE
 from mars.method.registry import (
     ALIASES,
     CALIBRATED_MARS,
@@ -46,6 +47,7 @@ from mars.method.stopping import (
     ParallelProbe,
     ProbeController,
 )
+from mars.method.voting import CONFIDENCE
 
 # reference-protocol §5.3: (vote weights by confidence, DeepConf filter, rule kind, q, γ)
 REFERENCE_TABLE = {
@@ -69,7 +71,8 @@ REFERENCE_TABLE = {
 @pytest.mark.parametrize("name", sorted(REFERENCE_TABLE))
 def test_reference_methods_are_the_compositions_of_the_protocol(name):
     m = METHODS[name]
-    assert (m.conf_weights, m.deepconf, m.rule.kind, m.q, m.rule.gamma) == REFERENCE_TABLE[name]
+    parts = (m.voting == CONFIDENCE, m.filter == DEEPCONF_ONLINE)
+    assert (*parts, m.rule.kind, m.q, m.rule.gamma) == REFERENCE_TABLE[name]
     assert m.reference
 
 

@@ -1,8 +1,8 @@
 """The single-question figures' samples: Fig. 1 (right), where MARS waits while the vote is
 contested and stops once its answer is safe, and Fig. 2, where Parallel-Probe's consensus stop
 errs on a question whose early leader is overtaken. The candidates are a run's
-(:mod:`mars.candidates`); their trajectories come from the pools' analyses (``mars analyze``),
-and the report picks among them over all its pools."""
+(:mod:`mars.simulate.candidates`); their trajectories come from the pools' analyses
+(``mars analyze``), and the report picks among them over all its pools."""
 
 from __future__ import annotations
 

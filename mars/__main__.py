@@ -1,0 +1,5 @@
+"""``python -m mars``: the ``mars`` command."""
+
+from .cli import run
+
+run()

@@ -1,0 +1,5 @@
+"""``python -m mars.cli``: the ``mars`` command."""
+
+from . import run
+
+run()

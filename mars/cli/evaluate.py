@@ -1,0 +1,263 @@
+"""The offline evaluation's commands: ``fit``, ``simulate``, ``analyze`` and ``report`` (the paper's
+tables and figures from a pool of traces)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from ..errors import MarsError
+from ..method.settings import SETTINGS, SPECS
+from ..store.problems import parse_question_spec
+from .common import (
+    err,
+    setting_help,
+    user_errors,
+    with_settings,
+)
+
+
+@with_settings([s.name for s in SETTINGS])
+def simulate(
+    pool: Path = typer.Argument(..., help="published-schema parquet file or a pool directory"),
+    method: str = typer.Option(
+        "reference",
+        "--method",
+        "-m",
+        help="comma-separated methods, 'reference' (the 14 reference methods) or 'all'",
+    ),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="output directory (one sub-directory per method)"
+    ),
+    questions: str | None = typer.Option(None, help="question ids, e.g. 0,3,5-9 (default: all)"),
+    workers: int = typer.Option(1, help="questions simulated in parallel (processes)"),
+    fit_dir: Path | None = typer.Option(
+        None, "--fit", help="a `mars fit` directory: its arrays and switch models (no refitting)"
+    ),
+    cache: Path | None = typer.Option(None, help="per-question array cache directory"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
+    settings_given: dict | None = None,
+):
+    """Bootstrap-simulate stopping methods on a trace pool (the paper's evaluation)."""
+    from ..method.registry import parse_methods
+    from ..method.settings import Settings, pool_settings
+    from ..progress import bar
+    from ..simulate.driver import (
+        check_protocol_inputs,
+        simulate_pool,
+        size_notes,
+        supported_methods,
+    )
+    from ..simulate.results import summary_table, write_methods
+    from ..store.atomic import check_apart, output_dir
+    from ..store.pool import open_pool
+    from ..store.provenance import pool_source
+
+    with user_errors():
+        parse_methods(method)
+        settings = Settings(**(settings_given or {})).validate()
+        check_protocol_inputs(settings, fit_dir, cache)
+        src = open_pool(pool)
+        settings = pool_settings(src, settings)
+        qids = parse_question_spec(questions)
+        methods, left_out = supported_methods(method, src, qids)
+        if left_out:
+            err.print(
+                f"note: --method {method} leaves out {', '.join(left_out)}: they need per-token "
+                f"confidences, which {pool} does not have",
+                highlight=False,
+                soft_wrap=True,
+            )
+        notes = size_notes(src, methods, settings, qids)
+        if workers < 1:
+            raise MarsError(f"--workers {workers}: must be at least 1")
+        check_apart(out, [("POOL", pool), ("--fit", fit_dir), ("--cache", cache)])
+        if cache is not None:
+            check_apart(cache, [("POOL", pool)], "--cache")
+        for note in notes:  # after every refusal: a note only when the run goes ahead
+            err.print(f"note: {note}", highlight=False, soft_wrap=True)
+        t0 = time.perf_counter()
+        with output_dir(out), bar("simulating questions", disable=quiet) as progress:
+            results = simulate_pool(
+                pool,
+                methods,
+                settings,
+                questions=qids,
+                workers=workers,
+                cache_dir=cache,
+                fit_dir=fit_dir,
+                progress=progress,
+            )
+            fit = None if fit_dir is None else str(fit_dir)
+            names = [m.name for m in methods]
+            data = pool_source(pool).to_dict()
+            overalls = write_methods(
+                out, names, results, settings.to_dict(), str(pool), fit, notes, data
+            )
+    if not quiet:
+        err.print(summary_table(overalls))
+        err.print(
+            f"{len(results)} questions × {len(methods)} methods in "
+            f"{time.perf_counter() - t0:.1f} s → {out}/"
+        )
+
+
+def fit(
+    pool: Path = typer.Argument(..., help="published-schema parquet file or a pool directory"),
+    out: Path = typer.Option(..., "--out", "-o", help="fit directory (arrays + models.parquet)"),
+    warmup: str = typer.Option(
+        str(SPECS["warmup"].default),
+        help=setting_help(SPECS["warmup"], "; several sizes comma-separated (one model each)"),
+        show_default=False,
+    ),
+    window: int = typer.Option(
+        SPECS["window"].default, help=setting_help(SPECS["window"]), show_default=False
+    ),
+    spacing: int | None = typer.Option(None, help=setting_help(SPECS["spacing"])),
+    questions: str | None = typer.Option(None, help="question ids, e.g. 0,3,5-9 (default: all)"),
+    workers: int = typer.Option(1, help="questions fitted in parallel (processes)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
+):
+    """Fit the per-question stage: arrays and switch models (q) that `simulate --fit` reads."""
+    from ..fit.driver import check_fit, fit_pool, summary_table
+    from ..progress import bar
+    from ..store.atomic import check_apart, output_dir
+
+    with user_errors():
+        try:
+            warmups = [int(w) for w in warmup.split(",") if w.strip()]
+        except ValueError:
+            raise MarsError(
+                f"--warmup {warmup!r}: expected whole numbers, e.g. 16 or 8,16"
+            ) from None
+        qids = parse_question_spec(questions)
+        check_apart(out, [("POOL", pool)])
+        check_fit(pool, warmups, window, spacing, qids)  # refusals before --out is made
+        with output_dir(out), bar("fitting questions", disable=quiet) as progress:
+            table = fit_pool(
+                pool,
+                out,
+                warmups=warmups,
+                window=window,
+                spacing=spacing,
+                questions=qids,
+                workers=workers,
+                progress=progress,
+            )
+    if not quiet:
+        err.print(summary_table(table, "switch models (in-sample fit)"))
+        err.print(f"{pool} → {out}/")
+
+
+def analyze(
+    pool: Path = typer.Argument(..., help="the trace pool the run was simulated on"),
+    simulation: Path = typer.Argument(..., help="one `mars simulate --out` directory"),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="analysis directory (analysis.json and two CSVs)"
+    ),
+    fit_dir: Path | None = typer.Option(
+        None, "--fit", help="the `mars fit` directory the run was simulated with"
+    ),
+    label: str | None = typer.Option(
+        None, "--label", help="model/dataset/setting of the run (default: from its path)"
+    ),
+    example: str | None = typer.Option(
+        None, help="Fig. 1 right question: QID or QID:ITERATION (default: chosen automatically)"
+    ),
+    q_questions: int = typer.Option(
+        10, "--q-questions", help="questions for the learned-vs-oracle q panels (0 = none)"
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+):
+    """What the report draws beyond simulation summaries: example trajectories, q calibration,
+    the switch models (computed from the pool, so the report only draws)."""
+    from ..analyze.driver import analyze as run_analysis
+    from ..progress import bar
+    from ..store.atomic import check_apart
+
+    with user_errors():
+        check_apart(out, [("POOL", pool), ("SIMULATION", simulation), ("--fit", fit_dir)])
+        with bar("analysing questions", disable=quiet) as progress:
+            run_analysis(
+                pool,
+                simulation,
+                out,
+                fit_dir=fit_dir,
+                label=label,
+                example=example,
+                q_questions=q_questions,
+                progress=progress,
+            )
+    if not quiet:
+        err.print(f"analysis of {simulation} → {out}/")
+
+
+def report(
+    results: list[Path] = typer.Argument(
+        ...,
+        help="results root(s) or `mars simulate --out` directories; every "
+        "directory with <method>/overall.json below is a run, labelled by its path "
+        "(model/dataset/setting, an optional trailing sim/ dropped), and every one with an "
+        "analysis.json an analysis (mars analyze)",
+    ),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="output directory (report.md, tables/, figures/)"
+    ),
+    label: list[str] | None = typer.Option(
+        None,
+        "--label",
+        help="model/dataset or model/dataset/setting for each RESULTS path, in "
+        "order (prefix of the discovered labels)",
+    ),
+    analysis: list[Path] | None = typer.Option(
+        None,
+        "--analysis",
+        help="`mars analyze` output directories (or a folder holding them), for the "
+        "single-question figures, the q calibration and the switch-model table (repeatable)",
+    ),
+    main_setting: str = typer.Option(
+        "default", "--main-setting", help="setting whose runs fill the main tables"
+    ),
+    figures: bool = typer.Option(
+        True, "--figures/--no-figures", help="render figures (tables are always written)"
+    ),
+):
+    """Render the paper's tables and figures (and the new ones) from simulate outputs and their
+    analyses; it reads nothing else (no pool, no fit) and simulates nothing."""
+
+    from ..errors import need_extra
+    from ..store.atomic import check_apart, output_dir
+
+    with user_errors():
+        if figures:
+            need_extra(
+                ("matplotlib", "seaborn"),
+                "report",
+                "drawing the figures (--no-figures: tables only)",
+            )
+    from ..report import render_report
+
+    command = None
+    if sys.argv[1:2] == ["report"]:
+        command = shlex.join(["mars", "report", *sys.argv[2:]])
+    with user_errors():  # a report may lie inside a results root, never hold or be one
+        check_apart(out, [("RESULTS", r) for r in results], inside_ok=True)
+        check_apart(out, [("--analysis", a) for a in analysis or []], inside_ok=True)
+    with user_errors(), output_dir(out):
+        rep = render_report(
+            results,
+            out,
+            labels=label,
+            analyses=analysis,
+            main_setting=main_setting,
+            figures=figures,
+            command=command,
+        )
+    err.print(
+        f"{len(rep.results.runs)} runs → {len(rep.tables)} tables, "
+        f"{len(rep.figures)} figures: {rep.index}"
+    )

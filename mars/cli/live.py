@@ -1,0 +1,237 @@
+"""The live commands: ``solve`` (stop parallel generation on an engine), ``serve`` (the same
+behind an OpenAI-compatible API) and ``replay`` (a live run re-simulated from its records)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from ..errors import MarsError
+from ..method.registry import DEFAULT_METHOD, live_methods
+from ..method.settings import LIVE_KEYS, SPECS
+from ..store.problems import parse_question_spec
+from .common import (
+    BACKEND_HELP,
+    MODEL_HELP,
+    PRESET_HELP,
+    PROBLEMS_HELP,
+    err,
+    resumable_bar,
+    stood_in_note,
+    user_errors,
+    with_engine_options,
+    with_settings,
+)
+
+
+@with_settings(LIVE_KEYS)
+@with_engine_options("solve")
+def solve(
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="output directory (a pool + live/ records; resumable)"
+    ),
+    problems: str = typer.Option(..., help=PROBLEMS_HELP),
+    traces: int = typer.Option(64, help="traces run in parallel per question (N)"),
+    warmup: int = typer.Option(
+        SPECS["warmup"].default, help="warmup traces run to completion first (q-model, γ)"
+    ),
+    method: str = typer.Option(
+        DEFAULT_METHOD,
+        "--method",
+        "-m",
+        help=f"a method that can run live: {', '.join(live_methods())}",
+    ),
+    backend: str = typer.Option("synthetic", help=BACKEND_HELP),
+    preset: str | None = typer.Option(None, help=PRESET_HELP),
+    model: str | None = typer.Option(None, help=MODEL_HELP),
+    questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
+    compare_full: bool = typer.Option(
+        False,
+        "--compare-full",
+        help="also run the same traces to completion: tokens, wall time and answer of plain SC",
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    settings_given: dict | None = None,
+    engine_options: dict | None = None,
+):
+    """Answer questions live: stop the parallel traces the moment the method fires."""
+    from ..engines.factory import make_backend
+    from ..live.solve import solve_pool
+    from ..store.atomic import check_apart
+
+    opts = dict(engine_options or {})
+    spacing, seed = opts.pop("spacing"), opts.pop("seed")
+    with user_errors():
+        qids = parse_question_spec(questions)
+        check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
+        be = make_backend(backend, model=model, preset=preset, **opts)
+        with resumable_bar(f"solve ({method})", quiet, out) as progress:
+            rows = solve_pool(
+                be,
+                problems,
+                out,
+                method,
+                n_traces=traces,
+                warmup=warmup,
+                seed=seed,
+                spacing=spacing,
+                max_tokens=opts["max_tokens"],
+                questions=qids,
+                compare_full=compare_full,
+                progress=progress,
+                detail=progress.detail,
+                **(settings_given or {}),
+            )
+    if not quiet:
+        _print_live(rows)
+    stood_in_note(out)
+
+
+def _print_live(rows: list) -> None:
+    from rich.table import Table
+
+    from ..live.summary import summarize
+
+    summary = summarize(rows)
+    t = Table(title="live runs", show_lines=False)
+    for c in summary.header:
+        t.add_column(c, justify="right")
+    for row in summary.rows:
+        t.add_row(*map(escape, row))
+    err.print(t)
+    for line in summary.lines:
+        err.print(escape(line))
+
+
+@with_settings(LIVE_KEYS)
+@with_engine_options("serve")
+def serve(
+    upstream: list[str] = typer.Option(
+        ...,
+        "--upstream",
+        help="an OpenAI-compatible server to front (llama.cpp, vLLM, SGLang), http://HOST:PORT; "
+        "repeat for replicas of one model; 'synthetic' (or synthetic:PRESET) for the synthetic "
+        "engine",
+    ),
+    host: str = typer.Option("127.0.0.1", help="address to listen on"),
+    port: int = typer.Option(8000, help="port to listen on"),
+    model: str | None = typer.Option(
+        None, help="the upstream model to serve (default: the one the upstream serves)"
+    ),
+    served_model_name: str | None = typer.Option(
+        None, help="the name clients ask for (default: the upstream's)"
+    ),
+    method: str = typer.Option(
+        DEFAULT_METHOD,
+        "--method",
+        "-m",
+        help=f"default method of a request: {', '.join(live_methods())}",
+    ),
+    traces: int = typer.Option(64, help="default traces of a request without n (N)"),
+    warmup: int = typer.Option(SPECS["warmup"].default, help="default warmup traces"),
+    max_traces: int = typer.Option(1024, help="n (traces) a request may ask for at most"),
+    max_active: int = typer.Option(4, help="requests solved at once (the others queue)"),
+    max_queue: int = typer.Option(64, help="requests that may wait; more are answered 429"),
+    record: Path | None = typer.Option(
+        None, help="append every served question to pools in this folder (mars replay reads them)"
+    ),
+    api_key_env: str = typer.Option(
+        "MARS_SERVE_API_KEY",
+        help="environment variable holding the key clients must send (unset or empty: none)",
+    ),
+    upstream_key_env: str = typer.Option(
+        "MARS_API_KEY", help="environment variable holding the upstreams' API key"
+    ),
+    retries: int = typer.Option(2, help="further tries of an upstream request before failover"),
+    tokenizer: str | None = typer.Option(
+        None,
+        help="the model's tokenizer: 'server' (the upstream's /tokenize), a tokenizer folder, "
+        "tokenizer.json or GGUF file (default: what the upstream reports)",
+    ),
+    log_level: str = typer.Option("info", help="uvicorn's log level"),
+    settings_given: dict | None = None,
+    engine_options: dict | None = None,
+):
+    """Serve MARS behind an OpenAI-compatible API: one request with n > 1 (or a mars object) is
+    one question solved live on the upstream servers; other requests pass through."""
+    import os
+
+    from ..errors import need_extra
+
+    opts = dict(engine_options or {})
+    spacing, max_tokens, seed = opts.pop("spacing"), opts.pop("max_tokens"), opts.pop("seed")
+    temperature, top_p = opts.pop("temperature"), opts.pop("top_p")
+    sampling = {k: v for k, v in opts.items() if k == "top_k" and v is not None}
+    with user_errors():
+        need_extra(("starlette", "uvicorn", "httpx", "prometheus_client"), "serve", "mars serve")
+        from ..serve.app import ServeOptions, create_app
+        from ..serve.requests import Defaults
+        from ..serve.upstreams import Upstreams
+
+        defaults = Defaults(
+            method=method,
+            traces=traces,
+            warmup=warmup,
+            spacing=spacing,
+            max_tokens=max_tokens,
+            knobs=dict(settings_given or {}),
+            max_traces=max_traces,
+            seed=seed,
+            temperature=temperature,
+            top_p=top_p,
+        ).check()
+        if max_active < 1 or max_queue < 0:
+            raise MarsError("--max-active must be at least 1 and --max-queue at least 0")
+        ups = Upstreams(
+            upstream,
+            model=model,
+            api_key_env=upstream_key_env,
+            concurrency=opts["concurrency"],
+            timeout=opts["timeout"] or 600.0,
+            retries=retries,
+            tokenizer=tokenizer,
+            **sampling,
+        )
+        options = ServeOptions(
+            defaults,
+            max_active=max_active,
+            max_queue=max_queue,
+            api_key=os.environ.get(api_key_env, "").strip() or None,
+            served_model=served_model_name,
+            record=str(record) if record else None,
+        )
+        asgi, _ = create_app(ups, options)
+    import uvicorn
+
+    err.print(
+        f"mars serve: {ups.model} from {len(upstream)} upstream(s) on http://{host}:{port}/v1 "
+        f"({'key required' if options.api_key else 'no key'})"
+    )
+    try:
+        uvicorn.run(asgi, host=host, port=port, log_level=log_level)
+    finally:
+        ups.close()
+
+
+def replay(
+    run: Path = typer.Argument(..., help="a `mars solve` output directory"),
+    questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
+):
+    """Re-simulate a live run from its records; exit 1 if any question differs from what ran live."""  # noqa: E501 - typer shows it verbatim as the command summary
+    from ..live.replay import open_live_run
+    from ..live.replay import replay as replay_run
+
+    with user_errors():
+        state = open_live_run(run)
+        rows = replay_run(run, parse_question_spec(questions))
+    bad = [r for r in rows if not r["match"]]
+    for r in bad:
+        print(f"question {r['qid']}: live {r['live']} != replay {r['replay']}", file=sys.stderr)
+    if not state.finished:
+        print(state.unfinished_line(), file=sys.stderr)
+    print(f"{len(rows) - len(bad)}/{len(rows)} questions replay exactly")
+    if bad:
+        raise typer.Exit(1)
