@@ -87,7 +87,7 @@ def overhead(a) -> dict:
 
 def per_checkpoint(a) -> dict:
     """Seconds of each checkpoint's decision (the live hook: answers, confidences, the step)."""
-    from mars import live
+    from mars.live import loop as live
 
     times: list[float] = []
     call = live._Controller.__call__

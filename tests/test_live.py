@@ -379,7 +379,7 @@ def test_a_run_stopped_between_record_and_warmup_removal_leaves_no_warmup(
     out, kw = tmp_path / "run", {"n_traces": 8, "warmup": 4, "seed": 2, "questions": [0, 1]}
     last = case != "a question left"
     with monkeypatch.context() as m:
-        m.setattr("mars.live.write_json_atomic", _StopsAfterRecord(qid=1 if last else 0))
+        m.setattr("mars.live.loop.write_json_atomic", _StopsAfterRecord(qid=1 if last else 0))
         with pytest.raises(KeyboardInterrupt):
             solve_pool(backend, problems, out, "sc", **kw)
     kept = out / "live" / f"q00000{int(last)}.warmup.parquet"

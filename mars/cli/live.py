@@ -59,7 +59,7 @@ def solve(
 ):
     """Answer questions live: stop the parallel traces the moment the method fires."""
     from ..engines.factory import make_backend
-    from ..live.solve import solve_pool
+    from ..live.loop import solve_pool
     from ..store.atomic import check_apart
 
     opts = dict(engine_options or {})

@@ -3,7 +3,7 @@ stopping rule fires.
 
 * :mod:`.stepper` — :class:`~mars.live.stepper.Stopper`, one method deciding on one question
   checkpoint by checkpoint, fed by any generation loop (``mars.Stopper``);
-* :mod:`.solve` — the decision loop on an engine (:func:`solve`) and many questions into a run
+* :mod:`.loop` — the decision loop on an engine (:func:`solve`) and many questions into a run
   directory (:func:`solve_pool`);
 * :mod:`.warmup` — a question's warmup traces, kept on disk until the question ends;
 * :mod:`.records` — a run directory's records, their grid and settings, and their checks;
@@ -12,9 +12,9 @@ stopping rule fires.
 """
 
 from ..method.registry import live_method
+from .loop import Checkpoint, LiveRun, solve, solve_pool
 from .records import live_grid, live_settings
 from .replay import LiveRunDir, decide, open_live_run, replay
-from .solve import Checkpoint, LiveRun, solve, solve_pool
 from .stepper import MAX_CHECKPOINTS
 
 __all__ = [
