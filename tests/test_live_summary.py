@@ -1,4 +1,4 @@
-"""What a live run cost and saved (mars.live_summary): the paper's accounting beside what a live
+"""What a live run cost and saved (mars.live.summary): the paper's accounting beside what a live
 user pays, a question that did not stop saving nothing, answers that are not known."""
 
 from __future__ import annotations
