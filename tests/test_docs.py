@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,31 @@ def test_every_link_resolves(page):
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(target)
     assert not broken, f"{page.relative_to(ROOT)}: broken links {broken}"
+
+
+def mars_commands() -> list[tuple[str, list[str]]]:
+    """Every `mars ...` command line of the pages' shell blocks (continuations joined)."""
+    out = []
+    for page in PAGES:
+        for block in re.findall(r"```(?:sh|bash)\n(.*?)```", page.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = re.sub(r"^(\w+=\S+ )+", "", line.split(" #", 1)[0].strip())
+                if line.startswith("mars "):
+                    out.append((page.name, shlex.split(line)[1:]))
+    return out
+
+
+@pytest.mark.parametrize(
+    "page,argv", mars_commands(), ids=lambda v: v if isinstance(v, str) else " ".join(v)[:60]
+)
+def test_every_command_shown_takes_its_options(page, argv):
+    """Each `mars` command a page shows names a command, and each --option one it takes."""
+    import typer.main
+
+    from mars.cli import app
+
+    group = typer.main.get_command(app)
+    assert argv[0] in group.commands, (page, argv[0])
+    known = {o for p in group.commands[argv[0]].params for o in (*p.opts, *p.secondary_opts)}
+    given = {a.split("=", 1)[0] for a in argv[1:] if a.startswith("-")}
+    assert given <= known, (page, given - known)
