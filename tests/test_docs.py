@@ -35,6 +35,7 @@ def test_the_methods_table_lists_every_method_once_and_nowhere_else():
     table = gen_docs.methods_table()
     rows = re.findall(r"^\| \**`([\w-]+)`", table, re.M)
     assert rows == list(METHODS)
+    assert all(m.rule.summary for m in METHODS.values())  # no row says nothing of its rule
     # a second table of what each method is (results tables aside) would drift from it
     describes = re.compile(
         r"^\| method \|.*\b(stops|votes|rule|knobs|settings|decision)\b", re.M | re.I
