@@ -53,7 +53,9 @@ def _command_rows(command: Any, ctx: Any) -> dict[str, list[str]]:
 
 
 def cli_reference() -> str:
-    """Every ``mars`` subcommand: what it does, its synopsis and its options (as ``--help``)."""
+    """Every ``mars`` subcommand: what it does, its synopsis and its options, each option as its
+    ``--help`` shows it (typer's help record: a typer release that words them otherwise is
+    adopted by one run of this tool)."""
     import typer.main
 
     from mars.cli import app
@@ -176,9 +178,10 @@ def stale() -> list[Path]:
 
 def main(argv: list[str]) -> int:
     if "--check" in argv:
-        for path in stale():
+        old = stale()
+        for path in old:
             print(f"{path.relative_to(ROOT)}: stale; run {COMMAND}", file=sys.stderr)
-        return 1 if stale() else 0
+        return 1 if old else 0
     for path in dict.fromkeys(path for path, _ in BLOCKS.values()):
         text = path.read_text()
         new = rewrite(text, path)
