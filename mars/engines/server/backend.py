@@ -38,7 +38,6 @@ from .transport import (
     asked_for,
     first_error,
     normalise_base_url,
-    url_secrets,
 )
 
 log = logging.getLogger(__name__)
@@ -163,7 +162,7 @@ class ServerBackend(ServerConnect, TokenProbing, Backend):
             retry=RetryPolicy(retries=retries),
             concurrency=concurrency or 32,
             transport=transport,
-            secrets=[key, *url_secrets(url)],
+            secrets=[key],
         )
         #: server-reported token counts, summed (generation and probes)
         self.stats = {

@@ -59,7 +59,8 @@ class Http:
     (so it works inside a running loop too), at most ``concurrency`` requests in flight, each
     tried again as its :class:`~.retry.RetryPolicy` says (a log line per retry), each answer read
     up to a bound of bytes.  Messages name the server with its URL's credentials hidden
-    (:attr:`shown`) and never quote ``secrets``."""
+    (:attr:`shown`) and never quote ``secrets`` (a key) or those credentials, in any
+    spelling."""
 
     def __init__(
         self,
@@ -82,7 +83,8 @@ class Http:
         self.retry = retry or RetryPolicy()
         self.concurrency = int(concurrency)
         self.transport = transport
-        self.secrets = [s for s in secrets if s]
+        # what a message must never show: the key, and the URL's credentials in every spelling
+        self.secrets = [s for s in (*secrets, *url_secrets(base_url)) if s]
         self.stats = {"requests": 0, "retries": 0}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid: int | None = None
