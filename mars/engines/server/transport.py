@@ -255,7 +255,7 @@ class Http:
                 if attempt < policy.retries:
                     self.stats["retries"] += 1
                     wait = policy.wait(attempt, after)
-                    log.warning(
+                    log.info(  # INFO: a command's stderr keeps its one line; a library sees it
                         "the server at %s: %s on %s %s; trying again in %.2g s (try %d of %d)",
                         self.shown,
                         why,
