@@ -7,7 +7,7 @@ own: another engine given one refuses it in one line, before anything loads.  Ev
 the command line or ``MARS_BACKEND_OPTIONS`` sets must be a keyword of the class's constructor.
 An engine that rebuilds its generator from a pool's manifest (the synthetic one, whose traces are
 a function of its preset and seed) says how, for the probe stage.  Adding an engine is one
-:func:`register` call (docs/backends.md).
+:func:`register` call.
 """
 
 from __future__ import annotations
