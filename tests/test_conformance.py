@@ -93,7 +93,7 @@ def test_per_question_summaries_match_reference():
 
 def test_oracle_bounds_against_printed_values():
     """DeepConf oracle bounds match the printed values; the SC ones are within 1.3 points
-    (see README)."""
+    (see docs/simulate.md)."""
     from mars.method.registry import parse_methods
     from mars.simulate.driver import simulate_question
 

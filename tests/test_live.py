@@ -1080,15 +1080,18 @@ def test_a_question_whose_traces_all_end_before_the_first_checkpoint_is_decided(
 
 
 def test_docs_name_every_live_method_and_its_knobs():
-    """docs/live.md's table of methods is the registry's live methods (it once listed 7 of 11),
-    each knob a live setting; and it no longer says a checkpoint rebuilds the arrays."""
+    """docs/live.md sends the reader to the generated table of methods (it once kept a table of
+    its own that listed 7 of 11), whose live rows are the registry's live methods, each knob a
+    live setting; and it no longer says a checkpoint rebuilds the arrays."""
     from pathlib import Path
 
+    from maint_tools.gen_docs import methods_table
     from mars.method.settings import LIVE_KEYS, SPECS
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "live.md").read_text()
-    table = text.split("| method | stops when | knobs |")[1].split("\n\n")[0]
-    assert sorted(re.findall(r"^\| `([\w-]+)`", table, re.M)) == sorted(LIVE_METHODS)
-    flags = set(re.findall(r"`(--[\w-]+)`", table))
+    assert "(methods.md#the-methods)" in text
+    rows = re.findall(r"^\| \**`([\w-]+)`\**( \|.*)\| yes \|$", methods_table(), re.M)
+    assert sorted(name for name, _ in rows) == sorted(LIVE_METHODS)
+    flags = {f for _, row in rows for f in re.findall(r"`(--[\w-]+)`", row)}
     assert flags and flags <= {SPECS[k].flag for k in LIVE_KEYS}
     assert "rebuilds the question's arrays" not in text

@@ -1,4 +1,4 @@
-"""Fuzzing the server protocol (mars/engines/server.py): fake servers whose answers hypothesis
+"""Fuzzing the server protocol (mars/engines/server/): fake servers whose answers hypothesis
 draws.
 
 The servers are the fakes of ``tests/data/servers.py`` (llama.cpp, vLLM, SGLang and a text-only

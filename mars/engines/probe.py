@@ -309,27 +309,15 @@ def _probe_question(
 def probe_backend(manifest: dict, backend: str | None = None, **options) -> Backend:
     """The engine that probes a generation's traces: by default the generator's own (the same
     preset and seed for the synthetic engine, the same model for real ones)."""
+    from . import registry
     from .factory import make_backend
 
     name = backend or manifest.get("backend")
-    if name == "synthetic":
-        if manifest.get("backend") != "synthetic":
-            raise MarsError("the synthetic engine can only probe traces it generated itself")
-        extra = {k: v for k, v in options.items() if v is not None}
-        if extra:
-            flags = ", ".join("--" + k.replace("_", "-") for k in extra)
-            raise MarsError(f"the synthetic backend has no {flags}")
-        from .synthetic import SyntheticBackend
-
-        return SyntheticBackend(
-            str(manifest.get("preset")),
-            skill=manifest.get("skill_override"),
-            max_tokens=manifest.get("max_tokens"),
-            params=manifest.get("param_overrides") or None,
-            with_confs=bool(manifest.get("with_confs", True)),
-        )
     if name is None:
         raise MarsError("the pool does not say which engine generated it: pass --backend")
+    engine = registry.get(str(name))
+    if engine.from_pool is not None:  # an engine that rebuilds its generator (synthetic)
+        return engine.from_pool(manifest, options)
     model = options.pop("model", None) or manifest.get("model_path") or manifest.get("model")
     # the traces answer the generator's prompt: any probe model is shown that prompt (in its
     # own chat template), as inline probing showed it

@@ -5,43 +5,9 @@ filter (:mod:`mars.method.deepconf`), a rule factory (:class:`Stopping`), the q 
 launch policy (:mod:`mars.method.launch`) and its role in the report; :func:`register` adds one
 (docs/methods.md).
 
-Names with the reference's meaning (reference-protocol §5.3; ``sc`` is its ``offline``):
-
-==================  =======  ========  =============================  =======  =====================
-method              weights  DeepConf  stopping                       q        γ
-==================  =======  ========  =============================  =======  =====================
-sc                  uniform  no        never (full-budget vote)       –        –
-dco                 conf     yes       never                          –        –
-sc-mars             uniform  no        MARS                           learned  ``--gamma``
-sc-mars-cal         uniform  no        MARS                           learned  calibrated (oracle q
-                                                                               on warmup)
-sc-mars-oracle      uniform  no        MARS                           oracle   ``--gamma``
-sc-mars-oracle-cal  uniform  no        MARS                           oracle   calibrated (oracle q)
-dco-mars            uniform  yes       MARS                           learned  ``--gamma``
-dco-mars-cal        conf     yes       MARS                           learned  calibrated (oracle q,
-                                                                               conf, filter)
-dco-mars-oracle     conf     yes       MARS                           oracle   ``--gamma``
-sc-pp               uniform  no        Parallel-Probe (reference)     –        –
-oracle-first        uniform  no        first checkpoint = final vote  –        –
-oracle-last         uniform  no        one after last disagreement    –        –
-oracle-dco-first    conf     yes       as oracle-first                –        –
-oracle-dco-last     conf     yes       as oracle-last                 –        –
-==================  =======  ========  =============================  =======  =====================
-
-New methods (not in the reference):
-
-* ``sc-mars-cert`` / ``sc-mars-oracle-cert`` / ``dco-mars-cert`` — the paper's certified rule
-  (Corollary 1): γ = 1, finished traces q = 0, Hoeffding term with ``--delta``, no probe-0 guard.
-* ``sc-pp-faithful`` — Parallel-Probe as its authors define it: pruned traces stop voting and
-  stop costing tokens; the answer is the unpruned vote.
-* ``sc-consensus`` — stop once the leader holds ``--consensus`` of the votes.
-* ``sc-mars2`` / ``dco-mars2`` — MARS2 (:mod:`mars.method.riskstop`): stop once the predicted
-  probability that the full-budget vote differs from the leader is at most ``--risk-alpha``
-  (docs/beyond.md); ``sc-mars2-waves`` launches the traces in waves (width-adaptive),
-  ``sc-mars2-launch`` one wave or all of them, as the warmup says (:mod:`mars.method.launch`).
-* The field's other families (docs/baselines.md): ``pp-main`` / ``pp-main-keep`` (Parallel-Probe's
-  main-table controller), ``sc-sac`` / ``single-sac`` (per-trace convergence exit), ``asc`` /
-  ``esc`` (sample more: Adaptive-Consistency, Early-Stopping Self-Consistency).
+Every method, what it does and its settings: the table in docs/methods.md, written from these
+declarations by ``python -m maint_tools.gen_docs``. ``sc`` is the reference's ``offline``
+(reference-protocol §5.3); the names of its 14 methods (``reference=True``) keep its meaning.
 """
 
 from __future__ import annotations
@@ -70,7 +36,8 @@ class Stopping:
     method cannot run live. ``samples_more``: the rule decides how many traces to draw, one round
     after another, instead of stopping running traces (:attr:`mars.method.stopping.Rule.draws`); a
     live
-    run, which starts its traces together, cannot run it.
+    run, which starts its traces together, cannot run it. ``summary`` and ``knobs`` describe
+    the rule in docs/methods.md's table of methods.
     """
 
     kind: str
@@ -79,6 +46,10 @@ class Stopping:
     gamma: str = "setting"
     reads_future: bool = False
     samples_more: bool = False
+    #: when the rule stops, in a line (docs/methods.md's table)
+    summary: str = ""
+    #: the settings (:class:`mars.method.settings.Settings` fields) the rule reads
+    knobs: tuple[str, ...] = ()
 
     def rule(self, ctx: QuestionView, method: Method, gamma: Any) -> Rule:
         return self.build(ctx, method, gamma, **dict(self.options))
@@ -170,21 +141,105 @@ def _oracle(ctx: QuestionView, method: Method, gamma: Any, last: bool = False) -
     return OracleStop(last=last)
 
 
-NEVER = Stopping("never", _never)
-MARS = Stopping("mars", _mars)
-MARS_CALIBRATED = Stopping("mars", _mars, gamma="calibrated")
-MARS_CERTIFIED = Stopping("certified", _mars, (("certified", True),), gamma="one")
-RISK = Stopping("risk", _risk)
-PARALLEL_PROBE = Stopping("pp", _parallel_probe)
-PARALLEL_PROBE_PRUNING = Stopping("pp", _parallel_probe, (("faithful", True),))
-CONSENSUS = Stopping("consensus", _consensus)
-PROBE_CONTROLLER = Stopping("pp-main", _controller)
-PROBE_CONTROLLER_KEEP = Stopping("pp-main", _controller, (("keep_votes", True),))
-CONVERGENCE_EXIT = Stopping("sac", _convergence_exit)
-ADAPTIVE_CONSISTENCY = Stopping("asc", _adaptive_consistency, samples_more=True)
-EARLY_STOPPING = Stopping("esc", _early_stopping, samples_more=True)
-ORACLE_FIRST = Stopping("oracle", _oracle, reads_future=True)
-ORACLE_LAST = Stopping("oracle", _oracle, (("last", True),), reads_future=True)
+_MARS_TEST = "the leader's margin beats γ × the votes that may still switch (MARS)"
+NEVER = Stopping("never", _never, summary="never: the full-budget vote")
+MARS = Stopping("mars", _mars, summary=_MARS_TEST, knobs=("gamma", "guard"))
+MARS_CALIBRATED = Stopping(
+    "mars",
+    _mars,
+    gamma="calibrated",
+    summary=_MARS_TEST,
+    knobs=("ucb_z", "gamma_min", "guard"),
+)
+MARS_CERTIFIED = Stopping(
+    "certified",
+    _mars,
+    (("certified", True),),
+    gamma="one",
+    summary="the paper's certified rule (Corollary 1): the margin beats the votes that may still "
+    "switch plus a Hoeffding term ε = w_max·√(2·N_active·ln(N/δ)); finished traces q = 0, "
+    "abstaining running traces neutral voters",
+    knobs=("delta", "guard"),
+)
+RISK = Stopping(
+    "risk",
+    _risk,
+    summary="MARS2: the predicted P(full-budget vote ≠ leader) ≤ α, from the warmup traces in the "
+    "same state (who leaves an answer and where they land; docs/beyond.md)",
+    knobs=("risk_alpha",),
+)
+_PP = ("pp_conv", "pp_warmup", "pp_patience")
+PARALLEL_PROBE = Stopping(
+    "pp",
+    _parallel_probe,
+    summary="Parallel-Probe as the MARS reference runs it: the same leader u checkpoints in a "
+    "row; its pruning changes neither tokens nor answer",
+    knobs=_PP,
+)
+PARALLEL_PROBE_PRUNING = Stopping(
+    "pp",
+    _parallel_probe,
+    (("faithful", True),),
+    summary="Parallel-Probe as its authors define it: pruned traces stop voting and stop costing "
+    "tokens",
+    knobs=_PP,
+)
+CONSENSUS = Stopping(
+    "consensus",
+    _consensus,
+    summary="the leader holds a share of the votes",
+    knobs=("consensus",),
+)
+_PPM = ("ppm_stable", "ppm_warmup", "ppm_patience", "ppm_max_steps")
+PROBE_CONTROLLER = Stopping(
+    "pp-main",
+    _controller,
+    summary="Parallel-Probe's main-table controller: the majority stays the same for a number of "
+    "probe steps; a trace off it long enough is pruned (stops costing tokens and voting)",
+    knobs=_PPM,
+)
+PROBE_CONTROLLER_KEEP = Stopping(
+    "pp-main",
+    _controller,
+    (("keep_votes", True),),
+    summary="the same controller; a pruned trace keeps voting with its answer at the prune",
+    knobs=_PPM,
+)
+CONVERGENCE_EXIT = Stopping(
+    "sac",
+    _convergence_exit,
+    summary="per-trace exit: a trace stops once its last n probe answers agree, and votes with "
+    "that answer",
+    knobs=("sac_n",),
+)
+ADAPTIVE_CONSISTENCY = Stopping(
+    "asc",
+    _adaptive_consistency,
+    samples_more=True,
+    summary="sample more, one trace per round (Adaptive-Consistency): stop once "
+    "1 − BetaCDF(0.5; v1 + 1, v2 + 1) exceeds the threshold",
+    knobs=("asc_threshold",),
+)
+EARLY_STOPPING = Stopping(
+    "esc",
+    _early_stopping,
+    samples_more=True,
+    summary="sample more, a window per round (ESC): stop at the first unanimous window",
+    knobs=("esc_window",),
+)
+ORACLE_FIRST = Stopping(
+    "oracle",
+    _oracle,
+    reads_future=True,
+    summary="oracle: the first checkpoint whose leader is the full-budget answer",
+)
+ORACLE_LAST = Stopping(
+    "oracle",
+    _oracle,
+    (("last", True),),
+    reads_future=True,
+    summary="oracle: one checkpoint after the last disagreement with the full-budget answer",
+)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def _imitated_model(imitates: str) -> str:
 def pool_source(pool: Path | None, given: str | None = None) -> DataSource:
     """The source of the traces in ``pool`` (None: not found; ``given``: the path the results
     name, for the message)."""
-    from .pool import read_manifest
+    from .userfiles import read_manifest
 
     if pool is None:
         return DataSource(UNKNOWN, f"unknown: its pool {given or '(none recorded)'} is not found")

@@ -19,7 +19,14 @@ from typing import Any
 
 from ..errors import MarsError
 
-__all__ = ["MAX_DEPTH", "parse_json", "read_json", "read_json_object", "regular_file"]
+__all__ = [
+    "MAX_DEPTH",
+    "parse_json",
+    "read_json",
+    "read_json_object",
+    "read_manifest",
+    "regular_file",
+]
 
 #: Deepest nesting of arrays/objects accepted; ours nest 4 deep, and anything near Python's
 #: recursion limit would fail later in whatever compares or writes the value.
@@ -107,3 +114,26 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
         children = node.values() if isinstance(node, dict) else node
         stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
     return False
+
+
+def read_manifest(
+    path: Path,
+    fmt: str,
+    error: type[MarsError],
+    missing: str,
+    version: int | tuple[int, ...] | None = None,
+    remedy: str = "",
+) -> dict:
+    """A directory's JSON manifest of format ``fmt`` (and ``version``, or one of them, when
+    given); ``missing`` is the error without one, ``remedy`` what to do about another version."""
+    manifest = read_json(path, error, missing)
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
+        raise error(f"{path}: not a {fmt} manifest")
+    versions = (version,) if isinstance(version, int) else version
+    if versions is not None and manifest.get("version") not in versions:
+        readable = " and ".join(str(v) for v in versions)
+        raise error(
+            f"{path}: {fmt} format version {manifest.get('version')!r} is not supported "
+            f"(this mars reads version {readable}){'; ' + remedy if remedy else ''}"
+        )
+    return manifest

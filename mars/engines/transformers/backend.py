@@ -65,25 +65,23 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MarsError
-from ..store.problems import Problem
-from .base import Backend, GeneratorInfo, ProbeResult, StoredTrace
-from .models import _split_model_path, _torch, convert_gguf, load_model, save_model
-from .static_decode import (
+from ...errors import MarsError
+from ...store.problems import Problem
+from ..base import Backend, GeneratorInfo, ProbeResult, StoredTrace
+from ..models import _split_model_path, _torch, load_model, save_model
+from ..static_decode import (
     DecoderPool,
-    StaticChunk,
     StaticDecoder,
     check_device,
     check_static,
     probe_decoder,
 )
-from .tokens import (
+from ..tokens import (
     CONF_TOP_K,
     DEFAULT_PROMPT_TEMPLATE,
     PROBE_MAX_NEW_TOKENS,
     PROBE_SUFFIX,
     TokenProbing,
-    TokenTraceBatch,
     build_prompt_ids,
     check_context,
     derive_seed,
@@ -92,27 +90,11 @@ from .tokens import (
     parse_probe,
     window_conf,
 )
+from .batch import TransformersTraceBatch
+from .sampling import UniformStream, sample_tokens
 
-__all__ = [
-    "TransformersBackend",
-    "TransformersTraceBatch",
-    "convert_gguf",
-    "load_model",
-    "sample_tokens",
-    "save_model",
-]
-
-_UNIFORM_BLOCK = 64  # uniforms drawn per refill of a trace's generator (fixed: part of the stream)
 #: Most tokens (rows × columns) one teacher-forcing forward pass of the probe stage feeds.
 PREFILL_TOKENS = 4096
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers
-
-
-def _round_confs(values: np.ndarray) -> np.ndarray:
-    return np.round(np.asarray(values, np.float64), 3)
 
 
 def _eos_ids(tokenizer, model=None) -> set[int]:
@@ -403,7 +385,7 @@ class TransformersBackend(TokenProbing, Backend):
             logits, cache = self._forward(ids, cache)
         else:
             logits, cache = self._forward(ids)
-        streams = [_Stream(s) for s in seeds]
+        streams = [UniformStream(s) for s in seeds]
         out: list[list[int]] = [[] for _ in range(n)]
         alive = np.arange(n)
         try:
@@ -585,234 +567,3 @@ class TransformersBackend(TokenProbing, Backend):
                 len(prompt) + len(seq) + len(self.suffix_ids),
                 len(prompt) + len(seq) if kv else 0,
             )
-
-
-def sample_tokens(
-    logits,
-    uniforms: np.ndarray,
-    temperature: float,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    logprobs: str = "scaled",
-) -> tuple[np.ndarray, np.ndarray]:
-    """One token per row of ``logits`` [B, V], and each row's confidence (float64, unrounded).
-
-    Sampling: logits / temperature → keep the ``top_k`` largest (0: all) → keep the smallest set of
-    most likely tokens whose probability reaches ``top_p`` → draw by inverse CDF with the row's
-    uniform in [0, 1) (tokens ordered by decreasing probability, ties by token id).
-    ``temperature <= 0``: greedy.  Confidence: −mean of the top-20 log-probabilities of
-    ``log_softmax(logits / temperature)`` (``logprobs="scaled"``) or of ``log_softmax(logits)``
-    (``"raw"``, and always when greedy).
-    """
-    torch = _torch()
-    t = float(temperature)
-    logits = logits.float()
-    scaled = logits / t if t > 0 else logits
-    logp = torch.log_softmax(scaled if (logprobs == "scaled" and t > 0) else logits, dim=-1)
-    k = min(CONF_TOP_K, logp.shape[-1])
-    conf = (-logp.topk(k, dim=-1).values.mean(dim=-1)).double().cpu().numpy()
-    if t <= 0:
-        return logits.argmax(dim=-1).cpu().numpy(), conf
-    if 0 < top_k < scaled.shape[-1]:
-        vals, idx = scaled.topk(int(top_k), dim=-1)  # sorted, descending
-    else:
-        vals, idx = scaled.sort(dim=-1, descending=True, stable=True)
-    probs = torch.softmax(vals, dim=-1)
-    if top_p < 1:
-        before = probs.cumsum(dim=-1) - probs
-        probs = probs.masked_fill(before > top_p, 0.0)
-    cdf = probs.cumsum(dim=-1)
-    n_kept = (probs > 0).sum(dim=-1)
-    u = torch.as_tensor(np.asarray(uniforms, np.float64), dtype=cdf.dtype, device=cdf.device)
-    r = (u * cdf[:, -1]).unsqueeze(-1)
-    pos = torch.searchsorted(cdf, r, right=True).squeeze(-1)
-    pos = torch.minimum(pos, n_kept - 1)
-    tok = idx.gather(-1, pos.unsqueeze(-1)).squeeze(-1)
-    return tok.cpu().numpy(), conf
-
-
-class _Stream:
-    """Uniforms of one torch.Generator, drawn in fixed blocks
-    (the block size is part of the stream)."""
-
-    def __init__(self, seed: int):
-        torch = _torch()
-        self.gen = torch.Generator(device="cpu")
-        self.gen.manual_seed(seed)
-        self.buf = np.zeros(0)
-        self.i = 0
-
-    def next(self) -> float:
-        if self.i >= self.buf.size:
-            torch = _torch()
-            self.buf = torch.rand(_UNIFORM_BLOCK, generator=self.gen, dtype=torch.float64).numpy()
-            self.i = 0
-        self.i += 1
-        return float(self.buf[self.i - 1])
-
-
-class _Chunk:
-    """Traces decoding together: their KV cache (rows in ``rows`` order) and next-token logits."""
-
-    def __init__(self, be: TransformersBackend, rows: np.ndarray, cache, logits):
-        self.be = be
-        self.rows = rows
-        self.cache = cache
-        self.logits = logits
-
-    def select(self, keep: np.ndarray) -> None:
-        """Keep the rows where ``keep`` is True (in the cache, the logits and ``rows``)."""
-        if keep.all():
-            return
-        if not keep.any():
-            self.rows, self.cache, self.logits = self.rows[:0], None, None
-            return
-        torch = _torch()
-        sel = torch.as_tensor(np.flatnonzero(keep), device=self.logits.device)
-        self.cache.batch_select_indices(sel)
-        self.logits = self.logits.index_select(0, sel)
-        self.rows = self.rows[keep]
-
-    def feed(self, tok: np.ndarray) -> None:
-        """Feed each row its next token; the logits after it."""
-        torch = _torch()
-        ids = torch.as_tensor(tok, device=self.logits.device).unsqueeze(-1)
-        self.logits, self.cache = self.be._forward(ids, self.cache)
-
-    def probe_source(self, want: np.ndarray) -> tuple[Any, np.ndarray | None]:
-        """The cache a probe of the rows ``want`` branches off, and those rows (None: all)."""
-        return self.cache, None if want.all() else np.flatnonzero(want)
-
-    def release(self) -> None:
-        self.rows, self.cache, self.logits = self.rows[:0], None, None
-
-
-class TransformersTraceBatch(TokenTraceBatch):
-    """``n`` traces of one question, decoded in chunks of ``backend.batch_size``."""
-
-    def __init__(
-        self, backend: TransformersBackend, problem: Problem, n: int, seed: int, first_trace: int
-    ):
-        torch = _torch()
-        super().__init__(backend, problem, n, seed, first_trace)
-        be = backend
-        self._streams = [
-            _Stream(derive_seed(self.seed, problem.qid, self.first_trace + j))
-            for j in range(self.n)
-        ]
-        self._chunk_of = np.full(self.n, -1, np.int64)
-        self._chunks: list[Any] = []
-        if self.n == 0:
-            return
-        import time
-
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            ids = torch.tensor([self.prompt], device=be.device)
-            logits, cache = be._forward(ids)
-            be.stats["prefill_tokens"] += len(self.prompt)
-            cap = len(self.prompt) + be.max_tokens
-            for c, lo in enumerate(range(0, self.n, be.batch_size)):
-                rows = np.arange(lo, min(self.n, lo + be.batch_size))
-                first = logits.expand(rows.size, -1).clone()
-                if be.decode == "eager":
-                    ch_cache = copy.deepcopy(cache)
-                    ch_cache.batch_repeat_interleave(rows.size)
-                    self._chunks.append(_Chunk(be, rows, ch_cache, first))
-                else:
-                    self._chunks.append(StaticChunk.start(be._pool, rows, cache, first, cap))
-                self._chunk_of[rows] = c
-        be.stats["generate_s"] += time.perf_counter() - t0
-
-    # -- interface -------------------------------------------------------------------------------
-
-    def advance(self, target: int) -> None:
-        import time
-
-        torch = _torch()
-        be = self.backend
-        target = min(int(target), be.max_tokens)
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            for ch in self._chunks:
-                while ch.rows.size and len(self._ids[ch.rows[0]]) < target:
-                    self._step(ch)
-        be.stats["generate_s"] += time.perf_counter() - t0
-
-    def _step(self, ch) -> None:
-        """Sample the next token of every row of ``ch``; feed it unless the row ended."""
-        be = self.backend
-        u = np.array([self._streams[j].next() for j in ch.rows.tolist()])
-        tok, conf = be._sample(ch.logits, u)
-        conf = _round_confs(conf)
-        keep = np.ones(ch.rows.size, bool)
-        for i, j in enumerate(ch.rows.tolist()):
-            t = int(tok[i])
-            self._ids[j].append(t)
-            self._confs[j].append(float(conf[i]))
-            if t in be.eos_ids:
-                self._eos[j] = True
-                keep[i] = False
-            elif len(self._ids[j]) >= be.max_tokens:
-                keep[i] = False
-        be.stats["trace_tokens"] += int(ch.rows.size)
-        ch.select(keep)
-        if ch.rows.size:
-            ch.feed(tok[keep])
-
-    def stop(self, idx) -> None:
-        idx = np.asarray(idx, np.int64)
-        super().stop(idx)
-        for ch in self._chunks:
-            if ch.rows.size:
-                ch.select(~np.isin(ch.rows, idx))
-
-    def probe(self, idx) -> list[ProbeResult]:
-        import time
-
-        torch = _torch()
-        be = self.backend
-        idx = self._probe_targets(idx)
-        if idx.size == 0:
-            return []
-        t0 = time.perf_counter()
-        results: dict[int, ProbeResult] = {}
-        with torch.inference_mode():
-            for ch in self._chunks:
-                want = np.isin(ch.rows, idx)
-                if not want.any():
-                    continue
-                results.update(zip(ch.rows[want].tolist(), self._probe_chunk(ch, want)))
-        be.stats["probe_s"] += time.perf_counter() - t0
-        return [results[j] for j in idx.tolist()]
-
-    def _probe_chunk(self, ch, want: np.ndarray) -> list[ProbeResult]:
-        """Probe the rows ``want`` of chunk ``ch`` together (all hold the same number of tokens)."""
-        be = self.backend
-        rows = ch.rows[want]
-        p = len(self._ids[rows[0]])
-        seeds = [
-            derive_seed(self.seed, self.problem.qid, self.first_trace + j, p) for j in rows.tolist()
-        ]
-        if be.probe_kv_reuse:
-            cache, sel = ch.probe_source(want)
-            out = be._probe_tokens(rows.size, seeds, be.device, cache=cache, rows=sel)
-            cached = len(self.prompt) + p
-        else:
-            full = [self.prompt + self._ids[j] + be.suffix_ids for j in rows.tolist()]
-            out = be._probe_tokens(rows.size, seeds, be.device, full=full)
-            cached = 0
-        return [
-            be._probe_result(
-                out[i],
-                window_conf(self._confs[j], p),
-                len(self.prompt) + p + len(be.suffix_ids),
-                cached,
-            )
-            for i, j in enumerate(rows.tolist())
-        ]
-
-    def close(self) -> None:
-        for ch in self._chunks:
-            ch.release()
-        self._chunks = []

@@ -1,4 +1,5 @@
-"""Pool reading and validation: every bad input gives one clear line, exit code 2, no output."""
+"""Pool reading and validation (mars.store.pool): every bad input gives one clear line, exit code 2,
+no output."""
 
 from __future__ import annotations
 

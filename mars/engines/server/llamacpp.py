@@ -1,0 +1,145 @@
+"""llama.cpp's ``llama-server``, native ``POST /completion``: token-id prompts, token ids and
+cached-token counts back (its OpenAI route returns no token ids), and the sampler chain of vLLM
+and SGLang sent explicitly so the server's own defaults (penalties, min-p 0.05) stay off."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..endpoint import shown
+from ..tokens import (
+    CONF_TOP_K,
+)
+from .errors import ServerError
+from .protocol import (
+    Completion,
+    Protocol,
+    Sampling,
+    dig,
+    read_int,
+    reported_count,
+    reported_label,
+    reported_path,
+    top_confidence,
+)
+
+log = logging.getLogger(__name__)
+
+
+class LlamaCppProtocol(Protocol):
+    """llama.cpp's ``llama-server``, native ``/completion`` (token ids and cache counts)."""
+
+    kind = "llama.cpp"
+    path = "/completion"
+    logprobs_mode = "log_softmax(logits) (llama.cpp n_probs, before sampling)"
+    seeds = "per request (the request's sampler RNG)"
+    #: the sampler chain of vLLM and SGLang (temperature first), nothing else
+    SAMPLERS = ("temperature", "top_k", "top_p", "min_p")
+
+    def info_paths(self) -> tuple[str, ...]:
+        return ("/props",)
+
+    def tokenize(self, text: str) -> tuple[str, dict]:
+        # special tokens written in the text (``</think>``) are parsed, as transformers does
+        return "/tokenize", {"content": text, "add_special": False, "parse_special": True}
+
+    def body(
+        self, ids: list[int], max_new: int, s: Sampling, seed: int | None, logprobs: bool
+    ) -> dict:
+        body: dict[str, Any] = {
+            "prompt": list(ids),
+            "n_predict": int(max_new),
+            "temperature": s.temperature,
+            "top_k": s.top_k,
+            "top_p": s.top_p,
+            "min_p": float(s.min_p or 0.0),
+            "samplers": list(self.SAMPLERS),
+            "cache_prompt": True,
+            "return_tokens": True,
+            "stream": False,
+        }
+        if seed is not None:
+            body["seed"] = int(seed)
+        if logprobs:
+            body["n_probs"] = CONF_TOP_K
+            body["post_sampling_probs"] = False
+        return body
+
+    def parse(self, out: Any, max_new: int, logprobs: bool) -> Completion:
+        where = "llama.cpp /completion"
+        if not isinstance(out, dict) or not isinstance(out.get("tokens"), list):
+            raise ServerError(f"{where}: no token ids in the answer (a llama-server too old?)")
+        ids = [read_int(t, "a token id") for t in out["tokens"]]
+        stop = out.get("stop_type")
+        if stop not in ("eos", "limit"):
+            raise ServerError(f"{where}: unexpected stop_type {stop!r}")
+        if out.get("truncated"):
+            raise ServerError(f"{where}: the request did not fit the slot's context")
+        confs = None
+        if logprobs:
+            probs = out.get("completion_probabilities")
+            if not isinstance(probs, list):
+                raise ServerError(f"{where}: no completion_probabilities in the answer")
+            confs = align_llama_confs(ids, probs, where)
+        timings = out.get("timings")
+        cached = timings.get("cache_n") if isinstance(timings, dict) else None
+        prompt = out.get("tokens_evaluated")
+        c = Completion(
+            ids=ids,
+            confs=confs,
+            finished=stop == "eos",
+            text=str(out.get("content") or ""),
+            prompt_tokens=None if prompt is None else read_int(prompt, "tokens_evaluated"),
+            cached_tokens=None if cached is None else read_int(cached, "timings.cache_n"),
+            completion_tokens=read_int(out.get("tokens_predicted", len(ids)), "tokens_predicted"),
+        )
+        return self._check_length(c, max_new, where)
+
+    def context_length(self, report):
+        n = dig(report, "/props", "default_generation_settings", "n_ctx")
+        return reported_count(n if n is not None else dig(report, "model", "meta", "n_ctx"))
+
+    def version(self, report):
+        return reported_label(dig(report, "/props", "build_info"))
+
+    def model_path(self, report):
+        return reported_path(dig(report, "/props", "model_path"))
+
+    def reproducible(self, report):
+        return (
+            "per-request seeds are honoured; llama.cpp's logits are not bit-identical across "
+            "batch compositions and cache states, so a repeated run may differ"
+        )
+
+
+def align_llama_confs(ids: list[int], probs: list, where: str) -> list[float]:
+    """Confidences of ``ids`` from llama.cpp's ``completion_probabilities``.
+
+    llama.cpp sends no entry for a token after which the text ends inside a multi-byte
+    character; the entry of the token that completes it follows.  Entries are matched to
+    tokens by id from the end, each to the latest token of its id not yet matched: the entry of
+    a character belongs to the last token of its run.  Unmatched tokens get NaN.
+    """
+    confs = [float("nan")] * len(ids)
+    k = len(probs) - 1
+    for j in range(len(ids) - 1, -1, -1):
+        if k < 0:
+            break
+        entry = probs[k]
+        if not isinstance(entry, dict) or not isinstance(entry.get("top_logprobs"), list):
+            raise ServerError(f"{where}: a completion_probabilities entry without top_logprobs")
+        if read_int(entry.get("id"), "a token id") != ids[j]:
+            continue
+        tops = entry["top_logprobs"]
+        for e in tops:
+            if not isinstance(e, dict) or "logprob" not in e:
+                raise ServerError(
+                    f"{where}: a top log-probability entry that is not an object with a logprob "
+                    f"({shown(e, 40)})"
+                )
+        confs[j] = top_confidence([e["logprob"] for e in tops], where)
+        k -= 1
+    if k >= 0:
+        raise ServerError(f"{where}: log-probabilities of tokens it did not generate")
+    return confs

@@ -1,0 +1,1 @@
+"""Tests of mars.method.answers, one module per module."""

@@ -1,0 +1,1 @@
+"""Tests of the storage layer (mars.store), one module per module or package."""
