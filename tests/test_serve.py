@@ -408,9 +408,11 @@ def _fakes():
     return fake
 
 
-def test_a_replica_that_fails_every_try_hands_its_traces_to_another_then_502():
+def test_a_replica_that_fails_every_try_hands_its_traces_to_another_then_502(monkeypatch):
     from mars.serve.upstreams import Upstreams
 
+    # a fails its completions only: asked again (/v1/models) it would come back mid-test
+    monkeypatch.setattr("mars.serve.upstreams.REVIVE_S", float("inf"))
     fake = _fakes()
     servers = {"a.test": fake.FakeServer("vllm"), "b.test": fake.FakeServer("vllm")}
 

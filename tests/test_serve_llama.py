@@ -1,22 +1,27 @@
-"""``mars serve`` in front of a real llama.cpp ``llama-server`` (SmolLM2-135M on CPU), driven by the
-official ``openai`` client: completions and chat with an early stop that leaves the server idle,
-streaming, a client that goes away, an upstream killed mid-request, a full queue, a recorded pool
-replayed exactly, plain requests passed through, and the server's own tokenizer (no PyTorch).
+"""``mars serve`` in front of real servers, driven by the official ``openai`` client: llama.cpp's
+``llama-server`` and vLLM's CPU build (SmolLM2-135M on CPU, ``tests/vllm_server.py``). Completions
+and chat with an early stop that leaves the server idle, streaming, a client that goes away, an
+upstream killed mid-request, a full queue, a recorded pool replayed exactly, plain requests passed
+through, and the server's own tokenizer (when the default one cannot load).
 
 Every test takes an ``upstream``: the kind of server, its URL, how to tell whether it is still
-generating, and how to start another replica. Only llama.cpp runs here; another server joins by
-adding its name to :data:`KINDS` and a fixture ``<name>_upstream`` returning an :class:`Upstream`
-(the vLLM server: ``busy`` from ``vllm:num_requests_running`` on its ``/metrics``).
+generating, and how to start another replica. A server joins by adding its name to :data:`KINDS`
+(with the marker its live tests carry) and a fixture ``<name>_upstream`` returning an
+:class:`Upstream`. Each test runs once per kind, marked ``llama_server`` or ``vllm_server``, so
+that CI runs each kind's tests beside the other tests of that server.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,19 +31,35 @@ import pytest
 openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 
+from conftest import vllm_module  # noqa: E402
 from serving import serving  # noqa: E402
 from test_backend_server import FEW_SHOT, LlamaServer, need_llama_server  # noqa: E402
 
 from mars.engines.server import ServerBackend, answer_limit  # noqa: E402
 from mars.live import replay  # noqa: E402
 from mars.serve.requests import Defaults  # noqa: E402
-from mars.serve.upstreams import Upstreams  # noqa: E402
+from mars.serve.upstreams import STREAMED, Upstreams  # noqa: E402
 
-pytestmark = [pytest.mark.llama_server, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-#: the servers the tests run against (a fixture ``<kind>_upstream`` each)
-KINDS = ["llama"]
+#: the servers the tests run against (a fixture ``<name>_upstream`` each): the kind of server
+#: (``ServerBackend.protocol.kind``) and the marker of its live tests
+KINDS = {
+    "llama": ("llama.cpp", pytest.mark.llama_server),
+    "vllm": ("vllm", pytest.mark.vllm_server),
+}
+
+
+def kinds(only: Callable[[str], bool] = lambda kind: True) -> list:
+    """The fixture parameters of the servers whose kind ``only`` takes, each with its marker."""
+    return [
+        pytest.param(name, marks=mark, id=name)
+        for name, (kind, mark) in KINDS.items()
+        if only(kind)
+    ]
+
+
 #: small and quick on 2 CPU cores: 6 traces of at most 96 tokens, a checkpoint every 16
 SMALL = Defaults(
     method="sc-consensus", traces=6, warmup=2, spacing=16, max_tokens=96, knobs={"consensus": 0.5}
@@ -56,6 +77,13 @@ class Upstream:
     kill: Callable[[], None]  # SIGKILL, as a crash
     stop: Callable[[], None]
     restart: Callable[[], object]  # start it again at the same URL
+    start_s: float  # the longest a start may take
+    #: a seed whose 6 traces agree early at this server (the same seed gives other traces at
+    #: llama.cpp, 4-bit, than at vLLM, bfloat16)
+    seed: int
+    #: a module whose absence stops the default tokenizer from loading (a GGUF's needs torch, a
+    #: model folder's transformers)
+    tokenizer_needs: str
 
 
 def _llama(server: LlamaServer) -> Upstream:
@@ -70,6 +98,36 @@ def _llama(server: LlamaServer) -> Upstream:
         server.kill,
         server.stop,
         lambda: server.start(port=server.port),
+        60.0,
+        3,
+        "torch",
+    )
+
+
+def _vllm(server) -> Upstream:
+    """A vLLM server (``tests/vllm_server.py``'s handle; a replica: one more started here, each
+    with its own 1 GiB of KV cache and about 3.5 GB of memory)."""
+    vs = vllm_module()
+
+    def replica(log: Path) -> Upstream:
+        return _vllm(vs.VLLMServer(server.folder, log.with_suffix("")).start())
+
+    def kill() -> None:
+        assert server.proc is not None, "a server started elsewhere is not killed here"
+        os.killpg(server.proc.pid, signal.SIGKILL)  # the API server and its engine processes
+        server.proc.wait(30)
+
+    return Upstream(
+        "vllm",
+        server.url,
+        lambda: int(server.metrics().get("vllm:num_requests_running", 0)),
+        replica,
+        kill,
+        server.stop,
+        lambda: server.start(port=server.port),
+        vs.READY_TIMEOUT,
+        9,
+        "transformers",
     )
 
 
@@ -81,8 +139,19 @@ def llama_upstream(tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module")
+def vllm_upstream(vllm_server):
+    return _vllm(vllm_server)
+
+
+@pytest.fixture(scope="module", params=kinds())
 def upstream(request) -> Upstream:
+    return request.getfixturevalue(f"{request.param}_upstream")
+
+
+@pytest.fixture(scope="module", params=kinds(lambda kind: kind in STREAMED))
+def streamed_upstream(request) -> Upstream:
+    """The servers the proxy streams its requests to (:data:`mars.serve.upstreams.STREAMED`)."""
     return request.getfixturevalue(f"{request.param}_upstream")
 
 
@@ -122,7 +191,7 @@ def test_chat_and_completions_stop_early_leave_the_server_idle_and_replay(upstre
     running, record = served
     c = client(running)
     model = running.state.model
-    chat = c.chat.completions.create(model=model, messages=question(), n=6, seed=3)
+    chat = c.chat.completions.create(model=model, messages=question(), n=6, seed=upstream.seed)
     m = chat.model_extra["mars"]
     assert m["stopped_by"] == "consensus" and m["stop_position"] < 96, m
     assert m["traces_stopped"] > 0 and m["full_budget_tokens_at_most"] > m["tokens"]["main"]
@@ -134,7 +203,7 @@ def test_chat_and_completions_stop_early_leave_the_server_idle_and_replay(upstre
     # the same question as a completion of the chat template's text: the same prompt (llama.cpp
     # does not repeat a run bit for bit across batch compositions, so the traces may differ)
     text = running.state.upstreams.render("chat", None, question())
-    done = c.completions.create(model=model, prompt=text, n=6, seed=3)
+    done = c.completions.create(model=model, prompt=text, n=6, seed=upstream.seed)
     assert done.object == "text_completion" and done.usage.prompt_tokens == chat.usage.prompt_tokens
     assert done.model_extra["mars"]["answer"] is not None and idle(upstream, within=1.0)
     # both recorded in one pool, which `mars replay` re-decides exactly
@@ -150,11 +219,11 @@ def test_chat_and_completions_stop_early_leave_the_server_idle_and_replay(upstre
     assert res.returncode == 0 and "2/2 questions replay exactly" in res.stdout
 
 
-def test_streaming_reports_each_checkpoint(served):
+def test_streaming_reports_each_checkpoint(upstream, served):
     running, _ = served
     chunks = list(
         client(running).chat.completions.create(
-            model=running.state.model, messages=question(), n=6, seed=3, stream=True
+            model=running.state.model, messages=question(), n=6, seed=upstream.seed, stream=True
         )
     )
     progress = [
@@ -221,8 +290,14 @@ def test_an_upstream_killed_mid_request_moves_its_traces_then_fails_in_one_line(
     """Two replicas: one killed while the question runs, its traces go on on the other and the
     answer comes back; the other killed too, the next question fails at once with a 502 error
     object naming the upstreams, not a hang."""
-    a = upstream.replica(tmp_path / "a.log")
-    b = upstream.replica(tmp_path / "b.log")
+    with ThreadPoolExecutor(2) as pool:  # started side by side
+        started = [pool.submit(upstream.replica, tmp_path / f"{x}.log") for x in "ab"]
+    if not all(f.exception() is None for f in started):
+        for f in started:
+            if f.exception() is None:
+                f.result().stop()
+        raise next(f.exception() for f in started if f.exception() is not None)
+    a, b = (f.result() for f in started)
     try:
         ups = Upstreams([a.url, b.url], retries=1)
         slow = Defaults(method="sc", traces=4, warmup=0, spacing=128, max_tokens=512)
@@ -239,7 +314,7 @@ def test_an_upstream_killed_mid_request_moves_its_traces_then_fails_in_one_line(
             t.start()
             wait_busy(a)
             a.kill()
-            t.join(300)
+            t.join(300 + upstream.start_s)
             assert results, "the question did not finish on the other replica"
             m = results[0].model_extra["mars"]
             assert m["stopped_by"] == "budget" and m["tokens"]["main"] > 0
@@ -247,7 +322,7 @@ def test_an_upstream_killed_mid_request_moves_its_traces_then_fails_in_one_line(
             assert [u["up"] for u in health["upstreams"]] == [False, True]
             assert running.metric("upstream_errors", upstream=a.url) >= 1
             a.restart()  # back at its URL: asked again within seconds, and taken back
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + upstream.start_s
             while not all(u["up"] for u in httpx.get(running.url + "/health").json()["upstreams"]):
                 assert time.monotonic() < deadline, "the restarted upstream was not taken back"
                 time.sleep(0.5)
@@ -267,17 +342,19 @@ def test_an_upstream_killed_mid_request_moves_its_traces_then_fails_in_one_line(
         b.stop()
 
 
-def test_the_servers_own_tokenizer_needs_no_pytorch(upstream, monkeypatch, caplog):
-    """Without torch (a llama.cpp user's install), the tokenizer the GGUF holds gives way to the
-    server's own (/tokenize, /detokenize, /apply-template), in one log line; it gives the same
-    prompt, suffix and trace text as the GGUF tokenizer, and `mars serve --tokenizer server`
-    serves with it."""
+def test_the_servers_own_tokenizer_when_the_default_one_cannot_load(upstream, monkeypatch, caplog):
+    """Without what the default tokenizer needs (torch for llama.cpp's GGUF: a llama.cpp user's
+    install; transformers for vLLM's model folder), it gives way to the server's own
+    (/tokenize, /detokenize, the chat template), in one log line; it gives the same prompt,
+    suffix and trace text as the default tokenizer, and `mars serve --tokenizer server` serves
+    with it."""
     gguf = ServerBackend(base_url=upstream.url)
-    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setitem(sys.modules, upstream.tokenizer_needs, None)
     with caplog.at_level("INFO", logger="mars.engines.server"):
         srv = ServerBackend(base_url=upstream.url)
     assert srv.tokenizer_source == "server" and gguf.tokenizer_source != "server"
-    assert "the tokenizer is the server's own" in caplog.text and "torch" in caplog.text
+    assert "the tokenizer is the server's own" in caplog.text
+    assert upstream.tokenizer_needs in caplog.text
     q = FEW_SHOT.format(question="What is 7 - 2?")
     assert srv.prompt_ids(q) == gguf.prompt_ids(q) and srv.suffix_ids == gguf.suffix_ids
     ids = gguf.tokenizer.encode("Le café coûte \\boxed{5} 元.", add_special_tokens=False)
@@ -296,20 +373,17 @@ def test_the_servers_own_tokenizer_needs_no_pytorch(upstream, monkeypatch, caplo
     ups = Upstreams([upstream.url], tokenizer="server")
     with serving(ups, SMALL) as running:
         r = client(running).chat.completions.create(
-            model=running.state.model, messages=question(), n=6, seed=3
+            model=running.state.model, messages=question(), n=6, seed=upstream.seed
         )
         assert r.model_extra["mars"]["answer"] is not None
     ups.close()
     assert json.dumps(ups.primary.describe()["tokenizer"]) == '"server"'
 
 
-def test_a_streamed_request_reads_back_as_the_unstreamed_answer(upstream):
+def test_a_streamed_request_reads_back_as_the_unstreamed_answer(streamed_upstream):
     """The proxy streams its requests to llama.cpp (which stops a request only when its stream
     closes): the stream read back is the answer the same request gives unstreamed."""
-    from mars.serve.upstreams import STREAMED
-
-    if upstream.kind not in STREAMED:
-        pytest.skip(f"{upstream.kind} requests are not streamed")
+    upstream = streamed_upstream
     be = ServerBackend(base_url=upstream.url)
     p = be.protocol
     body = p.body(be.prompt_ids("What is 2 + 3?"), 24, be.sampling, 7, logprobs=True)

@@ -69,10 +69,10 @@ CONVERT_VERSION = 1
 #: how the tests, CI and the benchmark start vLLM, and what each flag is for (docs/backends.md)
 FLAGS = (
     "--dtype", "bfloat16",  # the CPU backend's fast path (float32 is slower, float16 unsupported)
-    "--max-model-len", "2048",
+    "--max-model-len", "2048",  # the context check (/v1/models max_model_len)
     # the prefix cache's unit: the CPU build's default 128 recomputes up to 127 tokens of every
     # continuation and probe; 32 is the least its attention kernel takes
-    "--block-size", "32",  # the context check (/v1/models max_model_len)
+    "--block-size", "32",
     "--max-logprobs", "20",  # the paper's top 20 (vLLM's default cap, said at connect)
     "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens per request
     "--enforce-eager",  # healthy in about 60 s instead of about 170 s (no CUDA graphs on CPU)

@@ -117,10 +117,28 @@ class ServerTokenizer:
         self._n_vocab = int(n_vocab) if n_vocab else None
         self.bos_token_id = self._one_id(props.get("bos_token"))
         self.eos_token_id = self._one_id(props.get("eos_token"))
-        marks = set(_MARKUP.findall(props.get("chat_template") or ""))
+        if kind == "llama.cpp":
+            marks = set(_MARKUP.findall(props.get("chat_template") or ""))
+            added: set[int] = set()
+        else:  # vLLM says neither its template nor its special tokens: read them off its output
+            marks, added = self._vllm_markup()
         special = {self._one_id(m) for m in sorted(marks)} | {self.bos_token_id, self.eos_token_id}
-        self.all_special_ids = sorted(i for i in special if i is not None)
+        self.all_special_ids = sorted(i for i in special | added if i is not None)
         self._special = frozenset(self.all_special_ids)
+
+    def _vllm_markup(self) -> tuple[set[str], set[int]]:
+        """A vLLM server's special tokens, as far as its answers show them: the markup of a
+        conversation its chat template writes (``<|im_start|>``, ``<|im_end|>``..., the end of a
+        turn being the end of text of a chat model) and the ids ``add_special_tokens`` adds (a
+        begin-of-text token); none when it cannot say (a model without a chat template)."""
+        try:
+            plain = self.encode("1", add_special_tokens=False)
+            added = set(self.encode("1", add_special_tokens=True)) - set(plain)
+            ids = self.apply_chat_template([{"role": "user", "content": "1"}], tokenize=True)
+            rendered = self._call("/detokenize", {"model": self.model, "tokens": ids})
+        except MarsError:
+            return set(), set()
+        return set(_MARKUP.findall(str(rendered.get("prompt") or ""))), added
 
     def _call(self, path: str, body: dict) -> dict:
         status, out = self._request(path, body)

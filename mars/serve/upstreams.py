@@ -11,7 +11,8 @@ question through :class:`Router`:
   retries, :class:`~mars.engines.server.ServerUnavailable`) marks the replica down and goes to
   another: a trace is token ids on our side and its request carries its own seed, so any replica
   continues it. With no replica left the question fails with one line (HTTP 502), never a hang;
-  a replica marked down is asked again (``GET /health``) every :data:`REVIVE_S` seconds;
+  a replica marked down is asked again (``GET /v1/models``, :data:`ALIVE`) every
+  :data:`REVIVE_S` seconds;
 * a request the client no longer wants (:mod:`mars.engines.cancel`) is cancelled in flight, so
   the server stops generating it.
 
@@ -53,6 +54,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two health checks of a replica marked down.
 REVIVE_S = 5.0
+#: What a replica marked down is asked: every OpenAI-compatible server answers it with JSON once
+#: it serves (llama.cpp: 503 while its model loads). Not ``/health``: vLLM's and SGLang's answer
+#: 200 with no body, which is not JSON (a restarted vLLM replica was never taken back).
+ALIVE = "/v1/models"
 #: What ``--upstream`` takes for the synthetic engine.
 SYNTHETIC = "synthetic"
 
@@ -182,7 +187,7 @@ class Router:
         raise NoUpstream(f"no upstream server is reachable ({last})")
 
     def revive(self) -> None:
-        """Ask every replica marked down for ``/health`` (at most every :data:`REVIVE_S` s)."""
+        """Ask every replica marked down for :data:`ALIVE` (at most every :data:`REVIVE_S` s)."""
         now = time.monotonic()
         for u in self.upstreams:
             if u.up or now - u.down_at < REVIVE_S:
@@ -191,9 +196,7 @@ class Router:
             http = u.backend.http
             try:
                 status, _ = http.run(
-                    functools.partial(
-                        http.request, "GET", "/health", retry_connect=False, timeout=5.0
-                    )
+                    functools.partial(http.request, "GET", ALIVE, retry_connect=False, timeout=5.0)
                 )
             except (ServerError, OSError):
                 continue
