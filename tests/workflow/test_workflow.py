@@ -29,7 +29,7 @@ from util import report_files_differ
 
 from mars.report.fmt import read_table_csv
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SNAKEFILE = REPO / "Snakefile"
 BIN = Path(sys.executable).parent
 TEST_CONFIG = REPO / "config" / "test.yaml"

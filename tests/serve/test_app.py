@@ -401,7 +401,7 @@ def _fakes():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent / "data" / "servers.py"
+    path = Path(__file__).resolve().parents[1] / "data" / "servers.py"
     spec = importlib.util.spec_from_file_location("fake_servers", path)
     fake = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fake)

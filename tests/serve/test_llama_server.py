@@ -26,8 +26,8 @@ import pytest
 openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 
+from engines.server.test_backend import FEW_SHOT, LlamaServer, need_llama_server  # noqa: E402
 from serving import serving  # noqa: E402
-from test_backend_server import FEW_SHOT, LlamaServer, need_llama_server  # noqa: E402
 
 from mars.engines.server import ServerBackend, answer_limit  # noqa: E402
 from mars.live import replay  # noqa: E402
@@ -36,7 +36,7 @@ from mars.serve.upstreams import Upstreams  # noqa: E402
 
 pytestmark = [pytest.mark.llama_server, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: the servers the tests run against (a fixture ``<kind>_upstream`` each)
 KINDS = ["llama"]
 #: small and quick on 2 CPU cores: 6 traces of at most 96 tokens, a checkpoint every 16

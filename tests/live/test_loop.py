@@ -1088,7 +1088,7 @@ def test_docs_name_every_live_method_and_its_knobs():
     from maint_tools.gen_docs import methods_table
     from mars.method.settings import LIVE_KEYS, SPECS
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "live.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "live.md").read_text()
     assert "(methods.md#the-methods)" in text
     rows = re.findall(r"^\| \**`([\w-]+)`\**( \|.*)\| yes \|$", methods_table(), re.M)
     assert sorted(name for name, _ in rows) == sorted(LIVE_METHODS)

@@ -39,7 +39,7 @@ from mars.store import schema
 from mars.store.consolidate import consolidate
 from mars.store.pool import open_pool
 
-DATA = Path(__file__).resolve().parent / "data" / "sglang"
+DATA = Path(__file__).resolve().parents[1] / "data" / "sglang"
 SESSION = json.loads((DATA / "session_toy_q0.json").read_text())
 
 _spec = importlib.util.spec_from_file_location("sglang_toy", DATA / "toy.py")

@@ -70,7 +70,7 @@ def smol_test(fn):
     return pytest.mark.slow(fn)
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 Q = Problem(qid=0, question="What is 2 + 3?", answer="5", dataset="toy")
 SPACING, MAX_TOKENS, PROBE_NEW = 8, 24, 8
 
@@ -341,7 +341,7 @@ def test_a_question_that_cannot_fit_the_model_is_refused_before_any_forward_pass
     from mars.errors import MarsError
 
     spec = importlib.util.spec_from_file_location(
-        "sglang_toy", Path(__file__).parent / "data" / "sglang" / "toy.py"
+        "sglang_toy", Path(__file__).parents[2] / "data" / "sglang" / "toy.py"
     )
     toy = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(toy)

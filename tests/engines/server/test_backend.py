@@ -56,12 +56,12 @@ from mars.store import schema  # noqa: E402
 from mars.store.pool import open_pool, read_trace_table  # noqa: E402
 from mars.store.problems import Problem  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 _spec = importlib.util.spec_from_file_location("fake_servers", DATA / "servers.py")
 fake = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fake)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 Q = Problem(qid=3, question="What is 2 + 3?", answer="5", dataset="toy")
 KINDS = ("llama.cpp", "vllm", "sglang")
 
