@@ -26,7 +26,7 @@ import pytest
 openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 
-from engines.server.test_backend import FEW_SHOT, LlamaServer, need_llama_server  # noqa: E402
+from engines.server.common import FEW_SHOT, LlamaServer, need_llama_server  # noqa: E402
 from serving import serving  # noqa: E402
 
 from mars.engines.server import ServerBackend, answer_limit  # noqa: E402

@@ -34,7 +34,7 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
-from engines.server.test_backend import (  # noqa: E402
+from engines.server.common import (  # noqa: E402
     FEW_SHOT,
     easy_problems,
     fake,
