@@ -2,7 +2,7 @@
 client.
 
 The app runs under a real uvicorn on a loopback port (tests/serving.py). The same checks against a
-real llama.cpp server are in tests/test_serve_llama.py.
+real llama.cpp server are in tests/serve/test_llama_server.py.
 """
 
 from __future__ import annotations
@@ -394,7 +394,7 @@ def test_the_cli_refuses_bad_defaults_in_one_line():
 
 # ---------------------------------------------------------------------------------------------
 # Replicas that fail: the tests' fake vLLM servers (tests/data/servers.py), answering 503 on
-# demand, which a real server will not (the real kill is in tests/test_serve_llama.py)
+# demand, which a real server will not (the real kill is in tests/serve/test_llama_server.py)
 
 
 def _fakes():

@@ -44,7 +44,7 @@ def test_default_config_dag(tmp_path):
     assert stats == expected
     # docs/workflow.md states the job count of this run: it is this dry run's
     stated = re.search(
-        r"(\d+) jobs, `tests/test_workflow.py`", (REPO / "docs" / "workflow.md").read_text()
+        r"(\d+) jobs, `tests/workflow/test_dag.py`", (REPO / "docs" / "workflow.md").read_text()
     )
     assert stated and int(stated.group(1)) == sum(stats.values())
     gen = job_blocks(out, "generate")
