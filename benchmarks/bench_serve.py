@@ -64,7 +64,8 @@ from mars.serve.app import ServeOptions, create_app  # noqa: E402
 from mars.serve.requests import Defaults  # noqa: E402
 from mars.serve.upstreams import Upstreams  # noqa: E402
 
-#: a user message after which SmolLM2-135M often writes a boxed answer (tests/test_serve_llama)
+#: a user message after which SmolLM2-135M often writes a boxed answer
+#: (tests/serve/test_llama_server.py)
 FEW_SHOT = (
     "Question: What is 1 + 1?\nAnswer: \\boxed{2}\n\nQuestion: What is 3 + 4?\nAnswer: "
     "\\boxed{7}\n\nQuestion: What is 9 - 5?\nAnswer: \\boxed{4}\n\nQuestion: What is 2 + 3?\n"

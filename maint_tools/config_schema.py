@@ -4,7 +4,7 @@
 ``# generated: ...`` line and ``# end generated``: the simulation settings' ``simulation_params``
 and ``simulation_defaults`` (from :mod:`mars.method.settings`), the ``generation`` section's
 ``generation_params`` and the engine options' ``sampling``, ``engine`` and ``server`` maps (from
-:mod:`mars.engines.options`). This tool writes those blocks; tests/test_options.py
+:mod:`mars.engines.options`). This tool writes those blocks; tests/engines/test_options.py
 checks the checked-in file is what it writes, so a new setting or option is one declaration plus
 one run of::
 

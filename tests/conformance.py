@@ -1,6 +1,6 @@
 """Conformance with the authors' simulator: our runs against ../shared/fixtures/reference-sim.
 
-Used by tests/test_conformance.py and by hand (``python tests/conformance.py``).
+Used by tests/simulate/test_conformance.py and by hand (``python tests/conformance.py``).
 
 Answer group ids break ties (lowest id wins). The reference numbers groups in the iteration order of
 a Python ``set`` of strings, which follows the process's random hash seed; we number them by first

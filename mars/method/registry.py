@@ -659,7 +659,7 @@ def sweep_settings(names=None) -> list[tuple[dict, list[str]]]:
     setting its ``i``-th value and runs the methods that sweep it (the first also runs
     :data:`SWEEP_POINTS`). Point ``i`` of every curve thus shares one simulation; a method reads
     only its own knob, so the other knobs' values there do not move its point (checked in
-    tests/test_methods.py). Methods sweeping one setting over other values get settings of
+    tests/method/test_registry.py). Methods sweeping one setting over other values get settings of
     their own."""
     names = swept_methods() if names is None else method_order(names)
     out: list[tuple[dict, list[str]]] = []

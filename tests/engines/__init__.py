@@ -1,0 +1,1 @@
+"""Tests of the engines (mars.engines), one module per module or package."""

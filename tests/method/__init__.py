@@ -1,2 +1,2 @@
-"""Unit tests of the method core (mars.method), one module per file; ../shared data only in tests
-marked ``reference``, skipped without it."""
+"""Tests of the method core (mars.method), one module per module or package; ../shared data only
+in tests marked ``reference``, skipped without it."""

@@ -1,6 +1,6 @@
 """vLLM's OpenAI-compatible ``POST /v1/completions`` with its token-id extensions
 (``return_token_ids``; top log-probabilities keyed by id, so two tokens that decode alike do not
-collide).  Pinned against vLLM's CPU build by ``tests/test_backend_vllm.py``."""
+collide).  Pinned against vLLM's CPU build by ``tests/engines/server/test_vllm.py``."""
 
 from __future__ import annotations
 

@@ -469,7 +469,7 @@ def main() -> int:
     doc = {
         "about": "Hand-built SGLang Engine.generate exchanges (shape of SGLang 0.5.23 meta_info, "
         "read in its source), NOT recorded from a live engine; written by "
-        "tests/data/sglang/toy.py, replayed by tests/test_backend_sglang.py.",
+        "tests/data/sglang/toy.py, replayed by tests/engines/test_sglang.py.",
         "problem": {
             "qid": problem.qid,
             "question": problem.question,
@@ -553,7 +553,7 @@ def record_probe_stage(problem, seed: int, n: int, spacing: int, max_tokens: int
     doc = {
         "about": "Hand-built SGLang Engine.generate exchanges of the probe stage (see "
         "session_toy_q0.json), NOT recorded from a live engine; written by "
-        "tests/data/sglang/toy.py, replayed by tests/test_backend_sglang.py.",
+        "tests/data/sglang/toy.py, replayed by tests/engines/test_sglang_probe.py.",
         "spacing": spacing,
         "other_vocab": OTHER_VOCAB,
         "other_manifest": manifest,

@@ -20,7 +20,7 @@ from mars.method.arrays import checkpoint_answers, checkpoint_confidences
 from mars.method.registry import live_methods
 from mars.store.pool import open_pool
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "library.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "library.md"
 
 
 def _blocks() -> list[str]:

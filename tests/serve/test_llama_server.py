@@ -32,8 +32,8 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 
 from conftest import vllm_module  # noqa: E402
+from engines.server.common import FEW_SHOT, LlamaServer, need_llama_server  # noqa: E402
 from serving import serving  # noqa: E402
-from test_backend_server import FEW_SHOT, LlamaServer, need_llama_server  # noqa: E402
 
 from mars.engines.server import ServerBackend, answer_limit  # noqa: E402
 from mars.live import replay  # noqa: E402
@@ -42,7 +42,7 @@ from mars.serve.upstreams import STREAMED, Upstreams  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: the servers the tests run against (a fixture ``<name>_upstream`` each): the kind of server
 #: (``ServerBackend.protocol.kind``) and the marker of its live tests
 KINDS = {

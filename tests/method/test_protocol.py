@@ -28,7 +28,7 @@ from mars.simulate.driver import simulate_question
 from mars.store.pool import open_pool
 from mars.store.published import import_parallel_probe
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 PP_DATA = SHARED / "data" / "parallel-probe-qwen3-8b"
 runner = CliRunner()
 

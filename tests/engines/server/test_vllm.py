@@ -34,14 +34,13 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
-from test_backend_server import (  # noqa: E402
+from engines.server.common import (  # noqa: E402
     FEW_SHOT,
     easy_problems,
     fake,
     mars_cli,
     rows_of,
 )
-
 from mars.engines.generate import generate_pool  # noqa: E402
 from mars.engines.server import (  # noqa: E402
     UNCACHED_MIN_TOKENS,
@@ -60,7 +59,7 @@ def live(test):
     return pytest.mark.slow(pytest.mark.vllm_server(test))
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 SERVED = "SmolLM2-135M-Instruct"
 #: a prompt whose answer has emoji and accents: tokens that decode to the same string
 POEM = "Write a short poem about the sea, with emojis 🌊 and accents: café, naïve, 中文."

@@ -20,7 +20,7 @@ from mars.method.settings import LIVE_KEYS, SAMPLING_KEYS, SETTINGS, SPECS, Sett
 from mars.report.names import method_label, simulate_command
 from mars.store.pool import open_pool
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
 runner = CliRunner()
 

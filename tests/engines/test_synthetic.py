@@ -283,7 +283,7 @@ def test_real_sc64_reproduces_parallel_probe():
     from maint_tools.synthetic.views import views_from_real
 
     real = (
-        Path(__file__).resolve().parents[1].parent
+        Path(__file__).resolve().parents[2].parent
         / "shared/data/parallel-probe-qwen3-8b/aime24.json"
     )
     if not real.exists():
@@ -339,7 +339,7 @@ def test_mars_saves_tokens_and_keeps_sc_accuracy_on_generated_pools(tmp_path, ai
 #: issue 34's question kind (research/offgrid/presets/early-guess.json): one guess made while
 #: reading the problem, held first by every trace and abandoned by its release in tokens
 EARLY_GUESS = load_preset(
-    Path(__file__).resolve().parents[1] / "research" / "offgrid" / "presets" / "early-guess.json"
+    Path(__file__).resolve().parents[2] / "research" / "offgrid" / "presets" / "early-guess.json"
 )
 
 

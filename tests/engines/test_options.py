@@ -28,7 +28,7 @@ from mars.engines.options import (
 from mars.errors import MarsError
 from mars.workflow import ConfigError, check_schema
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
 runner = CliRunner()
 

@@ -31,7 +31,7 @@ from mars.engines.server import ServerBackend  # noqa: E402
 from mars.errors import MarsError  # noqa: E402
 from mars.store.problems import Problem  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 _spec = importlib.util.spec_from_file_location("fake_servers", DATA / "servers.py")
 fake = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fake)

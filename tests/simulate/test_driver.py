@@ -22,7 +22,7 @@ from mars.simulate.results import write_method
 from mars.store.pool import open_pool
 
 FAST = Settings(budget=24, iterations=6, warmup=8)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _arrays(tmp_path, seed, **kw):

@@ -27,7 +27,7 @@ import pytest
 import yaml
 from slurm_cluster import LocalCluster, Unavailable, process_alive
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SNAKEFILE = REPO / "Snakefile"
 PROFILE = REPO / "profiles" / "slurm"
 PROFILE_KEYS = yaml.safe_load((PROFILE / "profile.yaml").read_text())

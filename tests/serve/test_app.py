@@ -2,12 +2,11 @@
 client.
 
 The app runs under a real uvicorn on a loopback port (tests/serving.py). The same checks against a
-real llama.cpp server are in tests/test_serve_llama.py.
-"""
+real llama.cpp server are in tests/serve/test_llama_server.py; the scheduler alone is in
+tests/serve/test_schedule.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import subprocess
@@ -27,7 +26,6 @@ from serving import serving  # noqa: E402
 from mars.cli import app as cli  # noqa: E402
 from mars.live import replay  # noqa: E402
 from mars.serve.requests import Defaults  # noqa: E402
-from mars.serve.schedule import QueueFull, Scheduler  # noqa: E402
 from mars.store.pool import open_pool  # noqa: E402
 
 FAST = Defaults(traces=16, warmup=4, spacing=2048, max_tokens=16384)
@@ -315,71 +313,6 @@ def test_a_client_that_goes_away_cancels_its_question():
         assert running.metric("questions") == 0
 
 
-# ---------------------------------------------------------------------------------------------
-# The scheduler alone
-
-
-def test_the_queue_is_bounded_and_served_round_robin_by_client():
-    async def go():
-        s = Scheduler(max_active=1, max_queue=3)
-        order: list[str] = []
-        gate = asyncio.Event()
-
-        async def job(client: str, name: str):
-            async with s.slot(client):
-                order.append(name)
-                await gate.wait()
-
-        first = asyncio.create_task(job("a", "a1"))
-        await asyncio.sleep(0)
-        waiting = [
-            asyncio.create_task(job(c, n)) for c, n in (("a", "a2"), ("a", "a3"), ("b", "b1"))
-        ]
-        await asyncio.sleep(0)
-        assert s.active == 1 and s.queued == 3
-        with pytest.raises(QueueFull) as full:
-            async with s.slot("c"):
-                pass
-        assert full.value.retry_after >= 1
-        gate.set()
-        await asyncio.gather(first, *waiting)
-        return order, s
-
-    order, s = asyncio.run(go())
-    assert order == ["a1", "a2", "b1", "a3"]  # a and b take turns
-    assert s.active == 0 and s.queued == 0
-
-
-def test_a_request_that_leaves_the_queue_frees_its_place():
-    async def go():
-        s = Scheduler(max_active=1, max_queue=1)
-        hold = asyncio.Event()
-
-        async def holder():
-            async with s.slot("a"):
-                await hold.wait()
-
-        h = asyncio.create_task(holder())
-        await asyncio.sleep(0)
-
-        async def waiter():
-            async with s.slot("b"):
-                pass
-
-        w = asyncio.create_task(waiter())
-        await asyncio.sleep(0)
-        assert s.queued == 1
-        w.cancel()
-        await asyncio.gather(w, return_exceptions=True)
-        assert s.queued == 0
-        hold.set()
-        await h
-        return s
-
-    s = asyncio.run(go())
-    assert s.active == 0
-
-
 def test_the_cli_refuses_bad_defaults_in_one_line():
     res = CliRunner().invoke(cli, ["serve", "--upstream", "synthetic", "--method", "dco"])
     assert res.exit_code == 2 and res.output.startswith("error: method dco")
@@ -394,14 +327,14 @@ def test_the_cli_refuses_bad_defaults_in_one_line():
 
 # ---------------------------------------------------------------------------------------------
 # Replicas that fail: the tests' fake vLLM servers (tests/data/servers.py), answering 503 on
-# demand, which a real server will not (the real kill is in tests/test_serve_llama.py)
+# demand, which a real server will not (the real kill is in tests/serve/test_llama_server.py)
 
 
 def _fakes():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent / "data" / "servers.py"
+    path = Path(__file__).resolve().parents[1] / "data" / "servers.py"
     spec = importlib.util.spec_from_file_location("fake_servers", path)
     fake = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fake)

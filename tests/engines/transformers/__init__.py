@@ -1,0 +1,1 @@
+"""Tests of the transformers engine (mars.engines.transformers) on CPU."""
