@@ -61,6 +61,7 @@ def test_without_group_statistics_no_records():
     assert counts.tolist() == [0, 0] and len(index) == len(value) == 0
 
 
+@pytest.mark.slow  # a fresh interpreter compiles the pass: seconds of CPU
 def test_without_a_writable_cache_it_compiles_in_the_process():
     """A read-only install with a read-only home: numba finds nowhere to cache the machine code
     (its locators all decline); the pass is then compiled in the process, the same numbers."""

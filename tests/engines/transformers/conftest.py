@@ -26,20 +26,27 @@ from mars.engines.transformers import (  # noqa: E402
 )
 
 
-@pytest.fixture(scope="module")
-def smol(tmp_path_factory):
-    """(backend loaded from the GGUF file, the same model written as a plain model directory)."""
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One CPU thread for every model here: the models are small, and a second thread only spins
+    (it doubles the CPU time, more so on a loaded machine or beside a parallel test worker)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def smol(tmp_path_factory):
+    """(backend loaded from the GGUF file, the same model written as a plain model directory)."""
     be = TransformersBackend(
         GGUF, device="cpu", max_tokens=MAX_TOKENS, batch_size=2, probe_max_new_tokens=PROBE_NEW
     )
     d = be.save_pretrained(tmp_path_factory.mktemp("smollm2"))
-    yield be, d
-    torch.set_num_threads(threads)
+    return be, d
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """Model directories of tiny models: ``a`` and ``a2`` (other weights) share one vocabulary,
     ``b`` has another (another size, special tokens in another order)."""
