@@ -41,13 +41,20 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def terminate_children() -> None:
-    """Terminate every child process of this process (the pool's workers) and reap them."""
+def terminate_children(grace_s: float = 5.0) -> None:
+    """Terminate every child process of this process (the pool's workers) and reap them; one
+    that outlives SIGTERM by ``grace_s`` (stuck in a lock it inherited held from the fork, with
+    a handler that never gets to run) is killed, so the pool's shutdown never waits forever."""
     children = mp.active_children()
     for p in children:
         p.terminate()
+    end = time.monotonic() + grace_s
     for p in children:
-        p.join(timeout=5)
+        p.join(timeout=max(0.0, end - time.monotonic()))
+    for p in children:
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)
 
 
 class _Pool(ProcessPoolExecutor):
@@ -114,6 +121,10 @@ def process_pool(max_workers: int, mp_context: Any = None) -> Iterator[ProcessPo
     previous = None
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
+        # start the workers (a forking pool starts them all at its first job) before the handler
+        # below exists: a worker never inherits it, so SIGTERM ends one even before its
+        # initializer has run
+        ex.submit(int).result()
 
         def on_term(signum, frame):
             terminate_children()

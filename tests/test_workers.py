@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -126,3 +127,36 @@ def test_largest_first_returns_in_job_order_and_raises_the_first_jobs_error():
         assert str(exc) == "job of 0.3 s failed"
     else:
         raise AssertionError("no error")
+
+
+def _deaf_or_fail(i: int) -> int:
+    """Job 1 ignores SIGTERM and never ends (a worker stuck in a lock it inherited held from the
+    fork: its handler never runs); job 0 fails once job 1 has started."""
+    if i == 1:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(600)
+    time.sleep(1)
+    raise MarsError("question 0: bad")
+
+
+def test_a_worker_deaf_to_sigterm_is_killed_and_the_error_still_arrives(tmp_path):
+    """A failing question ends the run with its one line even when another worker cannot be
+    terminated: it is killed after a grace period, and nothing is left running."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import multiprocessing as mp\n"
+        "from test_workers import _deaf_or_fail\n"
+        "from mars.workers import process_pool\n"
+        "try:\n"
+        "    with process_pool(2) as ex:\n"
+        "        list(ex.map(_deaf_or_fail, [0, 1]))\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc, len(mp.active_children()))\n"
+    )
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "MarsError question 0: bad 0\n"
+    assert time.monotonic() - t0 < 60
