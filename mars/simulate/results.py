@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..method.protocol import table_row
+from ..method.registry import METHODS
 from ..store.atomic import folder_lock, make_dirs, make_temp_dir, naming_output, replace_dir
 from ..store.provenance import checksum_of, package_versions
 from ..store.schema import PER_ITERATION_COLUMNS, PER_QUESTION_LEADING_COLUMNS
@@ -236,15 +237,29 @@ def summary_table(overalls: list[dict]):
         "stop position",
     ):
         t.add_column(col, justify="right" if col != "method" else "left", no_wrap=True)
+    narrow: dict[str, int] = {}
     for ov in overalls:
         wp = ov["savings_with_probes_pct"]
+        m = METHODS.get(ov["method"])
+        mark = ""
+        if m is not None and m.width is not None:
+            narrow[ov["method"]] = m.width
+            mark = "†"
         t.add_row(
             ov["method"],
             f"{ov['accuracy_pct']:.1f}",
-            f"{ov['savings_pct']:.1f}",
+            f"{ov['savings_pct']:.1f}{mark}",
             "–" if wp is None else f"{wp:.1f}",
             f"{ov['tokens_mean']:,.0f}",
             f"{ov['seq_tokens_mean']:,.0f}",
             f"{ov['stop_position_mean']:,.0f}",
+        )
+    if narrow:  # as the report's tables say it: savings of its own traces, not of the vote
+        runs = ", ".join(
+            f"{name} runs {w} trace{'s' if w != 1 else ''}" for name, w in narrow.items()
+        )
+        t.caption = (
+            f"† {runs} of each sample: savings against those run to the end, not against the "
+            "full-budget vote (compare tokens/question)"
         )
     return t

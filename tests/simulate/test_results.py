@@ -127,3 +127,31 @@ def test_two_simulate_runs_into_one_out(tmp_path):
     assert [p.returncode for p in procs] == [0, 0] and errs == ["", ""], errs
     folder = _folder(out)
     assert len(folder) >= 20 and set(map(tuple, folder.values())) == {tuple(FILES)}
+
+
+def test_the_summary_marks_a_method_on_fewer_traces_than_the_budget():
+    """single-sac's savings are against its own trace run to the end: the summary says so, as
+    the report's tables do, and marks no method of the full budget."""
+    from rich.console import Console
+
+    from mars.simulate.results import summary_table
+
+    def overall(method, savings, tokens):
+        return {
+            "method": method,
+            "accuracy_pct": 50.0,
+            "savings_pct": savings,
+            "savings_with_probes_pct": None,
+            "tokens_mean": tokens,
+            "seq_tokens_mean": tokens,
+            "stop_position_mean": 2048.0,
+        }
+
+    console = Console(width=200, record=True)
+    console.print(summary_table([overall("sc", 0.0, 8e6), overall("single-sac", 0.0, 1.5e4)]))
+    text = console.export_text()
+    assert "0.0†" in text and text.count("†") == 2
+    assert "single-sac runs 1 trace of each sample" in text
+    plain = Console(width=200, record=True)
+    plain.print(summary_table([overall("sc", 0.0, 8e6)]))
+    assert "†" not in plain.export_text()
