@@ -39,6 +39,7 @@ from typing import Any
 
 from ..engines import cancel
 from ..engines.base import Backend
+from ..engines.endpoint import check_base_url
 from ..engines.server import (
     Completion,
     Sampling,
@@ -317,6 +318,8 @@ class Upstreams:
             return
         if any(str(u).split(":", 1)[0] == SYNTHETIC for u in urls):
             raise UsageError("--upstream synthetic serves alone (no server URL beside it)")
+        for url in urls:  # every URL is well formed before the first is connected to
+            check_base_url(url, "--upstream")
         seen = set()
         try:
             for url in urls:

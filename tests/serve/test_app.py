@@ -24,8 +24,10 @@ pytest.importorskip("starlette")
 from serving import serving  # noqa: E402
 
 from mars.cli import app as cli  # noqa: E402
+from mars.errors import MarsError  # noqa: E402
 from mars.live import replay  # noqa: E402
 from mars.serve.requests import Defaults  # noqa: E402
+from mars.serve.upstreams import Upstreams  # noqa: E402
 from mars.store.pool import open_pool  # noqa: E402
 
 FAST = Defaults(traces=16, warmup=4, spacing=2048, max_tokens=16384)
@@ -402,3 +404,14 @@ def test_the_body_lm_evaluation_harness_sends_is_one_question(served):
     content = out["choices"][0]["message"]["content"]
     assert isinstance(content, str) and "Question:" not in content
     assert out["mars"]["answer"] is None or out["mars"]["answer"] in content
+
+
+def test_a_malformed_upstream_is_named_as_the_option_it_came_from(tmp_path):
+    """`--upstream notaurl` is refused naming --upstream (not another command's --base-url), and
+    a malformed second URL before the first is connected to."""
+    with pytest.raises(MarsError, match=r"^--upstream 'notaurl': not an http\(s\) URL"):
+        Upstreams(["notaurl"])
+    t0 = time.monotonic()
+    with pytest.raises(MarsError, match=r"^--upstream 'http://127.0.0.1:99999': port out of"):
+        Upstreams(["http://10.255.255.1:9", "http://127.0.0.1:99999"], timeout=30)
+    assert time.monotonic() - t0 < 5  # the unreachable first one was never tried
