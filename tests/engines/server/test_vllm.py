@@ -348,22 +348,27 @@ def test_seeded_prompts_longer_than_a_step_are_served(vllm):
 @live
 def test_a_request_cut_short_is_aborted_at_the_server(vllm):
     """A request that passes its deadline is cancelled here, which closes its connection, and
-    vLLM aborts it (within a second): nothing keeps generating for a run that gave up on it.
-    The run stops with one line."""
+    vLLM aborts it: nothing keeps generating for a run that gave up on it, and the run stops with
+    one line.  What a request left running would show: 4 × 1,500 tokens generated in the end.
+    vLLM notices a closed connection at once, but its ``num_requests_running`` gauge is updated
+    by its engine loop: on a loaded machine (CI) a second or two after the abort."""
     be = ServerBackend(base_url=vllm.url, max_tokens=1500, timeout=3, retries=0, concurrency=4)
     q = Problem(qid=0, question="Write a very long story about a dragon.", answer="", dataset="t")
     try:
-        quiet(vllm)
+        before = quiet(vllm)["vllm:generation_tokens_total"]
         batch = be.start(q, 4, seed=1)
         with pytest.raises(ServerError, match="no answer within 3 s"):
             batch.advance(1500)
         t0 = time.monotonic()
         while vllm.metrics()["vllm:num_requests_running"] > 0:
-            assert time.monotonic() - t0 < 2, "requests still running 2 s after the timeout"
+            assert time.monotonic() - t0 < 10, "requests still running 10 s after the timeout"
             time.sleep(0.1)
+        settled = time.monotonic() - t0
         a = vllm.metrics()["vllm:generation_tokens_total"]
         time.sleep(1.0)
         assert vllm.metrics()["vllm:generation_tokens_total"] == a
+        print(f"aborted {settled:.2f} s after the timeout; {a - before:.0f} tokens generated")
+        assert a - before < 0.5 * 4 * 1500
     finally:
         be.close()
 
