@@ -44,7 +44,7 @@ from ..method.arrays import QuestionArrays
 from ..method.features import RunningFeatures, question_features
 from ..method.qmodel import SwitchModel, fit_question
 from ..method.registry import Method, live_method, live_methods
-from ..method.settings import LIVE_KEYS, Settings
+from ..method.settings import LIVE_KEYS, MAX_BUDGET, Settings
 from ..method.walk import MethodRun, QuestionContext
 
 #: The most checkpoints a grid may have: every look of the rule builds arrays over all of it, so
@@ -200,15 +200,20 @@ def check_knobs(knobs: Mapping[str, Any], what: str = "knob") -> None:
 
 
 def _settings(settings: Any, knobs: dict, n: int, w: int) -> Settings:
+    """The walk's settings, refused in the library's words (``gamma=-1``, not ``--gamma``)."""
+    if n > MAX_BUDGET:
+        raise UsageError(f"n_traces: {n:,} traces, more than {MAX_BUDGET:,}")
+    if w > MAX_BUDGET:
+        raise UsageError(f"warmup: {w:,} traces, more than {MAX_BUDGET:,}")
     if settings is None:
         check_knobs(knobs)
-        return Settings(budget=n, iterations=1, warmup=w, **knobs).validate()
+        return Settings(budget=n, iterations=1, warmup=w, **knobs).validate(named="")
     if knobs:
         raise UsageError(f"give settings or knobs ({', '.join(knobs)}), not both")
     if not isinstance(settings, Settings):
         raise UsageError(f"settings: {_shown(settings)} is not a mars Settings")
     # the stopper's own traces, one iteration and its warmup, whatever the settings say
-    return settings.replace(budget=n, iterations=1, warmup=w).validate()
+    return settings.replace(budget=n, iterations=1, warmup=w).validate(named="")
 
 
 def _warmup(warmup: Any, m: int) -> tuple[list, list, np.ndarray, np.ndarray | None]:

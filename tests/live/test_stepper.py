@@ -260,7 +260,8 @@ def test_the_stopper_fixes_budget_iterations_and_warmup():
         ({"warmup": {"answers": []}}, "is not a mars.Warmup"),
         ({"gama": 0.5}, "unknown knob 'gama'; did you mean 'gamma'"),
         ({"budget": 8}, "unknown knob 'budget'"),
-        ({"gamma": -1.0}, "--gamma -1"),
+        ({"gamma": -1.0}, "^gamma=-1.0: must be ≥ 0"),
+        ({"n_traces": 1 << 17}, "n_traces: 131,072 traces, more than 65,536"),
         ({"delta": "0.1"}, "knob delta=.0.1.: must be a number"),
         ({"settings": {"gamma": 0.5}}, "is not a mars Settings"),
         (
