@@ -221,8 +221,7 @@ def replay(
     questions: str | None = typer.Option(None, help="e.g. 0-4,7"),
 ):
     """Re-simulate a live run from its records; exit 1 if any question differs from what ran live."""  # noqa: E501 - typer shows it verbatim as the command summary
-    from ..live.replay import open_live_run
-    from ..live.replay import replay as replay_run
+    from ..live.replay import open_live_run, replay_run
 
     with user_errors():
         state = open_live_run(run)

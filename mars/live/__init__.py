@@ -7,14 +7,14 @@ stopping rule fires.
   directory (:func:`solve_pool`);
 * :mod:`.warmup` — a question's warmup traces, kept on disk until the question ends;
 * :mod:`.records` — a run directory's records, their grid and settings, and their checks;
-* :mod:`.replay` — the records re-simulated (:func:`decide`, :func:`replay`);
+* :mod:`.replay` — the records re-simulated (:func:`decide`, :func:`replay_run`);
 * :mod:`.summary` — what a run cost and saved (``live.csv``).
 """
 
 from ..method.registry import live_method
 from .loop import Checkpoint, LiveRun, solve, solve_pool
 from .records import live_grid, live_settings
-from .replay import LiveRunDir, decide, open_live_run, replay
+from .replay import LiveRunDir, decide, open_live_run, replay_run
 from .stepper import MAX_CHECKPOINTS
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
     "live_method",
     "live_settings",
     "open_live_run",
-    "replay",
+    "replay_run",
     "solve",
     "solve_pool",
 ]

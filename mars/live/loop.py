@@ -17,7 +17,7 @@ iteration whose sample is the N main traces and whose warmup is the W warmup tra
 traces shown as traces stopped at the checkpoint). The records are written once, at the end of the
 question (the finished warmup traces are kept meanwhile, so an interrupted question resumes after
 its warmup: :mod:`mars.live.warmup`); re-simulating them (:func:`decide`,
-:func:`mars.live.replay.replay`) gives the run's answer, stop position and tokens exactly, which
+:func:`mars.live.replay.replay_run`) gives the run's answer, stop position and tokens exactly, which
 every run checks (``replay_ok``). Three things differ from the offline simulator, each because a
 live run cannot see the future:
 

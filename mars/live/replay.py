@@ -221,7 +221,7 @@ def _check_inputs(d: LiveRunDir, rec: dict, q: QuestionData) -> None:
     check_made_for(d.path, rec, d.params, digest, f"{schema.POOL_QUESTIONS}'s")
 
 
-def replay(path: str | Path, questions: Iterable[int] | None = None) -> list[dict]:
+def replay_run(path: str | Path, questions: Iterable[int] | None = None) -> list[dict]:
     """Re-simulate a live run from its stored records; per question the live and replayed results
     (of an interrupted run, of the questions it finished: :func:`open_live_run`).
 

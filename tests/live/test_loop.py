@@ -23,8 +23,7 @@ from live.common import (
     _assert_same_run,
     _StopsAfterWarmup,
 )
-from mars.live import live_grid, live_method, solve, solve_pool
-from mars.live.replay import replay
+from mars.live import live_grid, live_method, replay_run, solve, solve_pool
 from mars.method.answers import group_answers_online
 from mars.simulate.driver import SimulationError
 from mars.store import schema
@@ -71,7 +70,7 @@ def test_replay_of_live_records_is_exact(tmp_path, backend, problems, method):
         seed=1,
         questions=QIDS[:5],
     )
-    again = replay(out)
+    again = replay_run(out)
     assert [r["qid"] for r in again] == QIDS[:5]
     for r, live in zip(again, rows):
         assert r["match"], r
@@ -227,7 +226,7 @@ def test_tampered_record_is_caught(tmp_path, mars_run):
     rec = json.loads(path.read_text())
     rec["tokens"] += 1
     path.write_text(json.dumps(rec))
-    assert [r["match"] for r in replay(out)] == [False] + [True] * (len(QIDS) - 1)
+    assert [r["match"] for r in replay_run(out)] == [False] + [True] * (len(QIDS) - 1)
     res = subprocess.run(
         [sys.executable, "-m", "mars.cli", "replay", str(out)], capture_output=True, text=True
     )

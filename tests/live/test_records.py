@@ -23,8 +23,7 @@ from live.common import (
 )
 from mars.cli import app
 from mars.errors import UsageError
-from mars.live import MAX_CHECKPOINTS, live_grid, solve_pool
-from mars.live.replay import replay
+from mars.live import MAX_CHECKPOINTS, live_grid, replay_run, solve_pool
 from mars.store import schema
 from mars.store.atomic import LOCK_NAME, folder_lock
 
@@ -274,7 +273,7 @@ def test_solves_into_one_folder_take_turns(tmp_path, small_run):
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read()
     _assert_same_run(both, small_run, [0, 1])
-    assert replay(both)[0]["match"] and not (both / LOCK_NAME).exists()
+    assert replay_run(both)[0]["match"] and not (both / LOCK_NAME).exists()
 
 
 def test_solve_refuses_to_resume_over_a_record_of_another_question(tmp_path, small_run):

@@ -19,8 +19,7 @@ from live.common import (
     _assert_same_run,
     _StopsAfterWarmup,
 )
-from mars.live import solve, solve_pool
-from mars.live.replay import replay
+from mars.live import replay_run, solve, solve_pool
 from mars.store import schema
 from mars.store.pool import PoolError
 from mars.store.problems import load_problems
@@ -113,7 +112,7 @@ def test_a_kept_warmup_of_another_problem_set_is_refused(tmp_path, backend, prob
     assert kept.read_bytes() == before
     kept.unlink()  # as the message says: the question then runs its own warmup
     solve_pool(backend, brumo, tmp_path / "brumo", "sc", **kw)
-    assert replay(tmp_path / "brumo")[0]["match"]
+    assert replay_run(tmp_path / "brumo")[0]["match"]
 
 
 class _StopsAfterRecord:
@@ -154,7 +153,7 @@ def test_a_run_stopped_between_record_and_warmup_removal_leaves_no_warmup(
     (out / "live" / ".q000000.json.tmp-99999").write_text("{")  # a killed writer's half file
     solve_pool(backend, problems, out, "sc", **kw)
     assert sorted(p.name for p in (out / "live").iterdir()) == ["q000000.json", "q000001.json"]
-    assert [r["match"] for r in replay(out)] == [True, True]
+    assert [r["match"] for r in replay_run(out)] == [True, True]
 
 
 WARM_KW = {"n_traces": 8, "warmup": 4, "seed": 3, "questions": [1]}

@@ -22,7 +22,7 @@ from util import write_layout_pool
 from mars.cli import app
 from mars.engines.synthetic import SyntheticBackend
 from mars.errors import SimulationError, UsageError
-from mars.live import replay, solve_pool
+from mars.live import replay_run, solve_pool
 from mars.method import registry as R
 from mars.method.deepconf import DEEPCONF_ONLINE
 from mars.method.registry import (
@@ -382,7 +382,7 @@ def test_a_registered_method_runs_live_if_admissible(toy, tmp_path):
     spacing = schema.CHECKPOINT_SPACING
     for r in rows:
         assert r["stopped_by"] == "toy" and r["stop_position"] == (STOP_AT + 1) * spacing
-    assert all(r["match"] for r in replay(out))
+    assert all(r["match"] for r in replay_run(out))
 
 
 def test_registering_a_known_name_is_refused():

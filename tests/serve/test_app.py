@@ -25,7 +25,7 @@ from serving import serving  # noqa: E402
 
 from mars.cli import app as cli  # noqa: E402
 from mars.errors import MarsError  # noqa: E402
-from mars.live import replay  # noqa: E402
+from mars.live import replay_run  # noqa: E402
 from mars.serve.requests import Defaults  # noqa: E402
 from mars.serve.upstreams import Upstreams  # noqa: E402
 from mars.store.pool import open_pool  # noqa: E402
@@ -67,7 +67,7 @@ def test_a_completion_with_n_is_one_question_solved_and_recorded(served):
     rec = httpx.get(running.url + m["record"]).json()
     assert rec["answer"] == m["answer"] and rec["seed"] == 5
     pool = record / m["record"].split("/")[-2]
-    assert all(row["match"] for row in replay(pool))
+    assert all(row["match"] for row in replay_run(pool))
     assert open_pool(pool).manifest["live"]["method"] == "sc-mars-cal"
 
 

@@ -36,7 +36,7 @@ from engines.server.common import FEW_SHOT, LlamaServer, need_llama_server  # no
 from serving import serving  # noqa: E402
 
 from mars.engines.server import ServerBackend, answer_limit  # noqa: E402
-from mars.live import replay  # noqa: E402
+from mars.live import replay_run  # noqa: E402
 from mars.serve.requests import Defaults  # noqa: E402
 from mars.serve.upstreams import STREAMED, Upstreams  # noqa: E402
 
@@ -208,7 +208,7 @@ def test_chat_and_completions_stop_early_leave_the_server_idle_and_replay(upstre
     assert done.model_extra["mars"]["answer"] is not None and idle(upstream, within=1.0)
     # both recorded in one pool, which `mars replay` re-decides exactly
     pool = record / m["record"].split("/")[-2]
-    rows = replay(pool)
+    rows = replay_run(pool)
     assert len(rows) == 2 and all(r["match"] for r in rows)
     res = subprocess.run(
         [sys.executable, "-m", "mars.cli", "replay", str(pool)],

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from mars.cli import app
 from mars.errors import MarsError
-from mars.live.replay import replay
+from mars.live import replay_run
 from mars.store.pool import open_pool
 from mars.store.problems import load_problems
 
@@ -80,7 +80,7 @@ def test_live_traffic_without_answers(tmp_path):
     assert records[0]["correct"] is None and isinstance(records[1]["correct"], bool)
     pool = open_pool(out)
     assert pool.question_meta(0)["ground_truth"] is None and pool.unknown_answers == [0]
-    assert [r["match"] for r in replay(out)] == [True, True]
+    assert [r["match"] for r in replay_run(out)] == [True, True]
     res = runner.invoke(
         app,
         [

@@ -215,7 +215,7 @@ def test_a_word_the_server_split_leaves_the_trace_short_and_is_asked_for_again(t
 
 
 def test_a_live_solve_through_a_text_only_server_stops_early_and_replays(tmp_path):
-    from mars.live import replay, solve_pool
+    from mars.live import replay_run, solve_pool
 
     server = fake.FakeServer(TEXT_KIND, **AWKWARD)
     be = backend(server, max_tokens=64)
@@ -225,7 +225,7 @@ def test_a_live_solve_through_a_text_only_server_stops_early_and_replays(tmp_pat
     )  # fmt: skip
     rec = json.loads((tmp_path / "live" / "live" / "q000003.json").read_text())
     assert rec["stopped_by"] != "budget" and rec["stop_position"] < 64
-    assert rows[0]["replay_ok"] and replay(tmp_path / "live")[0]["match"]
+    assert rows[0]["replay_ok"] and replay_run(tmp_path / "live")[0]["match"]
     assert open_pool(tmp_path / "live").manifest["prompt_mode"] == "text"
     n = len(completions(server))
     solve_pool(  # resumed: nothing asked again
