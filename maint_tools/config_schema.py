@@ -30,22 +30,25 @@ BLOCK = re.compile(
 )
 
 
+def _prop(spec) -> dict[str, Any]:
+    """One setting as a JSON-schema property: its type, choices or range (without its help)."""
+    prop: dict[str, Any] = {"type": {int: "integer", float: "number", str: "string"}[spec.type]}
+    if spec.choices is not None:
+        prop["enum"] = list(spec.choices)
+    if spec.low is not None:
+        prop["exclusiveMinimum" if spec.low_open else "minimum"] = spec.low
+    if spec.high is not None:
+        prop["exclusiveMaximum" if spec.high_open else "maximum"] = spec.high
+    return prop
+
+
 def simulation_params() -> dict[str, Any]:
     """The options of ``mars simulate`` that change results, as the config's ``simulation`` and
     ``settings.<s>`` sections take them."""
     props: dict[str, Any] = {"methods": {"$ref": "#/$defs/methods"}}
     for spec in SETTINGS:
-        if spec.section != "simulation":
-            continue
-        prop: dict[str, Any] = {"type": {int: "integer", float: "number", str: "string"}[spec.type]}
-        if spec.choices is not None:
-            prop["enum"] = list(spec.choices)
-        if spec.low is not None:
-            prop["exclusiveMinimum" if spec.low_open else "minimum"] = spec.low
-        if spec.high is not None:
-            prop["exclusiveMaximum" if spec.high_open else "maximum"] = spec.high
-        prop["description"] = spec.help
-        props[spec.name] = prop
+        if spec.section == "simulation":
+            props[spec.name] = {**_prop(spec), "description": spec.help}
     props["questions"] = {"$ref": "#/$defs/qids"}
     return {
         "description": "the `mars simulate` options that change results (names with _ for -), "
@@ -72,15 +75,11 @@ def simulation_defaults() -> dict[str, Any]:
 
 def fit_params() -> dict[str, Any]:
     """The settings the fit stage's section sets, with their defaults."""
-    props = {}
-    for spec in SETTINGS:
-        if spec.section == "fit":
-            prop: dict[str, Any] = {"type": {int: "integer", float: "number"}[spec.type]}
-            if spec.low is not None:
-                prop["minimum"] = spec.low
-            if spec.high is not None:
-                prop["maximum"] = spec.high
-            props[spec.name] = {**prop, "default": spec.default, "description": spec.help}
+    props = {
+        spec.name: {**_prop(spec), "default": spec.default, "description": spec.help}
+        for spec in SETTINGS
+        if spec.section == "fit"
+    }
     return {
         "description": "the fit stage's settings, from mars/method/settings.py",
         "type": "object",

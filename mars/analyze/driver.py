@@ -159,7 +159,7 @@ class _Questions:
         if qid not in self._ctx:
             if len(self._ctx) > 16:
                 self._ctx.clear()
-            q = self.pool.read_question(qid)
+            q = self.pool.read_question(qid).with_finals(self.s.finals)
             if self.fit is not None:
                 arr = self.fit.arrays(q, self.s)
                 fitted = self.fit.question(q, arr, self.s.warmup)
@@ -175,14 +175,15 @@ class _Questions:
 SWITCH_COLUMNS = files.SWITCH_MODEL_COLUMNS + [f"coef_{n}" for n in FEATURE_NAMES]
 
 
-def _check_same_traces(run: Run, pool: Pool, qids: list[int], fit=None) -> None:
+def _check_same_traces(run: Run, pool: Pool, qids: list[int], finals: str, fit=None) -> None:
     """The run was simulated on the traces this analysis reads: its input checksum is that of
-    the questions' content, as the fit recorded it (each question read is checked against the
-    fit) or, without a fit, as the pool holds it now."""
+    the questions' content (with the final answers the run voted on), as the fit recorded it
+    (each question read is checked against the fit) or, without a fit, as the pool holds it
+    now."""
     if fit is not None:
         content = {q: fit.hashes.get(q, "") for q in qids}
     else:
-        content = {q: pool.read_question(q).content_hash() for q in qids}
+        content = {q: pool.read_question(q).with_finals(finals).content_hash() for q in qids}
     if checksum_of(content) != run.checksum:
         source = "the fit's" if fit is not None else str(pool.source)
         raise AnalysisError(
@@ -260,7 +261,7 @@ def analyze(
 
         fit = FitDir(fit_dir)
         fit.check(pool, settings, qids)
-    _check_same_traces(run, pool, qids, fit)
+    _check_same_traces(run, pool, qids, settings.finals, fit)
     if spec is not None:
         if MARS_SC not in run.overall:
             raise AnalysisError(f"--example {example}: {run_dir} has no {MARS_SC} results")

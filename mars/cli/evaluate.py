@@ -118,6 +118,9 @@ def fit(
         SPECS["window"].default, help=setting_help(SPECS["window"]), show_default=False
     ),
     spacing: int | None = typer.Option(None, help=setting_help(SPECS["spacing"])),
+    finals: str = typer.Option(
+        SPECS["finals"].default, help=setting_help(SPECS["finals"]), show_default=False
+    ),
     questions: str | None = typer.Option(None, help="question ids, e.g. 0,3,5-9 (default: all)"),
     workers: int = typer.Option(1, help="questions fitted in parallel (processes)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
@@ -136,7 +139,7 @@ def fit(
             ) from None
         qids = parse_question_spec(questions)
         check_apart(out, [("POOL", pool)])
-        check_fit(pool, warmups, window, spacing, qids)  # refusals before --out is made
+        check_fit(pool, warmups, window, spacing, qids, finals)  # refusals before --out is made
         with output_dir(out), bar("fitting questions", disable=quiet) as progress:
             table = fit_pool(
                 pool,
@@ -147,6 +150,7 @@ def fit(
                 questions=qids,
                 workers=workers,
                 progress=progress,
+                finals=finals,
             )
     if not quiet:
         err.print(summary_table(table, "switch models (in-sample fit)"))

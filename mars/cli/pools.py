@@ -103,7 +103,8 @@ def _print_generated(out: Path) -> None:
     )
     if n and not final:
         print(
-            "no trace has a final answer (\\boxed{...}): `mars simulate` has nothing to sample",
+            "no trace has a final answer (\\boxed{...}): `mars simulate` has nothing to sample "
+            "unless it takes each trace's last probe's answer (--finals last-probe)",
             file=sys.stderr,
         )
 

@@ -28,6 +28,7 @@ from ..progress import Progress, counter
 from ..store import schema
 from ..store.atomic import write_atomic, write_json_atomic
 from ..store.pool import open_pool
+from ..store.schema import FINALS
 from ..workers import map_largest_first, process_pool
 from .fitdir import FIT_SETTINGS_KEY, FIT_VERSION, MODEL_NAME, FitError, FitSettings, fit_key
 
@@ -61,7 +62,8 @@ def _model_row(arr: QuestionArrays, warmup: int, fit: QuestionFit) -> dict:
 def _fit_one(args) -> list[dict]:
     pool_path, qid, out, fs = args
     pool = open_pool(pool_path)
-    arr = load_arrays(pool.read_question(qid), out, spacing=fs.spacing, window=fs.window)
+    q = pool.read_question(qid).with_finals(fs.finals)
+    arr = load_arrays(q, out, spacing=fs.spacing, window=fs.window)
     return [_model_row(arr, w, fit_question(arr, arr.warmup_ids(w))) for w in fs.warmups]
 
 
@@ -71,6 +73,7 @@ def check_fit(
     window: int = 2048,
     spacing: int | None = None,
     questions: Iterable[int] | None = None,
+    finals: str = FINALS[0],
 ) -> tuple[FitSettings, list[int]]:
     """Refuse, before any work, a fit whose settings or questions cannot be fitted; its settings
     and questions."""
@@ -79,9 +82,9 @@ def check_fit(
     if not warmups:
         raise FitError("no --warmup size given")
     for w in warmups:
-        Settings(warmup=w, window=window, spacing=spacing).validate()
+        Settings(warmup=w, window=window, spacing=spacing, finals=finals).validate()
     fs = FitSettings(
-        warmups, int(window), resolve_spacing(spacing, pool.recorded_spacing, pool.source)
+        warmups, int(window), resolve_spacing(spacing, pool.recorded_spacing, pool.source), finals
     )
     qids = list(pool.qids if questions is None else questions)
     missing = sorted(set(qids) - set(pool.qids))
@@ -102,6 +105,7 @@ def fit_pool(
     questions: Iterable[int] | None = None,
     workers: int = 1,
     progress: Progress | None = None,
+    finals: str = FINALS[0],
 ) -> pa.Table:
     """Fit every requested question of a pool into ``out``; returns the models table.
 
@@ -109,7 +113,7 @@ def fit_pool(
     interrupted fit resumes; ``models.parquet`` and ``fit.json`` are replaced atomically, the
     manifest last. ``progress(done, total)``: questions fitted (:mod:`mars.progress`).
     """
-    fs, qids = check_fit(pool_path, warmups, window, spacing, questions)
+    fs, qids = check_fit(pool_path, warmups, window, spacing, questions, finals)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(str(pool_path), q, str(out), fs) for q in qids]
@@ -129,7 +133,7 @@ def fit_pool(
             sizes = [work.get(q, 0) for q in qids]
             rows = [row for r in map_largest_first(ex, _fit_one, jobs, sizes, tick) for row in r]
     table = pa.Table.from_pylist(rows, schema=schema.MODEL_SCHEMA)
-    key = json.dumps(fit_key(fs.spacing, fs.window))
+    key = json.dumps(fit_key(fs.spacing, fs.window, fs.finals))
     stored = table.replace_schema_metadata({FIT_SETTINGS_KEY: key})
     write_atomic(
         out / schema.FIT_MODELS,
@@ -141,6 +145,7 @@ def fit_pool(
         "pool": str(pool_path),
         "spacing": fs.spacing,
         "window": fs.window,
+        "finals": fs.finals,
         "warmups": list(fs.warmups),
         "model": MODEL_NAME,
         "features": list(FEATURE_NAMES),

@@ -2,9 +2,11 @@
 
 FIT/ layout::
 
-    fit.json                 provenance: pool, spacing, window, warmup sizes, per-question hashes
+    fit.json                 provenance: pool, spacing, window, final answers (absent: the
+                             traces' own), warmup sizes, per-question hashes
     models.parquet           one row per question × warmup size (mars.store.schema.MODEL_SCHEMA);
-                             its metadata records the spacing, window and arrays version of the fit
+                             its metadata records the spacing, window, final answers and arrays
+                             version of the fit
     q000007-<key>.npz        the question's arrays: the fit directory is an array cache, read
                              through the one reader `simulate --cache` uses (mars.method.arrays)
 
@@ -32,6 +34,7 @@ from ..method.qmodel import QuestionFit, SwitchModel
 from ..method.settings import Settings
 from ..store import schema
 from ..store.pool import Pool, QuestionData, read_manifest
+from ..store.schema import FINALS
 
 MODEL_NAME = "switch"
 #: 2: models.parquet records the spacing and window it was fitted with (FIT_SETTINGS_KEY);
@@ -47,10 +50,14 @@ class FitError(MarsError):
     """A fit directory that does not match the pool or the settings of a simulation."""
 
 
-def fit_key(spacing: int, window: int) -> dict:
-    """What fitted models depend on besides the traces: the grid, the confidence window and the
-    arrays' version (answer groups, hence the switch labels)."""
-    return {"spacing": spacing, "window": window, "arrays": ARRAYS_VERSION}
+def fit_key(spacing: int, window: int, finals: str = FINALS[0]) -> dict:
+    """What fitted models depend on besides the traces: the grid, the confidence window, the
+    final answers (named only when not the traces' own, so fits made before they could be chosen
+    still read) and the arrays' version (answer groups, hence the switch labels)."""
+    key: dict = {"spacing": spacing, "window": window, "arrays": ARRAYS_VERSION}
+    if finals != FINALS[0]:
+        key["finals"] = finals
+    return key
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class FitSettings:
     warmups: tuple[int, ...]
     window: int
     spacing: int
+    finals: str = FINALS[0]
 
 
 class FitDir:
@@ -79,6 +87,9 @@ class FitDir:
         try:
             self.spacing = int(self.manifest["spacing"])
             self.window = int(self.manifest["window"])
+            self.finals = str(self.manifest.get("finals", FINALS[0]))
+            if self.finals not in FINALS:
+                raise ValueError(f"finals {self.finals!r}")
             self.warmups = [int(w) for w in self.manifest["warmups"]]
             self.hashes = {int(q): str(h) for q, h in dict(self.manifest["questions"]).items()}
         except (KeyError, TypeError, ValueError) as exc:
@@ -111,7 +122,7 @@ class FitDir:
             recorded = json.loads((table.schema.metadata or {})[FIT_SETTINGS_KEY])
         except (KeyError, ValueError, RecursionError):
             recorded = None
-        expected = fit_key(self.spacing, self.window)
+        expected = fit_key(self.spacing, self.window, self.finals)
         if recorded != expected:
             raise FitError(
                 f"{f}: fitted on {recorded}, but {schema.FIT_MANIFEST} and this mars read "
@@ -176,6 +187,11 @@ class FitDir:
             raise FitError(
                 f"{where}: fitted with --window {self.window}, the simulation asks "
                 f"{settings.window}"
+            )
+        if settings.finals != self.finals:
+            raise FitError(
+                f"{where}: fitted with --finals {self.finals}, the simulation asks "
+                f"{settings.finals} (fit again with `mars fit --finals {settings.finals}`)"
             )
         if settings.spacing != self.spacing:
             raise FitError(

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SimulationError, UsageError
-from ..store.schema import CHECKPOINT_SPACING
+from ..store.schema import CHECKPOINT_SPACING, FINALS
 
 if TYPE_CHECKING:
     from ..store.pool import Pool
@@ -93,6 +93,16 @@ class Settings:
         fit=True,
     )
     seed: int = _setting(42, "bootstrap seed", low=0, high=MAX_SEED, sampling=True)
+    finals: str = _setting(
+        "trace",
+        "final answers voted on: trace = each trace's own (its \\boxed{} answer; none without "
+        "one, as in the paper), last-probe = a trace without one takes the answer of its last "
+        "probe that gave one (for a model that does not box its answers)",
+        sampling=True,
+        fit=True,
+        section="fit",
+        choices=FINALS,
+    )
     window: int = _setting(
         2048,
         "confidence window (tokens)",
@@ -429,9 +439,15 @@ def from_dict(values: dict, *, strict: bool = True) -> Settings:
     return Settings(**{k: v for k, v in values.items() if k in SPECS})
 
 
+def sampling_of(settings: dict) -> dict:
+    """The sampling settings of a run's settings dict (``overall.json``); a setting it does not
+    record (a run made before the setting existed) ran with the setting's default."""
+    return {k: settings.get(k, SPECS[k].default) for k in SAMPLING_KEYS}
+
+
 def same_sampling(a: dict, b: dict) -> bool:
     """Whether two runs' settings dicts (``overall.json``) drew the same samples, warmup and q."""
-    return all(a.get(k) == b.get(k) for k in SAMPLING_KEYS)
+    return sampling_of(a) == sampling_of(b)
 
 
 def resolve_spacing(requested: int | None, recorded: int | None, source: str) -> int:

@@ -60,7 +60,15 @@ def simulate_question(
         answer_fallbacks=arr.answer_fallbacks,
     )
     if len(arr.pool_ids()) == 0:
-        raise SimulationError(f"question {arr.qid}: no trace has a final answer; nothing to sample")
+        hint = (
+            " (a model that does not put its answer in \\boxed{}? --finals last-probe takes "
+            "each trace's last probe's answer)"
+            if settings.finals == "trace"
+            else ""
+        )
+        raise SimulationError(
+            f"question {arr.qid}: no trace has a final answer; nothing to sample{hint}"
+        )
     ctx = QuestionContext.sample(arr, settings, fitted=fitted)
     for method in methods:
         res.methods[method.name] = run_method(ctx, method)
@@ -128,7 +136,7 @@ def _worker_fit(path: str):
 def _worker(args) -> QuestionResult:
     pool_path, qid, methods, settings, cache_dir, fit_dir = args
     pool = _worker_pool(pool_path)
-    q = pool.read_question(qid)
+    q = pool.read_question(qid).with_finals(settings.finals)
     fitted = None
     if settings.protocol == protocol.PARALLEL_PROBE:
         arr = protocol.question_arrays(q, settings.spacing)

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import MarsError, first_line
-from ..method.settings import SAMPLING_KEYS, SPECS, Settings, from_dict
+from ..method.settings import SAMPLING_KEYS, SPECS, Settings, from_dict, sampling_of
 from ..store.analysis import Analysis, file_digest
 from ..store.provenance import UNKNOWN, DataSource
 from ..store.schema import PER_QUESTION_LEADING_COLUMNS
@@ -112,8 +112,7 @@ class Run:
     @property
     def sampling(self) -> dict:
         """The sampling settings every method of the run shares (checked on load)."""
-        s = self.settings(self.methods[0]) if self.methods else {}
-        return {k: s.get(k) for k in SAMPLING_KEYS}
+        return sampling_of(self.settings(self.methods[0]) if self.methods else {})
 
     @property
     def checksum(self) -> str | None:
@@ -297,9 +296,8 @@ def _check_one_setting(run: Run, files: dict) -> None:
     with other ones rather than put it beside the others."""
 
     def key(m: str) -> tuple:
-        s = run.overall[m]["settings"]
         return (
-            tuple(s.get(k) for k in SAMPLING_KEYS),
+            tuple(sampling_of(run.overall[m]["settings"]).values()),
             (run.overall[m].get("input") or {}).get("checksum"),
         )
 
@@ -312,12 +310,8 @@ def _check_one_setting(run: Run, files: dict) -> None:
     main = max(groups.values(), key=len)
     odd = next(m for m in run.methods if m not in main)
     ref = run.overall[main[0]]
-    mine = run.overall[odd]
-    diff = [
-        f"{k} {mine['settings'].get(k)} (theirs: {ref['settings'].get(k)})"
-        for k in SAMPLING_KEYS
-        if mine["settings"].get(k) != ref["settings"].get(k)
-    ]
+    mine, theirs = sampling_of(run.overall[odd]["settings"]), sampling_of(ref["settings"])
+    diff = [f"{k} {mine[k]} (theirs: {theirs[k]})" for k in SAMPLING_KEYS if mine[k] != theirs[k]]
     what = (
         "simulated with " + ", ".join(diff)
         if diff

@@ -32,6 +32,11 @@ POOL_TRACES_DIR = "traces"
 #: Token spacing of the checkpoint grid (the reference hard-codes it).
 CHECKPOINT_SPACING = 2048
 
+#: What a trace's final answer is (:meth:`mars.store.pool.QuestionData.with_finals`): ``trace`` =
+#: its own (the ``\\boxed{}`` answer its text gives: none without one, as in the paper);
+#: ``last-probe`` = its own, or where it has none the answer of its last probe that gave one.
+FINALS = ("trace", "last-probe")
+
 
 def trace_file_name(qid: int) -> str:
     """Relative path of one question's trace table inside a pool directory."""

@@ -132,6 +132,7 @@ def test_simulate_with_fit_is_byte_identical_and_never_refits(fitted, tmp_path, 
     [
         (["--warmup", "16"], "no switch models for --warmup 16"),
         (["--warmup", "8", "--window", "1024"], "fitted with --window 2048"),
+        (["--warmup", "8", "--finals", "last-probe"], "fitted with --finals trace"),
     ],
 )
 def test_simulate_refuses_a_fit_of_other_settings(fitted, tmp_path, extra, message):

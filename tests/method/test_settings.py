@@ -138,6 +138,7 @@ def test_sampling_keys_and_from_dict():
         "window",
         "spacing",
         "protocol",
+        "finals",
     }
     s = from_dict({"budget": 8, "gamma": 0.5, "unknown": 1}, strict=False)
     assert s.budget == 8 and s.gamma == 0.5

@@ -438,3 +438,59 @@ def test_whatever_the_importer_accepts_simulates_or_is_refused_in_one_line(
     else:
         assert res.exit_code == 2 and "question 1" in res.output, res.output
         assert res.output.splitlines()[-1].startswith("error: ") and not out.exists()
+
+
+def test_a_model_that_boxes_no_answer_is_simulated_on_its_last_probes(tmp_path):
+    """A pool whose traces end without a \\boxed{} answer has nothing to vote on, and the refusal
+    says what to do; with --finals last-probe each trace's last probe's answer is its final
+    answer: fit, simulate (with and without the fit) and analyze agree on it, and the run says
+    what it voted on."""
+    from typer.testing import CliRunner
+    from util import NoBoxed
+
+    from mars.cli import app
+    from mars.engines.generate import generate_pool
+    from mars.engines.synthetic import SyntheticBackend
+    from mars.store.problems import load_problems
+
+    pool = tmp_path / "pool"
+    generate_pool(
+        NoBoxed(SyntheticBackend("qwen3-8b")), load_problems("aime_2025"), 24, 0, pool,
+        questions=[0, 1],
+    )  # fmt: skip
+    run = CliRunner().invoke
+    sim = ["simulate", str(pool), "-m", "sc,sc-mars-cal", "--budget", "16", "--iterations", "4",
+           "--warmup", "8", "-q"]  # fmt: skip
+    res = run(app, [*sim, "--out", str(tmp_path / "no")])
+    assert res.exit_code == 2 and not (tmp_path / "no").exists()
+    assert "no trace has a final answer" in res.output and "--finals last-probe" in res.output
+
+    res = run(app, [*sim, "--finals", "last-probe", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    overall = json.loads((tmp_path / "a" / "sc" / "overall.json").read_text())
+    assert overall["settings"]["finals"] == "last-probe"
+    # what was voted on: each trace's last answering probe, grouped as answers are
+    q = open_pool(pool).read_question(0)
+    took = q.with_finals("last-probe")
+    assert all(a is None for a in q.final_answers) and all(took.final_answers)
+    j = 3
+    lo, hi = q.probe_offsets[j], q.probe_offsets[j + 1]
+    answered = [c for c in q.probe_codes[lo:hi] if c >= 0]
+    assert took.final_answers[j] == q.probe_strings[answered[-1]]
+
+    fit = tmp_path / "fit"
+    res = run(app, ["fit", str(pool), "--out", str(fit), "--warmup", "8", "--finals", "last-probe"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((fit / "fit.json").read_text())["finals"] == "last-probe"
+    res = run(
+        app, [*sim, "--finals", "last-probe", "--fit", str(fit), "--out", str(tmp_path / "b")]
+    )
+    assert res.exit_code == 0, res.output
+    for m in ("sc", "sc-mars-cal"):
+        for f in ("per_iteration.csv", "per_question.csv"):
+            assert filecmp.cmp(tmp_path / "a" / m / f, tmp_path / "b" / m / f, shallow=False)
+    res = run(app, [*sim, "--fit", str(fit), "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "fitted with --finals last-probe" in res.output
+    res = run(app, ["analyze", str(pool), str(tmp_path / "a"), "--out", str(tmp_path / "an"),
+                    "--label", "m/d/default"])  # fmt: skip
+    assert res.exit_code == 0, res.output

@@ -426,3 +426,30 @@ def test_trace_counts_come_from_file_metadata(tmp_path):
     pool = open_pool(layout)
     (layout / schema.trace_file_name(1)).unlink()
     assert pool.trace_counts([0, 1]) == {0: 12}
+
+
+def test_last_probe_finals_take_the_last_answer_a_probe_gave():
+    """``with_finals("last-probe")``: a trace without a final answer takes the answer of its last
+    probe that gave one (an abstaining last probe is passed over); a trace with its own keeps it;
+    one whose probes never answered keeps none. The content hash covers the answers taken."""
+    from mars.store.pool import QuestionData
+
+    q = QuestionData(
+        qid=0,
+        ground_truth="5",
+        trace_idx=np.arange(4, dtype=np.int64),
+        lengths=np.array([5000, 5000, 3000, 3000], dtype=np.int64),
+        final_answers=[None, "9", None, None],
+        # trace 0: "5" then "6" then abstains; 1: "5" (its own "9" stands); 2: none; 3: "6"
+        probe_offsets=np.array([0, 3, 4, 5, 6], dtype=np.int64),
+        probe_positions=np.array([2048, 4096, 5000, 2048, 2048, 2048], dtype=np.int64),
+        probe_codes=np.array([0, 1, -1, 0, -1, 1], dtype=np.int32),
+        probe_strings=["5", "6"],
+    )
+    took = q.with_finals("last-probe")
+    assert took.final_answers == ["6", "9", None, "6"]
+    assert q.final_answers == [None, "9", None, None]  # the pool's question is left as it was
+    assert took.content_hash() != q.content_hash() and took.meta["finals"] == "last-probe"
+    assert q.with_finals("trace") is q
+    with pytest.raises(ValueError, match="one of trace, last-probe"):
+        q.with_finals("first-probe")

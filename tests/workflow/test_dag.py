@@ -57,6 +57,17 @@ def test_default_config_dag(tmp_path):
         for b in sim
     )
     assert any("--method sc-pp,sc-pp-faithful" in b and "--pp-conv 14" in b for b in sim)
+    assert "--finals" not in out  # the traces' own final answers: the commands name none
+
+
+def test_final_answers_taken_from_the_last_probes_reach_every_fit_and_simulation(tmp_path):
+    """fit.finals: last-probe (a model that does not box its answers) is passed to the fit and
+    to every simulation (analyze reads it from the run)."""
+    cfg = yaml.safe_load(TEST_CONFIG.read_text())
+    cfg["fit"] = {**cfg.get("fit", {}), "finals": "last-probe"}
+    out = smk(tmp_path, "-n", configfile=write_config(tmp_path / "c.yaml", cfg)).stdout
+    blocks = job_blocks(out, "fit") + job_blocks(out, "simulate")
+    assert blocks and all(" --finals last-probe " in b for b in blocks)
 
 
 @slow

@@ -15,6 +15,7 @@ try:
     from mars.errors import MarsError
     from mars.store.problems import bundled_problem_sets
     from mars.method.settings import SETTINGS as MARS_SETTINGS
+    from mars.method.settings import SPECS as MARS_SPECS
     from mars.engines import options as mars_engine_options
 except ImportError as exc:
     raise WorkflowError(
@@ -257,11 +258,20 @@ def fit_warmups():
     return sorted({setting_params(s)["warmup"] for s in settings})
 
 
+def finals_arg():
+    """`--finals` where the config asks for other final answers than the traces' own (the fit and
+    every simulation vote on the same ones; the default's commands stay as they were)."""
+    finals = config["fit"].get("finals", MARS_SPECS["finals"].default)
+    return "" if finals == MARS_SPECS["finals"].default else f"--finals {finals}"
+
+
 def fit_args(wildcards):
-    """`mars fit` options of a pool: the window, the warmup sizes, the probe spacing."""
+    """`mars fit` options of a pool: the window, the final answers, the warmup sizes, the probe
+    spacing."""
     warmups = ",".join(map(str, fit_warmups()))
     args = [
         f"--window {config['fit']['window']}",
+        finals_arg(),
         f"--warmup {warmups}",
         pool_spacing(wildcards),
     ]
@@ -274,6 +284,7 @@ def simulate_args(wildcards):
     opts = {k: p[k] for k in SIM_KEYS if p.get(k) is not None}
     args = _flags(opts) + [
         f"--window {config['fit']['window']}",
+        finals_arg(),
         pool_spacing(wildcards),
     ]
     return " ".join(a for a in args if a)

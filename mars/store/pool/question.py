@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ...errors import MarsError
+from ..schema import FINALS
 
 __all__ = ["MAX_TRACE_LENGTH", "PoolError", "QuestionData"]
 
@@ -66,6 +67,28 @@ class QuestionData:
         """Per-token confidences of trace ``j`` (float16 view)."""
         assert self.conf_values is not None and self.conf_offsets is not None
         return self.conf_values[self.conf_offsets[j] : self.conf_offsets[j + 1]]
+
+    def with_finals(self, finals: str) -> QuestionData:
+        """The question with its final answers as ``finals`` says (:data:`FINALS`): for pools of a
+        model that does not box its answers (no trace has a final answer, nothing to vote on),
+        ``last-probe`` lets a trace without one take the answer of its last probe that gave one.
+        The content hash then covers the answers taken, so caches, fits and results made with
+        the trace's own answers are not mistaken for these."""
+        if finals == "trace":
+            return self
+        if finals != "last-probe":
+            raise ValueError(f"finals {finals!r}: one of {', '.join(FINALS)}")
+        out = list(self.final_answers)
+        answered = self.probe_codes >= 0
+        for j, a in enumerate(out):
+            if a:
+                continue
+            lo, hi = int(self.probe_offsets[j]), int(self.probe_offsets[j + 1])
+            given = np.flatnonzero(answered[lo:hi])
+            if given.size:  # the last by position (probes are stored in position order)
+                last = lo + int(given[np.argmax(self.probe_positions[lo + given])])
+                out[j] = self.probe_strings[int(self.probe_codes[last])]
+        return replace(self, final_answers=out, meta={**self.meta, "finals": finals})
 
     def content_hash(self) -> str:
         """Digest of everything the simulator reads; keys caches and result provenance.
