@@ -4,7 +4,7 @@
                                     [--preset qwen3-8b] [--problems aime_2025] [--questions 0-29]
                                     [--traces 64] [--warmup 16] [--method sc-mars-cal]
                                     [--spacing 2048] [--max-tokens N] [--overhead]
-                                    [--per-checkpoint]
+                                    [--per-checkpoint] [--new-answers]
 
 Per question: the live run (warmup, then N traces stopped when the method fires) and the same N
 traces run to completion (``compare_full``). Prints one line of JSON: accuracy of both, tokens
@@ -15,6 +15,8 @@ decision overhead alone on the synthetic engine for N = 64, 256, 1,024 and 4,096
 decided). ``--per-checkpoint`` measures the decision time at checkpoints 1, 8 and 32 of one
 question at 1,024 traces (``--spacing`` 512 keeps 32 checkpoints inside the synthetic traces): a
 decision is one step of the walk, so it should not grow with the checkpoint index.
+``--new-answers`` times ``mars.Stopper`` alone over a question of 512 traces and 64 checkpoints,
+with no new answer and with a new answer at every checkpoint (``--new-answers-methods``).
 
 With ``--backend transformers`` (a directory or .gguf file; CUDA when available) the wall times
 are those of real generation; on the synthetic engine generation is nearly free, so there only the
@@ -151,6 +153,45 @@ def per_checkpoint(a) -> dict:
     }
 
 
+def new_answers(a) -> dict:
+    """Seconds of a whole question's decisions (``mars.Stopper`` alone: 512 traces, 64
+    checkpoints, 16 warmup traces, a split vote that never stops) with no new answer after the
+    first checkpoints and with a new answer at every checkpoint (a chatty model's probes): a
+    rule whose decision depends on how many answers exist replays its walk at each new one."""
+    import numpy as np
+
+    import mars
+
+    N, m, W = 512, 64, 16
+    grid = [a.spacing * (k + 1) for k in range(m)]
+    rng = np.random.default_rng(a.seed)
+    rows = [[str(rng.integers(1, 4)) if k > 2 else None for k in range(m)] for _ in range(W)]
+    warm = mars.Warmup(rows, [r[-1] for r in rows], [a.spacing * m] * W)
+    out: dict = {}
+    for method in a.new_answers_methods.split(","):
+        for fresh in (False, True):
+            best = float("inf")
+            for _ in range(3):  # the best of 3 (parsed answers are cached after the first)
+                stopper = mars.Stopper(method, n_traces=N, grid=grid, warmup=warm)
+                t0 = time.perf_counter()
+                for k in range(m):
+                    ans = [str(1 + i % 3) if k > 1 else None for i in range(N)]
+                    if fresh:
+                        ans[k] = f"new {k}"
+                    if stopper.step(ans, [True] * N).stop:
+                        break
+                best = min(best, time.perf_counter() - t0)
+            what = "new answer each checkpoint" if fresh else "no new answers"
+            out[f"{method} {what}"] = round(best, 3)
+    return {
+        "bench": "stopper-new-answers",
+        "traces": N,
+        "checkpoints": m,
+        "question_s": out,
+        "load_avg_1min": round(os.getloadavg()[0], 2),
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="synthetic", choices=["synthetic", "transformers"])
@@ -167,6 +208,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--overhead", action="store_true")
     ap.add_argument("--per-checkpoint", action="store_true")
+    ap.add_argument("--new-answers", action="store_true")
+    ap.add_argument("--new-answers-methods", default="sc-mars2,sc-mars-cal")
     ap.add_argument("--overhead-question", type=int, default=8)
     ap.add_argument(
         "--overhead-method",
@@ -179,6 +222,9 @@ def main(argv=None) -> int:
         return 0
     if a.per_checkpoint:
         print(json.dumps(per_checkpoint(a)))
+        return 0
+    if a.new_answers:
+        print(json.dumps(new_answers(a)))
         return 0
     be = _backend(a)
     problems = load_problems(a.problems)

@@ -21,10 +21,10 @@ sample is the N traces, told which of them still run; the switch model's feature
 checkpoint at a time (:class:`mars.method.features.RunningFeatures`). The walk is never re-run
 over past checkpoints, except when new answers outgrow the room left for them (rarely: the room
 doubles; but at every new answer for a rule whose decision depends on how many answers exist,
-:attr:`mars.method.stopping.Rule.counts_answers`). :meth:`Stopper.finish` walks the checkpoints
-the loop did not reach with every trace ended, then takes the full-budget vote, as
-:meth:`~mars.method.walk.MethodRun.finish` does. Re-simulating the traces afterwards
-(:func:`mars.live.decide`, what `mars replay` does) gives the same decisions.
+:attr:`mars.method.stopping.Rule.counts_answers`, which no live method's rule does).
+:meth:`Stopper.finish` walks the checkpoints the loop did not reach with every trace ended, then
+takes the full-budget vote, as :meth:`~mars.method.walk.MethodRun.finish` does. Re-simulating the
+traces afterwards (:func:`mars.live.decide`, what `mars replay` does) gives the same decisions.
 """
 
 from __future__ import annotations

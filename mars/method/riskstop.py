@@ -70,6 +70,12 @@ def dirichlet_counts(
     return np.append(np.where(c > 0, c + prior, 0.0), other)
 
 
+def mass(conc: np.ndarray) -> float:
+    """The sum of Dirichlet parameters, over the nonzero ones: the same bits however many answers
+    with no mass sit among them (a plain sum's pairwise order moves with the array's length)."""
+    return float(conc[conc != 0].sum())
+
+
 def theta_draws(
     warm_final: np.ndarray,
     n_answers: int,
@@ -128,7 +134,7 @@ def predictive_risk(
     conc = None
     if analytic:
         conc = np.asarray(theta, dtype=np.float64)
-        theta = (conc / conc.sum())[None]
+        theta = (conc / mass(conc))[None]
     A1 = theta.shape[1]
     if R == 0:
         return np.zeros(0)
@@ -191,7 +197,7 @@ def predictive_risk(
     var = at_L(M2) + M2 - sq
     if conc is not None:  # + Qt² · Var(θ_L − θ_c) under the Dirichlet posterior (re-drawn mass)
         a = conc[cols]
-        a0 = conc.sum()
+        a0 = mass(conc)
         aL = a[L][:, None, None]
         vd = (
             aL * (a0 - aL) + a[None, None, :] * (a0 - a[None, None, :]) + 2 * aL * a[None, None, :]
@@ -312,7 +318,7 @@ class Transitions:
 
     def landing(self, k: int, theta: np.ndarray) -> np.ndarray:
         """Dirichlet parameters of D_k [A+1], given the final-answer posterior's parameters."""
-        out = self.tau * theta / theta.sum()
+        out = self.tau * theta / mass(theta)
         cols, sl = self._at(self.dest_keys, k)
         out[cols] += self.dest_counts[sl]
         return out
@@ -333,6 +339,9 @@ class RiskStop(Rule):
     transitions: Transitions | None = field(default=None, repr=False)
     label: str = "risk"
     needs_q: bool = True
+    #: answers no trace holds and the warmup never ended on are no challengers
+    #: (:func:`predictive_risk`): room for answers still to come changes nothing
+    counts_answers = False
 
     @classmethod
     def for_question(

@@ -389,3 +389,15 @@ def test_fuzz_stopper_construction(data):
     else:
         confs = None if s.conf is None else [0.5] * s.N
         s.step(["1"] * s.N, [True] * s.N, confs)
+
+
+@pytest.mark.parametrize("method", live_methods())
+def test_no_live_rule_is_replayed_at_each_new_answer(method):
+    """A rule whose decision depends on how many answers exist would replay its walk from the
+    first checkpoint at every new answer (benchmarks/README.md: 11x at 64 checkpoints); no live
+    method's rule does, so new answers only widen the stopper's room, doubling it."""
+    warm = mars.Warmup([["1", "2"]] * 4, ["1", "2", "1", "1"], [3000] * 4)
+    s = mars.Stopper(method, n_traces=4, grid=[2048, 4096], warmup=warm)
+    assert not s.walk.rule.counts_answers
+    s.step(["a", "b", "c", "d"], [True] * 4)
+    assert len(s.groups) == 6 and s.width == 12

@@ -496,3 +496,30 @@ def test_contested_question_is_not_lost_where_sc_is_a_coin_flip(tmp_path):
     assert (old <= sc - 0.3).any(), acc
     assert len(dis["sc-mars2"]) > 0 and np.mean(dis["sc-mars2"]) <= ALPHA_SC, dis
     assert np.mean(dis["v1"]) > 2 * ALPHA_SC, (np.mean(dis["sc-mars2"]), np.mean(dis["v1"]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), pad=st.integers(1, 50), deepconf=st.booleans())
+def test_answers_nobody_holds_change_nothing(seed, pad, deepconf):
+    """The rule reads only the answers traces hold, the warmup's and the unseen slot: room left
+    for answers still to come (what a live stopper keeps) changes no risk and no decision, bit
+    for bit, which is why it does not count answers (a live decision is not replayed from the
+    first checkpoint at each new answer)."""
+    rng = np.random.default_rng(seed)
+    A, W, m = 4, 12, 6
+    s = _random_snapshot(rng, R=3, A=A)
+    warm_ids = rng.integers(-1, A, size=(W, m))
+    warm_final = rng.integers(-1, A, size=W)
+    warm_running = np.cumsum(rng.random((W, m)) < 0.2, axis=1) == 0
+    warm_min_group = rng.random(W)
+
+    def rule(n):
+        return RiskStop.for_question(
+            warm_final, n, deepconf=deepconf, warm_min_group=warm_min_group,
+            warm_ids=warm_ids, warm_running=warm_running,
+        )  # fmt: skip
+
+    wide = _snapshot(s.ids, s.running, s.q, A + pad)
+    np.testing.assert_array_equal(rule(A).risk(s), rule(A + pad).risk(wide))
+    np.testing.assert_array_equal(rule(A).check(s), rule(A + pad).check(wide))
+    assert not RiskStop.counts_answers
