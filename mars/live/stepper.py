@@ -44,7 +44,7 @@ from ..method.arrays import QuestionArrays
 from ..method.features import RunningFeatures, question_features
 from ..method.qmodel import SwitchModel, fit_question
 from ..method.registry import Method, live_method, live_methods
-from ..method.settings import LIVE_KEYS, MAX_BUDGET, Settings
+from ..method.settings import LIVE_KEYS, MAX_BUDGET, SPECS, Settings
 from ..method.walk import MethodRun, QuestionContext
 
 #: The most checkpoints a grid may have: every look of the rule builds arrays over all of it, so
@@ -186,8 +186,9 @@ def _method(method: Any) -> Method:
 
 
 def check_knobs(knobs: Mapping[str, Any], what: str = "knob") -> None:
-    """Refuse a knob the stopping rules do not have (naming the valid ones and the nearest) or
-    one that is not a number (their ranges are :meth:`Settings.validate`'s)."""
+    """Refuse a knob the stopping rules do not have (naming the valid ones and the nearest), one
+    that is not a number, or, for a setting of named choices (``guard``), not a word (their
+    ranges and choices are :meth:`Settings.validate`'s)."""
     unknown = [k for k in knobs if k not in LIVE_KEYS]
     if unknown:
         name = str(unknown[0])
@@ -195,7 +196,15 @@ def check_knobs(knobs: Mapping[str, Any], what: str = "knob") -> None:
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise UsageError(f"unknown {what} {name!r}{hint} (valid: {', '.join(LIVE_KEYS)})")
     for name, value in knobs.items():
-        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        choices = SPECS[name].choices
+        if choices is not None:  # a word (--guard tokens): which ones, validate says
+            if not isinstance(value, str):
+                raise UsageError(
+                    f"{what} {name}={_shown(value)}: must be one of {', '.join(choices)}"
+                )
+        elif isinstance(value, bool) or not isinstance(
+            value, int | float | np.integer | np.floating
+        ):
             raise UsageError(f"{what} {name}={_shown(value)}: must be a number")
 
 

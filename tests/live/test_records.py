@@ -248,6 +248,23 @@ def test_solve_refuses_to_resume_over_a_damaged_record(tmp_path, small_run, fini
     assert all(p.read_bytes() == data for p, data in before.items())
 
 
+def test_the_guard_by_tokens_runs_live_and_replays(tmp_path):
+    """`mars solve --guard tokens` (issue 34's remedy, a live setting): a word among the knobs,
+    taken (it was refused as "not a number"), recorded with the run and replayed with it; a
+    wrong word is one line."""
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["solve", "--out", str(run), *SMALL_CLI, "--guard", "tokens"])
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert json.loads((run / schema.POOL_MANIFEST).read_text())["live"]["settings"] == {
+        "guard": "tokens"
+    }
+    assert "2/2 questions replay exactly" in CliRunner().invoke(app, ["replay", str(run)]).output
+    res = CliRunner().invoke(
+        app, ["solve", "--out", str(tmp_path / "o"), *SMALL_CLI, "--guard", "x"]
+    )
+    assert res.exit_code == 2 and "--guard x: must be one of first, tokens" in res.output
+
+
 @pytest.mark.slow
 def test_solves_into_one_folder_take_turns(tmp_path, small_run):
     """A second `mars solve` into the folder a first one writes waits its turn (saying so), then

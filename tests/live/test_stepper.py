@@ -77,7 +77,8 @@ def _example_against_simulator(tmp_path, method, knobs, seed, n_answers=3) -> di
     [(m, {}) for m in live_methods()]
     + [("sc-pp-faithful", {"pp_conv": 8}), ("sc-pp", {"pp_conv": 8})]
     + [("pp-main", {"ppm_stable": 8, "ppm_warmup": 1, "ppm_patience": 1})]
-    + [("sc-sac", {"sac_n": 2})],
+    + [("sc-sac", {"sac_n": 2})]
+    + [("sc-mars-cal", {"guard": "tokens"})],
 )
 @pytest.mark.parametrize("seed", [1, 7])
 def test_docs_example_decides_as_the_simulator_on_the_same_traces(tmp_path, method, knobs, seed):
@@ -263,6 +264,8 @@ def test_the_stopper_fixes_budget_iterations_and_warmup():
         ({"gamma": -1.0}, "^gamma=-1.0: must be ≥ 0"),
         ({"n_traces": 1 << 17}, "n_traces: 131,072 traces, more than 65,536"),
         ({"delta": "0.1"}, "knob delta=.0.1.: must be a number"),
+        ({"guard": 3}, "knob guard=3: must be one of first, tokens"),
+        ({"guard": "bogus"}, "^guard=bogus: must be one of first, tokens"),
         ({"settings": {"gamma": 0.5}}, "is not a mars Settings"),
         (
             {

@@ -415,3 +415,14 @@ def test_a_malformed_upstream_is_named_as_the_option_it_came_from(tmp_path):
     with pytest.raises(MarsError, match=r"^--upstream 'http://127.0.0.1:99999': port out of"):
         Upstreams(["http://10.255.255.1:9", "http://127.0.0.1:99999"], timeout=30)
     assert time.monotonic() - t0 < 5  # the unreachable first one was never tried
+
+
+def test_a_word_setting_is_taken_from_the_mars_object():
+    """`mars.guard: "tokens"` (a setting of named choices, as `--guard`) is a knob like the
+    numbers; a wrong word is the command line's line."""
+    from mars.serve.requests import COMPLETIONS, BadRequest, read_question
+
+    q = read_question({"prompt": "x", "n": 4, "mars": {"guard": "tokens"}}, COMPLETIONS, FAST)
+    assert q.knobs["guard"] == "tokens"
+    with pytest.raises(BadRequest, match="--guard x: must be one of first, tokens"):
+        read_question({"prompt": "x", "n": 4, "mars": {"guard": "x"}}, COMPLETIONS, FAST)
