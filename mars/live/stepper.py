@@ -197,6 +197,8 @@ def check_knobs(knobs: Mapping[str, Any], what: str = "knob") -> None:
         raise UsageError(f"unknown {what} {name!r}{hint} (valid: {', '.join(LIVE_KEYS)})")
     for name, value in knobs.items():
         choices = SPECS[name].choices
+        if value is None and SPECS[name].optional:  # None: its default, derived (risk_alpha)
+            continue
         if choices is not None:  # a word (--guard tokens): which ones, validate says
             if not isinstance(value, str):
                 raise UsageError(

@@ -18,12 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+import mars
 from live.common import (
     _assert_same_run,
 )
 from mars.cli import app
 from mars.errors import UsageError
-from mars.live import MAX_CHECKPOINTS, live_grid, replay_run, solve_pool
+from mars.live import MAX_CHECKPOINTS, live_grid, live_settings, replay_run, solve_pool
+from mars.method.settings import LIVE_KEYS
 from mars.store import schema
 from mars.store.atomic import LOCK_NAME, folder_lock
 
@@ -408,3 +410,14 @@ def test_fuzz_damaged_live_runs_never_give_a_traceback(tmp_path, small_run):
             if command[0] == "replay":
                 outcomes[res.exit_code] += 1
     assert outcomes[2] > LIVE_FUZZ_TRIALS // 2  # most damage is detected
+
+
+@pytest.mark.parametrize("name", LIVE_KEYS)
+def test_every_live_setting_is_taken_at_its_default(name):
+    """Each setting `mars solve`, `mars serve` and `mars.Stopper` take is accepted at its declared
+    default, words as well as numbers (`--guard` was refused as "not a number")."""
+    from mars.method.settings import SPECS
+
+    default = SPECS[name].default
+    assert getattr(live_settings(8, 4, 0, 2048, 8192, {name: default}), name) == default
+    mars.Stopper("sc-mars-cal", n_traces=4, grid=[2048, 4096], **{name: default})
