@@ -259,8 +259,8 @@ def fit_warmups():
 
 
 def finals_arg():
-    """`--finals` where the config asks for other final answers than the traces' own (the fit and
-    every simulation vote on the same ones; the default's commands stay as they were)."""
+    """`--finals` where the config asks for other final answers than the traces' own: the fit
+    and every simulation vote on the same ones, and the default's commands name none."""
     finals = config["fit"].get("finals", MARS_SPECS["finals"].default)
     return "" if finals == MARS_SPECS["finals"].default else f"--finals {finals}"
 
