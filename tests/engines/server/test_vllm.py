@@ -311,7 +311,9 @@ def test_each_probe_reads_its_trace_from_the_prefix_cache(vllm, tmp_path):
     model; an earlier request of the same prefix may have): the probe suffix and the tail of the
     last block are all it recomputes."""
     be = ServerBackend(base_url=vllm.url, max_tokens=96, probe_max_new_tokens=8)
-    q = Problem(qid=0, question="What is 17 * 23? Think step by step.", answer="391", dataset="t")
+    # a question whose traces outlive the first checkpoint: SmolLM2 can answer 17 * 23 in fewer
+    # than 32 tokens, and some seeds left no trace running there (no probe at all; seen in CI)
+    q = Problem(qid=0, question="Write a very long story about a dragon.", answer="", dataset="t")
     try:
         # a seed of its own: no earlier run's probes (their suffix) in the server's cache
         generate_pool(be, [q], 4, time.time_ns() % 10**6, tmp_path / "pool", spacing=32)
