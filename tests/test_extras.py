@@ -33,6 +33,7 @@ def pool(tmp_path):
     return write_layout_pool(tmp_path / "pool", n_questions=2)
 
 
+@pytest.mark.slow
 def test_fit_simulate_and_the_library_need_no_extra(tmp_path, pool):
     fit, sim = tmp_path / "fit", tmp_path / "sim"
     r = _without_extras(
@@ -53,6 +54,7 @@ def test_fit_simulate_and_the_library_need_no_extra(tmp_path, pool):
     assert (sim / "sc-mars2" / "overall.json").is_file()
 
 
+@pytest.mark.slow
 def test_the_report_draws_only_with_its_extra(tmp_path, pool):
     sim = tmp_path / "sim"
     r = _without_extras(

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 from util import write_layout_pool
 
@@ -139,6 +140,7 @@ def _deaf_or_fail(i: int) -> int:
     raise MarsError("question 0: bad")
 
 
+@pytest.mark.slow
 def test_a_worker_deaf_to_sigterm_is_killed_and_the_error_still_arrives(tmp_path):
     """A failing question ends the run with its one line even when another worker cannot be
     terminated: it is killed after a grace period, and nothing is left running."""

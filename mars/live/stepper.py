@@ -218,13 +218,13 @@ def _settings(settings: Any, knobs: dict, n: int, w: int) -> Settings:
         raise UsageError(f"warmup: {w:,} traces, more than {MAX_BUDGET:,}")
     if settings is None:
         check_knobs(knobs)
-        return Settings(budget=n, iterations=1, warmup=w, **knobs).validate(named="")
+        return Settings(budget=n, iterations=1, warmup=w, **knobs).validate(keywords=True)
     if knobs:
         raise UsageError(f"give settings or knobs ({', '.join(knobs)}), not both")
     if not isinstance(settings, Settings):
         raise UsageError(f"settings: {_shown(settings)} is not a mars Settings")
     # the stopper's own traces, one iteration and its warmup, whatever the settings say
-    return settings.replace(budget=n, iterations=1, warmup=w).validate(named="")
+    return settings.replace(budget=n, iterations=1, warmup=w).validate(keywords=True)
 
 
 def _warmup(warmup: Any, m: int) -> tuple[list, list, np.ndarray, np.ndarray | None]:

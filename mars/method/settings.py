@@ -263,22 +263,16 @@ class Settings:
         live=True,
     )
 
-    def validate(self, named: str | None = None) -> Settings:
-        """Check every setting against its declaration; raise a one-line :class:`UsageError`.
-        Messages name a setting as the caller knows it: by its command-line flag (``--gamma -1``),
-        or, with ``named`` (a prefix, possibly empty), as a keyword (``gamma=-1`` for the
-        library, ``mars.gamma=-1`` for a request's ``mars`` object)."""
+    def validate(self, keywords: bool = False) -> Settings:
+        """Check every setting against its declaration; raise a one-line :class:`UsageError`
+        naming the setting by its command-line flag (``--gamma -1``), or with ``keywords`` as the
+        library's keyword (``gamma=-1``)."""
         for spec in SETTINGS:
-            spec.check(getattr(self, spec.name), named)
+            spec.check(getattr(self, spec.name), keywords)
         draws = self.budget * self.iterations
         if draws > MAX_DRAWS:
-            budget, iterations = (
-                ("--budget", "--iterations")
-                if named is None
-                else (f"{named}budget", f"{named}iterations")
-            )
             raise SimulationError(
-                f"{budget} × {iterations} = {draws:,}: more than {MAX_DRAWS:,} draws per question"
+                f"--budget × --iterations = {draws:,}: more than {MAX_DRAWS:,} draws per question"
             )
         return self
 
@@ -331,16 +325,11 @@ class SettingSpec:
             hi = f"{'<' if self.high_open else '≤'} {_num(self.high)}"
         return " and ".join(p for p in (lo, hi) if p)
 
-    def check(self, value: Any, named: str | None = None) -> None:
-        """Refuse ``value`` in one line naming the setting by its flag, or (``named``: a prefix)
-        as a keyword."""
+    def check(self, value: Any, keyword: bool = False) -> None:
+        """Refuse ``value`` in one line naming the setting by its flag, or as a keyword."""
         if value is None and self.optional:
             return
-        what = (
-            f"{self.flag} {_shown(value)}"
-            if named is None
-            else f"{named}{self.name}={_shown(value)}"
-        )
+        what = f"{self.name}={_shown(value)}" if keyword else f"{self.flag} {_shown(value)}"
         if self.choices is not None:
             if value not in self.choices:
                 raise SimulationError(f"{what}: must be {self.range_text()}")

@@ -127,6 +127,7 @@ def test_the_same_inputs_give_the_same_bytes_with_or_without_the_fit(chain, tmp_
     assert pd.read_csv(tmp_path / "b" / "switch_models.csv").empty  # no fit, no fit summary
 
 
+@pytest.mark.slow
 def test_the_report_reads_only_its_declared_inputs(chain, tmp_path):
     """Issue 21 (1): with pool and fit moved away, the same report command gives byte-identical
     tables and figures; without the analysis the pool-level figures say what they need."""
@@ -261,6 +262,7 @@ def test_bad_analyze_inputs_are_one_line_before_any_output(chain, tmp_path):
     assert (out / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_an_example_asked_for_is_the_figure(chain, tmp_path):
     sim = chain / "results" / "simulate" / "m" / "d" / "default"
     an = tmp_path / "an"
@@ -307,6 +309,7 @@ def test_report_errors_name_the_analysis(chain, tmp_path):
         collect([chain / "results" / "simulate"], analyses=[tmp_path / "missing"])
 
 
+@pytest.mark.slow
 def test_the_report_imports_neither_the_pool_reader_nor_the_simulator(chain, tmp_path):
     """Issue 21 (1): drawing needs no pool reader, no simulator, no fit reader (of the simulate
     stage it reads only its readers, mars.simulate.runs and .candidates)."""

@@ -448,6 +448,7 @@ def _mars(*args: str) -> list[str]:
     return [sys.executable, "-m", "mars.cli", *args]
 
 
+@pytest.mark.slow
 def test_generate_without_a_terminal_writes_progress_lines_and_a_closing_summary(tmp_path):
     """stderr to a file (nohup, CI, SLURM): a line per question, and what the folder holds."""
     out = tmp_path / "pool"
@@ -472,6 +473,7 @@ def test_generate_without_a_terminal_writes_progress_lines_and_a_closing_summary
     assert quiet.returncode == 0 and quiet.stderr == ""
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_solve_says_how_to_resume_and_the_same_command_does(tmp_path):
     """Ctrl-C: one line saying what is kept and the command that goes on; it does."""
     out = tmp_path / "live"

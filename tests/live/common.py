@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
-import pytest
 
 from mars.method.registry import live_methods
 from mars.store import schema
@@ -14,7 +13,6 @@ LIVE_METHODS = live_methods()  # every method that can run live, from the regist
 QIDS = [0, 1, 2, 4, 5, 8, 13, 27]
 
 
-@pytest.mark.slow
 def _assert_same_run(out, ref_out, qids):
     """The live runs in ``out`` and ``ref_out`` wrote the same traces and records (wall times
     apart) for ``qids``."""

@@ -95,6 +95,7 @@ def test_answers_outgrowing_their_room_keep_the_decisions(tmp_path, method, knob
     assert scope["stopper"].width > 64
 
 
+@pytest.mark.slow
 def test_docs_example_runs_as_written(tmp_path, monkeypatch):
     """Both blocks of docs/library.md, pasted into a fresh interpreter, run (the loop once used
     names nothing defined)."""

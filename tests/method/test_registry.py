@@ -409,6 +409,7 @@ def _simulate(pool, out, methods):
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.slow
 def test_a_registered_method_appears_in_the_report(toy, tmp_path):
     """The toy, declared only in the fixture, gets rows in the report's every-method tables and
     points on the frontier (a mark named by its label), measured against its pipeline's
@@ -554,6 +555,7 @@ def _docs_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
+@pytest.mark.slow
 def test_the_docs_add_a_method_example_runs(tmp_path):
     """docs/methods.md's blocks, pasted into a fresh interpreter, register a method with a new
     rule and one with a new launch policy; both run through `mars simulate`: the rule stops every

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPORT = Path(__file__).resolve().parents[2] / "mars" / "report"
 DRAWING = ("matplotlib", "seaborn")
 
@@ -64,6 +66,7 @@ def test_drawing_modules_read_no_run():
         assert not found, (path.name, found)
 
 
+@pytest.mark.slow
 def test_every_frame_and_table_without_matplotlib(tree):
     """With matplotlib and seaborn unimportable, every data module's frames and every table are
     computed, and a report without figures is written."""

@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from mars.report import render_report
 from mars.report.fmt import read_table_csv
@@ -154,6 +155,7 @@ def test_a_symlinked_out_keeps_its_link(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "results"]
 
 
+@pytest.mark.slow
 def test_synthetic_results_say_so(synthetic, tmp_path):
     """Issue 25 (3): every table, figure and the index of a synthetic run says "synthetic", with
     the model the preset imitates; the index holds the report command once (issue 25, 12)."""

@@ -343,6 +343,7 @@ def _fakes():
     return fake
 
 
+@pytest.mark.slow
 def test_a_replica_that_fails_every_try_hands_its_traces_to_another_then_502(monkeypatch):
     from mars.serve.upstreams import Upstreams
 

@@ -58,6 +58,7 @@ def _write_in_turns(out, methods, results, tag, rounds, start, one_by_one):
             write_methods(out, methods, results, {"tag": tag}, "pool")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("one_by_one", [True, False])
 def test_concurrent_writers_into_one_folder(simulated, tmp_path, one_by_one):
     """Two processes replacing the same method folders at once: both succeed (no ENOTEMPTY or

@@ -23,6 +23,7 @@ from workflow.common import (
 # dry runs: the DAG of the default and the paper configs, resources, SLURM
 
 
+@pytest.mark.slow
 def test_default_config_dag(tmp_path):
     out = smk(tmp_path, "-n").stdout
     assert "config/config.yaml" in out
@@ -160,6 +161,7 @@ def test_served_model_jobs_talk_to_the_server_and_ask_no_gpu(tmp_path):
     assert f"--spacing 2048 {server_flags} --replace -q" in probe  # the generator's server
 
 
+@pytest.mark.slow
 def test_probing_through_a_server_of_its_own(tmp_path):
     """probe.backend server probes any model's traces at probe.base_url (no GPU: the server
     has it); a served model without a name leaves --model out (the server's only model)."""
@@ -177,6 +179,7 @@ def test_probing_through_a_server_of_its_own(tmp_path):
 WITH_CREDENTIALS = {**SERVED, "base_url": "http://alice:s3cret@gpu-node:8000/v1"}
 
 
+@pytest.mark.slow
 def test_credentials_in_a_server_url_stay_off_the_jobs_command_lines(tmp_path):
     """Snakemake shows and logs every job's command line: a URL's credentials are not on it
     (nor in any message about the config), the job's shell takes them from the environment."""

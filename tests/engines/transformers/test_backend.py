@@ -255,6 +255,7 @@ def test_live_mars_stops_a_real_model_early(smol):
     assert live_be.stats["forward_calls"] < full_be.stats["forward_calls"]
 
 
+@pytest.mark.slow
 def test_a_question_that_cannot_fit_the_model_is_refused_before_any_forward_pass():
     """Cheap (not slow): a one-layer model built from a config, with the toy tokenizer of the
     SGLang fixtures (prompt of 40 tokens, probe suffix of 26)."""

@@ -16,6 +16,7 @@ from mars.report.data.audit import audit_frame, clopper_pearson_upper, risk_audi
 from ..trees import DATASET, ITERS, MODEL, QIDS, SETTINGS, close, write_method
 
 
+@pytest.mark.slow
 def test_risk_audit(tree):
     results, _, _ = tree
     df = risk_audit(collect([results]))

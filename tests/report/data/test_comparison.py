@@ -4,6 +4,7 @@ its family and SC counterpart from the registry, savings against the full-budget
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mars.method.registry import METHODS
 from mars.report import collect
@@ -30,6 +31,7 @@ def test_families_and_counterparts():
     assert sc_counterpart("sc-mars2-waves") == "sc-mars2-waves"
 
 
+@pytest.mark.slow
 def test_frontier_points_are_every_early_stopping_method(pools):
     rc = collect([pools])
     df = frontier_points(rc)

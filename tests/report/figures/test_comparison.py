@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from mars.method.registry import METHODS
 from mars.report import collect
@@ -75,6 +76,7 @@ def _inside(points: list[dict]) -> None:
         assert p["ylim"][0] <= p["y"] <= p["ylim"][1], p
 
 
+@pytest.mark.slow
 def test_the_frontier_draws_every_method_with_its_own_mark(pools, tmp_path):
     results = pools
     points, texts, legend = drawn(comparison.fig_frontier, results, tmp_path)
@@ -121,6 +123,7 @@ def test_the_frontier_draws_every_method_with_its_own_mark(pools, tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_latency_draws_every_default_run_on_axes_that_hold_it(pools, tmp_path):
     results = pools
     points, texts, _ = drawn(comparison.fig_latency, results, tmp_path)
