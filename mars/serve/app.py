@@ -11,9 +11,14 @@ thread (:func:`mars.serve.solve.run_question`). A client that goes away — a cl
 dropped connection while it waits for a whole answer — cancels the question and every request it
 has upstream. Any other request passes through to an upstream unchanged (streamed if asked).
 
-Errors are OpenAI error objects; an upstream that fails is a 502 naming it, never a hang. The
-client API key (``--api-key`` or its environment variable) is compared in constant time and never
-logged, stored or echoed; so is the upstream key.
+Every request, MARS or passed through, is admitted by the scheduler before any byte of its answer
+(a full queue is a real 429, streamed or not) and holds its slot until its answer is sent. Errors
+are OpenAI error objects — 400 for a bad body, 429 when full, 502 naming the upstream when it
+fails, never a hang, a plain-text 500 or a traceback to the client. The client API key
+(``--api-key`` or its environment variable) is compared in constant time and never logged, stored
+or echoed; so is the upstream key, and an upstream is shown (502s, ``/health``, metric labels,
+logs) with its URL's credentials hidden. ``/health`` tells anyone whether the server is up, and
+only a caller with the key which upstreams it has. docs/reliability.md lists what holds.
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
+import inspect
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -35,15 +40,24 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..engines import cancel
+from ..engines.endpoint import shown
 from ..engines.server import ServerError
-from ..errors import MarsError
+from ..errors import MarsError, first_line
 from .metrics import CONTENT_TYPE, Metrics
 from .record import Recorder
-from .requests import CHAT, COMPLETIONS, BadRequest, Defaults, is_mars_request, read_question
+from .requests import (
+    CHAT,
+    COMPLETIONS,
+    BadRequest,
+    Defaults,
+    is_mars_request,
+    read_body,
+    read_question,
+)
 from .responses import chunk, completion, error_body, new_id, sse
-from .schedule import QueueFull, Scheduler
+from .schedule import QueueFull, Scheduler, Ticket
 from .solve import Outcome, Prepared, mars_object, prepare, run_question, usage, warm_up
-from .upstreams import REVIVE_S, Upstreams
+from .upstreams import REVIVE_S, NoUpstream, Upstream, Upstreams
 
 log = logging.getLogger("mars.serve")
 
@@ -100,7 +114,14 @@ class MarsServer:
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/mars/records/{pool}/{qid:int}", self.record, methods=["GET"]),
         ]
-        return Starlette(routes=routes, lifespan=self._lifespan)
+        return Starlette(
+            routes=routes, lifespan=self._lifespan, exception_handlers={Exception: self._crash}
+        )
+
+    async def _crash(self, request: Request, exc: Exception) -> Response:
+        """A bug: an OpenAI error object for the client (the traceback goes to the log only)."""
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return _error(500, f"internal error ({type(exc).__name__})", "internal_error")
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app) -> AsyncIterator[None]:
@@ -141,8 +162,12 @@ class MarsServer:
     # -- small routes ------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
+        """Up or down for anyone (a load balancer's probe); the replicas, their load and errors
+        only for a caller with the key, where the server has one."""
         up = self.upstreams.any_up()
-        body = {"status": "ok" if up else "down", "upstreams": self.upstreams.describe()}
+        body: dict = {"status": "ok" if up else "down"}
+        if self._denied(request) is None:
+            body["upstreams"] = self.upstreams.describe()
         return JSONResponse(body, status_code=200 if up else 503)
 
     async def prometheus(self, request: Request) -> Response:
@@ -185,15 +210,15 @@ class MarsServer:
         if denied := self._denied(request):
             return denied
         try:
-            body = json.loads(await request.body())
-        except ValueError:
-            return _error(400, "the request body is not JSON", "invalid_json")
-        if not isinstance(body, dict):
-            return _error(400, "the request body must be a JSON object", "invalid_request")
+            body = read_body(await request.body())
+        except BadRequest as exc:
+            return _error(400, str(exc), exc.code, exc.param)
         model = body.get("model")
         if model is not None and model not in (self.model, self.upstreams.model):
             return _error(
-                404, f"model {model!r} is not served here (served: {self.model})", "model_not_found"
+                404,
+                f"model {shown(model, 80)} is not served here (served: {self.model})",
+                "model_not_found",
             )
         client = body.get("user") if isinstance(body.get("user"), str) else None
         client = client or (request.client.host if request.client else "-")
@@ -203,23 +228,26 @@ class MarsServer:
             q = read_question(body, kind, self.defaults)
             self._admissible()
             prep = await asyncio.to_thread(prepare, self.upstreams, q)
-            self._admissible()
-        except BadRequest as exc:
-            return _error(400, str(exc), "invalid_request", exc.param)
+            ticket = self.scheduler.admit(client)  # a slot or a place in the queue, or 429
         except QueueFull as exc:
             return self._busy(exc)
         except ServerError as exc:
-            return _error(502, str(exc), "upstream_error")
+            return _error(502, exc.without_hint(), "upstream_error")
+        except BadRequest as exc:
+            return _error(400, str(exc), exc.code, exc.param)
+        except MarsError as exc:
+            return _error(400, first_line(exc), "invalid_request")
         rid = new_id(kind)
         if q.stream:
-            return StreamingResponse(
-                self._stream(prep, rid, client), media_type="text/event-stream"
+            return Held(
+                self._stream(prep, rid, ticket), ticket.release, media_type="text/event-stream"
             )
-        return await self._whole(request, prep, rid, client)
+        return await self._whole(request, prep, rid, ticket)
 
     def _admissible(self) -> None:
+        """Refuse a request the queue cannot take before any work is done for it."""
         s = self.scheduler
-        if s.active >= s.max_active and s.queued >= s.max_queue:
+        if s.full():
             raise QueueFull(s.retry_after(), s.queued)
 
     def _busy(self, exc: QueueFull) -> Response:
@@ -238,6 +266,8 @@ class MarsServer:
         url = None if o.record is None else f"/v1/mars/records/{o.record.pool}/{o.record.qid}"
         mars = mars_object(o, q, url)
         self.metrics.question(o.run.summary(), o.probe_generated, o.budget, o.wall_s)
+        if o.record_error is not None:
+            self.metrics.record_failures.inc()
         return completion(
             q.kind, rid, self.model, o.content, o.finish_reason, usage(o), mars, o.traces
         )
@@ -246,47 +276,69 @@ class MarsServer:
     def _failure(exc: BaseException) -> tuple[int, str, str]:
         """(status, message, code) of a question that failed."""
         if isinstance(exc, ServerError):
-            return 502, str(exc), "upstream_error"
+            return 502, exc.without_hint(), "upstream_error"
         if isinstance(exc, MarsError):
-            return 400, str(exc).splitlines()[0], "invalid_request"
+            return 400, first_line(exc), "invalid_request"
         log.error("a question failed", exc_info=exc)
         return 500, f"internal error ({type(exc).__name__})", "internal_error"
 
-    async def _whole(self, request: Request, prep: Prepared, rid: str, client: str) -> Response:
+    async def _admitted(self, request: Request, ticket: Ticket) -> bool:
+        """Wait for the ticket's slot; False (the ticket released) when the client goes away
+        first: a request that loses its client leaves the queue."""
+        if ticket.state == "active":
+            return True
+        waiting = asyncio.ensure_future(ticket.wait())
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            async with self.scheduler.slot(client):
-                scope = cancel.CancelScope()
-                job = self._start(prep, scope)
-                gone = asyncio.ensure_future(_disconnected(request))
-                try:
-                    await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    gone.cancel()
-                if not job.done():  # the client went away: stop its traces upstream
-                    scope.cancel()
-                    self.metrics.cancelled.inc()
-                    with contextlib.suppress(BaseException):
-                        await job
-                    return _error(499, "the client closed the connection", "cancelled")
-                try:
-                    outcome = job.result()
-                except BaseException as exc:
-                    status, message, code = self._failure(exc)
-                    return _error(status, message, code)
-        except QueueFull as exc:
-            return self._busy(exc)
+            await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if waiting.done():
+            waiting.result()
+            return True
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        ticket.release()
+        self.metrics.left_queue.inc()
+        return False
+
+    async def _whole(self, request: Request, prep: Prepared, rid: str, ticket: Ticket) -> Response:
+        try:
+            if not await self._admitted(request, ticket):
+                return _error(499, "the client closed the connection", "cancelled")
+            scope = cancel.CancelScope()
+            job = self._start(prep, scope)
+            gone = asyncio.ensure_future(_disconnected(request))
+            try:
+                await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                gone.cancel()
+            if not job.done():  # the client went away: stop its traces upstream
+                scope.cancel()
+                self.metrics.cancelled.inc()
+                with contextlib.suppress(BaseException):
+                    await job
+                return _error(499, "the client closed the connection", "cancelled")
+            try:
+                outcome = job.result()
+            except BaseException as exc:
+                status, message, code = self._failure(exc)
+                return _error(status, message, code)
+        finally:
+            ticket.release()
         return JSONResponse(self._respond(prep, rid, outcome))
 
-    async def _stream(self, prep: Prepared, rid: str, client: str) -> AsyncIterator[bytes]:
+    async def _stream(self, prep: Prepared, rid: str, ticket: Ticket) -> AsyncIterator[bytes]:
         q, kind, model = prep.question, prep.question.kind, self.model
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
         scope = cancel.CancelScope()
         job: asyncio.Future | None = None
-        yield sse(chunk(kind, rid, model, role=True, text="" if kind == CHAT else None,
-                        mars={"phase": "queued"}))  # fmt: skip
         try:
-            async with self.scheduler.slot(client):
+            yield sse(chunk(kind, rid, model, role=True, text="" if kind == CHAT else None,
+                            mars={"phase": "queued"}))  # fmt: skip
+            async with ticket:
                 job = self._start(
                     prep, scope, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev)
                 )
@@ -317,24 +369,33 @@ class MarsServer:
             if q.include_usage:
                 yield sse(chunk(kind, rid, model, usage=whole["usage"], no_choices=True))
             yield sse("[DONE]")
-        except QueueFull as exc:  # not reached: admission was checked before the stream began
-            yield sse(error_body(429, str(exc), "queue_full"))
         finally:
             if job is not None and not job.done():  # the client went away
                 scope.cancel()
                 self.metrics.cancelled.inc()
+            elif job is None and ticket.state != "active":
+                self.metrics.left_queue.inc()
+            ticket.release()
 
     # -- pass-through ------------------------------------------------------------------------
 
-    def _client(self, url: str, headers: dict) -> httpx.AsyncClient:
-        if url not in self._clients:
-            self._clients[url] = httpx.AsyncClient(
-                base_url=url, headers=headers, timeout=httpx.Timeout(600.0, connect=10.0)
+    def _client(self, u: Upstream) -> httpx.AsyncClient:
+        """The pass-through client of a replica (its URL as the backend connects to it, with the
+        backend's headers: the upstream key)."""
+        http = u.backend.http
+        if u.url not in self._clients:
+            self._clients[u.url] = httpx.AsyncClient(
+                base_url=http.base_url,
+                headers=http.headers,
+                timeout=httpx.Timeout(http.timeout, connect=10.0),
             )
-        return self._clients[url]
+        return self._clients[u.url]
 
     async def _passthrough(self, request: Request, body: dict, kind: str, client: str) -> Response:
-        """A plain request: to the least busy live upstream, unchanged but for the model name."""
+        """A plain request: through the same queue as MARS requests, to the least busy live
+        replica (counted in its load), unchanged but for the model name. An answer that is not
+        streamed is read whole first, so a replica that fails is a 502; a stream is relayed as it
+        comes, and cut (one log line) if the replica drops it."""
         if self.upstreams.synthetic is not None:
             return _error(
                 400,
@@ -342,42 +403,97 @@ class MarsServer:
                 "invalid_request",
             )
         try:
-            self._admissible()
+            ticket = self.scheduler.admit(client)
         except QueueFull as exc:
             return self._busy(exc)
-        body = {**body, "model": self.upstreams.model}
-        path = ROUTES[kind]
-        router = self.upstreams.router
-        tried: set[str] = set()
-        while True:
-            live = [u for u in router.live() if u.url not in tried]
-            if not live:
-                return _error(502, "no upstream server is reachable", "upstream_error")
-            u = min(live, key=lambda u: u.in_flight)
-            tried.add(u.url)
-            http = self._client(u.url, u.backend.http.headers)
+        held: list = [ticket.release]  # what the answer holds until it is sent, last first
+        try:
+            if not await self._admitted(request, ticket):
+                return _error(499, "the client closed the connection", "cancelled")
             try:
-                upstream = await http.send(http.build_request("POST", path, json=body), stream=True)
-            except httpx.TransportError as exc:
-                router.mark_down(u, f"connection failed ({type(exc).__name__})")
-                self.metrics.upstream_errors.labels(u.url).inc()
-                continue
-            break
-        headers = {
-            k: v
-            for k, v in upstream.headers.items()
-            if k.lower() in ("content-type", "retry-after")
-        }
+                u, upstream = await self._send(body, kind)
+            except NoUpstream as exc:
+                return _error(502, exc.without_hint(), "upstream_error")
+            held.append(lambda: self.upstreams.router.give_back(u))
+            held.append(upstream.aclose)
+            headers = {
+                k: v
+                for k, v in upstream.headers.items()
+                if k.lower() in ("content-type", "retry-after")
+            }
+            if not body.get("stream"):
+                try:
+                    content = await upstream.aread()
+                except httpx.HTTPError as exc:
+                    self.metrics.upstream_errors.labels(u.url).inc()
+                    return _error(
+                        502,
+                        f"the server at {u.url} failed mid-answer ({type(exc).__name__})",
+                        "upstream_error",
+                    )
+                return Response(content, status_code=upstream.status_code, headers=headers)
 
-        async def relay() -> AsyncIterator[bytes]:
-            try:
-                async with self.scheduler.slot(client):
+            async def relay() -> AsyncIterator[bytes]:
+                try:
                     async for part in upstream.aiter_raw():
                         yield part
-            finally:
-                await upstream.aclose()
+                except httpx.HTTPError as exc:
+                    self.metrics.upstream_errors.labels(u.url).inc()
+                    log.warning(
+                        "a passed-through stream from %s was cut (%s)", u.url, type(exc).__name__
+                    )
 
-        return StreamingResponse(relay(), status_code=upstream.status_code, headers=headers)
+            release, held[:] = held[::-1], []
+            return Held(relay(), *release, status_code=upstream.status_code, headers=headers)
+        finally:
+            for step in held[::-1]:
+                await _call(step)
+
+    async def _send(self, body: dict, kind: str) -> tuple[Upstream, httpx.Response]:
+        """Send a passed-through request to the least busy live replica (a replica that cannot be
+        connected to is marked down and the next tried); its answer's head, and the replica,
+        counted in its load until given back."""
+        router = self.upstreams.router
+        body = {**body, "model": self.upstreams.model}
+        tried: set[int] = set()
+        while True:
+            live = {i for i, u in enumerate(router.upstreams) if u.up} - tried
+            if not live:
+                raise NoUpstream("no upstream server is reachable")
+            i, u = router.take(frozenset(tried))
+            tried.add(i)
+            http = self._client(u)
+            try:
+                request = http.build_request("POST", ROUTES[kind], json=body)
+                return u, await http.send(request, stream=True)
+            except httpx.TransportError as exc:
+                router.give_back(u)
+                router.mark_down(u, f"connection failed ({type(exc).__name__})")
+                self.metrics.upstream_errors.labels(u.url).inc()
+
+
+class Held(StreamingResponse):
+    """A streamed answer that holds what its request took — a slot, a replica, an upstream
+    stream — until it ends, however it ends (sent, the client gone, or never started: a
+    generator that never ran runs no ``finally``)."""
+
+    def __init__(self, content: AsyncIterator[bytes], *release: Callable, **kwargs):
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            for step in self._release:
+                await _call(step)
+
+
+async def _call(step: Callable) -> None:
+    """Run a release step, sync or async."""
+    out = step()
+    if inspect.isawaitable(out):
+        await out
 
 
 async def _disconnected(request: Request) -> None:

@@ -68,6 +68,16 @@ class Metrics:
         self.cancelled = Counter(
             f"{PREFIX}_cancelled", "questions cancelled by their client going away", registry=r
         )
+        self.left_queue = Counter(
+            f"{PREFIX}_left_queue",
+            "requests whose client went away while they waited for a slot",
+            registry=r,
+        )
+        self.record_failures = Counter(
+            f"{PREFIX}_record_failures",
+            "answered questions that could not be recorded (--record: a write that failed)",
+            registry=r,
+        )
         self.active = Gauge(f"{PREFIX}_active", "requests holding a slot", registry=r)
         self.queued = Gauge(f"{PREFIX}_queued", "requests waiting for a slot", registry=r)
         self.upstream_up = Gauge(

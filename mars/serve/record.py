@@ -12,14 +12,17 @@ named for it (``sc-mars-cal-n64-w16-s2048-t32768-1a2b3c4d``), in the layout `mar
 Questions are numbered in the order they finish (0, 1, …). Each question is written atomically:
 its trace file, then its record, then the pool's question table and manifest, rewritten to hold
 it, so ``mars replay DIR/<pool>``, ``mars simulate`` and ``mars report`` read served traffic at
-any moment. A trace or record file without its manifest row (a crash between two writes) is
-written over by the next question. Questions are recorded with their prompt's id replaced by
+any moment. A write that fails (a full disk, a permission) is rolled back — the pool as it was,
+the number free for the next question — and the client still gets its answer (``record: null``).
+A trace or record file without its manifest row (a crash between two writes) is written over by
+the next question. Questions are recorded with their prompt's id replaced by
 their number in the pool; the ground truth is what the client gave (``mars.ground_truth``), else
 empty (unknown).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -34,6 +37,7 @@ from ..errors import MarsError
 from ..store import schema
 from ..store.atomic import check_output_dir, make_dirs, write_json_atomic
 from ..store.pool import PoolError
+from ..store.pool.checks import check_qids
 from ..store.problems import Problem, problem_digest
 from ..store.userfiles import read_json_object
 from ..store.write import PoolDirWriter
@@ -69,11 +73,14 @@ class _Pool:
                 raise PoolError(f"{path}: holds a pool of other settings than its name says")
             table = pq.read_table(path / schema.POOL_QUESTIONS)
             self.rows = table.to_pylist()
+            check_qids([r["qid"] for r in self.rows], str(path / schema.POOL_QUESTIONS))
         self.next_qid = max((r["qid"] for r in self.rows), default=-1) + 1
         make_dirs(path / schema.POOL_TRACES_DIR)
         make_dirs(path / "live")
 
     def add(self, table: pa.Table, summary: dict, row: dict) -> int:
+        """Write one question under the next number; a write that fails leaves the pool as it
+        was (and the number free), and is raised."""
         with self.lock:
             qid = self.next_qid
             table = table.set_column(
@@ -81,24 +88,50 @@ class _Pool:
                 "qid",
                 pc.cast(pa.array([qid] * table.num_rows), pa.int64()),
             )
-            self.writer.write_question(qid, table)
-            write_json_atomic(
-                self.path / "live" / f"q{qid:06d}.json", _as_recorded(summary, qid, row)
-            )
-            self.rows.append({**row, "qid": qid})
-            manifest = {
-                **{
-                    k: v
-                    for k, v in self.params.items()
-                    if k not in ("settings", "method", "warmup", "compare_full")
-                },
-                "n_traces": int(self.params["warmup"] + self.params["n_traces"]),
-                "qids": [r["qid"] for r in self.rows],
-                "live": self.params,
-            }
-            self.writer.finish(self.rows, manifest)
-            self.next_qid = qid + 1
+            rows = [*self.rows, {**row, "qid": qid}]
+            written: list[Path] = []
+            try:
+                self.writer.write_question(qid, table)
+                written.append(self.writer.trace_path(qid))
+                live = self.path / "live" / f"q{qid:06d}.json"
+                write_json_atomic(live, _as_recorded(summary, qid, row))
+                written.append(live)
+                self.writer.finish(rows, self._manifest(rows))
+            except BaseException:
+                self._roll_back(written)
+                raise
+            self.rows, self.next_qid = rows, qid + 1
             return qid
+
+    def _manifest(self, rows: list[dict]) -> dict:
+        return {
+            **{
+                k: v
+                for k, v in self.params.items()
+                if k not in ("settings", "method", "warmup", "compare_full")
+            },
+            "n_traces": int(self.params["warmup"] + self.params["n_traces"]),
+            "qids": [r["qid"] for r in rows],
+            "live": self.params,
+        }
+
+    def _roll_back(self, written: list[Path]) -> None:
+        """Put the pool back as it was before a question whose writing failed: its question table
+        and manifest rewritten for the questions it held (or removed, when it held none), then
+        the question's own files removed. If the table cannot be put back (the disk is still
+        full), the question's files stay beside it: the table never names a question without its
+        traces, and the next question, under the same number, writes over them."""
+        try:
+            if self.rows:
+                self.writer.finish(self.rows, self._manifest(self.rows))
+            else:
+                for name in (schema.POOL_MANIFEST, schema.POOL_QUESTIONS):
+                    (self.path / name).unlink(missing_ok=True)
+        except (OSError, MarsError, pa.ArrowException):
+            return
+        for path in written:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _as_recorded(summary: dict, qid: int, row: dict) -> dict:

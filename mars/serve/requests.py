@@ -12,10 +12,12 @@ check both): a bad body is an HTTP 400 carrying that line.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..engines.endpoint import shown
 from ..errors import MarsError, UsageError
 from ..live import live_grid, live_settings
 from ..method.registry import DEFAULT_METHOD, Method, live_method
@@ -26,8 +28,27 @@ from ..store.schema import CHECKPOINT_SPACING
 COMPLETIONS, CHAT = "completions", "chat"
 #: Keys of the ``mars`` object besides the method's knobs.
 MARS_KEYS = ("method", "traces", "warmup", "spacing", "return_traces", "ground_truth")
-#: Request fields a MARS request cannot honour (the traces are plain text generations).
-UNSUPPORTED = ("logprobs", "top_logprobs", "echo", "best_of", "suffix", "tools", "functions")
+#: Request fields a MARS request cannot honour (the traces are plain text generations, sampled
+#: with temperature and top-p only), each with the values that ask for nothing and are accepted.
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False),
+    "top_logprobs": (None,),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "suffix": (None, ""),
+    "tools": (None, []),
+    "functions": (None, []),
+    "tool_choice": (None, "none"),
+    "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}),
+    "logit_bias": (None, {}),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "repetition_penalty": (None, 1),
+}
+#: The deepest nesting a request body may have (OpenAI bodies, tool schemas included, are far
+#: shallower): deeper is refused before anything walks it.
+MAX_DEPTH = 64
 #: The largest seed a request may give (the engines derive 31-bit seeds from it).
 MAX_SEED = 2**63 - 1
 
@@ -35,9 +56,10 @@ MAX_SEED = 2**63 - 1
 class BadRequest(MarsError):
     """A request body the server refuses (HTTP 400, one line)."""
 
-    def __init__(self, message: str, param: str | None = None):
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_request"):
         super().__init__(message)
         self.param = param
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -50,7 +72,7 @@ class Defaults:
     spacing: int = CHECKPOINT_SPACING
     max_tokens: int | None = None  # None: the upstream's cap
     knobs: dict = field(default_factory=dict)
-    max_traces: int = 1024  # n / traces at most (warmup apart)
+    max_traces: int = 1024  # traces a request may start at most: its n (traces) and its warmup
     seed: int = 0  # the traces' seed of a request that gives none
     temperature: float | None = None  # None: the upstream backend's
     top_p: float | None = None
@@ -60,8 +82,11 @@ class Defaults:
         live_method(self.method)
         if self.max_traces < 1:
             raise UsageError(f"--max-traces {self.max_traces}: must be at least 1")
-        if self.traces > self.max_traces:
-            raise UsageError(f"--traces {self.traces}: more than --max-traces {self.max_traces}")
+        if self.traces + self.warmup > self.max_traces:
+            both = f" + --warmup {self.warmup}" if self.warmup else ""
+            raise UsageError(
+                f"--traces {self.traces}{both}: more than --max-traces {self.max_traces} traces"
+            )
         live_settings(
             self.traces, self.warmup, 0, self.spacing, self.max_tokens or self.spacing, self.knobs
         )
@@ -110,6 +135,43 @@ class Question:
         }
 
 
+def read_body(raw: bytes) -> dict:
+    """The JSON object of a request body: not JSON, not an object, nested deeper than
+    :data:`MAX_DEPTH` or holding text that is not valid Unicode (a lone surrogate escape such as
+    ``"\\ud800"``, which JSON allows) is a :class:`BadRequest` naming where."""
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise BadRequest(f"the request body is nested more than {MAX_DEPTH} deep") from None
+    except ValueError:  # UnicodeDecodeError is a ValueError
+        raise BadRequest("the request body is not JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    stack: list[tuple[Any, str, int]] = [(body, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = value[exc.start].encode("unicode_escape").decode()
+                raise BadRequest(
+                    f"{where or 'the request body'}: holds a lone surrogate ({bad}), not valid "
+                    "Unicode text",
+                    where.split(".")[0].split("[")[0] or None,
+                ) from None
+            continue
+        if isinstance(value, (dict, list)) and depth >= MAX_DEPTH:
+            raise BadRequest(f"the request body is nested more than {MAX_DEPTH} deep")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                stack.append((k, where or "a key", depth + 1))
+                stack.append((v, f"{where}.{k}" if where else str(k), depth + 1))
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
+    return body
+
+
 def is_mars_request(body: dict) -> bool:
     """A request MARS solves: ``n`` > 1 or a ``mars`` object."""
     n = body.get("n")
@@ -117,15 +179,39 @@ def is_mars_request(body: dict) -> bool:
     return many or body.get("mars") is not None
 
 
+def _neutral(value: Any, accepted: tuple[Any, ...]) -> bool:
+    """Whether a field's value asks for nothing (``0`` and ``0.0`` alike, ``False`` not ``0``)."""
+    return any(
+        a == value and (type(a) is type(value) or (_num(a) and _num(value))) for a in accepted
+    )
+
+
+def _json_type(v: Any) -> str:
+    """What a JSON value is, for a message that must not quote it (it may be huge)."""
+    names = {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}
+    return next((w for t, w in names.items() if isinstance(v, t)), "a number" if _num(v) else "null")
+
+
+def _quoted(v: Any) -> str:
+    """A value a client sent, for a message: a number or short text as it is, else its kind."""
+    if _num(v) or (isinstance(v, str) and len(v) <= 40):
+        return shown(v, 40) if isinstance(v, str) else repr(v)[:40]
+    return _json_type(v)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _whole(value: Any, name: str, low: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise BadRequest(f"{name} {value!r}: must be a whole number ≥ {low}", name)
+        raise BadRequest(f"{name} {_quoted(value)}: must be a whole number ≥ {low}", name)
     return value
 
 
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadRequest(f"{name} {value!r}: must be a number", name)
+        raise BadRequest(f"{name} {_quoted(value)}: must be a number", name)
     return float(value)
 
 
@@ -157,9 +243,14 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
                 raise BadRequest(f"messages[{i}]: an object with a role and content", "messages")
             if not isinstance(m.get("content"), str):
                 raise BadRequest(f"messages[{i}].content: text only in a MARS request", "messages")
-    for key in UNSUPPORTED:
-        if body.get(key) not in (None, False):
-            raise BadRequest(f"{key}: not supported in a MARS request", key)
+    for key, neutral in UNSUPPORTED.items():
+        if key in body and not _neutral(body[key], neutral):
+            raise BadRequest(
+                f"{key}: not supported in a MARS request (its traces are plain text, sampled "
+                "with temperature and top_p): leave it out, or send the request without n > 1 "
+                "and without a mars object",
+                key,
+            )
     opts = body.get("mars") or {}
     if not isinstance(opts, dict):
         raise BadRequest("mars: must be an object", "mars")
@@ -168,8 +259,14 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         raise BadRequest(
             f"mars: unknown keys {unknown} (known: {', '.join(MARS_KEYS + LIVE_KEYS)})", "mars"
         )
+    name = opts.get("method", defaults.method)
+    if not isinstance(name, str):
+        raise BadRequest(
+            f"mars.method: must be a method's name (a string), not {_json_type(name)}",
+            "mars.method",
+        )
     try:
-        method = live_method(opts.get("method", defaults.method))
+        method = live_method(name)
     except MarsError as exc:
         raise BadRequest(str(exc), "mars.method") from None
     n = body.get("n")
@@ -180,13 +277,15 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         raise BadRequest(f"n {n} and mars.traces {traces} disagree (give one)", "n")
     if traces is None:
         traces = n if n is not None and n > 1 else defaults.traces
-    if traces > defaults.max_traces:
-        raise BadRequest(
-            f"{'n' if n == traces else 'mars.traces'} {traces}: more than this server's "
-            f"--max-traces {defaults.max_traces}",
-            "n",
-        )
     warmup = _whole(opts.get("warmup", defaults.warmup), "mars.warmup")
+    if traces + warmup > defaults.max_traces:
+        who = "n" if n == traces else "mars.traces"
+        both = f" + mars.warmup {warmup}" if warmup else ""
+        raise BadRequest(
+            f"{who} {traces}{both}: more traces than this server's --max-traces "
+            f"{defaults.max_traces}",
+            "mars.warmup" if traces <= defaults.max_traces else who,
+        )
     spacing = _whole(opts.get("spacing", defaults.spacing), "mars.spacing", 1)
     knobs = {**defaults.knobs, **{k: v for k, v in opts.items() if k in LIVE_KEYS}}
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -220,6 +319,12 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         stops = tuple(stop)
     elif stop is not None:
         raise BadRequest("stop: a string or a list of strings", "stop")
+    return_traces = opts.get("return_traces", False)
+    if not isinstance(return_traces, bool):
+        raise BadRequest(
+            f"mars.return_traces: must be true or false, not {_json_type(return_traces)}",
+            "mars.return_traces",
+        )
     truth = opts.get("ground_truth", "")
     if not isinstance(truth, str):
         raise BadRequest("mars.ground_truth: must be a string", "mars.ground_truth")
@@ -243,7 +348,7 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         stream=bool(body.get("stream")),
         include_usage=isinstance(stream_options, dict)
         and bool(stream_options.get("include_usage")),
-        return_traces=bool(opts.get("return_traces", False)),
+        return_traces=return_traces,
         ground_truth=truth,
         stop=stops,
         user=user if isinstance(user, str) else None,

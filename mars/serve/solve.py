@@ -14,21 +14,26 @@ stopped, else a bound (each stopped trace run to the cap).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from ..engines import cancel
 from ..engines.generate import backend_info, token_cap
-from ..errors import MarsError
+from ..engines.endpoint import shown
+from ..errors import MarsError, first_line
 from ..live import Checkpoint, LiveRun, solve
 from ..store.problems import Problem
 from .record import DATASET, Recorded, Recorder
 from .requests import BadRequest, Question, prompt_seed
 from .upstreams import Upstreams, synthetic_truth
+
+log = logging.getLogger("mars.serve")
 
 #: ``emit(event)``: a progress event of a running question (a JSON-able dict)
 Emit = Callable[[dict], None]
@@ -58,6 +63,7 @@ class Outcome:
     traces: list[dict] | None
     record: Recorded | None
     wall_s: float
+    record_error: str | None = None  # why the question could not be recorded
 
 
 def prepare(upstreams: Upstreams, q: Question) -> Prepared:
@@ -100,7 +106,6 @@ def warm_up() -> None:
     """Pay the live loop's one-off costs before the first client does (tens of seconds on a busy
     CPU): the answer grader's imports (math-verify) and the compiled confidence pass, by deciding
     a made-up question of two traces once."""
-    import pyarrow as pa
 
     from ..live import decide, live_grid, live_settings
     from ..method.registry import get_method
@@ -197,7 +202,11 @@ def run_question(
             "model": getattr(be, "model", ""),
             "prompt_ids": prep.prompt_ids,
         }
-        out.record = recorder.add(params, run.table, summary, row)
+        try:  # a side effect: the client gets its answer whether or not it is recorded
+            out.record = recorder.add(params, run.table, summary, row)
+        except (OSError, MarsError, pa.ArrowException) as exc:
+            out.record_error = first_line(exc)
+            log.error("a question was answered but not recorded: %s", shown(out.record_error, 300))
     return out
 
 

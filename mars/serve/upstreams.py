@@ -39,7 +39,7 @@ from typing import Any
 
 from ..engines import cancel
 from ..engines.base import Backend
-from ..engines.endpoint import check_base_url
+from ..engines.endpoint import check_base_url, redact
 from ..engines.server import (
     Completion,
     Sampling,
@@ -69,7 +69,9 @@ class NoUpstream(ServerError):
 
 @dataclass
 class Upstream:
-    """One replica and what the router knows of it."""
+    """One replica and what the router knows of it. ``url`` is how it is shown — in messages,
+    logs, ``/health`` and metric labels — with any credentials of its URL hidden (the backend
+    keeps the URL it connects to)."""
 
     url: str
     backend: ServerBackend
@@ -107,6 +109,16 @@ class Router:
     def _done(self, u: Upstream) -> None:
         with self._lock:
             u.in_flight -= 1
+
+    def take(self, avoid: frozenset[int] = frozenset()) -> tuple[int, Upstream]:
+        """A replica (and its index) for a request made outside the router (a passed-through
+        one), the least loaded not in ``avoid`` (else any live one), counted in its load until
+        :meth:`give_back`; :class:`NoUpstream` when none is live."""
+        u = self._pick(set(avoid))
+        return self.upstreams.index(u), u
+
+    def give_back(self, u: Upstream) -> None:
+        self._done(u)
 
     def mark_down(self, u: Upstream, why: str) -> None:
         with self._lock:
@@ -160,11 +172,12 @@ class Router:
                         outs[i] = fut.result() if merge is None else merge(fut.result())
                         continue
                     u.errors += 1
+                    why = exc.without_hint() if isinstance(exc, ServerError) else str(exc)
                     if self.on_error is not None:
-                        self.on_error(u, str(exc))
+                        self.on_error(u, why)
                     if not isinstance(exc, ServerUnavailable):
                         raise exc
-                    self.mark_down(u, str(exc))
+                    self.mark_down(u, why)
                     send(i)  # NoUpstream when none is left
         finally:
             for fut, (_, _, u) in pending.items():
@@ -183,9 +196,11 @@ class Router:
             try:
                 return http.run(functools.partial(http.request, "POST", path, body, timeout=30.0))
             except ServerUnavailable as exc:
-                self.mark_down(u, str(exc))
+                self.mark_down(u, exc.without_hint())
                 last = exc
-        raise NoUpstream(f"no upstream server is reachable ({last})")
+        raise NoUpstream(
+            f"no upstream server is reachable ({last.without_hint() if last else 'none given'})"
+        )
 
     def revive(self) -> None:
         """Ask every replica marked down for :data:`ALIVE` (at most every :data:`REVIVE_S` s)."""
@@ -324,9 +339,9 @@ class Upstreams:
         try:
             for url in urls:
                 norm = normalise_base_url(url)
-                if norm in seen:
-                    raise UsageError(f"--upstream {url}: given twice")
-                seen.add(norm)
+                if redact(norm) in seen:
+                    raise UsageError(f"--upstream {redact(url)}: given twice")
+                seen.add(redact(norm))
                 be = ServerBackend(
                     model,
                     base_url=norm,
@@ -337,7 +352,7 @@ class Upstreams:
                     tokenizer=tokenizer,
                     **options,
                 )
-                self.list.append(Upstream(norm, be))
+                self.list.append(Upstream(redact(norm), be))
                 model = model or be.model
                 first = self.list[0].backend
                 if (
@@ -345,7 +360,7 @@ class Upstreams:
                     or be.vocab_digest() != first.vocab_digest()
                 ):
                     raise UsageError(
-                        f"--upstream {url}: a {be.protocol.kind} server of another tokenizer than "
+                        f"--upstream {redact(url)}: a {be.protocol.kind} server of another tokenizer than "
                         f"{first.base_url}'s: the upstreams must be replicas of one model"
                     )
         except BaseException:

@@ -195,7 +195,7 @@ def test_other_bad_requests_are_openai_errors(served):
     running, _ = served
     url = running.url + "/v1/completions"
     cases = [
-        ({"prompt": QUESTION, "n": 5000}, 400, "more than this server's --max-traces 1024"),
+        ({"prompt": QUESTION, "n": 5000}, 400, "more traces than this server's --max-traces 1024"),
         ({"prompt": QUESTION, "n": 4, "mars": {"bogus": 1}}, 400, "unknown keys ['bogus']"),
         ({"prompt": QUESTION, "n": 4, "logprobs": 3}, 400, "logprobs: not supported"),
         ({"prompt": QUESTION, "n": 4, "temperature": 0}, 400, "every trace is the same greedy"),
@@ -321,7 +321,7 @@ def test_the_cli_refuses_bad_defaults_in_one_line():
     res = CliRunner().invoke(
         cli, ["serve", "--upstream", "synthetic", "--traces", "9", "--max-traces", "8"]
     )
-    assert res.exit_code == 2 and "--traces 9: more than --max-traces 8" in res.output
+    assert res.exit_code == 2 and "--traces 9 + --warmup 16: more than --max-traces 8 traces" in res.output
     res = CliRunner().invoke(cli, ["serve", "--upstream", "http://127.0.0.1:9", "--port", "1"])
     assert res.exit_code == 2 and "cannot connect to the server at http://127.0.0.1:9" in res.output
     assert json.dumps(res.output).count("\\n") == 1

@@ -17,11 +17,22 @@ from ...errors import MarsError
 from .retry import RETRY_STATUS
 
 
+#: What a command-line user can do about a server that failed every try (the stages resume).
+RESUME = "rerun the same command to resume"
+
+
 class ServerError(MarsError):
     """The server is unreachable, refuses, or answers what the backend cannot use (one line)."""
 
     #: whether the same request may succeed if tried again later
     retryable: bool = False
+    #: what a command-line user can do about it, the message's last clause ("" for none)
+    hint: str = ""
+
+    def without_hint(self) -> str:
+        """The message without :attr:`hint`: what a client of ``mars serve`` is told (it runs no
+        command)."""
+        return str(self).removesuffix(f"; {self.hint}") if self.hint else str(self)
 
     def retold(self, message: str) -> Self:
         """This error (its type and attributes) with another message: a refusal re-worded, e.g.

@@ -22,6 +22,7 @@ from ...errors import MarsError
 from .. import cancel
 from ..endpoint import check_base_url, redact
 from .errors import (
+    RESUME,
     ServerBusy,
     ServerConnectionError,
     ServerError,
@@ -266,13 +267,10 @@ class Http:
                         policy.tries,
                     )
                     await asyncio.sleep(wait)
-        message = (
-            f"the server at {self.shown} failed {policy.tries} times on {path}: {why}; "
-            "rerun the same command to resume"
-        )
-        if failed is ServerBusy:
-            raise ServerBusy(message, status=status)
-        raise failed(message)
+        message = f"the server at {self.shown} failed {policy.tries} times on {path}: {why}; {RESUME}"
+        err = ServerBusy(message, status=status) if failed is ServerBusy else failed(message)
+        err.hint = RESUME
+        raise err
 
     async def _exchange(
         self, client, method: str, path: str, body: dict | None, limit: int, asked: str

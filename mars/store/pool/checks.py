@@ -29,9 +29,19 @@ def check_lengths(lengths: pa.ChunkedArray, trace_idx: pa.ChunkedArray, source: 
         )
 
 
-def check_qids(qids: list[int], source: str) -> None:
+def check_qids(qids: list[int], source: str) -> list[int]:
+    """The question ids of a pool, sorted: none negative, none twice (two questions under one
+    number would be read, simulated and replayed as one)."""
+    qids = sorted(qids)
     if qids and qids[0] < 0:
         raise PoolError(f"{source}: question id {qids[0]} is negative (ids are 0, 1, 2, ...)")
+    twice = next((a for a, b in zip(qids, qids[1:]) if a == b), None)
+    if twice is not None:
+        raise PoolError(
+            f"{source}: question id {twice} appears more than once (a pool's question ids are "
+            "unique)"
+        )
+    return qids
 
 
 def require_columns(table_schema: pa.Schema, expected: pa.Schema, source: str) -> None:

@@ -186,13 +186,13 @@ class LayoutPool(Pool):
             pa.schema([schema.QUESTION_SCHEMA.field(n) for n in ("qid", "ground_truth")]),
             str(qfile),
         )
-        self._questions = {r["qid"]: r for r in qt.to_pylist()}
-        if not self._questions:
+        rows = qt.to_pylist()
+        if not rows:
             raise PoolError(f"{qfile}: empty pool (no questions)")
-        if any(q is None for q in self._questions):
+        if any(r["qid"] is None for r in rows):
             raise PoolError(f"{qfile}: null qid")
-        self.qids = sorted(self._questions)
-        check_qids(self.qids, str(qfile))
+        self.qids = check_qids([r["qid"] for r in rows], str(qfile))
+        self._questions = {r["qid"]: r for r in rows}
         #: questions whose answer is not known (null ground truth): nothing to grade against
         self.unknown_answers = [q for q in self.qids if self._questions[q]["ground_truth"] is None]
         spacing = self.manifest.get("spacing")
