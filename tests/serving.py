@@ -30,7 +30,8 @@ class Running:
     state: MarsServer
 
     def metric(self, name: str, **labels) -> float:
-        """A counter's or gauge's value from ``/metrics`` (0 when absent)."""
+        """A counter's or gauge's value from ``/metrics`` (0 when absent): of the series with
+        exactly these labels, or with no labels given, summed over all its series."""
         text = httpx.get(self.url + "/metrics", headers=self.headers(), timeout=10).text
         want = "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
         total = 0.0
@@ -38,7 +39,10 @@ class Running:
             if line.startswith("#"):
                 continue
             key, _, value = line.rpartition(" ")
-            if key == f"mars_serve_{name}{want}" or key == f"mars_serve_{name}_total{want}":
+            series, _, labelled = key.partition("{")
+            if series not in (f"mars_serve_{name}", f"mars_serve_{name}_total"):
+                continue
+            if not labels or "{" + labelled == want:  # no labels asked: every series summed
                 total += float(value)
         return total
 

@@ -15,6 +15,7 @@ Standard library only: the workflow checks its config with it before any job sta
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 import unicodedata
@@ -44,6 +45,26 @@ _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 def redact(text: object) -> str:
     """``text`` with the credentials of every URL in it replaced by ``***``."""
     return _BARE_USERINFO.sub("***@", _USERINFO.sub(r"\1***@", str(text)))
+
+
+class Redacting(logging.Filter):
+    """Hides the credentials of every URL in a log record: an HTTP client library's own log
+    lines (httpx logs each request's URL at INFO) say no more than our messages do."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        hidden = redact(message)
+        if hidden != message:
+            record.msg, record.args = hidden, None
+        return True
+
+
+def hide_credentials_in_logs(*loggers: str) -> None:
+    """Install :class:`Redacting` on the named loggers (once each)."""
+    for name in loggers:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, Redacting) for f in logger.filters):
+            logger.addFilter(Redacting())
 
 
 def printable(text: object, limit: int = 200) -> str:

@@ -380,14 +380,15 @@ class MarsServer:
     # -- pass-through ------------------------------------------------------------------------
 
     def _client(self, u: Upstream) -> httpx.AsyncClient:
-        """The pass-through client of a replica (its URL as the backend connects to it, with the
-        backend's headers: the upstream key)."""
+        """The pass-through client of a replica: the backend's URL, headers (the upstream key)
+        and transport, on the server's event loop."""
         http = u.backend.http
         if u.url not in self._clients:
             self._clients[u.url] = httpx.AsyncClient(
                 base_url=http.base_url,
                 headers=http.headers,
-                timeout=httpx.Timeout(http.timeout, connect=10.0),
+                timeout=httpx.Timeout(http.timeout, connect=http.connect_timeout),
+                transport=http.transport,
             )
         return self._clients[u.url]
 
@@ -434,8 +435,8 @@ class MarsServer:
                 return Response(content, status_code=upstream.status_code, headers=headers)
 
             async def relay() -> AsyncIterator[bytes]:
-                try:
-                    async for part in upstream.aiter_raw():
+                try:  # decoded: the content-encoding header is not relayed
+                    async for part in upstream.aiter_bytes():
                         yield part
                 except httpx.HTTPError as exc:
                     self.metrics.upstream_errors.labels(u.url).inc()

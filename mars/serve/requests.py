@@ -189,7 +189,9 @@ def _neutral(value: Any, accepted: tuple[Any, ...]) -> bool:
 def _json_type(v: Any) -> str:
     """What a JSON value is, for a message that must not quote it (it may be huge)."""
     names = {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}
-    return next((w for t, w in names.items() if isinstance(v, t)), "a number" if _num(v) else "null")
+    return next(
+        (w for t, w in names.items() if isinstance(v, t)), "a number" if _num(v) else "null"
+    )
 
 
 def _quoted(v: Any) -> str:

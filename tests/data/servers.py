@@ -345,6 +345,8 @@ class FakeServer:
                 },
             )
         ids = b["prompt"]
+        if isinstance(ids, str):  # a text prompt (a passed-through request)
+            ids = self.tok.encode(ids)
         toks, finished, tops, cached = self.run(ids, b["max_tokens"], b.get("seed", 0), bool(k))
         logprobs = None
         if k is not None:

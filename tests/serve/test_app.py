@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 
+from serve.common import fakes  # noqa: E402
 from serving import serving  # noqa: E402
 
 from mars.cli import app as cli  # noqa: E402
@@ -321,7 +322,10 @@ def test_the_cli_refuses_bad_defaults_in_one_line():
     res = CliRunner().invoke(
         cli, ["serve", "--upstream", "synthetic", "--traces", "9", "--max-traces", "8"]
     )
-    assert res.exit_code == 2 and "--traces 9 + --warmup 16: more than --max-traces 8 traces" in res.output
+    assert (
+        res.exit_code == 2
+        and "--traces 9 + --warmup 16: more than --max-traces 8 traces" in res.output
+    )
     res = CliRunner().invoke(cli, ["serve", "--upstream", "http://127.0.0.1:9", "--port", "1"])
     assert res.exit_code == 2 and "cannot connect to the server at http://127.0.0.1:9" in res.output
     assert json.dumps(res.output).count("\\n") == 1
@@ -332,24 +336,13 @@ def test_the_cli_refuses_bad_defaults_in_one_line():
 # demand, which a real server will not (the real kill is in tests/serve/test_llama_server.py)
 
 
-def _fakes():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "data" / "servers.py"
-    spec = importlib.util.spec_from_file_location("fake_servers", path)
-    fake = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fake)
-    return fake
-
-
 @pytest.mark.slow
 def test_a_replica_that_fails_every_try_hands_its_traces_to_another_then_502(monkeypatch):
     from mars.serve.upstreams import Upstreams
 
     # a fails its completions only: asked again (/v1/models) it would come back mid-test
     monkeypatch.setattr("mars.serve.upstreams.REVIVE_S", float("inf"))
-    fake = _fakes()
+    fake = fakes()
     servers = {"a.test": fake.FakeServer("vllm"), "b.test": fake.FakeServer("vllm")}
 
     async def route(request):

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from ...errors import MarsError
 from .. import cancel
-from ..endpoint import check_base_url, redact
+from ..endpoint import check_base_url, hide_credentials_in_logs, redact
 from .errors import (
     RESUME,
     ServerBusy,
@@ -33,6 +33,7 @@ from .errors import (
 from .protocol import one_line
 from .retry import RetryPolicy
 
+hide_credentials_in_logs("httpx", "httpcore")
 log = logging.getLogger(__name__)
 
 #: The most bytes an answer may take: a frame (an error page, the answer's fields), per token
@@ -267,7 +268,9 @@ class Http:
                         policy.tries,
                     )
                     await asyncio.sleep(wait)
-        message = f"the server at {self.shown} failed {policy.tries} times on {path}: {why}; {RESUME}"
+        message = (
+            f"the server at {self.shown} failed {policy.tries} times on {path}: {why}; {RESUME}"
+        )
         err = ServerBusy(message, status=status) if failed is ServerBusy else failed(message)
         err.hint = RESUME
         raise err
@@ -354,7 +357,7 @@ def _parse_sse(data: bytes, url: str) -> list:
             break
         try:
             events.append(json.loads(payload))
-        except ValueError:
+        except (ValueError, RecursionError):  # as Http.json: a nesting too deep is not JSON here
             raise ServerError(f"{url}: a streamed event that is not JSON") from None
     return events
 

@@ -1,0 +1,300 @@
+"""``mars serve`` against hostile clients and misbehaving upstreams: every status honest (an OpenAI
+error object with the right code, never a plain-text 500, a traceback or a 200 carrying an error),
+nothing served that a client should not see, every request admitted before its answer starts.
+
+Upstream faults come from the fake servers of ``tests/data/servers.py`` (a real server will not
+fail on demand); the rest runs on the synthetic engine."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import socket
+import threading
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("starlette")
+
+from serve.common import (  # noqa: E402
+    QUESTION,
+    SMALL,
+    fake_upstreams,
+    fakes,
+    post_in_thread,
+    wait_for,
+)
+from serving import serving  # noqa: E402
+
+from mars.serve.requests import Defaults  # noqa: E402
+
+FAST = Defaults(traces=16, warmup=4, spacing=2048, max_tokens=16384)
+#: a question that runs for seconds on the synthetic engine: sc never stops, 256 checkpoints
+SLOW = {"prompt": QUESTION, "seed": 1, "max_tokens": 16384,
+        "mars": {"traces": 64, "spacing": 64, "method": "sc"}}  # fmt: skip
+
+
+def _is_openai_error(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json"), r.headers
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and "\n" not in err["message"]
+    return err
+
+
+def test_a_password_in_an_upstream_url_is_never_shown(monkeypatch, caplog):
+    """The 502 a client gets when the upstream fails, /health, every /metrics label and the log
+    name the upstream with its credentials hidden; the upstream still gets them."""
+    monkeypatch.setattr("mars.serve.upstreams.REVIVE_S", float("inf"))
+    fake = fakes()
+    server = fake.FakeServer("vllm")
+    password = "s3cret-Pw"
+    token = base64.b64encode(f"admin:{password}".encode()).decode()
+    ups = fake_upstreams({f"http://admin:{password}@a.test": server}, retries=0)
+    seen_auth: list[str] = []
+    handler = server.handler
+
+    async def spy(request):
+        seen_auth.append(request.headers.get("authorization", ""))
+        return await handler(request)
+
+    server.handler = spy
+    with caplog.at_level(logging.INFO), serving(ups, SMALL) as running:
+        ok = httpx.post(running.url + "/v1/completions", json={"prompt": "2 + 3?", "n": 4})
+        assert ok.status_code == 200, ok.text
+        server.fail = [503] * 10_000
+        r = httpx.post(running.url + "/v1/completions", json={"prompt": "2 + 3?", "n": 4})
+        err = _is_openai_error(r, 502)
+        assert "a.test" in err["message"] and "***@" in err["message"]
+        health = httpx.get(running.url + "/health")
+        metrics = httpx.get(running.url + "/metrics").text
+        assert 'upstream="http://***@a.test"' in metrics
+    shown = r.text + health.text + metrics + caplog.text
+    assert password not in shown and token not in shown and "admin:" not in shown
+    assert "upstream http://***@a.test is down" in caplog.text
+    assert f"Basic {token}" in seen_auth  # the credentials still reach the upstream
+    ups.close()
+
+
+def test_health_tells_anyone_whether_it_is_up_and_only_a_key_holder_what_is_behind_it():
+    with serving(["synthetic"], FAST, api_key="sk-health-key") as running:
+        anonymous = httpx.get(running.url + "/health")
+        assert anonymous.status_code == 200 and anonymous.json() == {"status": "ok"}
+        wrong = httpx.get(running.url + "/health", headers={"Authorization": "Bearer nope"})
+        assert wrong.json() == {"status": "ok"}
+        full = httpx.get(running.url + "/health", headers=running.headers()).json()
+        assert full["status"] == "ok" and "upstreams" in full
+
+
+def test_a_failing_upstream_is_a_502_in_an_http_clients_words(monkeypatch):
+    """Not the command line's 'rerun the same command to resume'."""
+    monkeypatch.setattr("mars.serve.upstreams.REVIVE_S", float("inf"))
+    fake = fakes()
+    server = fake.FakeServer("vllm")
+    ups = fake_upstreams({"http://b.test": server}, retries=1)
+    with serving(ups, SMALL) as running:
+        server.fail = [503] * 10_000
+        r = httpx.post(running.url + "/v1/completions", json={"prompt": "2 + 3?", "n": 4})
+        err = _is_openai_error(r, 502)
+        assert err["type"] == "upstream_error" and "http://b.test" in err["message"]
+        assert "rerun" not in err["message"] and "command" not in err["message"]
+    ups.close()
+
+
+def test_an_upstream_event_nested_too_deep_is_a_502():
+    """A streamed event nested 50,000 deep (a hostile llama.cpp) is the one-line 502 the JSON
+    reader gives, not a RecursionError's 500."""
+    fake = fakes()
+    deep = b"data: " + b"[" * 50_000 + b"]" * 50_000 + b"\n\n"
+    server = fake.FakeServer(  # the streamed requests only: the backend's checks at start pass
+        "llama.cpp", mangle=lambda answer, body: deep if body.get("stream") else answer
+    )
+    ups = fake_upstreams({"http://c.test": server}, retries=0)
+    with serving(ups, SMALL) as running:
+        r = httpx.post(running.url + "/v1/completions", json={"prompt": "2 + 3?", "n": 4})
+        err = _is_openai_error(r, 502)
+        assert "a streamed event that is not JSON" in err["message"]
+    ups.close()
+
+
+def test_streamed_requests_beyond_the_queue_are_real_429s():
+    """Admission is decided before a stream starts: of six streamed requests arriving together
+    at --max-active 1 --max-queue 1, two are answered whole and four are HTTP 429 with
+    Retry-After — no 200 carrying an error event — and /metrics counts what was sent."""
+    with serving(["synthetic"], FAST, max_active=1, max_queue=1) as running:
+        body = {**SLOW, "stream": True, "mars": {**SLOW["mars"], "spacing": 512}}
+        results: list = []
+        barrier = threading.Barrier(6)
+
+        def go(seed: int):
+            barrier.wait()
+            with httpx.stream(
+                "POST", running.url + "/v1/completions", json={**body, "seed": seed}, timeout=120
+            ) as r:
+                results.append((r, r.read().decode()))
+
+        threads = [threading.Thread(target=go, args=(k,)) for k in range(6)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        ok = [text for r, text in results if r.status_code == 200]
+        refused = [r for r, _ in results if r.status_code != 200]
+        assert len(ok) == 2 and len(refused) == 4, [r.status_code for r, _ in results]
+        for text in ok:
+            assert '"error"' not in text and text.rstrip().endswith("data: [DONE]")
+        for r in refused:
+            err = _is_openai_error(r, 429)
+            assert err["type"] == "rate_limit_error" and int(r.headers["retry-after"]) >= 1
+        assert running.metric("requests", route="/v1/completions", status="429") == 4
+        assert running.metric("requests", route="/v1/completions", status="200") == 2
+
+
+def test_a_whole_answer_request_that_loses_its_client_in_the_queue_leaves_it():
+    """It never starts: the queue empties at once, the question that held the slot goes on."""
+    with serving(["synthetic"], FAST, max_active=1, max_queue=4) as running:
+        results: list = []
+        t = post_in_thread(running.url + "/v1/completions", SLOW, results)
+        wait_for(lambda: running.state.scheduler.active == 1)
+        payload = httpx.Request("POST", "http://x/v1/completions", json={**SLOW, "seed": 2})
+        port = int(running.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            head = (
+                f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload.content)}\r\n\r\n"
+            )
+            sock.sendall(head.encode() + payload.content)
+            wait_for(lambda: running.state.scheduler.queued == 1)
+        wait_for(lambda: running.state.scheduler.queued == 0, timeout=10)
+        assert running.state.scheduler.active == 1 and t.is_alive()
+        assert running.metric("left_queue") == 1
+        t.join()
+        assert [s for s, _, _ in results] == [200]
+        assert running.metric("questions") == 1 and running.metric("cancelled") == 0
+
+
+def test_pass_through_requests_go_through_the_queue(caplog):
+    """Eight plain requests at --max-active 1 --max-queue 2: one runs, two wait, five are 429
+    with Retry-After; never two at the upstream at once, every answer whole, nothing in the log
+    above a warning, and the replica's load counts them while they run."""
+    fake = fakes()
+    server = fake.FakeServer("vllm", delay=0.3)
+    ups = fake_upstreams({"http://d.test": server})
+    with (
+        caplog.at_level(logging.WARNING),
+        serving(ups, SMALL, max_active=1, max_queue=2) as running,
+    ):
+        model = running.state.model
+        body = {"model": model, "prompt": "2 + 3?", "max_tokens": 8, "seed": 1}
+        results: list = []
+        barrier = threading.Barrier(8)
+
+        def go():
+            barrier.wait()
+            r = httpx.post(running.url + "/v1/completions", json=body, timeout=60)
+            results.append(r)
+
+        threads = [threading.Thread(target=go) for _ in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        statuses = sorted(r.status_code for r in results)
+        assert statuses == [200] * 3 + [429] * 5, statuses
+        for r in results:
+            if r.status_code == 200:
+                assert r.json()["choices"][0]["text"]
+            else:
+                _is_openai_error(r, 429)
+                assert int(r.headers["retry-after"]) >= 1
+        assert server.most_in_flight == 1
+        assert running.metric("requests", route="/v1/completions", status="200") == 3
+        assert running.metric("requests", route="/v1/completions", status="429") == 5
+        assert ups.list[0].in_flight == 0 and running.state.scheduler.active == 0
+    assert not [r for r in caplog.records if r.levelno > logging.WARNING]
+    ups.close()
+
+
+def test_a_streamed_pass_through_holds_its_slot_while_it_runs():
+    fake = fakes()
+    server = fake.FakeServer("vllm", delay=1.0)
+    ups = fake_upstreams({"http://e.test": server})
+    with serving(ups, SMALL, max_active=1, max_queue=0) as running:
+        body = {"prompt": "2 + 3?", "max_tokens": 8, "seed": 1, "stream": True}
+        results: list = []
+        t = post_in_thread(running.url + "/v1/completions", body, results)
+        wait_for(lambda: server.in_flight == 1)
+        assert running.state.scheduler.active == 1 and ups.list[0].in_flight == 1
+        busy = httpx.post(running.url + "/v1/completions", json={**body, "stream": False})
+        _is_openai_error(busy, 429)
+        t.join()
+        assert results[0][0] == 200
+        wait_for(lambda: running.state.scheduler.active == 0 and ups.list[0].in_flight == 0)
+    ups.close()
+
+
+HOSTILE = [
+    # (body, status, param, words in the message)
+    ({"prompt": "x", "n": 4, "mars": {"method": 5}}, 400, "mars.method", "a method's name"),
+    ({"prompt": "x", "n": 4, "mars": {"method": ["sc"]}}, 400, "mars.method", "not a list"),
+    ({"prompt": "x", "n": 4, "mars": {"method": {}}}, 400, "mars.method", "not an object"),
+    ({"prompt": "x", "n": 4, "mars": {"return_traces": "no"}}, 400, "mars.return_traces", ""),
+    ({"prompt": "x", "n": 4, "mars": {"return_traces": []}}, 400, "mars.return_traces", ""),
+    ({"prompt": "\ud800", "n": 4}, 400, "prompt", "lone surrogate (\\ud800)"),
+    ({"messages": [{"role": "user", "content": "a\udfff"}], "n": 4}, 400, "messages", "surrogate"),
+    ({"prompt": "x", "n": 4, "response_format": {"type": "json_object"}}, 400, "response_format",
+     "not supported in a MARS request"),
+    ({"prompt": "x", "n": 4, "tool_choice": "auto"}, 400, "tool_choice", "not supported"),
+    ({"prompt": "x", "n": 4, "logit_bias": {"50256": -100}}, 400, "logit_bias", "not supported"),
+    ({"prompt": "x", "n": 4, "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
+    ({"prompt": "x", "n": 4, "frequency_penalty": 1}, 400, "frequency_penalty", "not supported"),
+    ({"prompt": "x", "n": 2, "mars": {"warmup": 200}}, 400, "mars.warmup",
+     "n 2 + mars.warmup 200: more traces than this server's --max-traces 64"),
+    ({"prompt": "x", "n": ["a"] * 10_000, "mars": {}}, 400, "n", "n a list: must be a whole"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hostile_server():
+    with serving(["synthetic"], Defaults(traces=16, warmup=4, max_traces=64)) as running:
+        yield running
+
+
+@pytest.mark.parametrize(("body", "status", "param", "words"), HOSTILE)
+def test_hostile_bodies_are_400_openai_errors(hostile_server, body, status, param, words):
+    import json
+
+    raw = json.dumps(body).encode()  # lone surrogates as \ud800 escapes, as a client sends them
+    r = httpx.post(
+        hostile_server.url + "/v1/completions",
+        content=raw,
+        headers={"Content-Type": "application/json"},
+    )
+    err = _is_openai_error(r, status)
+    assert err["param"] == param and words in err["message"], err
+
+
+def test_neutral_values_of_unsupported_fields_are_accepted(hostile_server):
+    """What a harness sends by default (penalties 0, no logit bias, text format) asks for
+    nothing a MARS request cannot do."""
+    body = {"prompt": QUESTION, "n": 4, "presence_penalty": 0, "frequency_penalty": 0.0,
+            "logit_bias": {}, "response_format": {"type": "text"}, "tool_choice": "none"}  # fmt: skip
+    r = httpx.post(hostile_server.url + "/v1/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+        b'{"prompt": "x", "n": 2, "mars": ' + b"[" * 70 + b"]" * 70 + b"}",
+    ],  # fmt: skip
+    ids=["list", "object", "shallow-but-over-64"],
+)
+def test_a_body_nested_too_deep_is_one_line(hostile_server, raw):
+    r = httpx.post(hostile_server.url + "/v1/chat/completions", content=raw)
+    err = _is_openai_error(r, 400)
+    assert "nested more than 64 deep" in err["message"]
