@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..engines import cancel
-from ..engines.generate import backend_info, token_cap
 from ..engines.endpoint import shown
+from ..engines.generate import backend_info, token_cap
 from ..errors import MarsError, first_line
 from ..live import Checkpoint, LiveRun, solve
 from ..store.problems import Problem

@@ -190,7 +190,7 @@ class Router:
     def request(self, path: str, body: dict) -> tuple[int, Any]:
         """(status, JSON) of ``POST path`` from the first live replica that answers (the
         tokenizer's questions)."""
-        last: Exception | None = None
+        last: ServerUnavailable | None = None
         for u in self.live() or self.upstreams:
             http = u.backend.http
             try:
@@ -360,8 +360,9 @@ class Upstreams:
                     or be.vocab_digest() != first.vocab_digest()
                 ):
                     raise UsageError(
-                        f"--upstream {redact(url)}: a {be.protocol.kind} server of another tokenizer than "
-                        f"{first.base_url}'s: the upstreams must be replicas of one model"
+                        f"--upstream {redact(url)}: a {be.protocol.kind} server of another "
+                        f"tokenizer than {first.base_url}'s: the upstreams must be replicas of one "
+                        "model"
                     )
         except BaseException:
             self.close()

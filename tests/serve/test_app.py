@@ -21,7 +21,6 @@ from typer.testing import CliRunner
 openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 
-from serve.common import fakes  # noqa: E402
 from serving import serving  # noqa: E402
 
 from mars.cli import app as cli  # noqa: E402
@@ -30,6 +29,7 @@ from mars.live import replay_run  # noqa: E402
 from mars.serve.requests import Defaults  # noqa: E402
 from mars.serve.upstreams import Upstreams  # noqa: E402
 from mars.store.pool import open_pool  # noqa: E402
+from serve.common import fakes  # noqa: E402
 
 FAST = Defaults(traces=16, warmup=4, spacing=2048, max_tokens=16384)
 QUESTION = "What is the sum of the first 20 positive integers?"

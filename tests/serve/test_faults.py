@@ -18,6 +18,9 @@ import pytest
 openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 
+from serving import serving  # noqa: E402
+
+from mars.serve.requests import Defaults  # noqa: E402
 from serve.common import (  # noqa: E402
     QUESTION,
     SMALL,
@@ -26,14 +29,15 @@ from serve.common import (  # noqa: E402
     post_in_thread,
     wait_for,
 )
-from serving import serving  # noqa: E402
-
-from mars.serve.requests import Defaults  # noqa: E402
 
 FAST = Defaults(traces=16, warmup=4, spacing=2048, max_tokens=16384)
 #: a question that runs for seconds on the synthetic engine: sc never stops, 256 checkpoints
-SLOW = {"prompt": QUESTION, "seed": 1, "max_tokens": 16384,
-        "mars": {"traces": 64, "spacing": 64, "method": "sc"}}  # fmt: skip
+SLOW = {
+    "prompt": QUESTION,
+    "seed": 1,
+    "max_tokens": 16384,
+    "mars": {"traces": 64, "spacing": 64, "method": "sc"},
+}
 
 
 def _is_openai_error(r: httpx.Response, status: int) -> dict:
@@ -244,16 +248,24 @@ HOSTILE = [
     ({"prompt": "x", "n": 4, "mars": {"return_traces": []}}, 400, "mars.return_traces", ""),
     ({"prompt": "\ud800", "n": 4}, 400, "prompt", "lone surrogate (\\ud800)"),
     ({"messages": [{"role": "user", "content": "a\udfff"}], "n": 4}, 400, "messages", "surrogate"),
-    ({"prompt": "x", "n": 4, "response_format": {"type": "json_object"}}, 400, "response_format",
-     "not supported in a MARS request"),
+    (
+        {"prompt": "x", "n": 4, "response_format": {"type": "json_object"}},
+        400,
+        "response_format",
+        "not supported in a MARS request",
+    ),
     ({"prompt": "x", "n": 4, "tool_choice": "auto"}, 400, "tool_choice", "not supported"),
     ({"prompt": "x", "n": 4, "logit_bias": {"50256": -100}}, 400, "logit_bias", "not supported"),
     ({"prompt": "x", "n": 4, "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
     ({"prompt": "x", "n": 4, "frequency_penalty": 1}, 400, "frequency_penalty", "not supported"),
-    ({"prompt": "x", "n": 2, "mars": {"warmup": 200}}, 400, "mars.warmup",
-     "n 2 + mars.warmup 200: more traces than this server's --max-traces 64"),
+    (
+        {"prompt": "x", "n": 2, "mars": {"warmup": 200}},
+        400,
+        "mars.warmup",
+        "n 2 + mars.warmup 200: more traces than this server's --max-traces 64",
+    ),
     ({"prompt": "x", "n": ["a"] * 10_000, "mars": {}}, 400, "n", "n a list: must be a whole"),
-]  # fmt: skip
+]
 
 
 @pytest.fixture(scope="module")
@@ -279,8 +291,15 @@ def test_hostile_bodies_are_400_openai_errors(hostile_server, body, status, para
 def test_neutral_values_of_unsupported_fields_are_accepted(hostile_server):
     """What a harness sends by default (penalties 0, no logit bias, text format) asks for
     nothing a MARS request cannot do."""
-    body = {"prompt": QUESTION, "n": 4, "presence_penalty": 0, "frequency_penalty": 0.0,
-            "logit_bias": {}, "response_format": {"type": "text"}, "tool_choice": "none"}  # fmt: skip
+    body = {
+        "prompt": QUESTION,
+        "n": 4,
+        "presence_penalty": 0,
+        "frequency_penalty": 0.0,
+        "logit_bias": {},
+        "response_format": {"type": "text"},
+        "tool_choice": "none",
+    }
     r = httpx.post(hostile_server.url + "/v1/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
 
@@ -291,7 +310,7 @@ def test_neutral_values_of_unsupported_fields_are_accepted(hostile_server):
         b"[" * 100_000 + b"]" * 100_000,
         b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
         b'{"prompt": "x", "n": 2, "mars": ' + b"[" * 70 + b"]" * 70 + b"}",
-    ],  # fmt: skip
+    ],
     ids=["list", "object", "shallow-but-over-64"],
 )
 def test_a_body_nested_too_deep_is_one_line(hostile_server, raw):

@@ -18,14 +18,14 @@ from typer.testing import CliRunner
 
 pytest.importorskip("starlette")
 
-from serving import serving  # noqa: E402
+from serving import serving
 
-from mars.cli import app as cli  # noqa: E402
-from mars.live import replay_run  # noqa: E402
-from mars.serve.record import Recorder  # noqa: E402
-from mars.serve.requests import Defaults  # noqa: E402
-from mars.store import schema  # noqa: E402
-from mars.store.pool import PoolError, open_pool  # noqa: E402
+from mars.cli import app as cli
+from mars.live import replay_run
+from mars.serve.record import Recorder
+from mars.serve.requests import Defaults
+from mars.store import schema
+from mars.store.pool import PoolError, open_pool
 
 FAST = Defaults(method="sc-mars-cal", traces=8, warmup=4, spacing=2048, max_tokens=16384)
 #: each write of a question, in the order they happen: where the fault is injected
@@ -107,9 +107,22 @@ def test_a_pool_whose_question_numbers_repeat_is_refused_by_every_reader(tmp_pat
         open_pool(pool)
     for args in (
         ["replay", str(pool)],
-        ["simulate", str(pool), "-m", "sc", "--budget", "4", "--warmup", "4", "--iterations",
-         "2", "--out", str(tmp_path / "sim"), "-q"],
-    ):  # fmt: skip
+        [
+            "simulate",
+            str(pool),
+            "-m",
+            "sc",
+            "--budget",
+            "4",
+            "--warmup",
+            "4",
+            "--iterations",
+            "2",
+            "--out",
+            str(tmp_path / "sim"),
+            "-q",
+        ],
+    ):
         res = CliRunner().invoke(cli, args)
         assert res.exit_code == 2 and "appears more than once" in res.output, res.output
     assert not (tmp_path / "sim").exists()

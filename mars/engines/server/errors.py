@@ -16,7 +16,6 @@ from typing import Self
 from ...errors import MarsError
 from .retry import RETRY_STATUS
 
-
 #: What a command-line user can do about a server that failed every try (the stages resume).
 RESUME = "rerun the same command to resume"
 

@@ -7,6 +7,8 @@ question and trace.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 
@@ -35,7 +37,7 @@ def check_qids(qids: list[int], source: str) -> list[int]:
     qids = sorted(qids)
     if qids and qids[0] < 0:
         raise PoolError(f"{source}: question id {qids[0]} is negative (ids are 0, 1, 2, ...)")
-    twice = next((a for a, b in zip(qids, qids[1:]) if a == b), None)
+    twice = next((a for a, b in itertools.pairwise(qids) if a == b), None)
     if twice is not None:
         raise PoolError(
             f"{source}: question id {twice} appears more than once (a pool's question ids are "
