@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engines.endpoint import shown
+from ..engines.endpoint import printable, shown
 from ..errors import MarsError, UsageError
 from ..live import live_grid, live_settings
 from ..method.registry import DEFAULT_METHOD, Method, live_method
@@ -155,10 +155,11 @@ def read_body(raw: bytes) -> dict:
                 value.encode("utf-8")
             except UnicodeEncodeError as exc:
                 bad = value[exc.start].encode("unicode_escape").decode()
+                field = printable(where.split(".")[0].split("[")[0], 40) or None
                 raise BadRequest(
-                    f"{where or 'the request body'}: holds a lone surrogate ({bad}), not valid "
-                    "Unicode text",
-                    where.split(".")[0].split("[")[0] or None,
+                    f"{printable(where, 80) or 'the request body'}: holds a lone surrogate "
+                    f"({bad}), not valid Unicode text",
+                    field,
                 ) from None
             continue
         if isinstance(value, (dict, list)) and depth >= MAX_DEPTH:
