@@ -19,8 +19,9 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from serve.common import SMALL, fake_upstreams, fakes, wait_for  # noqa: E402
-from serving import serving  # noqa: E402
+from serving import serving
+
+from serve.common import SMALL, fake_upstreams, fakes, wait_for
 
 pytestmark = pytest.mark.slow
 
