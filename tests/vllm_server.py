@@ -66,7 +66,8 @@ REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
 SERVED_NAME = "SmolLM2-135M-Instruct"
 #: bump when the conversion below writes something else
 CONVERT_VERSION = 1
-#: how the tests, CI and the benchmark start vLLM, and what each flag is for (docs/backends.md)
+#: how the tests, CI and the benchmark start vLLM (what each flag is for:
+#: research/engines/results/servers.md)
 FLAGS = (
     "--dtype", "bfloat16",  # the CPU backend's fast path (float32 is slower, float16 unsupported)
     "--max-model-len", "2048",  # the context check (/v1/models max_model_len)

@@ -22,7 +22,8 @@ in each state later left their answer and where they ended:
 
 The first version (issue 14; kept, without ``Transitions``, for comparison) took the leaving rate
 from the answer-blind learned q and the landing from θ, which counts the traces that stayed: on a
-question whose early attractor is later overtaken it was sure of the attractor (docs/beyond.md).
+question whose early attractor is later overtaken it was sure of the attractor
+(research/beyond/results/writeup.md).
 
 No cross-question artifact is needed: per question the rule reads the warmup traces' answers at
 every checkpoint, whether they were still running there, their final answers (and, for DeepConf,
