@@ -1,10 +1,10 @@
 """The package's folders are its layers, and imports only go down: the storage layer
 (``mars.store``) imports no other layer, the method core (``mars.method``) only the storage layer,
-the engines (``mars.engines``) those two; the stages (``mars.fit``, ``mars.simulate``,
-``mars.analyze``, ``mars.live``) sit on those three and never on one another, except through the
-readers of what another stage writes; the report reads only those readers; the command line and
-the proxy (``mars serve``) sit on top. No import cycle, and no calibration tooling in the runtime
-package."""
+the engines (``mars.engines``) those two; the stages (``mars.generate``, ``mars.fit``,
+``mars.simulate``, ``mars.analyze``, ``mars.live``) sit on those three and never on one another,
+except through the readers of what another stage writes; the report reads only those readers; the
+command line and the proxy (``mars serve``) sit on top. No import cycle, and no calibration tooling
+in the runtime package."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ ALLOWED = {
 
 
 #: the stage packages: each owns its driver and the formats of what it writes
-STAGES = ("mars.fit", "mars.simulate", "mars.analyze", "mars.live")
+STAGES = ("mars.generate", "mars.fit", "mars.simulate", "mars.analyze", "mars.live")
 #: the modules of a stage that read what it wrote, all another stage or the report may import of it
 #: (a simulation reads a fit directory; the analysis and the report read a simulation's outputs)
 READERS = {"mars.fit.fitdir", "mars.simulate.runs", "mars.simulate.candidates"}
