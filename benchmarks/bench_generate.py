@@ -5,7 +5,7 @@
 
 Generates a pool (default: 30 questions x 512 traces with per-token confidences, the issue's
 target: under a minute on 2 cores) into a temporary folder through
-``mars.engines.generate.generate_pool``
+``mars.generate.generate_pool``
 -- the same path as ``mars generate`` -- and prints one line of JSON: wall time, CPU time (this
 process and its workers), the 1-minute load average at the end (other jobs on the machine inflate
 wall time), traces, tokens, throughput and MB on disk (trace files / whole pool).
@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mars.engines.generate import generate_pool
 from mars.engines.synthetic import SyntheticBackend
+from mars.generate import generate_pool
 from mars.store.pool import open_pool
 from mars.store.problems import load_problems
 from mars.store.problems import parse_question_spec as parse_qids

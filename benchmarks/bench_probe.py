@@ -145,9 +145,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from mars.engines.generate import generate_pool
-    from mars.engines.probe import probe_pool
     from mars.engines.transformers import TransformersBackend
+    from mars.generate import generate_pool, probe_pool
     from mars.store.problems import load_problems
 
     torch.set_num_threads(a.threads)

@@ -56,8 +56,8 @@ OUT = HERE / "out"
 def build_pool(path: Path, n_questions: int, n_traces: int) -> Path:
     if (path / "pool.json").exists():
         return path
-    from mars.engines.generate import generate_pool
     from mars.engines.synthetic import SyntheticBackend
+    from mars.generate import generate_pool
 
     backend = SyntheticBackend("deepseek-r1-0528-qwen3-8b")
     t0 = time.perf_counter()

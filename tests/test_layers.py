@@ -1,14 +1,16 @@
 """The package's folders are its layers, and imports only go down: the storage layer
 (``mars.store``) imports no other layer, the method core (``mars.method``) only the storage layer,
-the engines (``mars.engines``) those two; the stages (``mars.fit``, ``mars.simulate``,
-``mars.analyze``, ``mars.live``) sit on those three and never on one another, except through the
-readers of what another stage writes; the report reads only those readers; the command line and
-the proxy (``mars serve``) sit on top. No import cycle, and no calibration tooling in the runtime
-package."""
+the engines (``mars.engines``) those two; the stages (``mars.generate``, ``mars.fit``,
+``mars.simulate``, ``mars.analyze``, ``mars.live``) sit on those three and never on one another,
+except through the readers of what another stage writes; the report reads only those readers; the
+command line and the proxy (``mars serve``) sit on top. No import cycle, and no calibration tooling
+in the runtime package."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +25,15 @@ ALLOWED = {
 
 
 #: the stage packages: each owns its driver and the formats of what it writes
-STAGES = ("mars.fit", "mars.simulate", "mars.analyze", "mars.live")
+STAGES = ("mars.generate", "mars.fit", "mars.simulate", "mars.analyze", "mars.live")
+#: each stage's drivers, what its package exports from its ``__init__``
+DRIVERS = {
+    "mars.generate": ("generate_pool", "probe_pool"),
+    "mars.fit": ("fit_pool",),
+    "mars.simulate": ("simulate_pool",),
+    "mars.analyze": ("analyze",),
+    "mars.live": ("solve", "solve_pool", "replay_run"),
+}
 #: the modules of a stage that read what it wrote, all another stage or the report may import of it
 #: (a simulation reads a fit directory; the analysis and the report read a simulation's outputs)
 READERS = {"mars.fit.fitdir", "mars.simulate.runs", "mars.simulate.candidates"}
@@ -91,6 +101,29 @@ def test_a_stage_imports_the_layers_below_and_of_another_stage_only_its_readers(
     for reader in READERS:
         path = MARS.parent / (reader.replace(".", "/") + ".py")
         assert all(t in READERS or layer_of(t) not in STAGES for t in imports_of(path)), reader
+
+
+def test_each_stage_package_exports_its_drivers():
+    import importlib
+
+    assert set(DRIVERS) == set(STAGES)
+    for stage, names in DRIVERS.items():
+        package = importlib.import_module(stage)
+        for name in names:
+            assert name in package.__all__ and callable(getattr(package, name)), (stage, name)
+
+
+def test_a_stages_readers_load_no_driver():
+    """A stage's ``__init__`` exports its driver lazily where other stages import its readers: a
+    simulation reading a fit directory, or the report reading runs, loads neither fitter nor
+    simulator."""
+    code = (
+        "import sys\n"
+        f"import {', '.join(sorted(READERS))}\n"
+        "print(sorted(m for m in sys.modules if m.endswith('.driver')))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"
 
 
 def test_no_import_cycle():

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 from util import write_layout_pool
 
-from mars.engines.generate import generate_pool
-from mars.engines.probe import probe_pool
 from mars.engines.synthetic import SyntheticBackend
 from mars.fit.driver import fit_pool
+from mars.generate import generate_pool, probe_pool
 from mars.live import solve_pool
 from mars.method.registry import parse_methods
 from mars.method.settings import Settings

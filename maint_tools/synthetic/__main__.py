@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 from scipy import special
 
-from mars.engines.generate import generate_pool
 from mars.engines.synthetic import SyntheticBackend, load_preset
+from mars.generate import generate_pool
 from mars.store.problems import load_problems
 
 from .common import EVAL_SEEDS, FIT_SEEDS, REAL_TRACES

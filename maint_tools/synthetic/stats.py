@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mars.engines.generate import generate_pool
 from mars.engines.synthetic import SyntheticBackend
+from mars.generate import generate_pool
 from mars.store import schema
 from mars.store.problems import load_problems
 

@@ -49,7 +49,7 @@ def generate(
 ):
     """Generate traces and probe them every `spacing` tokens (resumable; sharded)."""
     from ..engines.factory import make_backend
-    from ..engines.generate import generate_pool
+    from ..generate import generate_pool
     from ..store.atomic import check_apart
 
     opts = dict(engine_options or {})
@@ -129,7 +129,7 @@ def probe(
     engine_options: dict | None = None,
 ):
     """Probe stored traces again, at any spacing and with any probe model (no regeneration)."""
-    from ..engines.probe import probe_backend, probe_pool
+    from ..generate import probe_backend, probe_pool
     from ..store.atomic import check_apart
     from ..store.pool import LayoutPool, open_pool
 

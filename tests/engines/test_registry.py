@@ -12,8 +12,8 @@ from mars.cli import app
 from mars.engines import registry
 from mars.engines.factory import BACKENDS, make_backend
 from mars.engines.options import BY_NAME
-from mars.engines.probe import probe_backend
 from mars.errors import MarsError
+from mars.generate import probe_backend
 
 
 def test_every_engine_resolves_to_a_backend_class_taking_its_own_options():

@@ -31,7 +31,6 @@ from engines.sglang_replay import (
     run,
     toy,
 )
-from mars.engines.generate import generate_pool
 from mars.engines.sglang import (
     EngineOutputError,
     parse_generation,
@@ -40,6 +39,7 @@ from mars.engines.sglang import (
 )
 from mars.engines.tokens import LOGPROB_FLOOR, PROBE_SUFFIX
 from mars.errors import MarsError
+from mars.generate import generate_pool
 from mars.method.answers import normalize_answer
 from mars.store import schema
 from mars.store.consolidate import consolidate

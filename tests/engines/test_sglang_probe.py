@@ -17,11 +17,11 @@ from engines.sglang_replay import (
     make_backend,
     toy,
 )
-from mars.engines.generate import generate_pool
 from mars.engines.sglang import (
     probe_seed,
 )
 from mars.engines.tokens import PROBE_SUFFIX
+from mars.generate import generate_pool
 from mars.store import schema
 
 # -- the probe stage: stored traces probed again (issue 16) --------------------------------------
@@ -45,7 +45,7 @@ def _probe_stage_pool(tmp_path):
 def test_probe_stage_requests_go_tier_by_tier_with_exact_prefixes_and_read_cached_tokens(
     tmp_path,
 ):
-    from mars.engines.probe import probe_pool
+    from mars.generate import probe_pool
 
     pool = _probe_stage_pool(tmp_path)
     stored = pq.read_table(pool / schema.trace_file_name(0)).to_pylist()
@@ -100,7 +100,7 @@ def test_probe_stage_requests_go_tier_by_tier_with_exact_prefixes_and_read_cache
 def test_probe_stage_waves_keep_tiers_within_a_wave(tmp_path):
     """A KV pool too small for every trace's prefix at once: traces go in waves (here one trace
     each), tier by tier within a wave."""
-    from mars.engines.probe import probe_pool
+    from mars.generate import probe_pool
 
     pool = _probe_stage_pool(tmp_path)
     small = ReplayEngine(PROBE["probing"], server_info={"max_total_num_tokens": 300})
@@ -122,7 +122,7 @@ def test_probe_stage_reencodes_traces_of_another_vocabulary():
     and encoded with the probe model's; the probe sees the same text (EOS, a special token, left
     out), and the provenance says so."""
     from mars.engines.base import GeneratorInfo, StoredTrace
-    from mars.engines.probe import probe_positions
+    from mars.generate.probe import probe_positions
 
     gen_rows = PROBE["generation"]  # one request per trace, to the cap
     other = toy.ToyTokenizer(PROBE["other_vocab"], SESSION["eos_token_id"])
@@ -156,7 +156,7 @@ def test_probe_stage_reencodes_traces_of_another_vocabulary():
 
 
 def test_probe_stage_refuses_a_probe_model_too_short_before_any_request(tmp_path):
-    from mars.engines.probe import probe_pool
+    from mars.generate import probe_pool
 
     pool = _probe_stage_pool(tmp_path)
     # trace 1 (24 tokens) probed at its end: prompt 40 + 24 + suffix 26 + 50 = 140 > 139 - 2

@@ -253,7 +253,7 @@ def test_calibration_fast_path_matches_pool_path(tmp_path):
     """The statistics the fit uses (latent model read directly) equal those of a generated pool."""
     from maint_tools.synthetic.stats import compute_stats
     from maint_tools.synthetic.views import views_from_backend, views_from_pool
-    from mars.engines.generate import generate_pool
+    from mars.generate import generate_pool
 
     probs = load_problems("aime_2025")[:4]
     b = SyntheticBackend(TOY, with_confs=False)
@@ -306,7 +306,7 @@ def test_mars_saves_tokens_and_keeps_sc_accuracy_on_generated_pools(tmp_path, ai
     flip, moves the mean by up to 1.1 points). Savings must be at least 25 %. MARS at gamma = 1
     must keep SC accuracy as well, and Parallel-Probe must save tokens too.
     """
-    from mars.engines.generate import generate_pool
+    from mars.generate import generate_pool
     from mars.method.registry import parse_methods
     from mars.method.settings import Settings
     from mars.simulate.driver import simulate_pool

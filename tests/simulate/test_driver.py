@@ -321,8 +321,8 @@ def test_an_early_guess_is_lost_off_the_papers_grid_and_kept_by_the_guard_by_tok
     the first 500 and calibrated MARS stops on the guess in most runs; guarded by tokens (every
     checkpoint before 4,096) it keeps SC's answer. On the paper's 2,048 grid the two guards are
     the same rule, result for result."""
-    from mars.engines.generate import generate_pool
     from mars.engines.synthetic import SyntheticBackend, load_preset
+    from mars.generate import generate_pool
     from mars.store.problems import load_problems
 
     kind = load_preset(ROOT / "research" / "offgrid" / "presets" / "early-guess.json")
@@ -353,8 +353,8 @@ def test_the_planned_launch_is_mars2_at_once_or_two_rounds(tmp_path):
     """sc-mars2-launch (mars.method.launch): where the warmup says no wave below the budget could
     decide, every trace starts at once and the result is sc-mars2's, iteration by iteration; else a
     first wave of the planned size, then at most one more round (the rest at once)."""
-    from mars.engines.generate import generate_pool
     from mars.engines.synthetic import SyntheticBackend
+    from mars.generate import generate_pool
     from mars.method import launch
     from mars.method.walk import QuestionContext, run_method
     from mars.store.problems import load_problems
@@ -449,8 +449,8 @@ def test_a_model_that_boxes_no_answer_is_simulated_on_its_last_probes(tmp_path):
     from util import NoBoxed
 
     from mars.cli import app
-    from mars.engines.generate import generate_pool
     from mars.engines.synthetic import SyntheticBackend
+    from mars.generate import generate_pool
     from mars.store.problems import load_problems
 
     pool = tmp_path / "pool"

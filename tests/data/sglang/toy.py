@@ -518,9 +518,9 @@ def record_probe_stage(problem, seed: int, n: int, spacing: int, max_tokens: int
     import pyarrow.parquet as pq
 
     from mars.engines.base import GeneratorInfo
-    from mars.engines.generate import generate_pool
-    from mars.engines.probe import probe_pool, probe_positions, stored_traces
     from mars.engines.sglang import SGLangBackend
+    from mars.generate import generate_pool
+    from mars.generate.probe import probe_pool, probe_positions, stored_traces
     from mars.store import schema
 
     def backend(**kw) -> tuple[SGLangBackend, ScriptedEngine]:

@@ -30,7 +30,6 @@ from engines.server.common import (  # noqa: E402
     seed_of,
 )
 from mars.engines import server as srv  # noqa: E402
-from mars.engines.generate import generate_pool  # noqa: E402
 from mars.engines.server import (  # noqa: E402
     ServerError,
     generation_seed,
@@ -38,6 +37,7 @@ from mars.engines.server import (  # noqa: E402
 )
 from mars.engines.tokens import CONF_TOP_K, token_confidence  # noqa: E402
 from mars.errors import MarsError  # noqa: E402
+from mars.generate import generate_pool  # noqa: E402
 from mars.store import schema  # noqa: E402
 from mars.store.pool import open_pool, read_trace_table  # noqa: E402
 
@@ -187,7 +187,7 @@ def test_the_probe_stage_gives_the_inline_probes(kind, tmp_path):
     """A ``--probe none`` pool probed again through the same server at the generation's spacing
     gets the probes inline generation writes (same requests, same seeds), plus the terminal
     probes; each trace's probes go in position order, so each prefix extends the cached one."""
-    from mars.engines.probe import probe_pool
+    from mars.generate import probe_pool
 
     inline = generate_pool(
         backend(fake.FakeServer(kind), max_tokens=24), [Q], 3, 1, tmp_path / "a", spacing=8,

@@ -33,13 +33,13 @@ from engines.server.common import (  # noqa: E402
     rows_of,
 )
 from mars.engines import server as srv  # noqa: E402
-from mars.engines.generate import generate_pool  # noqa: E402
 from mars.engines.server import (  # noqa: E402
     ServerBackend,
     ServerError,
     generation_seed,
 )
 from mars.engines.tokens import CONF_TOP_K, token_confidence  # noqa: E402
+from mars.generate import generate_pool  # noqa: E402
 from mars.store import schema  # noqa: E402
 from mars.store.pool import open_pool, read_trace_table  # noqa: E402
 

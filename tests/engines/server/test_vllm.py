@@ -41,7 +41,6 @@ from engines.server.common import (  # noqa: E402
     mars_cli,
     rows_of,
 )
-from mars.engines.generate import generate_pool  # noqa: E402
 from mars.engines.server import (  # noqa: E402
     UNCACHED_MIN_TOKENS,
     Completion,
@@ -50,6 +49,7 @@ from mars.engines.server import (  # noqa: E402
     VLLMProtocol,
 )
 from mars.engines.tokens import CONF_TOP_K, token_confidence  # noqa: E402
+from mars.generate import generate_pool  # noqa: E402
 from mars.store.pool import open_pool  # noqa: E402
 from mars.store.problems import Problem  # noqa: E402
 

@@ -44,12 +44,13 @@ from engines.transformers.common import (  # noqa: E402
     smol_test,
     with_settings,
 )
-from mars.engines.generate import generate_pool, run_batch  # noqa: E402
+from mars.engines.generate import run_batch  # noqa: E402
 from mars.engines.tokens import PROBE_SUFFIX  # noqa: E402
 from mars.engines.transformers import (  # noqa: E402
     TransformersBackend,
     load_model,
 )
+from mars.generate import generate_pool  # noqa: E402
 from mars.method.answers import extract_boxed, normalize_answer  # noqa: E402
 from mars.store import schema  # noqa: E402
 from mars.store.consolidate import consolidate  # noqa: E402

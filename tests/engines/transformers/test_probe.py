@@ -34,10 +34,10 @@ from engines.transformers.common import (  # noqa: E402
     trace_rows,
     with_settings,
 )
-from mars.engines.generate import generate_pool  # noqa: E402
 from mars.engines.transformers import (  # noqa: E402
     TransformersBackend,
 )
+from mars.generate import generate_pool  # noqa: E402
 from mars.store import schema  # noqa: E402
 from mars.store.pool import open_pool  # noqa: E402
 
@@ -47,7 +47,7 @@ from mars.store.pool import open_pool  # noqa: E402
 def test_probe_stage_at_the_generation_spacing_equals_inline_probing_tiny(tiny, tmp_path):
     """Cheap (not slow): `generate --probe none` + `mars probe` on a tiny model = inline probing,
     with the KV cache branched (default) or every probe prefilled from scratch."""
-    from mars.engines.probe import probe_pool
+    from mars.generate import probe_pool
 
     be = tiny_backend(tiny["a"])
     inline = generate_pool(be, [Q, Q2], 3, 5, tmp_path / "inline", spacing=SPACING)
@@ -92,8 +92,8 @@ def test_a_probe_model_of_another_vocabulary_sees_the_generators_text(tiny, tmp_
     """Cheap: traces of tiny model a probed by tiny model b (another vocabulary): each prefix is
     the generator's text re-encoded by b's tokenizer after b's own chat template; with a model of
     a's vocabulary (a2) the ids go in as they are.  KV reuse and re-prefill agree."""
-    from mars.engines.probe import probe_pool
     from mars.engines.tokens import prefix_text
+    from mars.generate import probe_pool
 
     gen = tiny_backend(tiny["a"])
     pool = generate_pool(gen, [Q], 4, 5, tmp_path / "gen", probe="none")
@@ -148,9 +148,9 @@ def test_a_probe_that_cannot_fit_the_probe_model_is_refused_before_any_work(tiny
     upfront, every trace before its question's first forward pass."""
     from transformers import AutoTokenizer
 
-    from mars.engines.probe import probe_pool
     from mars.engines.tokens import prefix_text
     from mars.errors import MarsError
+    from mars.generate import probe_pool
 
     gen = tiny_backend(tiny["a"])
     pool = generate_pool(gen, [Q], 3, 5, tmp_path / "gen", probe="none")
@@ -225,8 +225,8 @@ def test_token_ids_refused_while_probing_leave_nothing_behind(
 
     import pyarrow as pa
 
-    from mars.engines.probe import probe_pool
     from mars.errors import MarsError
+    from mars.generate import probe_pool
 
     assert open_pool(bare_pair).manifest["token_ids"] is True
     pool = shutil.copytree(bare_pair, tmp_path / "damaged")
@@ -251,7 +251,7 @@ def test_token_ids_refused_while_probing_leave_nothing_behind(
 def test_the_probe_stage_shows_the_probe_model_the_generators_prompt(tiny, tmp_path):
     """Cheap: traces generated under a custom prompt and system prompt are probed under that
     prompt (the probe backend built from the pool's manifest), so the probes equal inline ones."""
-    from mars.engines.probe import probe_backend, probe_pool
+    from mars.generate import probe_backend, probe_pool
 
     custom = {"prompt_template": "Solve it: {question}", "system_prompt": "Be brief."}
     gen = tiny_backend(tiny["a"], **custom)
@@ -292,7 +292,7 @@ def test_probe_stage_at_the_generation_spacing_equals_inline_probing(smol, tmp_p
     trace the probes inline probing gave it, byte for byte: the traces' forward passes here run
     as chunked prefills, not one token at a time, and on this CPU the sampled probe tokens come
     out the same."""
-    from mars.engines.probe import probe_pool
+    from mars.generate import probe_pool
 
     be, _ = smol
     gen = with_settings(be, batch_size=4)
@@ -311,7 +311,7 @@ def test_probe_kill_and_resume_equals_an_uninterrupted_run(smol, tmp_path, monke
     """`mars probe` killed (SIGKILL) after its first question and run again: the finished
     question is kept, the rest probed, the result identical to an uninterrupted run."""
     from mars.engines.factory import make_backend
-    from mars.engines.probe import probe_pool
+    from mars.generate import probe_pool
 
     _, model_dir = smol
     gen = TransformersBackend(
@@ -371,8 +371,8 @@ def test_smollm2_and_a_model_of_another_vocabulary_probe_each_others_traces(smol
     prefix the probe model sees decodes to the generator's prefix text (but for characters the
     probe model's tokenizer has no tokens for: SmolLM2's converted tokenizer drops a few control
     characters, which the tiny model's random traces hold)."""
-    from mars.engines.probe import probe_pool
     from mars.engines.tokens import prefix_text
+    from mars.generate import probe_pool
 
     be, model_dir = smol
     tiny_gen = tiny_backend(tiny["b"])

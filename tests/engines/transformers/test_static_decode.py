@@ -30,10 +30,10 @@ from engines.transformers.common import (  # noqa: E402
     trace_rows,
     with_settings,
 )
-from mars.engines.generate import generate_pool  # noqa: E402
 from mars.engines.transformers import (  # noqa: E402
     TransformersBackend,
 )
+from mars.generate import generate_pool  # noqa: E402
 from mars.store import schema  # noqa: E402
 
 # -- decoding over a static KV cache (--decode static | cuda-graphs) -----------------------------
@@ -131,7 +131,7 @@ def test_static_decoding_writes_the_eager_pool_and_records_how(tiny, tmp_path):
 def test_the_probe_stage_decodes_static_like_inline_probing_tiny(tiny, tmp_path):
     """Cheap: `mars probe` decoding its probes over a static cache (KV reuse and re-prefill)
     gives the inline probes of a static generation."""
-    from mars.engines.probe import probe_pool
+    from mars.generate import probe_pool
 
     be = tiny_backend(tiny["a"], decode="static")
     inline = generate_pool(be, [Q, Q2], 3, 5, tmp_path / "inline", spacing=SPACING)

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..engines.base import Backend, GeneratorInfo, StoredTrace
 from ..errors import MarsError, UsageError
 from ..progress import Progress, counted
 from ..store import confs as confs_codec
@@ -38,7 +39,6 @@ from ..store.atomic import check_apart, write_atomic
 from ..store.pool import LayoutPool, PoolError, open_pool, read_manifest
 from ..store.problems import Problem
 from ..store.write import PoolDirWriter, probes_array
-from .base import Backend, GeneratorInfo, StoredTrace
 
 PROBE_RECORD = ".probe.json"
 #: Manifest keys of the input that describe its probes, replaced by the probe stage's (and the
@@ -309,8 +309,8 @@ def _probe_question(
 def probe_backend(manifest: dict, backend: str | None = None, **options) -> Backend:
     """The engine that probes a generation's traces: by default the generator's own (the same
     preset and seed for the synthetic engine, the same model for real ones)."""
-    from . import registry
-    from .factory import make_backend
+    from ..engines import registry
+    from ..engines.factory import make_backend
 
     name = backend or manifest.get("backend")
     if name is None:

@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from mars.cli import app
-from mars.engines.generate import generate_pool
-from mars.engines.probe import probe_backend, probe_pool, probe_positions
 from mars.engines.synthetic import SyntheticBackend
 from mars.errors import MarsError
+from mars.generate import generate_pool
+from mars.generate.probe import probe_backend, probe_pool, probe_positions
 from mars.store import schema
 from mars.store.pool import PoolError, open_pool
 from mars.store.problems import load_problems
