@@ -109,6 +109,8 @@ class Launch:
     name: ClassVar[str] = "together"
     staged: ClassVar[bool] = False
     live: ClassVar[bool] = True
+    #: the launch is planned from the question's warmup traces (which a live run pays for)
+    reads_warmup: ClassVar[bool] = False
 
     def launches(self, walk: WalkView) -> list[tuple[int, int]]:
         return [(0, walk.samples.shape[1])]
@@ -150,6 +152,7 @@ class Planned(Waves):
     (``sc-mars2-launch``)."""
 
     name: ClassVar[str] = "planned"
+    reads_warmup: ClassVar[bool] = True
 
     def launches(self, walk: WalkView) -> list[tuple[int, int]]:
         alpha = getattr(walk.rule, "alpha", None)  # the rule's own level

@@ -50,6 +50,9 @@ class Stopping:
     summary: str = ""
     #: the settings (:class:`mars.method.settings.Settings` fields) the rule reads
     knobs: tuple[str, ...] = ()
+    #: the rule reads the question's warmup traces (its guard, γ, transitions): a live run
+    #: generates them before its main traces, and pays for them (:attr:`Method.pays_warmup`)
+    warmup: bool = False
 
     def rule(self, ctx: QuestionView, method: Method, gamma: Any) -> Rule:
         return self.build(ctx, method, gamma, **dict(self.options))
@@ -143,13 +146,14 @@ def _oracle(ctx: QuestionView, method: Method, gamma: Any, last: bool = False) -
 
 _MARS_TEST = "the leader's margin beats γ × the votes that may still switch (MARS)"
 NEVER = Stopping("never", _never, summary="never: the full-budget vote")
-MARS = Stopping("mars", _mars, summary=_MARS_TEST, knobs=("gamma", "guard"))
+MARS = Stopping("mars", _mars, summary=_MARS_TEST, knobs=("gamma", "guard"), warmup=True)
 MARS_CALIBRATED = Stopping(
     "mars",
     _mars,
     gamma="calibrated",
     summary=_MARS_TEST,
     knobs=("ucb_z", "gamma_min", "guard"),
+    warmup=True,
 )
 MARS_CERTIFIED = Stopping(
     "certified",
@@ -160,6 +164,7 @@ MARS_CERTIFIED = Stopping(
     "switch plus a Hoeffding term ε = w_max·√(2·N_active·ln(N/δ)); finished traces q = 0, "
     "abstaining running traces neutral voters",
     knobs=("delta", "guard"),
+    warmup=True,
 )
 RISK = Stopping(
     "risk",
@@ -167,6 +172,7 @@ RISK = Stopping(
     summary="MARS2: the predicted P(full-budget vote ≠ leader) ≤ α, from the warmup traces in the "
     "same state (who leaves an answer and where they land; docs/beyond.md)",
     knobs=("risk_alpha",),
+    warmup=True,
 )
 _PP = ("pp_conv", "pp_warmup", "pp_patience")
 PARALLEL_PROBE = Stopping(
@@ -303,6 +309,14 @@ class Method:
     def is_baseline(self) -> bool:
         """A full-budget vote: it never stops early."""
         return self.rule.kind == "never"
+
+    @property
+    def pays_warmup(self) -> bool:
+        """A live run of it generates the question's warmup traces before its main traces: its
+        rule, its q or its launch plan reads them. What a user pays for a question is then the
+        warmup, the main traces and the probes (the paper's accounting charges the warmup
+        nothing)."""
+        return self.rule.warmup or self.q == "learned" or self.launch.reads_warmup
 
     @property
     def reads_future(self) -> bool:

@@ -61,6 +61,16 @@ class MethodResult:
     #: traces launched first by a staged launch or drawn per round by a sample-more method (0:
     #: every trace starts at once)
     rounds: int = 0
+    #: tokens of the question's warmup traces a live run of the method generates first, per run
+    #: (0: the method reads no warmup, :attr:`mars.method.registry.Method.pays_warmup`)
+    warmup_tokens: int = 0
+
+    @property
+    def paid_tokens(self) -> np.ndarray:
+        """What a live run pays per iteration: the main traces, the warmup it generates, and
+        its probes where the pool records their cost (float)."""
+        probes = np.nan_to_num(self.probe_tokens, nan=0.0)
+        return self.tokens + self.warmup_tokens + probes
 
 
 @dataclass
@@ -121,6 +131,8 @@ class QuestionContext:
         self._shared: dict[Any, Any] = {}  # computed state that depends on samples/warmup only
         if q_learned is not None:
             self._shared["q_learned"] = q_learned
+        #: the warmup traces' tokens, run to their end (what a live run generates first)
+        self.warm_tokens = int(arr.lengths[self.warm].sum())
         if len(self.warm):
             self.warm_ref = int(np.argmax(np.bincount(arr.final_ids[self.warm])))
         else:
@@ -512,6 +524,7 @@ class MethodRun:
             pruned_at=until,
             seq_tokens=(self.seq if self.staged else longest).astype(np.int64),
             longest_tokens=longest.astype(np.int64),
+            warmup_tokens=self.ctx.warm_tokens if self.method.pays_warmup else 0,
         )
 
     def _draw(self) -> MethodResult:

@@ -185,6 +185,7 @@ PER_ITERATION_COLUMNS = [
     "probe_tokens",
     "seq_tokens",  # the latency axis: what a user waits for (docs/baselines.md)
     "longest_tokens",  # the longest trace started
+    "warmup_tokens",  # the question's warmup a live run generates first (0: the method reads none)
 ]
 
 #: The first columns of per_question.csv, exactly (more may follow).

@@ -494,3 +494,31 @@ def test_a_model_that_boxes_no_answer_is_simulated_on_its_last_probes(tmp_path):
     res = run(app, ["analyze", str(pool), str(tmp_path / "a"), "--out", str(tmp_path / "an"),
                     "--label", "m/d/default"])  # fmt: skip
     assert res.exit_code == 0, res.output
+
+
+def test_a_method_that_reads_the_warmup_pays_for_it_the_others_do_not(tmp_path):
+    """Paid accounting: a method reading the question's warmup (MARS, MARS2, a planned launch)
+    is charged the warmup traces' whole lengths once per run; a method reading none (SC,
+    Parallel-Probe, ESC) pays its main traces only; both beside the paper's accounting."""
+    from mars.method.protocol import warmup as warmup_ids
+
+    arr = _arrays(tmp_path, 11, abstain=0.1)
+    names = "sc,sc-mars-cal,sc-mars2,sc-mars2-launch,sc-pp,esc"
+    res = simulate_question(arr, parse_methods(names), FAST)
+    warm = int(arr.lengths[warmup_ids(arr, FAST)].sum())
+    assert warm > 0
+    for name, r in res.methods.items():
+        expected = warm if name.startswith("sc-mars") else 0
+        assert r.warmup_tokens == expected, name
+        probes = np.nan_to_num(r.probe_tokens)
+        assert np.array_equal(r.paid_tokens, r.tokens + expected + probes), name
+    out = tmp_path / "sim"  # the written columns: per iteration, per question, overall
+    ov = write_method(out, "sc-mars2", [res], {}, "pool")
+    it = pd.read_csv(out / "sc-mars2" / "per_iteration.csv")
+    assert (it.warmup_tokens == warm).all()
+    q = pd.read_csv(out / "sc-mars2" / "per_question.csv")
+    r = res.methods["sc-mars2"]
+    paid = 100 * np.mean(1 - r.paid_tokens / r.baseline)
+    assert q.savings_paid_pct[0] == pytest.approx(paid)
+    assert q.savings_paid_pct[0] < q.savings_pct[0]
+    assert ov["savings_paid_pct"] == pytest.approx(paid) and ov["warmup_tokens_mean"] == warm

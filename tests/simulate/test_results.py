@@ -146,6 +146,8 @@ def test_the_summary_marks_a_method_on_fewer_traces_than_the_budget():
             "tokens_mean": tokens,
             "seq_tokens_mean": tokens,
             "stop_position_mean": 2048.0,
+            "savings_paid_pct": savings,
+            "paid_counts_probes": False,
         }
 
     console = Console(width=200, record=True)
@@ -156,3 +158,29 @@ def test_the_summary_marks_a_method_on_fewer_traces_than_the_budget():
     plain = Console(width=200, record=True)
     plain.print(summary_table([overall("sc", 0.0, 8e6)]))
     assert "†" not in plain.export_text()
+
+
+def test_the_summary_shows_what_a_user_pays_beside_the_papers_accounting():
+    """A method that reads a warmup is charged it: paid savings below the paper's; one that reads
+    none pays its main traces only; a pool without probe costs is marked."""
+    from rich.console import Console
+
+    from mars.simulate.results import summary_table
+
+    base = {
+        "accuracy_pct": 80.0,
+        "savings_with_probes_pct": None,
+        "tokens_mean": 1e5,
+        "seq_tokens_mean": 1e4,
+        "stop_position_mean": 2048.0,
+        "paid_counts_probes": False,
+    }
+    rows = [
+        {**base, "method": "sc-mars2", "savings_pct": 51.2, "savings_paid_pct": 26.4},
+        {**base, "method": "esc", "savings_pct": 62.3, "savings_paid_pct": 62.3},
+    ]
+    console = Console(width=240, record=True)
+    console.print(summary_table(rows))
+    text = console.export_text()
+    assert "paid %" in text and "26.4‡" in text and "62.3‡" in text
+    assert "the question's warmup" in text and "‡ the pool records no probe costs" in text
