@@ -88,6 +88,8 @@ def write_method(run_dir: Path, method: str, rng, settings: dict, answers=None, 
                 "stopped_early": 0 if baseline else ITERS,
                 "stopped_by_budget": ITERS if baseline else 0,
                 "ground_truth": "7",
+                # a method reading a warmup pays it (no random draw: the tree stays the same)
+                "savings_paid_pct": sav - 20.0 if "mars" in method else sav,
             }
         )
         for i in range(ITERS):
@@ -119,6 +121,7 @@ def write_method(run_dir: Path, method: str, rng, settings: dict, answers=None, 
         "tokens_mean": float(pq.tokens_mean.mean()),
         "baseline_tokens_mean": float(pq.baseline_tokens_mean.mean()),
         "stop_position_mean": 8192.0,
+        "savings_paid_pct": float(pq.savings_paid_pct.mean()),
         "settings": settings,
         "input": {"source": "/nonexistent/pool.parquet", "checksum": "x"},
         "versions": {},

@@ -31,7 +31,8 @@ def test_table1_shows_the_numbers_rounded(tree):
     rows = md_rows(out / "tables" / "table1-main.md")
     for (_, r), cells in zip(df.iterrows(), rows):
         expect = [
-            f"{r[c]:.1f}" + ("%" if c.endswith("savings_pct") else "") for c in df.columns[2:]
+            f"{r[c]:.1f}" + ("%" if c.endswith(("savings_pct", "savings_paid_pct")) else "")
+            for c in df.columns[2:]
         ]
         assert cells[2:] == expect
     assert [c[0] for c in rows] == list(df.model)  # one pool per model: each named
