@@ -2,9 +2,9 @@
 
 One registry per server (so two servers in one process, as in the tests, count apart). Token
 counters follow the live record of each question (:class:`mars.live.LiveRun`): tokens of the main
-traces and of the warmup, probe tokens generated, and the tokens saved against the full budget:
-its exact size where no trace was stopped, else its bound (every stopped trace run to the cap),
-labelled ``bound="exact"`` / ``"at_most"``.
+traces and of the warmup, probe tokens generated, what they add up to (paid), and the full
+budget's estimate (exact where no trace was stopped; its basis in the help text), so a dashboard's
+savings are 1 − paid / estimate. A bound is never exported as a saving.
 """
 
 from __future__ import annotations
@@ -53,10 +53,16 @@ class Metrics:
         self.probe_tokens = Counter(
             f"{PREFIX}_probe_tokens", "tokens the probes generated", registry=r
         )
-        self.saved = Counter(
-            f"{PREFIX}_tokens_saved",
-            "main-trace tokens saved against the full budget (exact, or at most)",
-            ["bound"],
+        self.paid = Counter(
+            f"{PREFIX}_tokens_paid",
+            "tokens generated for the answers: main traces, warmup and probes",
+            registry=r,
+        )
+        self.full_budget = Counter(
+            f"{PREFIX}_full_budget_tokens_estimate",
+            "what the main traces run to their end would have generated: exact where no trace "
+            "was stopped, else each stopped trace run to the mean length of the traces that went "
+            "past its stop and ended; savings = 1 - tokens_paid / this",
             registry=r,
         )
         self.upstream_errors = Counter(
@@ -94,15 +100,16 @@ class Metrics:
         )
 
     def question(self, summary: dict, probe_generated: int, budget: dict, wall_s: float) -> None:
-        """Count one solved question (its live summary and what the response reports)."""
+        """Count one solved question (its live summary and what the response reports: the probes'
+        generated tokens, the full budget's estimate)."""
         self.questions.labels(summary["method"], summary["stopped_by"]).inc()
         self.traces_started.inc(summary["n_traces"] + summary["warmup"])
         self.traces_stopped.inc(len(summary["stopped_traces"]))
         self.tokens.labels("main").inc(summary["tokens"])
         self.tokens.labels("warmup").inc(summary["warmup_tokens"])
         self.probe_tokens.inc(probe_generated)
-        bound = "exact" if budget["exact"] else "at_most"
-        self.saved.labels(bound).inc(max(budget["tokens"] - summary["tokens"], 0))
+        self.paid.inc(summary["tokens"] + summary["warmup_tokens"] + probe_generated)
+        self.full_budget.inc(budget["tokens"])
         self.seconds.observe(wall_s)
 
     def render(self) -> bytes:

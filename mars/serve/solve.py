@@ -8,8 +8,8 @@ decision on the main traces) is turned into progress events for a streaming clie
 
 What the client gets (:class:`Outcome`) is read off the question's records: the answer's text (the
 text of a trace that ended with the answer, else the probe's completion that gave it), the votes
-at the stop, the tokens every part spent, and the full budget's tokens — exact when no trace was
-stopped, else a bound (each stopped trace run to the cap).
+at the stop, the tokens every part spent — what the question paid — and the full budget's tokens,
+exact when no trace was stopped, else an estimate with its basis stated (:func:`full_budget`).
 """
 
 from __future__ import annotations
@@ -284,12 +284,7 @@ def _outcome(
         else None
     )
     assert q.max_tokens is not None
-    budget = {
-        "tokens": int(
-            sum(q.max_tokens if r["trace_idx"] in stopped else r["length"] for r in main)
-        ),
-        "exact": not stopped,
-    }
+    budget = full_budget(main, stopped, q.max_tokens)
     traces = None
     if q.return_traces:
         traces = [
@@ -318,9 +313,38 @@ def _outcome(
     )
 
 
+def full_budget(main: list[dict], stopped: set[int], cap: int) -> dict:
+    """What the N main traces run to their end would have cost: exact when no trace was stopped;
+    else an estimate — each stopped trace run to the mean length of the traces that went past
+    where it was stopped and ended (the cap where none did) — and the bound, every stopped trace
+    run to the cap."""
+    ended = [r["length"] for r in main if r["trace_idx"] not in stopped]
+    total = at_most = 0
+    for r in main:
+        n = int(r["length"])
+        if r["trace_idx"] not in stopped:
+            total += n
+            at_most += n
+            continue
+        past = [x for x in ended if x > n]
+        total += round(sum(past) / len(past)) if past else cap
+        at_most += cap
+    return {"tokens": int(total), "at_most": int(at_most), "exact": not stopped}
+
+
+#: how ``full_budget_tokens`` is had, as the response says it
+BASIS = {
+    True: "exact: no trace was stopped",
+    False: "estimate: each stopped trace run to the mean length of the traces that went past "
+    "its stop and ended (the cap where none did)",
+}
+
+
 def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
     """The response's ``mars`` object: how the answer was reached and what it cost."""
     r = o.run
+    paid = paid_tokens(o)
+    full = o.budget["tokens"]
     return {
         "method": r.method,
         "answer": r.answer,
@@ -336,13 +360,16 @@ def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
             "main": r.tokens,
             "warmup": r.warmup_tokens,
             "probes_generated": o.probe_generated,
+            "paid": paid,
             "probe_prompts_uncached": o.probe_prompt_uncached,
         },
-        "full_budget_tokens": o.budget["tokens"] if o.budget["exact"] else None,
-        "full_budget_tokens_at_most": o.budget["tokens"],
-        "saved_tokens_at_most" if not o.budget["exact"] else "saved_tokens": max(
-            o.budget["tokens"] - r.tokens, 0
-        ),
+        "full_budget_tokens": full,
+        "full_budget_tokens_at_most": o.budget["at_most"],
+        "full_budget_basis": BASIS[o.budget["exact"]],
+        "savings": {  # against the full budget: the paper's (main traces only), and as paid
+            "paper": _share(full - r.tokens, full),
+            "paid": _share(full - paid, full),
+        },
         "gamma": r.gamma,
         "seed": q.seed,
         "spacing": q.spacing,
@@ -353,10 +380,20 @@ def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
     }
 
 
+def paid_tokens(o: Outcome) -> int:
+    """What the question cost in generated tokens: main traces, warmup and probes (the probes'
+    uncached prompt tokens apart, in ``tokens.probe_prompts_uncached``)."""
+    return o.run.tokens + o.run.warmup_tokens + o.probe_generated
+
+
+def _share(saved: int, full: int) -> float | None:
+    return None if full <= 0 else round(saved / full, 4)
+
+
 def usage(o: Outcome) -> dict:
     """OpenAI usage: the prompt once, and every token generated for the answer (main traces,
     warmup, probes)."""
-    completion = o.run.tokens + o.run.warmup_tokens + o.probe_generated
+    completion = paid_tokens(o)
     return {
         "prompt_tokens": o.prompt_tokens,
         "completion_tokens": completion,

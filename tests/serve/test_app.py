@@ -59,11 +59,16 @@ def test_a_completion_with_n_is_one_question_solved_and_recorded(served):
     assert m["answer"] is not None and f"\\boxed{{{m['answer']}}}" in r.choices[0].text
     assert m["traces"] == 16 and m["warmup"] == 4 and m["method"] == "sc-mars-cal"
     t = m["tokens"]
-    assert r.usage.completion_tokens == t["main"] + t["warmup"] + t["probes_generated"]
+    assert t["paid"] == t["main"] + t["warmup"] + t["probes_generated"] > t["main"]
+    assert r.usage.completion_tokens == t["paid"]
     assert m["votes"][0]["answer"] == m["answer"]
     assert m["replay_ok"]
-    if m["stopped_by"] != "budget":
-        assert m["traces_stopped"] > 0 and m["full_budget_tokens_at_most"] > t["main"]
+    if m["stopped_by"] != "budget":  # an estimate, its basis stated, under the bound
+        assert m["traces_stopped"] > 0 and m["full_budget_basis"].startswith("estimate")
+        assert t["main"] < m["full_budget_tokens"] <= m["full_budget_tokens_at_most"]
+    full = m["full_budget_tokens"]
+    assert m["savings"]["paper"] == round((full - t["main"]) / full, 4)
+    assert m["savings"]["paid"] == round((full - t["paid"]) / full, 4) < m["savings"]["paper"]
     # the record: the link answers the live record; the pool replays exactly
     rec = httpx.get(running.url + m["record"]).json()
     assert rec["answer"] == m["answer"] and rec["seed"] == 5
@@ -128,6 +133,7 @@ def test_the_traces_come_back_as_choices_on_request(served):
     assert len(r.choices) == 9 and [c.index for c in r.choices] == list(range(9))
     m = r.model_extra["mars"]
     assert m["stopped_by"] == "budget" and m["full_budget_tokens"] == m["tokens"]["main"]
+    assert m["full_budget_basis"].startswith("exact") and m["savings"]["paper"] == 0.0
     assert sum(c.model_extra["mars"]["tokens"] for c in r.choices[1:]) == m["tokens"]["main"]
 
 
@@ -227,7 +233,8 @@ def test_health_models_and_metrics(served):
         "mars_serve_traces_stopped_early_total",
         "mars_serve_tokens_generated_total",
         "mars_serve_probe_tokens_total",
-        "mars_serve_tokens_saved_total",
+        "mars_serve_tokens_paid_total",
+        "mars_serve_full_budget_tokens_estimate_total",
         "mars_serve_upstream_errors_total",
     ):
         assert name in text

@@ -195,6 +195,7 @@ def test_chat_and_completions_stop_early_leave_the_server_idle_and_replay(upstre
     m = chat.model_extra["mars"]
     assert m["stopped_by"] == "consensus" and m["stop_position"] < 96, m
     assert m["traces_stopped"] > 0 and m["full_budget_tokens_at_most"] > m["tokens"]["main"]
+    assert m["tokens"]["main"] < m["full_budget_tokens"] <= m["full_budget_tokens_at_most"]
     assert f"\\boxed{{{m['answer']}}}" in chat.choices[0].message.content
     t = m["tokens"]
     assert chat.usage.completion_tokens == t["main"] + t["warmup"] + t["probes_generated"]
