@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from mars.serve.solve import full_budget  # noqa: E402
+from mars.serve.solve import full_budget
 
 
 def _main(*lengths: int) -> list[dict]:
