@@ -155,9 +155,13 @@ class Planned(Waves):
     reads_warmup: ClassVar[bool] = True
 
     def launches(self, walk: WalkView) -> list[tuple[int, int]]:
+        B = walk.samples.shape[1]
+        if walk.question.calibration is not None:  # no warmup to plan from:
+            w = self.wave(walk)  # a first wave of ``wave_size``, then the rest at once
+            return [(0, w)] if w >= B else [(0, w), (w, B)]
         alpha = getattr(walk.rule, "alpha", None)  # the rule's own level
         warm_final = walk.arr.final_ids[walk.question.warm]
-        return plan(warm_final, walk.arr.n_answers, self.wave(walk), walk.samples.shape[1], alpha)
+        return plan(warm_final, walk.arr.n_answers, self.wave(walk), B, alpha)
 
 
 TOGETHER: Launch = Together()

@@ -80,6 +80,14 @@ def _mars(ctx: QuestionView, method: Method, gamma: Any, certified: bool = False
 def _risk(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
     from .riskstop import RiskStop
 
+    cal = ctx.calibration
+    if cal is not None:  # learned once, across questions: no warmup (mars.method.learned)
+        if not method.filter.keeps_all:
+            raise SimulationError(
+                f"method {method.name}: a calibration serves self-consistency's rules (DeepConf's "
+                "filter reads its own warmup traces)"
+            )
+        return RiskStop.calibrated(cal, ctx.s.risk_alpha)
     arr, warm = ctx.arr, ctx.warm
     return RiskStop.for_question(
         arr.final_ids[warm],

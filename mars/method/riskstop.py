@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import ndtr
 
+from .learned import Calibration, answer_shares, landing
 from .stopping import Rule, Snapshot
 from .voting import tally
 
@@ -115,7 +116,7 @@ def confident_favourite(
 
 
 def predictive_risk(
-    ids, eligible, running, pending, q, weights, lead, theta, shared=None
+    ids, eligible, running, pending, q, weights, lead, theta, shared=None, per_row=False
 ) -> np.ndarray:
     """P(the full-budget vote ≠ the current leader) per row ([R, B] inputs).
 
@@ -129,8 +130,12 @@ def predictive_risk(
     switching mass, added to each margin's variance — deterministic and D times cheaper).
     Only answers a row holds, answers of θ's support and the unseen slot are challengers (others
     cannot win), so the work is O(R · D · answers present), whatever the total answer count.
+    ``per_row``: ``theta`` [R, A+1] is each row's own Dirichlet parameters (analytic), as a
+    calibration learned across questions gives them (:mod:`mars.method.learned`).
     """
     R, _B = ids.shape
+    if per_row:
+        return _row_risk(ids, eligible, running, pending, q, weights, lead, theta, shared)
     analytic = theta.ndim == 1
     conc = None
     if analytic:
@@ -223,6 +228,87 @@ def predictive_risk(
     p = np.where(mine[:, None, :], p, 0.0)
     p[r, :, L] = 0.0
     risk = np.minimum(p.sum(axis=2), 1.0).mean(axis=1)
+    return np.where(lead >= 0, risk, 1.0)
+
+
+def _row_risk(ids, eligible, running, pending, q, weights, lead, conc, shared) -> np.ndarray:
+    """:func:`predictive_risk` with a landing posterior per row: ``conc`` [R, A+1] Dirichlet
+    parameters (analytic form); ``shared`` (dq [R, B], var [A+1]) as there."""
+    R, _B = ids.shape
+    if R == 0:
+        return np.zeros(0)
+    conc = np.asarray(conc, dtype=np.float64)
+    A1 = conc.shape[1]
+    pending = np.zeros_like(eligible) if pending is None else pending
+    run = eligible & running
+    fin = eligible & ~running
+    pend = pending & ~eligible
+    present = np.zeros(A1, dtype=bool)
+    present[ids[eligible]] = True
+    present |= conc.max(axis=0) > 0
+    present[-1] = True
+    cols = np.flatnonzero(present)
+    remap = np.full(A1, -1, dtype=np.int64)
+    remap[cols] = np.arange(len(cols))
+    C = len(cols)
+    a = conc[:, cols]  # [R, C]
+    a0 = a.sum(axis=1)
+    th = a / a0[:, None]
+    idx = np.where(eligible, remap[np.maximum(ids, 0)], C - 1)
+    w = np.broadcast_to(weights, ids.shape).astype(np.float64)
+    stay = np.maximum(1.0 - np.take_along_axis(th, idx, axis=1), 1e-12)
+    qq = np.minimum(q.astype(np.float64) / stay, 1.0)
+    w2 = w * w
+    live = run | pend
+    qq = np.where(pend, 1.0, qq)
+
+    def per_answer(v):
+        return tally(idx, v, run, C)
+
+    def total(v):
+        return np.where(live, v, 0.0).sum(axis=1)
+
+    Fx = tally(idx, w, fin, C)
+    N, Q = per_answer(w), per_answer(w * qq)
+    N2, Q2, S2 = per_answer(w2), per_answer(w2 * qq), per_answer(w2 * qq * qq)
+    Qt, Q2t, S2t = total(w * qq), total(w2 * qq), total(w2 * qq * qq)
+    r = np.arange(R)
+    L = np.maximum(remap[np.maximum(lead, 0)], 0)
+    E = (N - Q) + th * Qt[:, None]  # [R, C]
+    M2 = (N2 - Q2) + th * Q2t[:, None]
+    dlt = th[r, L][:, None] - th
+    mu = (Fx[r, L] + E[r, L])[:, None] - (Fx + E)
+    N2L, Q2L, S2L = N2[r, L][:, None], Q2[r, L][:, None], S2[r, L][:, None]
+    sq = (
+        N2L
+        - 2 * (1 - dlt) * Q2L
+        + (1 - dlt) ** 2 * S2L
+        + N2
+        - 2 * (1 + dlt) * Q2
+        + (1 + dlt) ** 2 * S2
+        + dlt**2 * (S2t[:, None] - S2L - S2)
+    )
+    var = M2[r, L][:, None] + M2 - sq
+    aL = a[r, L][:, None]
+    vd = (aL * (a0[:, None] - aL) + a * (a0[:, None] - a) + 2 * aL * a) / (
+        a0[:, None] ** 2 * (a0[:, None] + 1)
+    )
+    var = var + (Qt**2)[:, None] * vd
+    if shared is not None:
+        dq, answer_var = shared
+        qf = q.astype(np.float64)
+        slope = np.where(qf < stay, w * dq / stay, 0.0)
+        X = per_answer(slope) ** 2 * np.asarray(answer_var, dtype=np.float64)[cols][None]
+        XL = X[r, L][:, None]
+        var = var + dlt**2 * X.sum(axis=1)[:, None] - 2 * dlt * (XL - X) + XL + X
+    var = np.maximum(var, 1e-12)
+    wmin = np.where(live.any(axis=1), np.where(live, w, np.inf).min(axis=1), 1.0)
+    p = ndtr((0.5 * wmin[:, None] - mu) / np.sqrt(var))
+    mine = (tally(idx, np.ones(1), eligible, C) > 0) | (a > 0)
+    mine[:, -1] = True
+    p = np.where(mine, p, 0.0)
+    p[r, L] = 0.0
+    risk = np.minimum(p.sum(axis=1), 1.0)
     return np.where(lead >= 0, risk, 1.0)
 
 
@@ -338,6 +424,9 @@ class RiskStop(Rule):
     alpha: float = ALPHA_SC
     favourite: int = -1  # DeepConf: the leader must be this answer (-1: no such guard)
     transitions: Transitions | None = field(default=None, repr=False)
+    #: a calibration learned across questions (:mod:`mars.method.learned`): who leaves and where
+    #: they land from it and the sample's own traces, no warmup
+    learned: Calibration | None = field(default=None, repr=False)
     label: str = "risk"
     needs_q: bool = True
     #: answers no trace holds and the warmup never ended on are no challengers
@@ -378,7 +467,38 @@ class RiskStop(Rule):
             needs_q=transitions is None,
         )
 
+    @classmethod
+    def calibrated(cls, calibration: Calibration, alpha: float | None = None) -> RiskStop:
+        """The rule without a warmup: leaving rates from ``calibration``, landing from each
+        sample's own traces (:func:`mars.method.learned.landing`)."""
+        return cls(alpha=ALPHA_SC if alpha is None else alpha, learned=calibration, needs_q=False)
+
+    def _learned_risk(self, snap: Snapshot) -> np.ndarray:
+        cal = self.learned
+        assert cal is not None
+        ids = np.where(snap.eligible, snap.ids, -1)
+        share, _ = answer_shares(ids, snap.n_answers)
+        held = np.maximum(ids, 0)
+        mine = np.take_along_axis(share, held, axis=1)
+        rate, sd = cal.leaving(snap.position, mine, snap.ids == snap.lead[:, None])
+        conc = landing(snap.ids, snap.eligible, snap.running, 1.0 - rate, snap.n_answers)
+        shared = (sd, np.ones(snap.n_answers + 1))
+        return predictive_risk(
+            snap.ids,
+            snap.eligible,
+            snap.running,
+            snap.pending,
+            rate,
+            snap.weights,
+            snap.lead,
+            conc,
+            shared,
+            per_row=True,
+        )
+
     def risk(self, snap: Snapshot) -> np.ndarray:
+        if self.learned is not None:
+            return self._learned_risk(snap)
         theta, shared = self.theta, None
         tr = self.transitions
         if tr is not None and theta is not None and theta.ndim == 1:

@@ -37,6 +37,7 @@ from .voting import leader, tally
 
 if TYPE_CHECKING:
     from .arrays import QuestionArrays
+    from .learned import Calibration
     from .settings import Settings
 
 
@@ -80,6 +81,7 @@ class QuestionView(Protocol):
     s: Settings
     warm: np.ndarray
     warm_ref: int
+    calibration: Calibration | None
 
 
 class WalkView(Protocol):

@@ -33,6 +33,7 @@ from .arrays import QuestionArrays, digest_arrays
 from .calibration import calibrate_gamma
 from .deepconf import Filter
 from .features import switch_labels
+from .learned import Calibration
 from .qmodel import QuestionFit, fit_question, predict_question
 from .registry import Method
 from .settings import Settings
@@ -115,8 +116,12 @@ class QuestionContext:
         memo: dict | None = None,
         fitted: QuestionFit | None = None,
         q_learned: np.ndarray | None = None,
+        calibration: Calibration | None = None,
     ):
         self.arr = arr
+        #: learned once across questions (:mod:`mars.method.learned`): MARS2 reads it instead of
+        #: a warmup
+        self.calibration = calibration
         self.s = settings
         self.memo = memo
         self.samples = np.asarray(samples, dtype=np.int64)
@@ -147,12 +152,13 @@ class QuestionContext:
         settings: Settings,
         memo: dict | None = None,
         fitted: QuestionFit | None = None,
+        calibration: Calibration | None = None,
     ) -> QuestionContext:
         """The question as the settings' protocol samples it (:func:`mars.method.protocol.samples`
         and :func:`~mars.method.protocol.warmup`)."""
         return cls(
             arr, settings, protocol.samples(arr, settings), protocol.warmup(arr, settings), memo,
-            fitted,
+            fitted, calibration=calibration,
         )  # fmt: skip
 
     def with_settings(self, settings: Settings) -> QuestionContext:
@@ -164,9 +170,17 @@ class QuestionContext:
         simulation would rebuild; otherwise it starts afresh from the protocol.
         """
         if settings.sampling_key() != self.s.sampling_key():
-            return QuestionContext.sample(self.arr, settings, memo=self.memo)
+            return QuestionContext.sample(
+                self.arr, settings, memo=self.memo, calibration=self.calibration
+            )
         other = QuestionContext(
-            self.arr, settings, self.samples, self.warm, memo=self.memo, fitted=self.fitted
+            self.arr,
+            settings,
+            self.samples,
+            self.warm,
+            memo=self.memo,
+            fitted=self.fitted,
+            calibration=self.calibration,
         )
         other._shared = self._shared
         return other

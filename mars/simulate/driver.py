@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import SimulationError
 from ..method import protocol
 from ..method.arrays import QuestionArrays, load_arrays
+from ..method.learned import Calibration
 from ..method.qmodel import QuestionFit
 from ..method.qmodel import preload as preload_fit
 from ..method.registry import Method
@@ -51,6 +52,7 @@ def simulate_question(
     methods: list[Method],
     settings: Settings,
     fitted: QuestionFit | None = None,
+    calibration: Calibration | None = None,
 ) -> QuestionResult:
     res = QuestionResult(
         qid=arr.qid,
@@ -69,7 +71,7 @@ def simulate_question(
         raise SimulationError(
             f"question {arr.qid}: no trace has a final answer; nothing to sample{hint}"
         )
-    ctx = QuestionContext.sample(arr, settings, fitted=fitted)
+    ctx = QuestionContext.sample(arr, settings, fitted=fitted, calibration=calibration)
     for method in methods:
         res.methods[method.name] = run_method(ctx, method)
     return res
@@ -134,7 +136,7 @@ def _worker_fit(path: str):
 
 
 def _worker(args) -> QuestionResult:
-    pool_path, qid, methods, settings, cache_dir, fit_dir = args
+    pool_path, qid, methods, settings, cache_dir, fit_dir, calibration = args
     pool = _worker_pool(pool_path)
     q = pool.read_question(qid).with_finals(settings.finals)
     fitted = None
@@ -148,7 +150,20 @@ def _worker(args) -> QuestionResult:
         arr = load_arrays(q, cache_dir, spacing=settings.spacing, window=settings.window)
     _check_confs(methods, arr, pool.source)
     del q  # the per-token confidences: not needed by the methods
-    return simulate_question(arr, methods, settings, fitted)
+    return simulate_question(arr, methods, settings, fitted, calibration)
+
+
+def check_calibration(calibration: Calibration, pool: Pool, settings: Settings) -> None:
+    """A calibration replaces the warmup (``--warmup 0``) and serves a pool of the model and grid
+    it was fitted on (one line otherwise)."""
+    if settings.warmup:
+        raise SimulationError(
+            f"--calibration replaces the per-question warmup: give --warmup 0 (not "
+            f"{settings.warmup})"
+        )
+    manifest = dict(getattr(pool, "manifest", None) or {})
+    manifest.setdefault("spacing", pool.recorded_spacing)
+    calibration.check_for(manifest, pool.source)
 
 
 def check_protocol_inputs(settings: Settings, fit_dir=None, cache_dir=None) -> None:
@@ -170,8 +185,13 @@ def simulate_pool(
     cache_dir=None,
     progress: Progress | None = None,
     fit_dir: str | Path | None = None,
+    calibration: Calibration | None = None,
 ) -> list[QuestionResult]:
     """Simulate every requested question of a pool; results sorted by qid, whatever ``workers``.
+
+    ``calibration`` (from ``mars calibrate``): MARS2's rules read it instead of a warmup
+    (:mod:`mars.method.learned`); it is checked against the pool (its model, its grid) and needs
+    ``warmup`` 0.
 
     ``fit_dir`` (from ``mars fit``) supplies the per-question arrays and the fitted switch models
     (nothing is refitted; the results are identical to fitting here); ``cache_dir`` caches arrays
@@ -195,6 +215,8 @@ def simulate_pool(
             "accuracy is scored against it; leave it out with --questions"
         )
     size_notes(pool, methods, settings, qids)
+    if calibration is not None:
+        check_calibration(calibration, pool, settings)
     if fit_dir is not None:
         _worker_fit(str(fit_dir)).check(pool, settings, qids)
     jobs = [
@@ -205,6 +227,7 @@ def simulate_pool(
             settings,
             None if cache_dir is None else str(cache_dir),
             None if fit_dir is None else str(fit_dir),
+            calibration,
         )
         for q in qids
     ]

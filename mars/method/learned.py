@@ -1,0 +1,248 @@
+"""What MARS learns once, across questions, instead of a warmup per question.
+
+MARS2 (:mod:`mars.method.riskstop`) reads, for every question, 16 warmup traces run to completion
+before its main traces start: who leaves an answer at each checkpoint, and where they land. A
+served question pays for them — at 64 traces about what the stop saves, and they delay the main
+traces by a whole trace. But what they tell is mostly not about the question: how often a trace
+holding the leading answer at 8,000 tokens later leaves it is a property of the model and the kind
+of task, learned as well from the traffic already seen. A :class:`Calibration` holds it, fitted
+once on pools (:func:`fit_calibration`) and read by the rule at every checkpoint, with no warmup:
+
+* **leaving** — a running trace holding answer a at checkpoint k ends elsewhere at a rate ρ that
+  depends on where it is (tokens generated), the share of the answered traces holding a, and
+  whether a leads. Across the fitted questions the rate of a cell varies from question to
+  question; that spread (a beta distribution fitted to the per-question rates by moments) is the
+  uncertainty all of a's holders in one question share, as MARS2's posterior over ρ_ka is;
+* **landing** — a trace that leaves, and a trace not yet launched, ends on answer x in proportion
+  to what this question's traces say of x: the traces that have ended on x, and those holding x
+  now weighted by their chance to stay, plus a pseudo-count per answer and one for an answer no
+  trace holds yet (:func:`landing`).
+
+The risk is then MARS2's (:func:`mars.method.riskstop.predictive_risk`), its landing a posterior
+per sample. A calibration records what it was fitted on — the pools, their model, their probe
+grid — and is refused for a pool of another model or grid (:meth:`Calibration.check_for`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import MarsError
+from .arrays import QuestionArrays
+
+#: the file kind of a calibration (``mars calibrate --out``)
+KIND = "mars-calibration"
+VERSION = 1
+#: where a cell's edges lie: tokens generated, and the share of the answered traces holding the
+#: answer
+POSITION_EDGES = (0, 1000, 2000, 4000, 6000, 8000, 12000, 16000, 24000)
+SHARE_EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95)
+#: pseudo-holders a cell's pooled rate is shrunk by, towards its position's rate (few rows)
+SHRINK = 20.0
+#: bounds of a cell's population concentration κ (rate ~ Beta(κm, κ(1 − m)))
+KAPPA_MIN, KAPPA_MAX = 0.5, 200.0
+#: pseudo-counts of the landing posterior: per answer a trace holds or ended on, and for an
+#: answer no trace holds yet
+PRIOR, OTHER = 0.5, 1.0
+
+
+class CalibrationError(MarsError):
+    """A calibration that is unreadable, or made for other traces (one line)."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Leaving rates by cell (position bin × share bin × leads), fitted across questions."""
+
+    #: [P, S, 2] pooled leaving rate m and population concentration κ of each cell
+    rate: np.ndarray
+    kappa: np.ndarray
+    #: [P, S, 2] running holders the cell was fitted on (0: the cell took its position's rate)
+    holders: np.ndarray
+    position_edges: tuple[int, ...] = POSITION_EDGES
+    share_edges: tuple[float, ...] = SHARE_EDGES
+    #: what it was fitted on: pools (source, model, spacing, questions, digest), in order
+    fitted_on: list[dict] = field(default_factory=list)
+
+    # -- use -------------------------------------------------------------------------------
+
+    def cells(self, position: int, shares: np.ndarray, leads: np.ndarray) -> tuple:
+        """The cell index (p, s, l) of answers with ``shares`` at ``position`` tokens."""
+        p = int(np.searchsorted(self.position_edges, position, side="right") - 1)
+        s = np.searchsorted(self.share_edges, shares, side="right") - 1
+        return p, np.clip(s, 0, len(self.share_edges) - 1), leads.astype(np.int64)
+
+    def leaving(
+        self, position: int, shares: np.ndarray, leads: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The leaving rate of a holder of each answer (its shares and whether it leads, any
+        shape) at ``position`` tokens, and the standard deviation of that rate across questions."""
+        p, s, lead = self.cells(position, shares, leads)
+        m = self.rate[p][s, lead]
+        k = self.kappa[p][s, lead]
+        return m, np.sqrt(m * (1 - m) / (k + 1))
+
+    @property
+    def model(self) -> str:
+        models = sorted({str(f.get("model") or "") for f in self.fitted_on})
+        return ",".join(models)
+
+    def check_for(self, manifest: dict, source: str) -> None:
+        """Refuse a pool of another model, or probed on another grid, than the pools this
+        calibration was fitted on (one line)."""
+        model = str(manifest.get("model") or "")
+        known = {str(f.get("model") or "") for f in self.fitted_on}
+        if model and known - {""} and model not in known:
+            raise CalibrationError(
+                f"{source}: a pool of model {model!r}; the calibration was fitted on "
+                f"{', '.join(sorted(known))} (fit one on this model's traces: mars calibrate)"
+            )
+        spacing = manifest.get("spacing")
+        fitted = {int(f["spacing"]) for f in self.fitted_on if f.get("spacing") is not None}
+        if spacing is not None and fitted and spacing not in fitted:
+            raise CalibrationError(
+                f"{source}: probed every {spacing} tokens; the calibration was fitted on probes "
+                f"every {', '.join(map(str, sorted(fitted)))} tokens"
+            )
+
+    # -- the file --------------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        return {
+            "kind": KIND,
+            "version": VERSION,
+            "position_edges": list(self.position_edges),
+            "share_edges": list(self.share_edges),
+            "rate": np.round(self.rate, 6).tolist(),
+            "kappa": np.round(self.kappa, 6).tolist(),
+            "holders": self.holders.astype(int).tolist(),
+            "fitted_on": self.fitted_on,
+        }
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps(self.to_json(), sort_keys=True).encode()
+        return hashlib.blake2b(text, digest_size=8).hexdigest()
+
+    def save(self, path: str | Path) -> Path:
+        from ..store.atomic import write_json_atomic
+
+        return write_json_atomic(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibration:
+        """A calibration file, checked (one line naming it otherwise)."""
+        from ..store.userfiles import read_json_object
+
+        d = read_json_object(Path(path), CalibrationError)
+        if d.get("kind") != KIND:
+            raise CalibrationError(f"{path}: not a calibration of `mars calibrate`")
+        if d.get("version") != VERSION:
+            raise CalibrationError(
+                f"{path}: calibration version {d.get('version')!r}, not {VERSION}"
+            )
+        try:
+            pe = tuple(int(x) for x in d["position_edges"])
+            se = tuple(float(x) for x in d["share_edges"])
+            shape = (len(pe), len(se), 2)
+            arrays = {k: np.asarray(d[k], dtype=np.float64) for k in ("rate", "kappa", "holders")}
+            fitted_on = list(d["fitted_on"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"{path}: a field is missing or malformed ({exc})") from None
+        for name, a in arrays.items():
+            if a.shape != shape or not np.isfinite(a).all():
+                raise CalibrationError(f"{path}: {name} is not {shape} finite numbers")
+        if ((arrays["rate"] < 0) | (arrays["rate"] > 1)).any() or (arrays["kappa"] <= 0).any():
+            raise CalibrationError(f"{path}: a rate outside [0, 1] or a concentration ≤ 0")
+        return cls(arrays["rate"], arrays["kappa"], arrays["holders"], pe, se, fitted_on)
+
+
+def answer_shares(ids: np.ndarray, n_answers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of answer ids [R, B] (-1: none): each answer's share of the answered traces
+    [R, A] and the leader [R] (-1: no answer)."""
+    R = ids.shape[0]
+    counts = np.zeros((R, max(n_answers, 1)))
+    rows, cols = np.nonzero(ids >= 0)
+    np.add.at(counts, (rows, ids[rows, cols]), 1.0)
+    total = counts.sum(axis=1, keepdims=True)
+    share = np.divide(counts, total, out=np.zeros_like(counts), where=total > 0)
+    lead = np.where(total[:, 0] > 0, counts.argmax(axis=1), -1)
+    return share, lead
+
+
+def fit_calibration(
+    questions: Iterable[QuestionArrays], fitted_on: Sequence[dict] = ()
+) -> Calibration:
+    """The leaving rates of every cell, pooled over the questions' traces (all of them: each
+    question's answered traces give the shares), with each cell's spread across questions."""
+    P, S = len(POSITION_EDGES), len(SHARE_EDGES)
+    h_by_q: list[np.ndarray] = []
+    d_by_q: list[np.ndarray] = []
+    for arr in questions:
+        h = np.zeros((P, S, 2))
+        d = np.zeros((P, S, 2))
+        ids, final = arr.ids, arr.final_ids
+        running = arr.run_lengths[:, None] > arr.grid[None, :]
+        share, lead = answer_shares(ids.T, arr.n_answers)  # per checkpoint
+        for k, pos in enumerate(arr.grid):
+            hold = running[:, k] & (ids[:, k] >= 0) & (final >= 0)
+            if not hold.any():
+                continue
+            a = ids[hold, k]
+            p = int(np.searchsorted(POSITION_EDGES, pos, side="right") - 1)
+            s = np.clip(np.searchsorted(SHARE_EDGES, share[k, a], side="right") - 1, 0, S - 1)
+            lead_flag = (a == lead[k]).astype(np.int64)
+            np.add.at(h[p], (s, lead_flag), 1.0)
+            np.add.at(d[p], (s, lead_flag), (final[hold] != a).astype(np.float64))
+        h_by_q.append(h)
+        d_by_q.append(d)
+    if not h_by_q:
+        raise CalibrationError("no question to calibrate on")
+    H, D = np.stack(h_by_q), np.stack(d_by_q)  # [Q, P, S, 2]
+    h, d = H.sum(axis=0), D.sum(axis=0)
+    # a position's rate (all shares, both roles), then each cell shrunk towards it
+    pos_rate = (d.sum(axis=(1, 2)) + 1.0) / (h.sum(axis=(1, 2)) + 2.0)
+    rate = (d + SHRINK * pos_rate[:, None, None]) / (h + SHRINK)
+    # the spread across questions: the variance of the per-question rates (weighted by holders)
+    # beyond what their binomial sampling explains, by moments
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r_q = np.where(H > 0, D / H, 0.0)
+        w = H / np.maximum(h, 1e-12)[None]
+        var = (w * (r_q - rate[None]) ** 2).sum(axis=0)
+        n_q = (H > 0).sum(axis=0)
+        binom = rate * (1 - rate) * (n_q / np.maximum(h, 1e-12))
+        between = np.maximum(var - binom, 1e-6)
+        kappa = rate * (1 - rate) / between - 1.0
+    kappa = np.where(n_q >= 3, kappa, KAPPA_MIN)  # too few questions to tell: the widest
+    kappa = np.clip(np.nan_to_num(kappa, nan=KAPPA_MIN), KAPPA_MIN, KAPPA_MAX)
+    return Calibration(rate, kappa, h, fitted_on=list(fitted_on))
+
+
+def landing(
+    ids: np.ndarray,
+    eligible: np.ndarray,
+    running: np.ndarray,
+    stay: np.ndarray,
+    n_answers: int,
+) -> np.ndarray:
+    """Dirichlet parameters of where a trace that leaves, or is not yet launched, ends, per row
+    [R, A+1]: the row's traces that ended on each answer, those holding it now weighted by their
+    chance to stay, :data:`PRIOR` per answer present and :data:`OTHER` on the last slot (an answer
+    no trace holds yet)."""
+    R = ids.shape[0]
+    out = np.zeros((R, n_answers + 1))
+    held = eligible & (ids >= 0) & ~running
+    w = np.where(running, stay, 1.0)
+    rows, cols = np.nonzero(held)
+    np.add.at(out, (rows, ids[rows, cols]), w[rows, cols])
+    present = np.zeros((R, n_answers + 1), dtype=bool)
+    present[rows, ids[rows, cols]] = True
+    out[:, :n_answers] += np.where(present[:, :n_answers], PRIOR, 0.0)
+    out[:, -1] = OTHER
+    return out
