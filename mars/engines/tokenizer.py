@@ -98,15 +98,8 @@ class ServerTokenizer:
     """
 
     def __init__(self, protocol, request, report: dict):
-        if not protocol.serves_tokenizer:
-            from .server.connect import PROTOCOLS  # the server package imports this module
-
-            serving = [kind for kind, p in PROTOCOLS.items() if p.serves_tokenizer]
-            raise MarsError(
-                f"a {protocol.kind} server's tokenizer cannot be asked over HTTP here (only "
-                f"{' and '.join(serving)}'s): pass tokenizer=PATH (a model folder, "
-                "tokenizer.json or GGUF file)"
-            )
+        if not protocol.serves_tokenizer:  # the backend says which do, before it gets here
+            raise MarsError(f"a {protocol.kind} server's tokenizer cannot be asked over HTTP")
         self.protocol, self.model, self._request = protocol, protocol.model, request
         self.kind = protocol.kind
         self.chat_template: str | None = protocol.chat_template(report)

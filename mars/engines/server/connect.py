@@ -208,6 +208,13 @@ class ServerConnect:
                     "tokenizer=server: a server that takes text prompts only needs the model's "
                     "tokenizer here (pass tokenizer=PATH)"
                 )
+            if not self.protocol.serves_tokenizer:
+                serving = [kind for kind, p in PROTOCOLS.items() if p.serves_tokenizer]
+                raise MarsError(
+                    f"a {self.protocol.kind} server's tokenizer cannot be asked over HTTP here "
+                    f"(only {' and '.join(serving)}'s): pass tokenizer=PATH (a model folder, "
+                    "tokenizer.json or GGUF file)"
+                )
             self.tokenizer = ServerTokenizer(self.protocol, self._tokenizer_request, self.report)
             self.tokenizer_source = SERVER
         else:
