@@ -30,8 +30,6 @@ from ..errors import MarsError
 
 #: What the ``tokenizer=`` option takes to mean the server's own tokenizer.
 SERVER = "server"
-#: The servers whose tokenizer can be asked over HTTP (their :class:`Protocol` kinds).
-SERVER_TOKENIZERS = ("llama.cpp", "vllm")
 #: Special-token markup in a chat template (``<|im_start|>``, ``<|eot_id|>``, ``</s>``...).
 _MARKUP = re.compile(r"<\|[^|<>\s]{1,40}\|>|</?s>")
 
@@ -90,57 +88,35 @@ def load_local(source: str):
 
 class ServerTokenizer:
     """The served model's tokenizer, asked over HTTP (``/tokenize``, ``/detokenize``, the chat
-    template): the part of a transformers tokenizer the server backend uses.
+    template): the part of a transformers tokenizer the server backend uses.  How each question
+    is asked and its answer read is the server's :class:`~mars.engines.server.Protocol`'s
+    (:attr:`~mars.engines.server.Protocol.serves_tokenizer`).
 
     ``skip_special_tokens`` drops the begin- and end-of-text tokens and the special tokens the
     chat template writes (``<|im_start|>``...): the server renders every token as text, and does
     not say which are special. ``request(path, body)`` is the backend's ``(status, JSON)``.
     """
 
-    def __init__(self, kind: str, model: str, request, report: dict):
-        if kind not in SERVER_TOKENIZERS:
-            raise MarsError(
-                f"a {kind} server's tokenizer cannot be asked over HTTP here (only "
-                f"{' and '.join(SERVER_TOKENIZERS)}'s): pass tokenizer=PATH (a model folder, "
-                "tokenizer.json or GGUF file)"
-            )
-        self.kind, self.model, self._request = kind, model, request
-        props = report.get("/props") or {}
-        card = report.get("model") or {}
-        self.chat_template: str | None = None
-        if kind == "llama.cpp":
-            self.chat_template = props.get("chat_template") or None
-            n_vocab = (card.get("meta") or {}).get("n_vocab")
-        else:  # vLLM applies the model's template to the messages it is given
-            self.chat_template = "the server's"
-            n_vocab = None
+    def __init__(self, protocol, request, report: dict):
+        if not protocol.serves_tokenizer:  # the backend says which do, before it gets here
+            raise MarsError(f"a {protocol.kind} server's tokenizer cannot be asked over HTTP")
+        self.protocol, self.model, self._request = protocol, protocol.model, request
+        self.kind = protocol.kind
+        self.chat_template: str | None = protocol.chat_template(report)
+        n_vocab = protocol.n_vocab(report)
         self._n_vocab = int(n_vocab) if n_vocab else None
-        self.bos_token_id = self._one_id(props.get("bos_token"))
-        self.eos_token_id = self._one_id(props.get("eos_token"))
-        if kind == "llama.cpp":
-            marks = set(_MARKUP.findall(props.get("chat_template") or ""))
-            added: set[int] = set()
-        else:  # vLLM says neither its template nor its special tokens: read them off its output
-            marks, added = self._vllm_markup()
+        bos, eos = protocol.bos_eos(report)
+        self.bos_token_id = self._one_id(bos)
+        self.eos_token_id = self._one_id(eos)
+        markup, added = protocol.special_markup(self, report)
+        marks = set(_MARKUP.findall(markup))
         special = {self._one_id(m) for m in sorted(marks)} | {self.bos_token_id, self.eos_token_id}
         self.all_special_ids = sorted(i for i in special | added if i is not None)
         self._special = frozenset(self.all_special_ids)
 
-    def _vllm_markup(self) -> tuple[set[str], set[int]]:
-        """A vLLM server's special tokens, as far as its answers show them: the markup of a
-        conversation its chat template writes (``<|im_start|>``, ``<|im_end|>``..., the end of a
-        turn being the end of text of a chat model) and the ids ``add_special_tokens`` adds (a
-        begin-of-text token); none when it cannot say (a model without a chat template)."""
-        try:
-            plain = self.encode("1", add_special_tokens=False)
-            added = set(self.encode("1", add_special_tokens=True)) - set(plain)
-            ids = self.apply_chat_template([{"role": "user", "content": "1"}], tokenize=True)
-            rendered = self._call("/detokenize", {"model": self.model, "tokens": ids})
-        except MarsError:
-            return set(), set()
-        return set(_MARKUP.findall(str(rendered.get("prompt") or ""))), added
-
-    def _call(self, path: str, body: dict) -> dict:
+    def ask(self, path: str, body: dict) -> dict:
+        """The server's JSON object answer to ``POST path``; any other answer is a
+        :class:`MarsError`."""
         status, out = self._request(path, body)
         if status != 200 or not isinstance(out, dict):
             raise MarsError(f"the server's {path} answered HTTP {status}: {str(out)[:200]}")
@@ -153,15 +129,9 @@ class ServerTokenizer:
         return ids[0] if len(ids) == 1 else None
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        if self.kind == "llama.cpp":
-            body: dict = {
-                "content": text,
-                "add_special": bool(add_special_tokens),
-                "parse_special": True,
-            }
-        else:
-            body = {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens}
-        tokens = self._call("/tokenize", body).get("tokens")
+        tokens = self.protocol.tokens_of(
+            self.ask(*self.protocol.tokenize(text, add_special_tokens))
+        )
         if not isinstance(tokens, list):
             raise MarsError("the server's /tokenize answered no tokens")
         return [int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens]
@@ -175,12 +145,7 @@ class ServerTokenizer:
             ids = [i for i in ids if i not in self._special]
         if not ids:
             return ""
-        if self.kind == "llama.cpp":
-            out = self._call("/detokenize", {"tokens": ids})
-            text = out.get("content")
-        else:
-            out = self._call("/detokenize", {"model": self.model, "tokens": ids})
-            text = out.get("prompt")
+        text = self.protocol.text_of(self.ask(*self.protocol.detokenize(ids)))
         if not isinstance(text, str):
             raise MarsError("the server's /detokenize answered no text")
         return text
@@ -189,26 +154,7 @@ class ServerTokenizer:
         self, messages: list[dict], add_generation_prompt: bool = True, tokenize: bool = False
     ):
         """The conversation as the server's chat template writes it (text, or its ids)."""
-        if self.kind == "llama.cpp":
-            out = self._call("/apply-template", {"messages": messages})
-            text = out.get("prompt")
-            if not isinstance(text, str):
-                raise MarsError("the server's /apply-template answered no prompt")
-            if not add_generation_prompt:
-                raise MarsError("llama.cpp's /apply-template always adds the generation prompt")
-            return self.encode(text, add_special_tokens=False) if tokenize else text
-        body = {
-            "model": self.model,
-            "messages": messages,
-            "add_generation_prompt": add_generation_prompt,
-            "add_special_tokens": False,
-        }
-        ids = self._call("/tokenize", body).get("tokens")
-        if not isinstance(ids, list):
-            raise MarsError("the server's /tokenize of the messages answered no tokens")
-        if tokenize:
-            return [int(i) for i in ids]
-        return self.decode(ids)
+        return self.protocol.apply_template(self, messages, add_generation_prompt, tokenize)
 
     def __len__(self) -> int:
         if self._n_vocab is None:

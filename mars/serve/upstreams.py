@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from ..engines import cancel
 from ..engines.base import Backend
 from ..engines.endpoint import check_base_url, redact
 from ..engines.server import (
+    PROTOCOLS,
     Completion,
     Sampling,
     ServerBackend,
@@ -257,14 +258,15 @@ class ServedBackend(ServerBackend):
         self, requests: Sequence[tuple[list[int] | str, int, int | None]], logprobs: bool
     ) -> list[Completion]:
         """The requests through the router; streamed to a server that stops a request only when
-        its stream is closed (llama.cpp), so a cancelled question stops there at once."""
+        its stream is closed (:attr:`~mars.engines.server.Protocol.streamed`: llama.cpp), so a
+        cancelled question stops there at once."""
         p = self.protocol
         bodies = [p.body(ids, m, self.sampling, s, logprobs) for ids, m, s in requests]
         limits = [
             (answer_limit(m, logprobs, prompt), f"a request of {m} tokens")
             for prompt, m, _ in requests
         ]
-        merge = STREAMED.get(p.kind)
+        merge = p.merge_stream if p.streamed else None
         if merge is not None:
             bodies = [{**b, "stream": True} for b in bodies]
         outs = self.router.post_all(p.path, bodies, limits, merge)
@@ -274,26 +276,26 @@ class ServedBackend(ServerBackend):
         pass
 
 
-def merge_llama_stream(events: list) -> dict:
-    """The answer llama.cpp's ``/completion`` gives unstreamed, from the events of its stream: the
-    last event (``stop``: its end, counts and timings) with every event's text, token ids and
-    log-probabilities joined."""
-    if not events or not isinstance(events[-1], dict) or not events[-1].get("stop"):
-        raise ServerError("llama.cpp /completion: the stream ended before its last event")
-    if not all(isinstance(e, dict) for e in events):
-        raise ServerError("llama.cpp /completion: a streamed event that is not an object")
-    out = dict(events[-1])
-    out["content"] = "".join(str(e.get("content") or "") for e in events)
-    out["tokens"] = [t for e in events for t in (e.get("tokens") or ())]
-    if any("completion_probabilities" in e for e in events):
-        out["completion_probabilities"] = [
-            p for e in events for p in (e.get("completion_probabilities") or ())
-        ]
-    return out
+class _Streamed(Mapping[str, Callable[[list], Any]]):
+    """The servers the proxy streams its requests to (:attr:`Protocol.streamed
+    <mars.engines.server.Protocol.streamed>`), by kind, and how each one's stream reads back into
+    its answer: a view of :data:`~mars.engines.server.PROTOCOLS` as it is now."""
+
+    def _of(self) -> dict[str, Callable[[list], Any]]:
+        return {kind: p.merge_stream for kind, p in PROTOCOLS.items() if p.streamed}
+
+    def __getitem__(self, kind: str) -> Callable[[list], Any]:
+        return self._of()[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._of())
+
+    def __len__(self) -> int:
+        return len(self._of())
 
 
 #: Servers the proxy streams its requests to, and how a stream reads back into an answer.
-STREAMED: dict[str, Callable[[list], Any]] = {"llama.cpp": merge_llama_stream}
+STREAMED: Mapping[str, Callable[[list], Any]] = _Streamed()
 
 
 def synthetic_truth(prompt: str) -> str:

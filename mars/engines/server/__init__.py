@@ -8,7 +8,9 @@ The package, one concept a module: :mod:`.transport` (HTTP on a private event lo
 :mod:`.retry` (the retry policy) and :mod:`.errors` (typed errors); :mod:`.protocol` (what every
 wire protocol shares) and one module per server: :mod:`.llamacpp`, :mod:`.vllm`, :mod:`.sglang`,
 :mod:`.openai_text`; :mod:`.connect` (what is asked of a server before any generation),
-:mod:`.backend` (:class:`ServerBackend`) and :mod:`.batches` (its trace batches).
+:mod:`.backend` (:class:`ServerBackend`) and :mod:`.batches` (its trace batches).  What differs
+by server is its protocol's, so a new server is one module and its entry in :data:`PROTOCOLS`
+(docs/backends.md, "Add a server").
 """
 
 from __future__ import annotations

@@ -56,8 +56,9 @@ class ServerBackend(ServerConnect, TokenProbing, Backend):
         model: the served model name (``GET /v1/models``); None when the server serves one.
         base_url: the server, ``http://HOST:PORT`` (a trailing ``/v1`` is dropped).
         server: ``"auto"`` (from ``owned_by``; a server of another kind that refuses token-id
-            prompts: ``"openai"``), ``"llama.cpp"``, ``"vllm"``, ``"sglang"`` (token-id prompts)
-            or ``"openai"`` (an OpenAI-compatible ``/v1/completions`` given text prompts).
+            prompts: openai) or a kind of :data:`~.connect.PROTOCOLS`: llama.cpp, vllm, sglang
+            (token-id prompts) or openai (an OpenAI-compatible ``/v1/completions`` given text
+            prompts).
         api_key_env: environment variable holding the API key (sent as a bearer token).
         concurrency: requests in flight at most (default: llama.cpp's slots, 1 for
             llama-cpp-python's server, else 32).

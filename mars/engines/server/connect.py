@@ -12,7 +12,6 @@ from ...errors import MarsError
 from ..endpoint import shown
 from ..tokenizer import (
     SERVER,
-    SERVER_TOKENIZERS,
     ServerTokenizer,
     describe_source,
     load_local,
@@ -30,7 +29,7 @@ from ..tokens import (
 from .errors import ServerError
 from .llamacpp import LlamaCppProtocol
 from .openai_text import OpenAITextProtocol, token_ends
-from .protocol import TEXT, Completion, Protocol, Sampling, dig, one_line, read_int, reported_count
+from .protocol import TEXT, Completion, Protocol, Sampling, one_line, read_int
 from .retry import RETRY_STATUS
 from .sglang import SGLangProtocol
 from .transport import Http, answer_limit, asked_for
@@ -42,15 +41,19 @@ log = logging.getLogger(__name__)
 INFO_TIMEOUT = 30.0
 #: A sample the tokenizer must split as the server does (digits, LaTeX, non-ASCII, the suffix).
 TOKENIZER_SAMPLE = "Let x = 3.25; then \\frac{x}{2} ≤ 1.7 — naïve 中文 é." + PROBE_SUFFIX
-#: What a served model's ``owned_by`` says about the server.
-OWNED_BY = {"llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang"}
-#: What llama-cpp-python's server says it is owned by (``/v1/models``).
-LLAMA_CPP_PYTHON_OWNER = "me"
 
 
+#: The servers, by :attr:`~.protocol.Protocol.kind` (what ``server=`` takes): what differs by
+#: server is its protocol's, so a new one is its module and an entry here (docs/backends.md,
+#: "Add a server").
 PROTOCOLS: dict[str, type[Protocol]] = {
     p.kind: p for p in (LlamaCppProtocol, VLLMProtocol, SGLangProtocol, OpenAITextProtocol)
 }
+
+
+def owned_by(owner: str) -> type[Protocol] | None:
+    """The server whose ``/v1/models`` cards say ``owned_by: owner`` (None: none says so)."""
+    return next((p for p in PROTOCOLS.values() if owner in p.owned_by), None)
 
 
 class ServerConnect:
@@ -128,11 +131,12 @@ class ServerConnect:
             )
         self.model = str(model)
         card = served[self.model]
-        detect = server == "auto" and str(card.get("owned_by", "")) not in OWNED_BY
+        known = owned_by(str(card.get("owned_by", "")))
+        detect = server == "auto" and known is None
         if server == "auto":
             # llama.cpp, vLLM and SGLang say who they are; any other server is asked at the trial
             # whether it takes token-id prompts (llama-cpp-python's, owned_by "me", does not)
-            server = OWNED_BY.get(str(card.get("owned_by", "")), OpenAITextProtocol.kind)
+            server = (known or OpenAITextProtocol).kind
         self.protocol = PROTOCOLS[server](self.model)
         report: dict[str, Any] = {"model": card}
         for path in self.protocol.info_paths():
@@ -141,14 +145,10 @@ class ServerConnect:
                 report[path] = out
         self.report = report
         self.context_len = self.protocol.context_length(report)
-        if concurrency is None and server == "llama.cpp":
-            slots = reported_count(dig(report, "/props", "total_slots"))
-            if slots:
-                self.http.limit(slots)
-        if concurrency is None and card.get("owned_by") == LLAMA_CPP_PYTHON_OWNER:
-            # llama-cpp-python runs one request at a time: more in flight only queue, and the
-            # order they come in sets its cache state, hence its logits (a run would not repeat)
-            self.http.limit(1)
+        if concurrency is None:  # the server's own (llama.cpp: its slots), else the default
+            default = self.protocol.default_concurrency(report)
+            if default:
+                self.http.limit(default)
         if detect:  # before the tokenizer: a server to refuse is refused at once
             self.token_ids_refused = self._token_ids_refused(str(card.get("owned_by", "")))
         self._load_tokenizer(tokenizer)
@@ -186,7 +186,7 @@ class ServerConnect:
             tokenizer = reported if reported and os.path.exists(reported) else self.model
         source = os.fspath(tokenizer)
         missing = missing_modules(tokenizer_needs(source))
-        if missing and not given and self.protocol.kind in SERVER_TOKENIZERS:
+        if missing and not given and self.protocol.serves_tokenizer:
             log.info(
                 "server backend: the tokenizer is the server's own (/tokenize, /detokenize): %s "
                 "needs %s, not installed",
@@ -208,9 +208,14 @@ class ServerConnect:
                     "tokenizer=server: a server that takes text prompts only needs the model's "
                     "tokenizer here (pass tokenizer=PATH)"
                 )
-            self.tokenizer = ServerTokenizer(
-                self.protocol.kind, self.model, self._tokenizer_request, self.report
-            )
+            if not self.protocol.serves_tokenizer:
+                serving = [kind for kind, p in PROTOCOLS.items() if p.serves_tokenizer]
+                raise MarsError(
+                    f"a {self.protocol.kind} server's tokenizer cannot be asked over HTTP here "
+                    f"(only {' and '.join(serving)}'s): pass tokenizer=PATH (a model folder, "
+                    "tokenizer.json or GGUF file)"
+                )
+            self.tokenizer = ServerTokenizer(self.protocol, self._tokenizer_request, self.report)
             self.tokenizer_source = SERVER
         else:
             try:
@@ -241,12 +246,11 @@ class ServerConnect:
                 "POST", path, body, timeout=min(INFO_TIMEOUT, self.http.timeout)
             )
         )
-        if status != 200 or not isinstance(out, dict) or not isinstance(out.get("tokens"), list):
+        tokens = self.protocol.tokens_of(out) if status == 200 else None
+        if not isinstance(tokens, list):
             self.tokenizer_checked = False
             return
-        theirs = [
-            read_int(t.get("id") if isinstance(t, dict) else t, "a token id") for t in out["tokens"]
-        ]
+        theirs = [read_int(t.get("id") if isinstance(t, dict) else t, "a token id") for t in tokens]
         ours = list(self.tokenizer.encode(TOKENIZER_SAMPLE, add_special_tokens=False))
         special = set(getattr(self.tokenizer, "all_special_ids", None) or ()) | {
             getattr(self.tokenizer, "bos_token_id", None)
@@ -283,11 +287,7 @@ class ServerConnect:
             raise ServerError(
                 f"the {self.protocol.kind} server at {self.base_url} refused a token-id prompt "
                 f"with {CONF_TOP_K} top log-probabilities (HTTP {status}: {self.http.message(out)})"
-                + (
-                    ": start vLLM with --max-logprobs 20 or more"
-                    if self.protocol.kind == "vllm" and "logprob" in self.http.message(out).lower()
-                    else ""
-                )
+                + self.protocol.trial_hint(self.http.message(out))
             )
         c = self.read(out, 2, logprobs=True)
         self.reports_cached = c.cached_tokens is not None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ...errors import MarsError
 from ..endpoint import shown
 from ..tokens import (
     CONF_TOP_K,
@@ -34,15 +35,63 @@ class LlamaCppProtocol(Protocol):
     path = "/completion"
     logprobs_mode = "log_softmax(logits) (llama.cpp n_probs, before sampling)"
     seeds = "per request (the request's sampler RNG)"
+    owned_by = ("llamacpp",)
+    serves_tokenizer = True
+    #: llama.cpp stops a request only when its stream closes (a non-streamed one runs to its end
+    #: after its connection is gone)
+    streamed = True
     #: the sampler chain of vLLM and SGLang (temperature first), nothing else
     SAMPLERS = ("temperature", "top_k", "top_p", "min_p")
 
     def info_paths(self) -> tuple[str, ...]:
         return ("/props",)
 
-    def tokenize(self, text: str) -> tuple[str, dict]:
+    def default_concurrency(self, report: dict) -> int | None:
+        """The server's slots (``--parallel``): requests decoded together."""
+        return reported_count(dig(report, "/props", "total_slots"))
+
+    @staticmethod
+    def merge_stream(events: list) -> dict:
+        return merge_llama_stream(events)
+
+    def tokenize(self, text: str, add_special_tokens: bool = False) -> tuple[str, dict]:
         # special tokens written in the text (``</think>``) are parsed, as transformers does
-        return "/tokenize", {"content": text, "add_special": False, "parse_special": True}
+        return "/tokenize", {
+            "content": text,
+            "add_special": bool(add_special_tokens),
+            "parse_special": True,
+        }
+
+    def detokenize(self, ids: list[int]) -> tuple[str, dict]:
+        return "/detokenize", {"tokens": ids}
+
+    def text_of(self, out: dict) -> Any:
+        return out.get("content")
+
+    def chat_template(self, report: dict) -> str | None:
+        return (report.get("/props") or {}).get("chat_template") or None
+
+    def n_vocab(self, report: dict) -> Any:
+        return ((report.get("model") or {}).get("meta") or {}).get("n_vocab")
+
+    def bos_eos(self, report: dict) -> tuple[Any, Any]:
+        props = report.get("/props") or {}
+        return props.get("bos_token"), props.get("eos_token")
+
+    def special_markup(self, tokenizer: Any, report: dict) -> tuple[str, set[int]]:
+        # the markup the chat template writes; /tokenize adds no special token of its own
+        return (report.get("/props") or {}).get("chat_template") or "", set()
+
+    def apply_template(
+        self, tokenizer: Any, messages: list[dict], add_generation_prompt: bool, tokenize: bool
+    ) -> Any:
+        out = tokenizer.ask("/apply-template", {"messages": messages})
+        text = out.get("prompt")
+        if not isinstance(text, str):
+            raise MarsError("the server's /apply-template answered no prompt")
+        if not add_generation_prompt:
+            raise MarsError("llama.cpp's /apply-template always adds the generation prompt")
+        return tokenizer.encode(text, add_special_tokens=False) if tokenize else text
 
     def body(
         self, ids: list[int], max_new: int, s: Sampling, seed: int | None, logprobs: bool
@@ -143,3 +192,21 @@ def align_llama_confs(ids: list[int], probs: list, where: str) -> list[float]:
     if k >= 0:
         raise ServerError(f"{where}: log-probabilities of tokens it did not generate")
     return confs
+
+
+def merge_llama_stream(events: list) -> dict:
+    """The answer llama.cpp's ``/completion`` gives unstreamed, from the events of its stream: the
+    last event (``stop``: its end, counts and timings) with every event's text, token ids and
+    log-probabilities joined."""
+    if not events or not isinstance(events[-1], dict) or not events[-1].get("stop"):
+        raise ServerError("llama.cpp /completion: the stream ended before its last event")
+    if not all(isinstance(e, dict) for e in events):
+        raise ServerError("llama.cpp /completion: a streamed event that is not an object")
+    out = dict(events[-1])
+    out["content"] = "".join(str(e.get("content") or "") for e in events)
+    out["tokens"] = [t for e in events for t in (e.get("tokens") or ())]
+    if any("completion_probabilities" in e for e in events):
+        out["completion_probabilities"] = [
+            p for e in events for p in (e.get("completion_probabilities") or ())
+        ]
+    return out

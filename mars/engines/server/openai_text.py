@@ -145,8 +145,17 @@ class OpenAITextProtocol(Protocol):
     sampler_order = "the server's (llama-cpp-python: top-k, top-p, min-p, then temperature)"
     tokenizer: Any = None
     top_k = 0
+    #: what llama-cpp-python's server says it is owned by (``/v1/models``); not in
+    #: :attr:`owned_by`: a server of unknown kind is asked whether it takes token-id prompts
+    LLAMA_CPP_PYTHON_OWNER = "me"
 
-    def tokenize(self, text: str) -> tuple[str, dict]:
+    def default_concurrency(self, report: dict) -> int | None:
+        # llama-cpp-python runs one request at a time: more in flight only queue, and the
+        # order they come in sets its cache state, hence its logits (a run would not repeat)
+        card = report.get("model") or {}
+        return 1 if card.get("owned_by") == self.LLAMA_CPP_PYTHON_OWNER else None
+
+    def tokenize(self, text: str, add_special_tokens: bool = False) -> tuple[str, dict]:
         # llama-cpp-python: special tokens parsed; a BOS added when the model adds one
         return "/extras/tokenize", {"model": self.model, "input": text}
 

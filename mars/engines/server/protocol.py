@@ -158,8 +158,13 @@ def top_confidence(values: Sequence[Any], where: str) -> float:
 
 
 class Protocol:
-    """How one kind of server is asked for a completion and how its answer reads."""
+    """How one kind of server is asked for a completion and how its answer reads, and everything
+    else that differs by server: what it calls itself, how many requests it takes at once,
+    whether its tokenizer can be asked over HTTP, whether ``mars serve`` streams to it.  Each
+    default here is what a server that says nothing more gets; a server's module overrides what
+    differs (docs/backends.md, "Add a server")."""
 
+    #: the name ``server=`` takes and the manifest records (the key of :data:`.connect.PROTOCOLS`)
     kind = ""
     path = ""
     #: how prompts are sent: :data:`TOKEN_IDS` or :data:`TEXT`
@@ -168,6 +173,16 @@ class Protocol:
     logprobs_mode = ""
     #: how a per-request seed is honoured
     seeds = ""
+    #: what the server's ``/v1/models`` cards say in ``owned_by``: how ``server=auto`` knows it
+    owned_by: tuple[str, ...] = ()
+    #: whether the server's own tokenizer can be asked over HTTP (``tokenizer=server``,
+    #: :class:`mars.engines.tokenizer.ServerTokenizer`), as :meth:`tokenize`, :meth:`detokenize`
+    #: and :meth:`apply_template` say
+    serves_tokenizer = False
+    #: whether ``mars serve`` streams its requests to the server (one that stops a request only
+    #: when its stream closes, so that a cancelled question stops there at once); each stream is
+    #: read back into the unstreamed answer by :meth:`merge_stream`
+    streamed = False
 
     def __init__(self, model: str):
         self.model = model
@@ -176,9 +191,69 @@ class Protocol:
         """GET endpoints whose JSON goes into the server report (missing ones are skipped)."""
         return ()
 
-    def tokenize(self, text: str) -> tuple[str, dict]:
-        """The request that tokenizes ``text`` without special tokens."""
-        return "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
+    def default_concurrency(self, report: dict) -> int | None:
+        """Requests in flight when ``--concurrency`` is not given (None: the backend's 32)."""
+        return None
+
+    def trial_hint(self, message: str) -> str:
+        """What to add to the line that says the server refused the connect-time trial (a
+        token-id prompt with 20 top log-probabilities), from the server's error message."""
+        return ""
+
+    @staticmethod
+    def merge_stream(events: list) -> Any:
+        """The answer the server gives unstreamed, from the events of its stream
+        (:attr:`streamed` servers)."""
+        raise NotImplementedError
+
+    # -- the server's own tokenizer (:attr:`serves_tokenizer`) ---------------------------------
+
+    def tokenize(self, text: str, add_special_tokens: bool = False) -> tuple[str, dict]:
+        """The request that tokenizes ``text`` (without special tokens unless asked)."""
+        return "/tokenize", {
+            "model": self.model,
+            "prompt": text,
+            "add_special_tokens": add_special_tokens,
+        }
+
+    def tokens_of(self, out: Any) -> Any:
+        """The tokens of a :meth:`tokenize` answer (ids, or objects with an ``id``)."""
+        return out.get("tokens") if isinstance(out, dict) else None
+
+    def detokenize(self, ids: list[int]) -> tuple[str, dict]:
+        """The request that gives back the text of ``ids``."""
+        return "/detokenize", {"model": self.model, "tokens": ids}
+
+    def text_of(self, out: dict) -> Any:
+        """The text of a :meth:`detokenize` answer."""
+        return out.get("prompt")
+
+    def chat_template(self, report: dict) -> str | None:
+        """The chat template the server applies, or a word for it (None: none known, so the
+        prompt is the question as it is)."""
+        return None
+
+    def n_vocab(self, report: dict) -> Any:
+        """The vocabulary size the server reports (None: it does not say)."""
+        return None
+
+    def bos_eos(self, report: dict) -> tuple[Any, Any]:
+        """The texts of the begin- and end-of-text tokens the server reports (None: not said)."""
+        return None, None
+
+    def special_markup(self, tokenizer: Any, report: dict) -> tuple[str, set[int]]:
+        """Where the special tokens show: a text whose special-token markup (``<|im_start|>``...)
+        is read as special tokens, and the ids ``add_special_tokens`` adds.  ``tokenizer`` is the
+        :class:`~mars.engines.tokenizer.ServerTokenizer` being made (its ids of the texts given
+        above are known)."""
+        return "", set()
+
+    def apply_template(
+        self, tokenizer: Any, messages: list[dict], add_generation_prompt: bool, tokenize: bool
+    ) -> Any:
+        """The conversation as the server's chat template writes it (text, or its ids), asked
+        through ``tokenizer.ask(path, body)``."""
+        raise NotImplementedError
 
     def body(
         self, prompt: Any, max_new: int, s: Sampling, seed: int | None, logprobs: bool

@@ -37,6 +37,7 @@ class SGLangProtocol(Protocol):
         "server runs with SGLANG_RETURN_ORIGINAL_LOGPROB=1)"
     )
     seeds = "sampling_seed per request (honoured under --enable-deterministic-inference)"
+    owned_by = ("sglang",)
 
     def info_paths(self) -> tuple[str, ...]:
         return ("/get_server_info", "/get_model_info")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ...errors import MarsError
 from ..endpoint import shown
 from ..tokens import (
     CONF_TOP_K,
@@ -36,9 +37,48 @@ class VLLMProtocol(Protocol):
         "the server's --logprobs-mode (default raw_logprobs: log_softmax(logits)), clamped at -9999"
     )
     seeds = "per request (a generator per request)"
+    owned_by = ("vllm",)
+    serves_tokenizer = True
 
     def info_paths(self) -> tuple[str, ...]:
         return ("/version",)
+
+    def trial_hint(self, message: str) -> str:
+        return ": start vLLM with --max-logprobs 20 or more" if "logprob" in message.lower() else ""
+
+    def chat_template(self, report: dict) -> str | None:
+        return "the server's"  # vLLM applies the model's template to the messages it is given
+
+    def special_markup(self, tokenizer: Any, report: dict) -> tuple[str, set[int]]:
+        """vLLM says neither its template nor its special tokens: they are read off its answers,
+        the markup of a conversation its chat template writes (``<|im_start|>``,
+        ``<|im_end|>``..., the end of a turn being the end of text of a chat model) and the ids
+        ``add_special_tokens`` adds (a begin-of-text token); none when it cannot say (a model
+        without a chat template)."""
+        try:
+            plain = tokenizer.encode("1", add_special_tokens=False)
+            added = set(tokenizer.encode("1", add_special_tokens=True)) - set(plain)
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": "1"}], tokenize=True)
+            rendered = tokenizer.ask(*self.detokenize(ids))
+        except MarsError:
+            return "", set()
+        return str(rendered.get("prompt") or ""), added
+
+    def apply_template(
+        self, tokenizer: Any, messages: list[dict], add_generation_prompt: bool, tokenize: bool
+    ) -> Any:
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "add_generation_prompt": add_generation_prompt,
+            "add_special_tokens": False,
+        }
+        ids = tokenizer.ask("/tokenize", body).get("tokens")
+        if not isinstance(ids, list):
+            raise MarsError("the server's /tokenize of the messages answered no tokens")
+        if tokenize:
+            return [int(i) for i in ids]
+        return tokenizer.decode(ids)
 
     def body(
         self, ids: list[int], max_new: int, s: Sampling, seed: int | None, logprobs: bool
