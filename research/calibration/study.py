@@ -33,7 +33,9 @@ def arrays_of(path: Path, pp: bool = False):
     out = []
     for q in pool.qids:
         qd = pool.read_question(q)
-        out.append(protocol.question_arrays(qd, spacing) if pp else load_arrays(qd, CACHE, spacing=spacing))
+        out.append(
+            protocol.question_arrays(qd, spacing) if pp else load_arrays(qd, CACHE, spacing=spacing)
+        )
     return pool, out
 
 
@@ -44,17 +46,38 @@ def calibrate(paths: list[Path], pp: bool = False, qids=None):
         if qids is not None:
             a = [x for x in a if x.qid in qids]
         arrs += a
-        on.append({"source": str(p), "model": pool.manifest.get("model"), "spacing": pool.recorded_spacing})
+        on.append(
+            {
+                "source": str(p),
+                "model": pool.manifest.get("model"),
+                "spacing": pool.recorded_spacing,
+            }
+        )
     return fit_calibration(arrs, on)
 
 
 def run(pool: Path, methods: str, settings: Settings, cal=None, qids=None):
-    res = simulate_pool(pool, parse_methods(methods), settings, questions=qids, workers=2, calibration=cal)
+    res = simulate_pool(
+        pool, parse_methods(methods), settings, questions=qids, workers=2, calibration=cal
+    )
     out = {}
     for m in parse_methods(methods):
         acc = np.mean([r.methods[m.name].correct.mean() for r in res]) * 100
-        sav = np.mean([np.mean(1 - r.methods[m.name].tokens / r.methods[m.name].baseline) for r in res]) * 100
-        paid = np.mean([np.mean(1 - r.methods[m.name].paid_tokens / r.methods[m.name].baseline) for r in res]) * 100
+        sav = (
+            np.mean(
+                [np.mean(1 - r.methods[m.name].tokens / r.methods[m.name].baseline) for r in res]
+            )
+            * 100
+        )
+        paid = (
+            np.mean(
+                [
+                    np.mean(1 - r.methods[m.name].paid_tokens / r.methods[m.name].baseline)
+                    for r in res
+                ]
+            )
+            * 100
+        )
         seq = np.mean([np.mean(r.methods[m.name].seq_tokens) for r in res])
         out[m.name] = (acc, sav, paid, seq)
     return out
@@ -75,8 +98,14 @@ if __name__ == "__main__":
     ap.add_argument("--wave", type=int, default=16)
     args = ap.parse_args()
     real = Path("/tmp/r40/aime24-native")
-    pp = Settings(budget=64, iterations=100, seed=0, protocol="parallel-probe", warmup=16, guard="tokens")
-    base = run(real, "sc,sc-mars-cal,sc-mars2,sc-mars2-launch,sc-mars2-waves,pp-main,esc,asc,oracle-first", pp)
+    pp = Settings(
+        budget=64, iterations=100, seed=0, protocol="parallel-probe", warmup=16, guard="tokens"
+    )
+    base = run(
+        real,
+        "sc,sc-mars-cal,sc-mars2,sc-mars2-launch,sc-mars2-waves,pp-main,esc,asc,oracle-first",
+        pp,
+    )
     show("AIME 2024 (real), PP protocol, budget 64, warmup 16 (paid)", base)
     dev = [common.ensure_pool(p, d, 1) for p in common.PRESETS for d in common.DATASETS]
     import dataclasses
@@ -84,12 +113,35 @@ if __name__ == "__main__":
     # across models and grids on purpose: the refusal of another model's pool is bypassed here
     cal = dataclasses.replace(calibrate(dev), fitted_on=[])
     kw = {"risk_alpha": args.alpha} if args.alpha else {}
-    pp0 = Settings(budget=64, iterations=100, seed=0, protocol="parallel-probe", warmup=0, wave_size=args.wave, **kw)
-    show("AIME 2024, calibration fitted on synthetic dev pools (no warmup)", run(real, "sc-mars2,sc-mars2-launch,sc-mars2-waves", pp0, cal))
+    pp0 = Settings(
+        budget=64,
+        iterations=100,
+        seed=0,
+        protocol="parallel-probe",
+        warmup=0,
+        wave_size=args.wave,
+        **kw,
+    )
+    show(
+        "AIME 2024, calibration fitted on synthetic dev pools (no warmup)",
+        run(real, "sc-mars2,sc-mars2-launch,sc-mars2-waves", pp0, cal),
+    )
     # AIME 2024 two halves: fit on one, evaluate on the other
-    for fit_half, eval_half in ((range(0, 30, 2), range(1, 30, 2)), (range(1, 30, 2), range(0, 30, 2))):
+    for fit_half, eval_half in (
+        (range(0, 30, 2), range(1, 30, 2)),
+        (range(1, 30, 2), range(0, 30, 2)),
+    ):
         cal_h = calibrate([real], pp=True, qids=set(fit_half))
-        show(f"AIME 2024 half (fit on the other half)", run(real, "sc,sc-mars2,sc-mars2-launch,sc-mars2-waves,pp-main", pp0, cal_h, list(eval_half)))
+        show(
+            "AIME 2024 half (fit on the other half)",
+            run(
+                real,
+                "sc,sc-mars2,sc-mars2-launch,sc-mars2-waves,pp-main",
+                pp0,
+                cal_h,
+                list(eval_half),
+            ),
+        )
 
 
 def synthetic_heldout(cal, alpha=None, wave=16, iterations=32, pools=None):
@@ -109,10 +161,11 @@ def synthetic_heldout(cal, alpha=None, wave=16, iterations=32, pools=None):
         rows.append((f"{common.SHORT[p]}/{d}", a, b))
         sc = a["sc"][0]
         print(
-            f"{common.SHORT[p] + '/' + d:28s} sc {sc:5.1f} | warm mars2 {a['sc-mars2'][0]-sc:+5.2f} "
-            f"{a['sc-mars2'][2]:5.1f}% launch {a['sc-mars2-launch'][0]-sc:+5.2f} "
-            f"{a['sc-mars2-launch'][2]:5.1f}% | cal mars2 {b['sc-mars2'][0]-sc:+5.2f} "
-            f"{b['sc-mars2'][2]:5.1f}% launch {b['sc-mars2-launch'][0]-sc:+5.2f} "
+            f"{common.SHORT[p] + '/' + d:28s} sc {sc:5.1f} | "
+            f"warm mars2 {a['sc-mars2'][0] - sc:+5.2f} "
+            f"{a['sc-mars2'][2]:5.1f}% launch {a['sc-mars2-launch'][0] - sc:+5.2f} "
+            f"{a['sc-mars2-launch'][2]:5.1f}% | cal mars2 {b['sc-mars2'][0] - sc:+5.2f} "
+            f"{b['sc-mars2'][2]:5.1f}% launch {b['sc-mars2-launch'][0] - sc:+5.2f} "
             f"{b['sc-mars2-launch'][2]:5.1f}% seq {b['sc-mars2-launch'][3]:6.0f}",
             flush=True,
         )

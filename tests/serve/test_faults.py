@@ -123,14 +123,39 @@ def test_an_upstream_event_nested_too_deep_is_a_502():
     ups.close()
 
 
-def test_streamed_requests_beyond_the_queue_are_real_429s():
-    """Admission is decided before a stream starts: of six streamed requests arriving together
-    at --max-active 1 --max-queue 1, two are answered whole and four are HTTP 429 with
-    Retry-After — no 200 carrying an error event — and /metrics counts what was sent."""
+def test_streamed_requests_beyond_the_queue_are_real_429s(monkeypatch):
+    """Admission is decided before a stream starts: while one question holds the only slot, of
+    five streamed requests arriving together at --max-queue 1 one waits and is answered whole
+    and four are HTTP 429 with Retry-After — no 200 carrying an error event — and /metrics
+    counts what was sent. The five prompts are rendered at once (each waits for the others), so
+    that all five are past their reading before the first reaches the queue: where the slot were
+    taken inside the stream, every one would be admitted. The question holding the slot ends
+    when the test says so."""
+    from mars.serve import app
+
+    real_prepare, real_run = app.prepare, app.run_question
+    release = threading.Event()
+    together = threading.Barrier(5)
+
+    def slow_prepare(upstreams, q):
+        if q.prompt != "HOLD":
+            together.wait(30)
+        return real_prepare(upstreams, q)
+
+    def held_run(upstreams, prep, *rest):
+        if "HOLD" in prep.text:
+            release.wait(60)
+        return real_run(upstreams, prep, *rest)
+
+    monkeypatch.setattr(app, "prepare", slow_prepare)
+    monkeypatch.setattr(app, "run_question", held_run)
     with serving(["synthetic"], FAST, max_active=1, max_queue=1) as running:
-        body = {**SLOW, "stream": True, "mars": {**SLOW["mars"], "spacing": 512}}
+        held: list = []
+        holder = post_in_thread(running.url + "/v1/completions", {"prompt": "HOLD", "n": 4}, held)
+        wait_for(lambda: running.state.scheduler.active == 1)
+        body = {"prompt": QUESTION, "n": 4, "stream": True}
         results: list = []
-        barrier = threading.Barrier(6)
+        barrier = threading.Barrier(5)
 
         def go(seed: int):
             barrier.wait()
@@ -139,16 +164,19 @@ def test_streamed_requests_beyond_the_queue_are_real_429s():
             ) as r:
                 results.append((r, r.read().decode()))
 
-        threads = [threading.Thread(target=go, args=(k,)) for k in range(6)]
+        threads = [threading.Thread(target=go, args=(k,)) for k in range(5)]
         for th in threads:
             th.start()
+        wait_for(lambda: len(results) == 4)  # the refused ones, while the slot is held
+        release.set()
         for th in threads:
             th.join()
+        holder.join()
+        assert [s for s, _, _ in held] == [200]
         ok = [text for r, text in results if r.status_code == 200]
         refused = [r for r, _ in results if r.status_code != 200]
-        assert len(ok) == 2 and len(refused) == 4, [r.status_code for r, _ in results]
-        for text in ok:
-            assert '"error"' not in text and text.rstrip().endswith("data: [DONE]")
+        assert len(ok) == 1 and len(refused) == 4, [r.status_code for r, _ in results]
+        assert '"error"' not in ok[0] and ok[0].rstrip().endswith("data: [DONE]")
         for r in refused:
             err = _is_openai_error(r, 429)
             assert err["type"] == "rate_limit_error" and int(r.headers["retry-after"]) >= 1
