@@ -33,6 +33,7 @@ def version():
 # the commands, in the order the help lists them
 app.command()(evaluate.simulate)
 app.command()(evaluate.fit)
+app.command()(evaluate.calibrate)
 app.command("import")(pools.import_)
 app.command()(pools.export)
 app.command()(pools.generate)

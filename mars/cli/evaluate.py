@@ -39,6 +39,11 @@ def simulate(
         None, "--fit", help="a `mars fit` directory: its arrays and switch models (no refitting)"
     ),
     cache: Path | None = typer.Option(None, help="per-question array cache directory"),
+    calibration: Path | None = typer.Option(
+        None,
+        help="a `mars calibrate` file: MARS2's rules read it instead of a warmup per question "
+        "(--warmup 0, its default then)",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
     settings_given: dict | None = None,
 ):
@@ -59,7 +64,14 @@ def simulate(
 
     with user_errors():
         parse_methods(method)
-        settings = Settings(**(settings_given or {})).validate()
+        given = dict(settings_given or {})
+        cal = None
+        if calibration is not None:
+            from ..method.learned import Calibration
+
+            cal = Calibration.load(calibration)
+            given.setdefault("warmup", 0)
+        settings = Settings(**given).validate()
         check_protocol_inputs(settings, fit_dir, cache)
         src = open_pool(pool)
         settings = pool_settings(src, settings)
@@ -75,7 +87,19 @@ def simulate(
         notes = size_notes(src, methods, settings, qids)
         if workers < 1:
             raise MarsError(f"--workers {workers}: must be at least 1")
-        check_apart(out, [("POOL", pool), ("--fit", fit_dir), ("--cache", cache)])
+        check_apart(
+            out,
+            [
+                ("POOL", pool),
+                ("--fit", fit_dir),
+                ("--cache", cache),
+                ("--calibration", calibration),
+            ],
+        )
+        if cal is not None:
+            from ..simulate.driver import check_calibration
+
+            check_calibration(cal, src, settings, methods)
         if cache is not None:
             check_apart(cache, [("POOL", pool)], "--cache")
         for note in notes:  # after every refusal: a note only when the run goes ahead
@@ -91,18 +115,71 @@ def simulate(
                 cache_dir=cache,
                 fit_dir=fit_dir,
                 progress=progress,
+                calibration=cal,
             )
             fit = None if fit_dir is None else str(fit_dir)
             names = [m.name for m in methods]
             data = pool_source(pool).to_dict()
+            used = None
+            if cal is not None:
+                from ..simulate.results import calibration_input, input_checksum
+
+                used = calibration_input(calibration, cal, input_checksum(results))
+                if used["in_sample"]:
+                    notes = [*notes, f"{calibration} was fitted on these traces: in sample"]
             overalls = write_methods(
-                out, names, results, settings.to_dict(), str(pool), fit, notes, data
+                out, names, results, settings.to_dict(), str(pool), fit, notes, data, used
             )
     if not quiet:
         err.print(summary_table(overalls))
+        if used is not None and used["in_sample"]:
+            err.print(
+                f"note: {calibration} was fitted on these traces: in sample (evaluate on a pool "
+                "it never saw)",
+                highlight=False,
+                soft_wrap=True,
+            )
         err.print(
             f"{len(results)} questions × {len(methods)} methods in "
             f"{time.perf_counter() - t0:.1f} s → {out}/"
+        )
+
+
+def calibrate(
+    pools: list[Path] = typer.Argument(..., help="pool directories (or published parquet files)"),
+    out: Path = typer.Option(..., "--out", "-o", help="the calibration file (JSON)"),
+    protocol: str = typer.Option(
+        SPECS["protocol"].default,
+        help="the evaluation protocol whose answer groups the calibration reads: "
+        + setting_help(SPECS["protocol"]),
+        show_default=False,
+    ),
+    finals: str = typer.Option(
+        SPECS["finals"].default, help=setting_help(SPECS["finals"]), show_default=False
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
+):
+    """Learn once, from pools, what MARS2 reads of a warmup: who leaves an answer, by position,
+    share and lead (read by `simulate`, `solve`, `serve` and `mars.Stopper` with --calibration)."""
+    from ..fit.calibrate import calibrate_pools
+    from ..method.settings import Settings
+    from ..progress import bar
+    from ..store.atomic import check_apart, check_output_dir
+
+    with user_errors():
+        Settings(protocol=protocol, finals=finals).validate()
+        for pool in pools:
+            if not pool.exists():
+                raise MarsError(f"{pool}: no such pool")
+        check_apart(out, [("POOL", p) for p in pools])
+        check_output_dir(out.parent, "--out")
+        with bar("calibrating on questions", disable=quiet) as progress:
+            cal = calibrate_pools(pools, protocol_name=protocol, finals=finals, progress=progress)
+        cal.save(out)
+    if not quiet:
+        n = sum(int(f["questions"]) for f in cal.fitted_on)
+        err.print(
+            f"calibration {cal.digest} fitted on {n} questions of {len(pools)} pool(s) → {out}"
         )
 
 

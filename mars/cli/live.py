@@ -35,14 +35,22 @@ def solve(
     ),
     problems: str = typer.Option(..., help=PROBLEMS_HELP),
     traces: int = typer.Option(64, help="traces run in parallel per question (N)"),
-    warmup: int = typer.Option(
-        SPECS["warmup"].default, help="warmup traces run to completion first (q-model, γ)"
+    warmup: int | None = typer.Option(
+        None,
+        help="warmup traces run to completion first (q-model, γ) "
+        f"[default: {SPECS['warmup'].default}; 0 with --calibration]",
+        show_default=False,
     ),
     method: str = typer.Option(
         DEFAULT_METHOD,
         "--method",
         "-m",
         help=f"a method that can run live: {', '.join(live_methods())}",
+    ),
+    calibration: Path | None = typer.Option(
+        None,
+        help="a `mars calibrate` file: MARS2 reads it instead of a warmup per question, "
+        "which then costs nothing and delays nothing",
     ),
     backend: str = typer.Option("synthetic", help=BACKEND_HELP),
     preset: str | None = typer.Option(None, help=PRESET_HELP),
@@ -66,7 +74,22 @@ def solve(
     spacing, seed = opts.pop("spacing"), opts.pop("seed")
     with user_errors():
         qids = parse_question_spec(questions)
-        check_apart(out, [("--problems", problems), ("--preset", preset), ("--model", model)])
+        cal = None
+        if calibration is not None:
+            from ..method.learned import Calibration
+
+            cal = Calibration.load(calibration)
+        if warmup is None:
+            warmup = 0 if cal is not None else SPECS["warmup"].default
+        check_apart(
+            out,
+            [
+                ("--problems", problems),
+                ("--preset", preset),
+                ("--model", model),
+                ("--calibration", calibration),
+            ],
+        )
         be = make_backend(backend, model=model, preset=preset, **opts)
         with resumable_bar(f"solve ({method})", quiet, out) as progress:
             rows = solve_pool(
@@ -83,6 +106,7 @@ def solve(
                 compare_full=compare_full,
                 progress=progress,
                 detail=progress.detail,
+                calibration=cal,
                 **(settings_given or {}),
             )
     if not quiet:

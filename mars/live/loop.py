@@ -68,9 +68,17 @@ from ..engines.generate import (
     token_cap,
     warn_without_final_answers,
 )
+from ..errors import UsageError
 from ..method.answers import is_correct
 from ..method.arrays import RunningConfidence, checkpoint_answers, checkpoint_confidences
-from ..method.registry import DEFAULT_METHOD, Method, get_method, live_method
+from ..method.learned import Calibration
+from ..method.registry import (
+    DEFAULT_METHOD,
+    Method,
+    check_calibrated,
+    get_method,
+    live_method,
+)
 from ..method.settings import Settings
 from ..progress import Detail, Progress, counted, prefixed
 from ..store import schema
@@ -82,6 +90,7 @@ from ..store.pool import (
 from ..store.problems import Problem, problem_digest, problems_digest, select_problems
 from ..store.write import PoolDirWriter, stood_in_of, with_stood_in
 from .records import (
+    CALIBRATION_FILE,
     LIVE_DIR,
     LIVE_RECORD,
     SUMMARY_FIELDS,
@@ -196,6 +205,7 @@ class _Controller:
         n_warm: int,
         n: int,
         watch: Watch | None = None,
+        calibration: Calibration | None = None,
     ):
         self.problem, self.method, self.settings, self.grid = problem, method, settings, grid
         self.n_warm, self.n = n_warm, n
@@ -215,7 +225,14 @@ class _Controller:
         else:  # --warmup 0: no warmup traces (q = 1, gamma = 1, no guard)
             confs = None
             warmup = Warmup([], [], np.zeros(0, dtype=np.int64))
-        self.stopper = Stopper(method, n, grid, warmup, settings=settings)
+        self.stopper = Stopper(
+            method,
+            n,
+            grid,
+            None if calibration is not None else warmup,
+            settings=settings,
+            calibration=calibration,
+        )
         self.confs = (
             RunningConfidence(n, settings.window) if confs is not None or not n_warm else None
         )
@@ -308,10 +325,13 @@ def solve(
     warmup_file: str | Path | None = None,
     detail: Detail | None = None,
     watch: Watch | None = None,
+    calibration: Calibration | None = None,
     **knobs,
 ) -> LiveRun:
     """Answer ``problem`` live with ``method`` (see the module docstring);
     the records are in ``.table``.
+
+    ``calibration`` (``mars calibrate``): MARS2 reads it instead of a warmup, which must be 0.
 
     ``warmup_file``: where the finished warmup traces are kept until the question ends, so that
     an interrupted question resumes after its warmup (read back if it exists, checked against the
@@ -329,11 +349,12 @@ def solve(
     max_tokens = token_cap(backend, max_tokens)
     settings = live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)
     grid = live_grid(spacing, max_tokens)
+    check_live_calibration(calibration, m, warmup)
 
     made_by = warmup_inputs(backend, problem, warmup, seed, spacing, max_tokens)
     warm_table, warm_wall = warmup_traces(backend, problem, made_by, warmup_file, detail)
     t1 = time.perf_counter()
-    ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces, watch)
+    ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces, watch, calibration)
     say = prefixed(detail, f"q{problem.qid} {m.name}: ")
     if say is not None:
         say(f"starting {n_traces} traces")
@@ -357,7 +378,9 @@ def solve(
     # the records re-simulated give the same
     label, position, answer = ctl.finish(records)
     stopped = np.concatenate([np.zeros(warmup, bool), ctl.stopped])
-    res, arr = decide(_question(problem, [table]), m, settings, grid, warmup, stopped)
+    res, arr = decide(
+        _question(problem, [table]), m, settings, grid, warmup, stopped, calibration=calibration
+    )
     a = int(res.answer[0])
     final = (
         str(res.stopped_by[0]),
@@ -413,6 +436,15 @@ def solve(
             prefixed(detail, f"q{problem.qid} to completion: "),
         )
     return run
+
+
+def check_live_calibration(calibration: Calibration | None, method: Method, warmup: int) -> None:
+    """A calibration replaces the warmup and serves MARS2 under self-consistency (one line)."""
+    if calibration is None:
+        return
+    if warmup:
+        raise UsageError(f"--warmup {warmup}: a calibration replaces the warmup (give --warmup 0)")
+    check_calibrated(method)
 
 
 def _run_full(
@@ -471,10 +503,12 @@ def solve_pool(
     progress: Progress | None = None,
     on_question: Callable[[LiveRun], None] | None = None,
     detail: Detail | None = None,
+    calibration: Calibration | None = None,
     **knobs,
 ) -> list[dict]:
     """:func:`solve` every requested question into the pool directory ``out``;
-    one summary per question.
+    one summary per question. A ``calibration`` is kept in ``out`` (:data:`CALIBRATION_FILE`,
+    its digest in the run's parameters), so the run replays from its folder alone.
 
     Resumable: a question is done once its ``live/qNNNNNN.json`` exists (written after its trace
     file); re-running the same command skips it. Other parameters into the same directory are
@@ -484,6 +518,7 @@ def solve_pool(
     m = live_method(method)
     max_tokens = token_cap(backend, max_tokens)
     live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)  # before touching ``out``
+    check_live_calibration(calibration, m, warmup)
     sel = [by_qid[q] for q in qids]
     for p in sel:
         backend.check_context(p)
@@ -503,6 +538,8 @@ def solve_pool(
         "qids": qids,
         "problems_digest": problems_digest(sel),
     }
+    if calibration is not None:  # only then: the parameters of earlier runs stay as they were
+        params["calibration"] = calibration.digest
     out = Path(out)
     writer = PoolDirWriter(
         out,
@@ -520,6 +557,8 @@ def solve_pool(
     with output_dir(out), folder_lock(out, busy):
         if writer.start(qids):
             make_dirs(out / LIVE_DIR)
+            if calibration is not None:
+                calibration.save(out / CALIBRATION_FILE)
             todo = writer.todo(qids)
             _remove_litter(out, [q for q in qids if q not in todo])
             # a damaged record of a question done earlier, or one made for another question or
@@ -542,6 +581,7 @@ def solve_pool(
                     compare_full=compare_full,
                     warmup_file=warmup_path(out, qid),
                     detail=detail,
+                    calibration=calibration,
                     **knobs,
                 )
                 assert run.table is not None

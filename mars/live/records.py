@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UsageError
+from ..method.learned import Calibration
 from ..method.settings import Settings
 from ..store import schema
 from ..store.pool import PoolError
@@ -25,6 +26,22 @@ LIVE_DIR = "live"
 #: the parameters of a run still under way (the pool writer's record; pool.json once finished)
 LIVE_RECORD = ".solve.json"
 SUMMARY_FILE = "live.csv"
+
+
+#: where a live run (or a served record pool) keeps the calibration it decided with
+CALIBRATION_FILE = "calibration.json"
+
+
+def read_calibration(folder: Path, digest: object) -> Calibration:
+    """The calibration a live run decided with, from its folder, checked against the digest its
+    parameters record (one line naming the file otherwise)."""
+    path = folder / CALIBRATION_FILE
+    cal = Calibration.load(path)
+    if cal.digest != digest:
+        raise PoolError(
+            f"{path}: calibration {cal.digest}, but the run decided with {reprlib.repr(digest)}"
+        )
+    return cal
 
 
 def live_grid(spacing: int, max_tokens: int) -> np.ndarray:

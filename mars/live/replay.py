@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import MarsError
 from ..method.answers import group_answers_online
 from ..method.arrays import QuestionArrays, build_arrays, checkpoint_answers
+from ..method.learned import Calibration
 from ..method.registry import Method, live_method
 from ..method.settings import Settings
 from ..method.walk import MethodResult, QuestionContext, run_method
@@ -34,6 +35,7 @@ from .records import (
     live_grid,
     live_path,
     live_settings,
+    read_calibration,
     read_records,
 )
 
@@ -46,6 +48,7 @@ def decide(
     n_warm: int,
     stopped: np.ndarray,
     memo: dict | None = None,
+    calibration: Calibration | None = None,
 ) -> tuple[MethodResult, QuestionArrays]:
     """The simulator's decision on a live run's records (traces 0..n_warm-1 = warmup, then main).
 
@@ -74,7 +77,12 @@ def decide(
         group_stats=False,
     )
     ctx = QuestionContext(
-        arr, settings, samples=main[None, :], warm=warm[arr.final_ids[warm] >= 0], memo=memo
+        arr,
+        settings,
+        samples=main[None, :],
+        warm=warm[arr.final_ids[warm] >= 0],
+        memo=memo,
+        calibration=calibration,
     )
     return run_method(ctx, method), arr
 
@@ -89,6 +97,7 @@ class _LiveParams:
     n_traces: int
     max_tokens: int
     grid: np.ndarray
+    calibration: Calibration | None = None
 
 
 _WHOLE_PARAMS = ("n_traces", "warmup", "seed", "spacing", "max_tokens")
@@ -127,7 +136,12 @@ def _live_params(path: Path, live: object, source: Path) -> _LiveParams:
         what = "'live' block: " if source.name == schema.POOL_MANIFEST else ""
         raise PoolError(f"{source}: {what}{exc}") from None
     assert isinstance(live, dict)
-    return _LiveParams(method, settings, live["warmup"], live["n_traces"], live["max_tokens"], grid)
+    cal = None
+    if "calibration" in live:  # the run decided with one: kept beside its records
+        cal = read_calibration(path, live["calibration"])
+    return _LiveParams(
+        method, settings, live["warmup"], live["n_traces"], live["max_tokens"], grid, cal
+    )
 
 
 def _check_traces(q: QuestionData, run: _LiveParams) -> None:
@@ -244,7 +258,15 @@ def replay_run(path: str | Path, questions: Iterable[int] | None = None) -> list
         _check_traces(q, run)
         _check_inputs(d, rec, q)
         stopped = np.isin(q.trace_idx, rec["stopped_traces"])
-        res, arr = decide(q, run.method, run.settings, run.grid, run.warmup, stopped)
+        res, arr = decide(
+            q,
+            run.method,
+            run.settings,
+            run.grid,
+            run.warmup,
+            stopped,
+            calibration=run.calibration,
+        )
         a = int(res.answer[0])
         label = str(res.stopped_by[0])
         again = {

@@ -42,8 +42,9 @@ from ..errors import UsageError
 from ..method.answers import OnlineGroups
 from ..method.arrays import QuestionArrays
 from ..method.features import RunningFeatures, question_features
+from ..method.learned import Calibration
 from ..method.qmodel import SwitchModel, fit_question
-from ..method.registry import Method, live_method, live_methods
+from ..method.registry import Method, check_calibrated, live_method, live_methods
 from ..method.settings import LIVE_KEYS, MAX_BUDGET, SPECS, Settings
 from ..method.walk import MethodRun, QuestionContext
 
@@ -262,8 +263,9 @@ class Stopper:
 
     ``settings``: a :class:`mars.method.settings.Settings`, or instead its stopping knobs as
     keywords (γ, δ, ``pp_conv``, …: :data:`mars.method.settings.LIVE_KEYS`); the budget is
-    ``n_traces``, one iteration. Methods that read the future or use DeepConf's filter cannot
-    decide online and are refused.
+    ``n_traces``, one iteration. ``calibration`` (:class:`mars.method.learned.Calibration`, from
+    ``mars calibrate``): MARS2 reads it instead of a warmup (give no ``warmup`` then). Methods
+    that read the future or use DeepConf's filter cannot decide online and are refused.
 
     Every input is checked, at construction and at each :meth:`step`, before anything changes: a
     refused call (:class:`mars.errors.UsageError`, one line) leaves the stopper as it was, so the
@@ -278,9 +280,17 @@ class Stopper:
         warmup: Warmup | None = None,
         settings: Settings | None = None,
         memo: dict | None = None,
+        calibration: Calibration | None = None,
         **knobs,
     ):
         self.method = _method(method)
+        if calibration is not None:
+            if not isinstance(calibration, Calibration):
+                raise UsageError(f"calibration: {_shown(calibration)} is not a mars Calibration")
+            if warmup is not None:
+                raise UsageError("calibration: it replaces the warmup; give one or the other")
+            check_calibrated(self.method)
+        self.calibration = calibration
         grid = _grid(grid)
         N, m = _whole(n_traces, "n_traces", 1), len(grid)
         warm_answers, warm_finals, warm_lengths, warm_confs = _warmup(warmup, m)
@@ -342,8 +352,14 @@ class Stopper:
                 self.q[: self.W][self.warm] = self._predict(X).reshape(len(self.warm), -1)
         main = np.arange(self.W, self.W + self.N)
         ctx = QuestionContext(
-            arr, self.settings, main[None, :], self.warm, memo=self.memo, q_learned=self.q
-        )  # q: filled in column by column
+            arr,
+            self.settings,
+            main[None, :],
+            self.warm,
+            memo=self.memo,
+            q_learned=self.q,  # filled in column by column
+            calibration=self.calibration,
+        )
         walk = MethodRun(ctx, self.method)
         walk.start()
         for k in range(self.k):

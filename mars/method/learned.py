@@ -93,9 +93,16 @@ class Calibration:
         models = sorted({str(f.get("model") or "") for f in self.fitted_on})
         return ",".join(models)
 
-    def check_for(self, manifest: dict, source: str) -> None:
+    def check_for(self, manifest: dict, source: str, protocol: str | None = None) -> None:
         """Refuse a pool of another model, or probed on another grid, than the pools this
-        calibration was fitted on (one line)."""
+        calibration was fitted on, or an evaluation under another protocol (its answers grouped
+        otherwise) (one line)."""
+        fitted_protocols = {str(f["protocol"]) for f in self.fitted_on if f.get("protocol")}
+        if protocol is not None and fitted_protocols and protocol not in fitted_protocols:
+            raise CalibrationError(
+                f"--protocol {protocol}: the calibration was fitted under "
+                f"{', '.join(sorted(fitted_protocols))} (mars calibrate --protocol {protocol})"
+            )
         model = str(manifest.get("model") or "")
         known = {str(f.get("model") or "") for f in self.fitted_on}
         if model and known - {""} and model not in known:

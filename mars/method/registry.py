@@ -82,11 +82,7 @@ def _risk(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
 
     cal = ctx.calibration
     if cal is not None:  # learned once, across questions: no warmup (mars.method.learned)
-        if not method.filter.keeps_all:
-            raise SimulationError(
-                f"method {method.name}: a calibration serves self-consistency's rules (DeepConf's "
-                "filter reads its own warmup traces)"
-            )
+        check_calibrated(method)
         return RiskStop.calibrated(cal, ctx.s.risk_alpha)
     arr, warm = ctx.arr, ctx.warm
     return RiskStop.for_question(
@@ -98,6 +94,15 @@ def _risk(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
         warm_ids=arr.ids[warm],
         warm_running=arr.run_lengths[warm][:, None] > arr.grid[None, :],
     )
+
+
+def check_calibrated(method: Method) -> None:
+    """A calibration serves MARS2 under self-consistency (one line otherwise)."""
+    if method.rule.kind == "risk" and not method.filter.keeps_all:
+        raise SimulationError(
+            f"method {method.name}: a calibration serves self-consistency's rules (DeepConf's "
+            "filter reads its own warmup traces)"
+        )
 
 
 def _parallel_probe(ctx: QuestionView, method: Method, gamma: Any, faithful: bool = False) -> Rule:

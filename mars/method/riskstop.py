@@ -54,6 +54,11 @@ KAPPA = 4.0  # prior strength (traces) of an answer's leaving rate at a checkpoi
 TAU = 4.0  # prior strength (traces) of the whole warmup's finals in where switchers land
 RATE_MEAN = 0.5  # prior mean of a leaving rate (not the population's: see Transitions)
 SEED = 0
+#: with a calibration, a stop needs this many traces that ended on the leader: the running
+#: traces' answers are what a calibration learned across questions cannot vouch for on this one
+#: (development pools: without it the rule stopped on a consensus of running traces that later
+#: left it, 2.4 to 4 points below SC; research/calibration/results/README.md)
+ENDED_MIN = 4
 
 
 def dirichlet_counts(
@@ -524,6 +529,9 @@ class RiskStop(Rule):
         ok = snap.has_votes & (self.risk(snap) <= self.alpha)
         if self.favourite >= 0:
             ok &= snap.lead == self.favourite
+        if self.learned is not None:
+            ended = snap.eligible & ~snap.running & (snap.ids == snap.lead[:, None])
+            ok &= ended.sum(axis=1) >= ENDED_MIN
         return ok
 
 

@@ -19,7 +19,7 @@ from ..method.arrays import QuestionArrays, load_arrays
 from ..method.learned import Calibration
 from ..method.qmodel import QuestionFit
 from ..method.qmodel import preload as preload_fit
-from ..method.registry import Method
+from ..method.registry import Method, check_calibrated
 from ..method.settings import Settings, pool_settings
 from ..method.walk import MethodResult, QuestionContext, run_method
 from ..progress import Progress, counter
@@ -71,6 +71,9 @@ def simulate_question(
         raise SimulationError(
             f"question {arr.qid}: no trace has a final answer; nothing to sample{hint}"
         )
+    if calibration is not None:
+        for method in methods:
+            check_calibrated(method)
     ctx = QuestionContext.sample(arr, settings, fitted=fitted, calibration=calibration)
     for method in methods:
         res.methods[method.name] = run_method(ctx, method)
@@ -153,17 +156,20 @@ def _worker(args) -> QuestionResult:
     return simulate_question(arr, methods, settings, fitted, calibration)
 
 
-def check_calibration(calibration: Calibration, pool: Pool, settings: Settings) -> None:
-    """A calibration replaces the warmup (``--warmup 0``) and serves a pool of the model and grid
-    it was fitted on (one line otherwise)."""
+def check_calibration(
+    calibration: Calibration, pool: Pool, settings: Settings, methods: list[Method]
+) -> None:
+    """A calibration replaces the warmup (``--warmup 0``), serves MARS2 under self-consistency,
+    and a pool of the model and grid it was fitted on (one line otherwise)."""
+    for method in methods:
+        check_calibrated(method)
     if settings.warmup:
         raise SimulationError(
             f"--calibration replaces the per-question warmup: give --warmup 0 (not "
             f"{settings.warmup})"
         )
-    manifest = dict(getattr(pool, "manifest", None) or {})
-    manifest.setdefault("spacing", pool.recorded_spacing)
-    calibration.check_for(manifest, pool.source)
+    manifest = {**dict(getattr(pool, "manifest", None) or {}), "spacing": settings.spacing}
+    calibration.check_for(manifest, pool.source, settings.protocol)
 
 
 def check_protocol_inputs(settings: Settings, fit_dir=None, cache_dir=None) -> None:
@@ -216,7 +222,7 @@ def simulate_pool(
         )
     size_notes(pool, methods, settings, qids)
     if calibration is not None:
-        check_calibration(calibration, pool, settings)
+        check_calibration(calibration, pool, settings, methods)
     if fit_dir is not None:
         _worker_fit(str(fit_dir)).check(pool, settings, qids)
     jobs = [

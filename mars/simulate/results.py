@@ -168,6 +168,17 @@ def _nan_to_none(x):
     return None if np.isnan(x) else x
 
 
+def calibration_input(path, cal, checksum: str) -> dict:
+    """What overall.json records of a calibration: its file and digest, the pools it was fitted
+    on, and whether it saw the traces simulated (``in_sample``: a pool of the same questions)."""
+    return {
+        "path": str(path),
+        "digest": cal.digest,
+        "fitted_on": [f.get("source") for f in cal.fitted_on],
+        "in_sample": any(f.get("checksum") == checksum for f in cal.fitted_on),
+    }
+
+
 def write_methods(
     out_dir: Path,
     methods: list[str],
@@ -177,9 +188,11 @@ def write_methods(
     fit: str | None = None,
     notes: list[str] | None = None,
     data: dict | None = None,
+    calibration: dict | None = None,
 ) -> list[dict]:
     """Write each method's folder; returns their overall dicts (``data``: the pool's
-    :class:`~mars.store.provenance.DataSource` as a dict).
+    :class:`~mars.store.provenance.DataSource` as a dict; ``calibration``: what the calibration
+    the run read was fitted on, :func:`calibration_input`).
 
     Every folder is first written complete under a temporary name, so a failure (a full disk)
     replaces nothing; then, holding ``out_dir``'s lock (a concurrent run into the same folder
@@ -203,6 +216,8 @@ def write_methods(
                 pq_.to_csv(tmp / PER_QUESTION, index=False)
                 rounds = results[0].methods[method].rounds if results else 0
                 more: dict = {"rounds": rounds}
+                if calibration is not None:
+                    more["calibration"] = calibration
                 if settings.get("protocol") == "parallel-probe":
                     # averaged and rounded as Parallel-Probe's evaluator prints its table
                     more["parallel_probe"] = table_row(pi, len(pq_), rounds)

@@ -1,0 +1,63 @@
+"""`mars calibrate`: a calibration learned once, from pools, for MARS2 without a warmup.
+
+Every question of every pool gives its arrays (the protocol's own: the bootstrap's answer groups,
+or Parallel-Probe's exact strings) and the calibration is fitted across all of them
+(:func:`mars.method.learned.fit_calibration`). The file records each pool it was fitted on — its
+path, model, probe grid, protocol, questions and the content of those questions — so that a
+simulation, a live run or a server refuses it for traces of another model or grid, and a
+calibration fitted on the traces it evaluates is told apart from one that never saw them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import MarsError
+from ..method import protocol
+from ..method.arrays import load_arrays
+from ..method.learned import Calibration, fit_calibration
+from ..progress import Progress, counted
+from ..store.pool import open_pool
+from ..store.provenance import checksum_of
+from ..store.schema import CHECKPOINT_SPACING
+
+
+def calibrate_pools(
+    pools: Sequence[str | Path],
+    *,
+    protocol_name: str = protocol.BOOTSTRAP,
+    finals: str = "trace",
+    progress: Progress | None = None,
+) -> Calibration:
+    """Fit a calibration on every question of ``pools``."""
+    if not pools:
+        raise MarsError("mars calibrate: give at least one pool")
+    opened = [(Path(p), open_pool(p)) for p in pools]
+    arrays, fitted_on = [], []
+    total = sum(len(pool.qids) for _, pool in opened)
+    jobs = ((path, pool, q) for path, pool in opened for q in pool.qids)
+    hashes: dict[str, dict[int, str]] = {}
+    for path, pool, qid in counted(jobs, total, progress):
+        q = pool.read_question(qid).with_finals(finals)
+        spacing = pool.recorded_spacing or CHECKPOINT_SPACING
+        if protocol_name == protocol.PARALLEL_PROBE:
+            arr = protocol.question_arrays(q, spacing)
+        else:
+            arr = load_arrays(q, spacing=spacing)
+        arrays.append(arr)
+        hashes.setdefault(str(path), {})[qid] = arr.content_hash
+    for path, pool in opened:
+        manifest = dict(getattr(pool, "manifest", None) or {})
+        fitted_on.append(
+            {
+                "source": str(path),
+                "model": manifest.get("model"),
+                "dataset": manifest.get("dataset"),
+                "spacing": pool.recorded_spacing or CHECKPOINT_SPACING,
+                "protocol": protocol_name,
+                "questions": len(pool.qids),
+                "checksum": checksum_of(hashes[str(path)]),
+            }
+        )
+    return fit_calibration(arrays, fitted_on)
