@@ -155,7 +155,16 @@ def serve(
         help=f"default method of a request: {', '.join(live_methods())}",
     ),
     traces: int = typer.Option(64, help="default traces of a request without n (N)"),
-    warmup: int = typer.Option(SPECS["warmup"].default, help="default warmup traces"),
+    warmup: int | None = typer.Option(
+        None,
+        help=f"default warmup traces [default: {SPECS['warmup'].default}; 0 with --calibration]",
+        show_default=False,
+    ),
+    calibration: Path | None = typer.Option(
+        None,
+        help="a `mars calibrate` file: MARS2 reads it instead of a warmup per question (no "
+        "warmup generated, none waited for)",
+    ),
     max_traces: int = typer.Option(1024, help="n (traces) a request may ask for at most"),
     max_active: int = typer.Option(4, help="requests solved at once (the others queue)"),
     max_queue: int = typer.Option(64, help="requests that may wait; more are answered 429"),
@@ -195,10 +204,18 @@ def serve(
         from ..serve.requests import Defaults
         from ..serve.upstreams import Upstreams
 
+        cal = None
+        if calibration is not None:
+            from ..method.learned import Calibration
+
+            cal = Calibration.load(calibration)
+        if warmup is None:
+            warmup = 0 if cal is not None else SPECS["warmup"].default
         defaults = Defaults(
             method=method,
             traces=traces,
             warmup=warmup,
+            calibration=cal,
             spacing=spacing,
             max_tokens=max_tokens,
             knobs=dict(settings_given or {}),

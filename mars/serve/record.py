@@ -34,6 +34,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import MarsError
+from ..live.records import CALIBRATION_FILE
+from ..method.learned import Calibration
 from ..store import schema
 from ..store.atomic import check_output_dir, make_dirs, write_json_atomic
 from ..store.pool import PoolError
@@ -179,14 +181,24 @@ class Recorder:
             f"-t{params['max_tokens']}-{digest}"
         )
 
-    def add(self, params: dict, table: pa.Table, summary: dict, row: dict) -> Recorded:
+    def add(
+        self,
+        params: dict,
+        table: pa.Table,
+        summary: dict,
+        row: dict,
+        calibration: Calibration | None = None,
+    ) -> Recorded:
         """Append one question (its trace table, live summary and question row) to the pool of
-        ``params`` (a live run's manifest block)."""
+        ``params`` (a live run's manifest block); a ``calibration`` it decided with is kept in
+        the pool's folder (``mars replay`` reads it there)."""
         name = self.pool_name(params)
         with self._lock:
             pool = self._pools.get(name)
             if pool is None:
                 pool = self._pools[name] = _Pool(self.root / name, params)
+                if calibration is not None:
+                    calibration.save(pool.path / CALIBRATION_FILE)
         return Recorded(name, pool.add(table, summary, row))
 
     def record_path(self, pool: str, qid: int) -> Path | None:

@@ -20,7 +20,8 @@ from typing import Any
 from ..engines.endpoint import printable, shown
 from ..errors import MarsError, UsageError
 from ..live import live_grid, live_settings
-from ..method.registry import DEFAULT_METHOD, Method, live_method
+from ..method.learned import Calibration
+from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_method
 from ..method.settings import LIVE_KEYS, SPECS
 from ..store.schema import CHECKPOINT_SPACING
 
@@ -76,10 +77,18 @@ class Defaults:
     seed: int = 0  # the traces' seed of a request that gives none
     temperature: float | None = None  # None: the upstream backend's
     top_p: float | None = None
+    #: learned once (``--calibration``): MARS2 reads it instead of a warmup, which is then 0
+    calibration: Calibration | None = None
 
     def check(self) -> Defaults:
         """The defaults are checked as a request is (one line naming the option)."""
-        live_method(self.method)
+        method = live_method(self.method)
+        if self.calibration is not None:
+            if self.warmup:
+                raise UsageError(
+                    f"--warmup {self.warmup}: --calibration replaces the warmup (give 0)"
+                )
+            check_calibrated(method)
         if self.max_traces < 1:
             raise UsageError(f"--max-traces {self.max_traces}: must be at least 1")
         if self.traces + self.warmup > self.max_traces:
@@ -117,6 +126,9 @@ class Question:
     ground_truth: str
     stop: tuple[str, ...]
     user: str | None
+    calibration: Calibration | None = None
+    #: what the server changed of the request, said in the response (``mars.notes``)
+    notes: tuple[str, ...] = ()
 
     def with_max_tokens(self, max_tokens: int) -> Question:
         """The question with its token cap fixed (checked against its grid)."""
@@ -280,7 +292,29 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         raise BadRequest(f"n {n} and mars.traces {traces} disagree (give one)", "n")
     if traces is None:
         traces = n if n is not None and n > 1 else defaults.traces
-    warmup = _whole(opts.get("warmup", defaults.warmup), "mars.warmup")
+    notes: list[str] = []
+    if "warmup" in opts:
+        warmup = _whole(opts["warmup"], "mars.warmup")
+        if defaults.calibration is not None and warmup:
+            raise BadRequest(
+                f"mars.warmup {warmup}: this server decides with a calibration learned once "
+                "(mars serve --calibration): no warmup (give 0, or leave it out)",
+                "mars.warmup",
+            )
+        if warmup > traces:
+            raise BadRequest(
+                f"mars.warmup {warmup}: more warmup traces than the {traces} the answer is made "
+                "of (they would cost more than the answer itself)",
+                "mars.warmup",
+            )
+    else:
+        warmup = defaults.warmup
+        if warmup > traces:  # the server's default, adapted to a small n and said so
+            notes.append(
+                f"the server's warmup of {warmup} traces was cut to n = {traces} (give "
+                "mars.warmup to choose it)"
+            )
+            warmup = traces
     if traces + warmup > defaults.max_traces:
         who = "n" if n == traces else "mars.traces"
         both = f" + mars.warmup {warmup}" if warmup else ""
@@ -355,4 +389,6 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         ground_truth=truth,
         stop=stops,
         user=user if isinstance(user, str) else None,
+        calibration=defaults.calibration,
+        notes=tuple(notes),
     )

@@ -187,6 +187,7 @@ def run_question(
             max_tokens=q.max_tokens,
             detail=detail,
             watch=watch,
+            calibration=q.calibration,
             **q.knobs,
         )
     wall = time.perf_counter() - t0
@@ -203,7 +204,7 @@ def run_question(
             "prompt_ids": prep.prompt_ids,
         }
         try:  # a side effect: the client gets its answer whether or not it is recorded
-            out.record = recorder.add(params, run.table, summary, row)
+            out.record = recorder.add(params, run.table, summary, row, q.calibration)
         except (OSError, MarsError, pa.ArrowException) as exc:
             out.record_error = first_line(exc)
             log.error("a question was answered but not recorded: %s", shown(out.record_error, 300))
@@ -224,6 +225,7 @@ def _pool_params(be, q: Question) -> dict:
         "settings": dict(sorted(q.knobs.items())),
         "compare_full": False,
         "dataset": DATASET,
+        **({"calibration": q.calibration.digest} if q.calibration is not None else {}),
     }
 
 
@@ -377,6 +379,8 @@ def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
         "replay_ok": r.replay_ok,
         "wall_s": round(o.wall_s, 4),
         "record": record_url,
+        "calibration": None if q.calibration is None else q.calibration.digest,
+        "notes": list(q.notes),
     }
 
 

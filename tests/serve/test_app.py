@@ -88,9 +88,22 @@ def test_served_traffic_is_a_pool_that_simulate_reads(served, tmp_path):
     assert n >= 3 and sorted(open_pool(pool).qids) == list(range(n))
     res = CliRunner().invoke(
         cli,
-        ["simulate", str(pool), "-m", "sc,sc-mars-cal", "--budget", "8", "--warmup", "4",
-         "--iterations", "4", "--out", str(tmp_path / "sim"), "-q"],
-    )  # fmt: skip
+        [
+            "simulate",
+            str(pool),
+            "-m",
+            "sc,sc-mars-cal",
+            "--budget",
+            "8",
+            "--warmup",
+            "4",
+            "--iterations",
+            "4",
+            "--out",
+            str(tmp_path / "sim"),
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert (tmp_path / "sim" / "sc-mars-cal" / "overall.json").is_file()
 
@@ -427,3 +440,53 @@ def test_a_word_setting_is_taken_from_the_mars_object():
     assert q.knobs["guard"] == "tokens"
     with pytest.raises(BadRequest, match="--guard x: must be one of first, tokens"):
         read_question({"prompt": "x", "n": 4, "mars": {"guard": "x"}}, COMPLETIONS, FAST)
+
+
+def test_a_warmup_above_n_is_cut_and_said_or_refused_when_asked_for():
+    small = Defaults(traces=16, warmup=16, spacing=2048, max_tokens=16384)
+    with serving(["synthetic"], small) as other:
+        r = httpx.post(
+            other.url + "/v1/completions", json={"prompt": QUESTION, "n": 8}, timeout=120
+        )
+        m = r.json()["mars"]
+        assert r.status_code == 200 and m["warmup"] == 8
+        assert m["notes"] == [
+            "the server's warmup of 16 traces was cut to n = 8 (give mars.warmup to choose it)"
+        ]
+        bad = httpx.post(
+            other.url + "/v1/completions",
+            json={"prompt": QUESTION, "n": 8, "mars": {"warmup": 9}},
+        )
+        err = bad.json()["error"]
+        assert bad.status_code == 400 and err["param"] == "mars.warmup"
+        assert "more warmup traces than the 8 the answer is made of" in err["message"]
+
+
+def test_a_server_with_a_calibration_generates_no_warmup_and_records_it(tmp_path):
+    """--calibration: no warmup (none generated, none paid), the calibration named in the
+    response, kept beside the recorded pool, which replays exactly; a request asking for a
+    warmup is refused."""
+    from util import write_layout_pool
+
+    from mars.fit.calibrate import calibrate_pools
+
+    cal = calibrate_pools([write_layout_pool(tmp_path / "fitpool", seed=4, n_questions=4)])
+    record = tmp_path / "rec"
+    defaults = Defaults(
+        method="sc-mars2", traces=16, warmup=0, spacing=2048, max_tokens=16384, calibration=cal
+    )
+    with serving(["synthetic"], defaults, record=str(record)) as running:
+        r = client(running).completions.create(
+            model="synthetic:qwen3-8b", prompt=QUESTION, n=16, seed=3
+        )
+        m = r.model_extra["mars"]
+        assert m["warmup"] == 0 and m["tokens"]["warmup"] == 0 and m["calibration"] == cal.digest
+        assert r.usage.completion_tokens == m["tokens"]["main"] + m["tokens"]["probes_generated"]
+        bad = httpx.post(
+            running.url + "/v1/completions",
+            json={"prompt": QUESTION, "n": 16, "mars": {"warmup": 4}},
+        )
+        assert bad.status_code == 400 and "decides with a calibration" in bad.text
+    pool = record / m["record"].split("/")[-2]
+    assert (pool / "calibration.json").is_file()
+    assert all(row["match"] for row in replay_run(pool))
