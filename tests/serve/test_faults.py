@@ -287,10 +287,10 @@ HOSTILE = [
     ({"prompt": "x", "n": 4, "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
     ({"prompt": "x", "n": 4, "frequency_penalty": 1}, 400, "frequency_penalty", "not supported"),
     (
-        {"prompt": "x", "n": 2, "mars": {"warmup": 200}},
+        {"prompt": "x", "n": 60, "mars": {"warmup": 10}},
         400,
         "mars.warmup",
-        "n 2 + mars.warmup 200: more traces than this server's --max-traces 64",
+        "n 60 + mars.warmup 10: more traces than this server's --max-traces 64",
     ),
     ({"prompt": "x", "n": ["a"] * 10_000, "mars": {}}, 400, "n", "n a list: must be a whole"),
 ]
