@@ -166,6 +166,9 @@ class LiveRun:
     inputs: dict  # what the records are made from: the question's digest, the warmup's inputs
     full: dict | None = None  # the same N traces run to completion (compare_full)
     table: pa.Table | None = field(default=None, repr=False)
+    #: main traces started (fewer than n_traces where a staged method stopped before its last
+    #: launch; None in records written before launches ran live)
+    launched: int | None = None
 
     def summary(self) -> dict:
         d = asdict(self)
@@ -238,30 +241,38 @@ class _Controller:
         )
         self.decide_s += time.perf_counter() - t0
 
+    @property
+    def window(self) -> tuple[int, int]:
+        """The main traces (first, last + 1) of the launch running now (all of them, for a method
+        that starts its traces together)."""
+        return self.stopper.current or (0, self.n)
+
     def __call__(self, p: int, batch: TraceBatch, probes: dict) -> bool:
         t0 = time.perf_counter()
         if p != self.grid[self.stopper.k]:
             raise RuntimeError(f"checkpoint {p}, expected {self.grid[self.stopper.k]}")
+        lo, hi = self.window
         ended = np.asarray(batch.ended)
         answers: list[str | None] = []
         confs: list[float] | None = [] if self.confs is not None else None
-        for j in range(self.n):
-            if ended[j]:
+        for i in range(hi - lo):  # i: in the batch; j: among the N traces
+            j = lo + i
+            if ended[i]:
                 if j not in self.ended:
-                    r = batch.result(j)
+                    r = batch.result(i)
                     self.ended[j] = _as_stopped(r) if self.pruned[j] else r
                 answers.append(self.ended[j].final_answer)
                 token_confs = self.ended[j].confs
             else:
-                answers.append(probes[j].answer if j in probes else None)
-                token_confs = batch.confs_so_far(j)
+                answers.append(probes[i].answer if i in probes else None)
+                token_confs = batch.confs_so_far(i)
             if confs is not None:
                 assert self.confs is not None
                 if token_confs is None:
                     confs = None
                     self.confs = None
                 else:
-                    confs.append(self.confs.at(j, p, token_confs, not ended[j]))
+                    confs.append(self.confs.at(j, p, token_confs, not ended[i]))
         if self.n_warm == 0 or self.stopper.conf is None:
             confs = None
         d = self.stopper.step(answers, ~ended, confs)
@@ -269,16 +280,34 @@ class _Controller:
         running = ~ended
         if d.stop:
             self.fired = (d.label, p, d.answer)
-            self.stopped = running | self.pruned
+            self.stopped[lo:hi] = running | self.pruned[lo:hi]
         elif d.stop_traces.size:
-            newly = d.stop_traces[~self.pruned[d.stop_traces]]
+            newly = d.stop_traces[~self.pruned[lo + d.stop_traces]]
             if newly.size:
                 batch.stop(newly)
-                self.pruned[newly] = True
+                self.pruned[lo + newly] = True
                 self.stopped = self.pruned.copy()
         self.decide_s += time.perf_counter() - t0
         if self.watch is not None:
             self.watch(Checkpoint(p, answers, running, d.stop, d.answer, d.label))
+        return d.stop
+
+    def land(self, records: Sequence[TraceRecord]) -> bool:
+        """A staged method's launch has ended (its traces' records): the rule decides once more,
+        and the next launch, if any, becomes :attr:`window`. True if it stopped."""
+        t0 = time.perf_counter()
+        lo, _ = self.window
+        results = [r.result for r in records]
+        confs: list[float] | None = None
+        if self.confs is not None and self.stopper.conf is not None:
+            p = int(self.grid[-1])
+            if all(r.confs is not None for r in results):
+                confs = [self.confs.at(lo + i, p, r.confs, False) for i, r in enumerate(results)]
+        d = self.stopper.land([r.final_answer for r in results], confs)
+        self.decide_s += time.perf_counter() - t0
+        if d.stop:
+            self.checkpoints += 1
+            self.fired = (d.label, d.position, d.answer)
         return d.stop
 
     def finish(self, records: Sequence[TraceRecord]) -> tuple[str, int, str | None]:
@@ -288,6 +317,10 @@ class _Controller:
         if self.fired is not None:
             return self.fired
         t0 = time.perf_counter()
+        if self.stopper.staged:  # every launch has run: the full-budget vote
+            d = self.stopper.finish()
+            self.decide_s += time.perf_counter() - t0
+            return d.label, d.position, d.answer
         results = [r.result for r in records]
         confs: list[float] | None = None
         if self.confs is not None and self.stopper.conf is not None:
@@ -358,13 +391,19 @@ def solve(
     say = prefixed(detail, f"q{problem.qid} {m.name}: ")
     if say is not None:
         say(f"starting {n_traces} traces")
-    batch = backend.start(problem, n_traces, seed, first_trace=warmup)
-    try:
-        records = run_batch(batch, spacing, max_tokens=max_tokens, on_checkpoint=ctl, detail=say)
-    finally:
-        batch.close()
+    if m.launch.staged:
+        records, launched = _run_launches(backend, problem, ctl, seed, warmup, max_tokens, say)
+    else:
+        batch = backend.start(problem, n_traces, seed, first_trace=warmup)
+        try:
+            records = run_batch(
+                batch, spacing, max_tokens=max_tokens, on_checkpoint=ctl, detail=say
+            )
+        finally:
+            batch.close()
+        launched = n_traces
     t2 = time.perf_counter()
-    ran = [r.result for r, stopped in zip(records, ctl.stopped) if not stopped]
+    ran = [r.result for r, stopped in zip(records[:launched], ctl.stopped) if not stopped]
     warn_without_final_answers(problem.qid, ran, max_tokens, "traces that ran to their end")
     for j in np.flatnonzero(ctl.stopped):
         records[j].result = _as_stopped(records[j].result)
@@ -419,6 +458,7 @@ def solve(
         replay_ok=bool(replay_ok),
         inputs={"problem": made_by["problem"], "warmup": made_by},
         table=table,
+        launched=launched,
     )
     if compare_full:
         run.full = _run_full(
@@ -436,6 +476,48 @@ def solve(
             prefixed(detail, f"q{problem.qid} to completion: "),
         )
     return run
+
+
+def _run_launches(
+    backend: Backend,
+    problem: Problem,
+    ctl: _Controller,
+    seed: int,
+    warmup: int,
+    max_tokens: int,
+    say: Detail | None,
+) -> tuple[list[TraceRecord], int]:
+    """A staged method's launches, one after another: each starts once the one before has
+    ended without a stop. Returns the N traces' records (a trace never launched: no tokens, no
+    answer) and how many traces were launched."""
+    spacing = int(ctl.grid[0])
+    records: list[TraceRecord | None] = [None] * ctl.n
+    launched = 0
+    while (cur := ctl.stopper.current) is not None:
+        lo, hi = cur
+        if say is not None:
+            say(f"launching traces {lo + 1}–{hi} of {ctl.n}")
+        batch = backend.start(problem, hi - lo, seed, first_trace=warmup + lo)
+        try:
+            part = run_batch(batch, spacing, max_tokens=max_tokens, on_checkpoint=ctl, detail=say)
+        finally:
+            batch.close()
+        records[lo:hi] = part
+        launched = hi
+        if ctl.fired is not None or ctl.land(part):
+            break
+    ran = [r for r in records if r is not None]
+    unlaunched = TraceResult(
+        length=0,
+        final_answer=None,
+        finished=False,
+        confs=np.zeros(0, np.float16) if any(r.result.confs is not None for r in ran) else None,
+        text="" if any(r.result.text is not None for r in ran) else None,
+        token_ids=np.zeros(0, np.int32)
+        if any(r.result.token_ids is not None for r in ran)
+        else None,
+    )
+    return [r if r is not None else TraceRecord(unlaunched) for r in records], launched
 
 
 def check_live_calibration(calibration: Calibration | None, method: Method, warmup: int) -> None:

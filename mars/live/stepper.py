@@ -319,11 +319,20 @@ class Stopper:
         self.running = np.zeros((N, m), dtype=bool)
         self.q = np.ones((n, m), dtype=np.float32)
         self.features = RunningFeatures(N)
-        self.k = 0  # checkpoints seen
+        self.k = 0  # checkpoints seen (of the current launch)
         self.done: Decision | None = None
         self.warm = np.flatnonzero(self.final_ids[:W] >= 0)
         self.model: SwitchModel | None = None
+        #: a staged method's launches ((first, last + 1) of the N traces), the one running, and
+        #: the checkpoints each launch before it took (the walk is replayed launch by launch)
+        self.staged = self.method.launch.staged
+        self.plan: list[tuple[int, int]] = [(0, N)]
+        self.launch_i = 0
+        self.steps: list[int] = []
         self._build(len(self.groups))
+        if self.staged:
+            self.plan = [(int(lo), int(hi)) for lo, hi in self.walk.launches()]
+            self._build(len(self.groups))
 
     def _arrays(self, width: int) -> QuestionArrays:
         reps: list[str | None] = [ms[0] for ms in self.groups.members]
@@ -362,9 +371,31 @@ class Stopper:
         )
         walk = MethodRun(ctx, self.method)
         walk.start()
+        if self.staged:
+            for i, done_steps in enumerate(self.steps):
+                self._open(walk, i)
+                for k in range(done_steps):
+                    walk.step(k, self._told(k))
+                walk.land()
+            self._open(walk, self.launch_i)
         for k in range(self.k):
             walk.step(k, self._told(k))
         self.walk = walk
+
+    def _open(self, walk: MethodRun, i: int) -> None:
+        """Launch ``i`` in ``walk``: it decides at every checkpoint until the loop says the
+        launch has ended (:meth:`land`), which only the loop knows live."""
+        if i < len(self.plan):
+            walk.launch(*self.plan[i], ends=np.full(1, len(self.grid), dtype=np.int64))
+
+    @property
+    def current(self) -> tuple[int, int] | None:
+        """The traces (first, last + 1 of the N) of the launch running now: every one for a
+        method that starts its traces together; a staged method's current launch, None once
+        every launch has run (:meth:`land`) or the method has decided."""
+        if self.done is not None or self.launch_i >= len(self.plan):
+            return None
+        return self.plan[self.launch_i]
 
     def _told(self, k: int) -> np.ndarray:
         """Which of the N traces ran at checkpoint ``k``, as the walk's one row [1, N]."""
@@ -385,7 +416,11 @@ class Stopper:
         None: none), whether it is still generating, and its checkpoint confidence."""
         if self.done is not None:
             raise UsageError("the method has already decided this question")
-        k, N = self.k, self.N
+        cur = self.current
+        if cur is None:
+            raise UsageError("every launch has run: call finish()")
+        lo, hi = cur
+        k, N = self.k, hi - lo
         if k >= len(self.grid):
             raise UsageError(f"all {len(self.grid)} checkpoints of the grid have been seen")
         where = f"checkpoint {k}"
@@ -399,7 +434,7 @@ class Stopper:
             None if confidences is None else _numbers(confidences, (N,), f"{where}: confidences")
         )
         if k:
-            again = np.flatnonzero(run & ~self.running[:, k - 1])
+            again = np.flatnonzero(run & ~self.running[lo:hi, k - 1])
             if again.size:
                 raise UsageError(
                     f"{where}: running: trace {int(again[0])} had ended at checkpoint {k - 1} "
@@ -414,13 +449,15 @@ class Stopper:
         """Checkpoint ``self.k`` with the N traces' answer ids, running flags and confidences
         (checked): one step of the walk."""
         k, W = self.k, self.W
-        self.ids[W:, k] = ids
-        self.running[:, k] = run
+        lo, hi = self.plan[self.launch_i]
+        self.ids[W + lo : W + hi, k] = ids
+        self.running[lo:hi, k] = run
         if self.conf is not None:
-            self.conf[W:, k] = confs
-        X = self.features.next(int(self.grid[k]), self.ids[W:, k], confs)
-        if self.model is not None:
-            self.q[W:, k] = self._predict(X)
+            self.conf[W + lo : W + hi, k] = confs
+        if not self.staged:  # a staged method's rule reads no q (mars.method.launch.Waves)
+            X = self.features.next(int(self.grid[k]), self.ids[W:, k], confs)
+            if self.model is not None:
+                self.q[W:, k] = self._predict(X)
         self.k = k + 1
         if len(self.groups) > self.width:  # rebuilt and replayed over checkpoints 0..k
             self._widen()
@@ -436,10 +473,46 @@ class Stopper:
                 self.groups.members[a][0] if a >= 0 else None,
                 str(walk.label[0]),
                 p,
-                np.flatnonzero(self.running[:, k] | pruned),
+                np.flatnonzero((self.running[:, k] | pruned)[lo:hi]),
             )
             return self.done
-        return Decision(False, None, "", p, np.flatnonzero(pruned & self.running[:, k]))
+        return Decision(False, None, "", p, np.flatnonzero((pruned & self.running[:, k])[lo:hi]))
+
+    def land(
+        self,
+        finals: Sequence[str | None],
+        confidences: Sequence[float] | np.ndarray | None = None,
+    ) -> Decision:
+        """A staged method's current launch has ended, every trace of it with final answer
+        ``finals`` (its traces in order; ``confidences`` their final ones, where the stopper has
+        them). The rule decides once more, at the checkpoint where the last of them ended; if it
+        does not stop, :attr:`current` is the next launch to start (None: none left, then
+        :meth:`finish`)."""
+        if not self.staged:
+            raise UsageError(f"method {self.method.name} starts its traces together: no launch")
+        cur = self.current
+        if cur is None:
+            raise UsageError("no launch is running")
+        lo, hi = cur
+        finals = _answers(finals, hi - lo, "finals")
+        confs = None
+        if self.conf is not None:
+            if confidences is None:
+                raise UsageError("confidences: give them at every checkpoint and at the end")
+            confs = _numbers(confidences, (hi - lo,), "final confidences")
+        # every input is good: from here on nothing is refused
+        ids = self.groups.add(finals)
+        self.final_ids[self.W + lo : self.W + hi] = ids
+        if self.k < len(self.grid):
+            d = self._advance(ids, np.zeros(hi - lo, dtype=bool), confs)
+            if d.stop:
+                return d
+        self.walk.land()
+        self.steps.append(self.k)
+        self.launch_i += 1
+        self.k = 0
+        self._open(self.walk, self.launch_i)
+        return Decision(False, None, "", int(self.grid[-1]), np.zeros(0, dtype=np.int64))
 
     def _widen(self) -> None:
         """Arrays wide enough for the answers known so far, the walk replayed over them."""
@@ -467,6 +540,10 @@ class Stopper:
         it is that stop's decision."""
         if self.done is not None:
             return self.done
+        if self.staged:
+            if self.current is not None:
+                raise UsageError("a launch is still running: land() it first")
+            return self._decided(self.walk.finish())
         k, N, W = self.k, self.N, self.W
         if finals is None:
             if k == 0:
@@ -495,7 +572,10 @@ class Stopper:
         self.final_ids[W:] = ids
         if len(self.groups) > self.width:
             self._widen()
-        result = self.walk.finish()
+        return self._decided(self.walk.finish())
+
+    def _decided(self, result) -> Decision:
+        """The full-budget vote of a walk run to its end."""
         a = int(result.answer[0])
         self.done = Decision(
             False,

@@ -99,12 +99,13 @@ class Launch:
     sample positions (:meth:`launches`).
 
     The base policy launches every trace at once. A *staged* policy (:attr:`staged`) launches
-    more than once: at every checkpoint of a launch the rule sees the earlier launches' final
-    answers, the launch's current ones and every trace not yet launched as pending (an answer
-    still to be drawn); a launch whose traces have all ended without a stop launches the next.
+    more than once (live too: the loop starts each launch once the one before has ended): at
+    every checkpoint of a launch the rule sees the earlier launches' final answers, the launch's
+    current ones and every trace not yet launched as pending (an answer still to be drawn); a
+    launch whose traces have all ended without a stop launches the next.
     A trace costs its tokens up to the stop (or the protocol's step cost), and a launch that ended
-    its full reading; what a user waits for is each launch's longest trace, summed. A live run
-    starts its traces together: only :attr:`live` policies run live."""
+    its full reading; what a user waits for is each launch's longest trace, summed. Only
+    :attr:`live` policies run live."""
 
     name: ClassVar[str] = "together"
     staged: ClassVar[bool] = False
@@ -131,7 +132,7 @@ class Waves(Launch):
 
     name: ClassVar[str] = "waves"
     staged: ClassVar[bool] = True
-    live: ClassVar[bool] = False
+    live: ClassVar[bool] = True  # a launch at a time (mars.live.stepper.Stopper.land)
 
     def wave(self, walk: WalkView) -> int:
         """The wave size: ``wave_size``, at most the budget."""

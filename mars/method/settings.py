@@ -240,10 +240,12 @@ class Settings:
     wave_size: int = _setting(
         16,
         "traces per wave of the width-adaptive method (sc-mars2-waves): a wave is launched when "
-        "the previous one has ended without a stop; the smallest first launch of sc-mars2-launch",
+        "the previous one has ended without a stop; the smallest first launch of sc-mars2-launch "
+        "(its first launch with a calibration)",
         low=1,
         high=MAX_BUDGET,
         symbol="wave",
+        live=True,
     )
     guard: str = _setting(
         "first",

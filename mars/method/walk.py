@@ -414,13 +414,19 @@ class MethodRun:
         self.staged = self.method.launch.staged
         self.spent = np.zeros((I, B), dtype=np.int64)  # what staged launches have charged
         self.seq = np.zeros(I, dtype=np.int64)
-        self.window, self.ends = (0, B), None
+        self.window = (0, B)
+        self.ends: np.ndarray | None = None
 
-    def launch(self, lo: int, hi: int) -> None:
+    def launch(self, lo: int, hi: int, ends: np.ndarray | None = None) -> None:
         """Launch the traces at sample positions [lo, hi): the next steps decide over them. A
-        staged launch ends where its traces have all ended (:meth:`deciding`)."""
+        staged launch ends where its traces have all ended (:meth:`deciding`): ``ends`` per
+        iteration, by default from the arrays (a live stopper, which learns it as the traces
+        run, passes the grid's length and says when with :meth:`land`)."""
         self.window = (lo, hi)
-        self.ends = self.run_k[:, lo:hi].max(axis=1) if self.staged else None
+        if ends is not None:
+            self.ends = np.asarray(ends, dtype=np.int64)
+        else:
+            self.ends = self.run_k[:, lo:hi].max(axis=1) if self.staged else None
 
     def deciding(self, k: int) -> np.ndarray:
         """The iterations the rule decides at checkpoint ``k``: those still active (within a

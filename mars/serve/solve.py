@@ -355,6 +355,7 @@ def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
         "stop_position": r.stop_position,
         "checkpoints": r.checkpoints,
         "traces": r.n_traces,
+        "traces_started": r.launched,
         "warmup": r.warmup,
         "traces_stopped": len(r.stopped_traces),
         "stopped_traces": r.stopped_traces,

@@ -360,3 +360,47 @@ def test_docs_name_every_live_method_and_its_knobs():
     flags = {f for _, row in rows for f in re.findall(r"`(--[\w-]+)`", row)}
     assert flags and flags <= {SPECS[k].flag for k in LIVE_KEYS}
     assert "rebuilds the question's arrays" not in text
+
+
+@pytest.mark.parametrize("calibrated", [False, True], ids=["warmup", "calibration"])
+def test_a_launch_at_a_time_live_replays_exactly(tmp_path, backend, problems, calibrated):
+    """sc-mars2-launch live: a first wave of wave_size traces, the rest only if it ends without
+    a stop; a trace never launched costs nothing and is recorded with no tokens; the records
+    re-decide exactly — with its warmup, and with a calibration instead (no warmup at all)."""
+    from util import write_layout_pool
+
+    from mars.fit.calibrate import calibrate_pools
+
+    cal = None
+    if calibrated:
+        cal = calibrate_pools([write_layout_pool(tmp_path / "fit", seed=2, n_questions=4)])
+    warmup = 0 if calibrated else 8
+    out = tmp_path / "run"
+    rows = solve_pool(
+        backend,
+        problems,
+        out,
+        "sc-mars2-launch",
+        n_traces=32,
+        warmup=warmup,
+        seed=1,
+        questions=QIDS[:4],
+        calibration=cal,
+        wave_size=8,
+    )
+    assert all(r["match"] for r in replay_run(out))
+    pool = open_pool(out)
+    if calibrated:
+        assert pool.manifest["live"]["calibration"] == cal.digest
+        assert (out / "calibration.json").is_file()
+    for live in rows:
+        q = pool.read_question(live["qid"])
+        main = q.lengths[warmup:]
+        assert int(main.sum()) == live["tokens"] and live["warmup_tokens"] == (
+            0 if calibrated else int(q.lengths[:warmup].sum())
+        )
+        unlaunched = main[8:] == 0
+        # the second wave either ran (no trace of it empty) or never started (all of it empty)
+        assert unlaunched.all() or not unlaunched.any()
+        if unlaunched.all():
+            assert live["stopped_by"] != "budget"

@@ -72,9 +72,12 @@ def _example_against_simulator(tmp_path, method, knobs, seed, n_answers=3) -> di
     return scope
 
 
+TOGETHER = [m for m in live_methods() if not mars.method.registry.get_method(m).launch.staged]
+
+
 @pytest.mark.parametrize(
     "method,knobs",
-    [(m, {}) for m in live_methods()]
+    [(m, {}) for m in TOGETHER]
     + [("sc-pp-faithful", {"pp_conv": 8}), ("sc-pp", {"pp_conv": 8})]
     + [("pp-main", {"ppm_stable": 8, "ppm_warmup": 1, "ppm_patience": 1})]
     + [("sc-sac", {"sac_n": 2})]
@@ -97,14 +100,16 @@ def test_answers_outgrowing_their_room_keep_the_decisions(tmp_path, method, knob
 
 @pytest.mark.slow
 def test_docs_example_runs_as_written(tmp_path, monkeypatch):
-    """Both blocks of docs/library.md, pasted into a fresh interpreter, run (the loop once used
+    """The blocks of docs/library.md, pasted into a fresh interpreter, run (the loop once used
     names nothing defined)."""
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "example.py"
     script.write_text("\n".join(_blocks()))
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert re.fullmatch(r"stop at \d+ tokens: \S+ \(\w+\)\n", res.stdout), res.stdout
+    lines = res.stdout.splitlines()
+    assert re.fullmatch(r"stop at \d+ tokens: \S+ \(\w+\)", lines[0]), res.stdout
+    assert re.fullmatch(r"\S+ \w+ \d+", lines[1]), res.stdout  # the launch loop's answer
 
 
 def test_mars_exposes_the_stopper():
@@ -405,3 +410,93 @@ def test_no_live_rule_is_replayed_at_each_new_answer(method):
     assert not s.walk.rule.counts_answers
     s.step(["a", "b", "c", "d"], [True] * 4)
     assert len(s.groups) == 6 and s.width == 12
+
+
+def _staged_against_simulator(tmp_path, method: str, seed: int, calibrated: bool):
+    """The docs' launch loop (docs/library.md, its last block) on a random pool: its decision is
+    the simulator's walk over the same traces, launch by launch (what `mars replay` re-runs)."""
+    from mars.method.arrays import build_arrays
+    from mars.method.learned import fit_calibration
+
+    W, N, spacing, window = (0 if calibrated else 8), 32, 2048, 2048
+    pool = write_layout_pool(
+        tmp_path / f"p{seed}", seed=seed, n_questions=1, n=W + N, max_len=40000
+    )
+    q = open_pool(pool).read_question(0)
+    grid = spacing * np.arange(1, int(q.lengths.max()) // spacing + 1)
+    answers = checkpoint_answers(q, grid)
+    confidences = checkpoint_confidences(q, grid, window, conf_window="before")
+    running = grid[None, :] < q.lengths[:, None]
+    block = _blocks()[-1].replace('"sc-mars2-launch"', repr(method))
+    cal = None
+    if calibrated:  # the same loop, with a calibration instead of the warmup (no confidences)
+        other = write_layout_pool(tmp_path / f"c{seed}", seed=seed + 100, n_questions=3)
+        cal = fit_calibration([build_arrays(open_pool(other).read_question(i)) for i in range(3)])
+        block = block.replace("warmup=warmup)", "calibration=cal)")
+        block = block.replace("confidences[part, k]", "None")
+        block = block.replace("confidences[part, -1]", "None")
+    warmup = mars.Warmup(answers[:W].tolist(), q.final_answers[:W], q.lengths[:W], confidences[:W])
+    scope = {
+        "mars": mars,
+        "np": np,
+        "N": N,
+        "W": W,
+        "grid": grid,
+        "answers": answers,
+        "running": running,
+        "confidences": confidences,
+        "q": q,
+        "warmup": warmup,
+        "cal": cal,
+        "print": lambda *a: None,
+    }
+    exec(block, scope)
+    d, stopper = scope["d"], scope["stopper"]
+    settings = live_settings(N, W, 0, spacing, int(grid[-1]), {})
+    res, arr = decide(
+        q,
+        mars.method.registry.get_method(method),
+        settings,
+        grid,
+        W,
+        np.zeros(W + N, bool),
+        calibration=cal,
+    )
+    label = str(res.stopped_by[0])
+    a = int(res.answer[0])
+    assert (d.stop, d.label) == (label != "budget", label)
+    assert d.answer == (arr.representatives[a] if a >= 0 else None)
+    if d.stop:
+        assert d.position == int(res.position[0])
+    return stopper
+
+
+@pytest.mark.parametrize("method", ["sc-mars2-launch", "sc-mars2-waves"])
+@pytest.mark.parametrize("calibrated", [False, True], ids=["warmup", "calibration"])
+@pytest.mark.parametrize("seed", [1, 4, 9])
+def test_launches_decide_as_the_simulator_on_the_same_traces(tmp_path, method, calibrated, seed):
+    stopper = _staged_against_simulator(tmp_path, method, seed, calibrated)
+    assert stopper.staged and len(stopper.plan) >= 1
+
+
+def test_a_launch_is_stepped_and_landed_in_turn(tmp_path):
+    """step() takes the current launch's traces only; land() outside a staged method, or
+    finish() while a launch runs, is refused in one line and changes nothing."""
+    grid = 2048 * np.arange(1, 5)
+    split = ["1", "2", "3", "4"]  # answers that do not agree: no stop
+    warmup = mars.Warmup([[a] * 4 for a in split], split, [9000] * 4)
+    s = mars.Stopper("sc-mars2-waves", n_traces=8, grid=grid, warmup=warmup, wave_size=4)
+    assert s.current == (0, 4)
+    with pytest.raises(UsageError, match="8 answers for 4 traces"):
+        s.step(["1"] * 8, [True] * 8)
+    with pytest.raises(UsageError, match="a launch is still running"):
+        s.finish()
+    assert not s.step(split, [True] * 4).stop and s.current == (0, 4)
+    assert not s.land(split).stop and s.current == (4, 8)  # the second wave
+    assert not s.step(split, [False] * 4).stop
+    assert not s.land(split).stop and s.current is None
+    d = s.finish()
+    assert d.label == "budget" and d.answer in split
+    together = mars.Stopper("sc-mars2", n_traces=8, grid=grid, warmup=warmup)
+    with pytest.raises(UsageError, match="starts its traces together"):
+        together.land(["1"] * 8)

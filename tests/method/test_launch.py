@@ -7,10 +7,8 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pytest
 
-from mars.errors import SimulationError
-from mars.method.launch import PLANNED, first_wave, first_wave_risk, plan
+from mars.method.launch import first_wave, first_wave_risk, plan
 from mars.method.registry import get_method, live_method
 
 UNANIMOUS = np.zeros(16, dtype=np.int64)
@@ -41,8 +39,10 @@ def test_a_plan_has_two_rounds_at_most():
     assert plan(UNANIMOUS, 1, 64, 64) == [(0, 64)]
 
 
-def test_the_planned_launch_is_not_a_live_method():
-    method = get_method("sc-mars2-launch")
-    assert method.launch == PLANNED and method.launch.staged and not method.launch.live
-    with pytest.raises(SimulationError, match="one round after another"):
-        live_method(method)
+def test_the_planned_launch_runs_live():
+    """Launches run live one after another (mars.Stopper.land): the planned launch and the
+    waves are live methods."""
+    for name in ("sc-mars2-launch", "sc-mars2-waves"):
+        method = get_method(name)
+        assert method.launch.staged and method.launch.live
+        assert live_method(method) is method

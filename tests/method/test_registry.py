@@ -134,7 +134,7 @@ def test_derived_properties():
     assert METHODS["sc-mars-cal"].live
     assert not METHODS["asc"].live  # samples more
     assert not METHODS["single-sac"].live  # one trace of the budget
-    assert not METHODS["sc-mars2-waves"].live
+    assert METHODS["sc-mars2-waves"].live  # launches one after another, live too
 
 
 def test_default_method_is_calibrated_mars_and_live():
@@ -399,7 +399,8 @@ def test_live_admits_methods_by_their_properties():
         together = not m.rule.samples_more and m.width is None and m.launch.live
         assert admitted == (m.filter.live and not m.reads_future and together)
     assert {"sc-mars-oracle", "oracle-first", "oracle-last", "dco-mars"}.isdisjoint(live_methods())
-    assert {"asc", "esc", "single-sac", "sc-mars2-waves"}.isdisjoint(live_methods())
+    assert {"asc", "esc", "single-sac"}.isdisjoint(live_methods())
+    assert {"sc-mars2-waves", "sc-mars2-launch"} <= set(live_methods())
     assert {"sc-sac", "pp-main", "pp-main-keep"} <= set(live_methods())
 
 
