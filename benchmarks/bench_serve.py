@@ -58,7 +58,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
-from bench_server import default_model, find_server, free_port, llama_server  # noqa: E402
+from bench_server import default_model, free_port, llama_server  # noqa: E402
+from bench_server import find_llama_server as find_server  # noqa: E402
 
 from mars.serve.app import ServeOptions, create_app  # noqa: E402
 from mars.serve.requests import Defaults  # noqa: E402
@@ -187,40 +188,67 @@ def compare(args, ups: Upstreams, upstream_url: str) -> list[dict]:
 
 def synthetic(args) -> list[dict]:
     """Reasoning-length traces: the synthetic engine (calibrated on Qwen3-8B) through ``mars
-    serve``, question by question, against the same traces run to completion (the same request
-    with ``sc``, which never stops: the same seed gives the same traces)."""
+    serve``, question by question, each of ``--syn-methods`` against the same traces run to
+    completion (the same request with ``sc``, which never stops: the same seed gives the same
+    traces). A method written ``NAME@cal`` runs on a server started with ``--syn-calibration``
+    (no warmup); the others with a warmup of 16. What each paid: ``usage.completion_tokens``
+    (main traces, warmup, probes) against the full run's main traces."""
+    from mars.method.learned import Calibration
     from mars.store.problems import load_problems
 
     rows = []
     ups = Upstreams(["synthetic"])
-    with proxy(ups, Defaults(traces=args.syn_traces, warmup=16)) as (url, _):
-        for p in load_problems("aime_2025")[: args.syn_questions]:
-            out = {}
-            for method in ("sc-mars-cal", "sc"):
-                t0 = time.perf_counter()
-                r = httpx.post(
-                    url + "/v1/completions",
-                    json={"prompt": p.question, "seed": p.qid, "mars": {"method": method}},
-                    timeout=3600,
-                )
-                r.raise_for_status()
-                out[method] = (r.json(), time.perf_counter() - t0)
-            (mars, wall), (full, full_wall) = out["sc-mars-cal"], out["sc"]
-            m = mars["mars"]
-            rows.append(
-                emit(
-                    part="synthetic",
-                    qid=p.qid,
-                    answer=m["answer"],
-                    full_answer=full["mars"]["answer"],
-                    stopped_by=m["stopped_by"],
-                    main_tokens=m["tokens"]["main"],
-                    usage_tokens=mars["usage"]["completion_tokens"],
-                    full_tokens=full["mars"]["tokens"]["main"],
-                    wall_s=round(wall, 2),
-                    full_wall_s=round(full_wall, 2),
-                )
-            )
+    cal = Calibration.load(args.syn_calibration) if args.syn_calibration else None
+    servers = {
+        "warmup": Defaults(traces=args.syn_traces, warmup=16),
+        "cal": Defaults(traces=args.syn_traces, warmup=0, calibration=cal),
+    }
+    problems = load_problems(args.syn_problems)[: args.syn_questions]
+    full: dict = {}
+    for name, defaults in servers.items():
+        methods = [
+            m.split("@")[0]
+            for m in args.syn_methods.split(",")
+            if (m.endswith("@cal")) == (name == "cal")
+        ]
+        if not methods or (name == "cal" and cal is None):
+            continue
+        with proxy(ups, defaults) as (url, _):
+            for p in problems:
+                for method in (["sc"] if p.qid not in full else []) + methods:
+                    t0 = time.perf_counter()
+                    r = httpx.post(
+                        url + "/v1/completions",
+                        json={
+                            "prompt": p.question,
+                            "seed": p.qid,
+                            "n": args.syn_traces,
+                            "mars": {"method": method},
+                        },
+                        timeout=3600,
+                    )
+                    r.raise_for_status()
+                    body, wall = r.json(), time.perf_counter() - t0
+                    if method == "sc":
+                        full[p.qid] = (body, wall)
+                        continue
+                    m, (f, full_wall) = body["mars"], full[p.qid]
+                    rows.append(
+                        emit(
+                            part="synthetic",
+                            method=method + ("@cal" if name == "cal" else ""),
+                            qid=p.qid,
+                            answer=m["answer"],
+                            full_answer=f["mars"]["answer"],
+                            stopped_by=m["stopped_by"],
+                            main_tokens=m["tokens"]["main"],
+                            paid_tokens=body["usage"]["completion_tokens"],
+                            full_tokens=f["mars"]["tokens"]["main"],
+                            traces_started=m.get("traces_started"),
+                            wall_s=round(wall, 2),
+                            full_wall_s=round(full_wall, 2),
+                        )
+                    )
     return rows
 
 
@@ -293,8 +321,14 @@ def overhead(args, upstream: str, sizes: list[int]) -> list[dict]:
 
 
 def load(args, ups: Upstreams) -> dict:
-    d = Defaults(method="sc-consensus", traces=4, warmup=0, spacing=16, max_tokens=64,
-                 knobs={"consensus": 0.5})  # fmt: skip
+    d = Defaults(
+        method="sc-consensus",
+        traces=4,
+        warmup=0,
+        spacing=16,
+        max_tokens=64,
+        knobs={"consensus": 0.5},
+    )
     ok, failed, statuses = [0], [0], {}
     lock = threading.Lock()
     with proxy(ups, d, max_active=args.clients, max_queue=4 * args.clients) as (url, _):
@@ -356,6 +390,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--syn-questions", type=int, default=10)
     ap.add_argument("--syn-traces", type=int, default=64)
+    ap.add_argument("--syn-problems", default="aime_2025")
+    ap.add_argument("--syn-methods", default="sc-mars-cal,sc-mars2-launch@cal")
+    ap.add_argument("--syn-calibration", default=None, help="a mars calibrate file")
     ap.add_argument("--only", default="compare,overhead,load")
     args = ap.parse_args()
     parts = set(args.only.split(","))
@@ -393,15 +430,17 @@ def main() -> None:
             wall = statistics.median(r["wall_s"] for r in sel)
             what = f"{how}: tokens, wall (median of {len(sel)})"
             print(f"| compare | {what} | {tok:,.0f}, {wall:.2f} s |")
-    syn = [r for r in rows if r["part"] == "synthetic"]
-    if syn:
-        main, usage, full = (
-            sum(r[k] for r in syn) for k in ("main_tokens", "usage_tokens", "full_tokens")
+    for method in dict.fromkeys(r["method"] for r in rows if r["part"] == "synthetic"):
+        syn = [r for r in rows if r["part"] == "synthetic" and r["method"] == method]
+        main, paid, full = (
+            sum(r[k] for r in syn) for k in ("main_tokens", "paid_tokens", "full_tokens")
         )
         same = sum(r["answer"] == r["full_answer"] for r in syn)
         print(
-            f"| synthetic | {len(syn)} questions: main / with warmup and probes / run to "
-            f"completion (same answer) | {main:,} / {usage:,} / {full:,} ({same}/{len(syn)}) |"
+            f"| synthetic | `{method}`, {len(syn)} questions: saved as the paper counts / as "
+            f"paid (warmup, probes); the same answer as the full run | "
+            f"{100 * (1 - main / full):.1f} % / {100 * (1 - paid / full):.1f} %; "
+            f"{same}/{len(syn)} |"
         )
     for r in rows:
         if r["part"] == "overhead":
