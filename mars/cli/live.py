@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import MarsError
-from ..method.registry import DEFAULT_METHOD, live_methods
+from ..method.registry import CALIBRATED_METHOD, DEFAULT_METHOD, live_methods
 from ..method.settings import LIVE_KEYS, SPECS
 from ..store.problems import parse_question_spec
 from .common import (
@@ -41,11 +41,13 @@ def solve(
         f"[default: {SPECS['warmup'].default}; 0 with --calibration]",
         show_default=False,
     ),
-    method: str = typer.Option(
-        DEFAULT_METHOD,
+    method: str | None = typer.Option(
+        None,
         "--method",
         "-m",
-        help=f"a method that can run live: {', '.join(live_methods())}",
+        help=f"a method that can run live: {', '.join(live_methods())} [default: "
+        f"{DEFAULT_METHOD}; {CALIBRATED_METHOD} with --calibration]",
+        show_default=False,
     ),
     calibration: Path | None = typer.Option(
         None,
@@ -81,6 +83,8 @@ def solve(
             cal = Calibration.load(calibration)
         if warmup is None:
             warmup = 0 if cal is not None else SPECS["warmup"].default
+        if method is None:
+            method = CALIBRATED_METHOD if cal is not None else DEFAULT_METHOD
         check_apart(
             out,
             [
@@ -148,11 +152,13 @@ def serve(
     served_model_name: str | None = typer.Option(
         None, help="the name clients ask for (default: the upstream's)"
     ),
-    method: str = typer.Option(
-        DEFAULT_METHOD,
+    method: str | None = typer.Option(
+        None,
         "--method",
         "-m",
-        help=f"default method of a request: {', '.join(live_methods())}",
+        help=f"default method of a request: {', '.join(live_methods())} [default: "
+        f"{DEFAULT_METHOD}; {CALIBRATED_METHOD} with --calibration]",
+        show_default=False,
     ),
     traces: int = typer.Option(64, help="default traces of a request without n (N)"),
     warmup: int | None = typer.Option(
@@ -211,6 +217,8 @@ def serve(
             cal = Calibration.load(calibration)
         if warmup is None:
             warmup = 0 if cal is not None else SPECS["warmup"].default
+        if method is None:
+            method = CALIBRATED_METHOD if cal is not None else DEFAULT_METHOD
         defaults = Defaults(
             method=method,
             traces=traces,
@@ -236,6 +244,8 @@ def serve(
             tokenizer=tokenizer,
             **sampling,
         )
+        if cal is not None:  # a calibration of another model than the upstreams serve
+            cal.check_for({"model": ups.model, "spacing": spacing}, "--upstream", what="serves")
         options = ServeOptions(
             defaults,
             max_active=max_active,

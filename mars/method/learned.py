@@ -93,7 +93,9 @@ class Calibration:
         models = sorted({str(f.get("model") or "") for f in self.fitted_on})
         return ",".join(models)
 
-    def check_for(self, manifest: dict, source: str, protocol: str | None = None) -> None:
+    def check_for(
+        self, manifest: dict, source: str, protocol: str | None = None, what: str = "a pool of"
+    ) -> None:
         """Refuse a pool of another model, or probed on another grid, than the pools this
         calibration was fitted on, or an evaluation under another protocol (its answers grouped
         otherwise) (one line)."""
@@ -107,7 +109,7 @@ class Calibration:
         known = {str(f.get("model") or "") for f in self.fitted_on}
         if model and known - {""} and model not in known:
             raise CalibrationError(
-                f"{source}: a pool of model {model!r}; the calibration was fitted on "
+                f"{source}: {what} model {model!r}; the calibration was fitted on "
                 f"{', '.join(sorted(known))} (fit one on this model's traces: mars calibrate)"
             )
         spacing = manifest.get("spacing")

@@ -490,3 +490,26 @@ def test_a_server_with_a_calibration_generates_no_warmup_and_records_it(tmp_path
     pool = record / m["record"].split("/")[-2]
     assert (pool / "calibration.json").is_file()
     assert all(row["match"] for row in replay_run(pool))
+
+
+def test_the_cli_refuses_a_calibration_of_another_model_in_one_line(tmp_path):
+    """mars serve --calibration checks the calibration against the model the upstreams serve,
+    before it listens."""
+    import dataclasses
+
+    from util import write_layout_pool
+
+    from mars.fit.calibrate import calibrate_pools
+
+    c = calibrate_pools([write_layout_pool(tmp_path / "p", seed=1, n_questions=3)])
+    c = dataclasses.replace(c, fitted_on=[{**c.fitted_on[0], "model": "synthetic:qwen3-8b"}])
+    path = c.save(tmp_path / "cal.json")
+    res = CliRunner().invoke(
+        cli, ["serve", "--upstream", "synthetic:qwen3-32b", "--calibration", str(path)]
+    )
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(
+        "error: --upstream: serves model 'synthetic:qwen3-32b'; the calibration was fitted on "
+        "synthetic:qwen3-8b"
+    )
+    assert res.output.count("\n") == 1
