@@ -253,6 +253,7 @@ def serve(
             api_key=os.environ.get(api_key_env, "").strip() or None,
             served_model=served_model_name,
             record=str(record) if record else None,
+            calibration_path=str(calibration) if calibration else None,
         )
         asgi, _ = create_app(ups, options)
     import uvicorn

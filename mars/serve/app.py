@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import inspect
 import logging
@@ -76,6 +77,8 @@ class ServeOptions:
     api_key: str | None = None
     served_model: str | None = None  # the name /v1/models lists (default: the upstream's)
     record: str | None = None
+    #: the --calibration file, read again by POST /v1/mars/calibration/reload
+    calibration_path: str | None = None
 
 
 def _error(status: int, message: str, code: str, param: str | None = None, **headers) -> Response:
@@ -113,6 +116,7 @@ class MarsServer:
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/mars/records/{pool}/{qid:int}", self.record, methods=["GET"]),
+            Route("/v1/mars/calibration/reload", self.reload, methods=["POST"]),
         ]
         return Starlette(
             routes=routes, lifespan=self._lifespan, exception_handlers={Exception: self._crash}
@@ -197,6 +201,35 @@ class MarsServer:
         if path is None:
             return _error(404, "no such record", "record_not_found")
         return Response(path.read_bytes(), media_type="application/json")
+
+    async def reload(self, request: Request) -> Response:
+        """Read the --calibration file again (a refit on recorded traffic: `mars calibrate`):
+        checked as at start, it serves the questions that start from now on; a file that does
+        not serve keeps the calibration in use (HTTP 409, the reason in one line)."""
+        if denied := self._denied(request):
+            return denied
+        path = self.options.calibration_path
+        if path is None:
+            return _error(404, "this server has no --calibration to reload", "not_found")
+        from ..method.learned import Calibration
+
+        try:
+            cal = Calibration.load(path)
+            cal.check_for(
+                {"model": self.upstreams.model, "spacing": self.defaults.spacing},
+                "--upstream",
+                what="serves",
+            )
+        except MarsError as exc:
+            return _error(409, first_line(exc), "calibration_refused")
+        before = self.defaults.calibration
+        self.defaults = dataclasses.replace(self.defaults, calibration=cal)
+        log.warning(
+            "calibration reloaded: %s (was %s)",
+            cal.digest,
+            None if before is None else before.digest,
+        )
+        return JSONResponse({"calibration": cal.digest, "fitted_on": cal.fitted_on})
 
     # -- completions -------------------------------------------------------------------------
 

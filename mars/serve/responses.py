@@ -14,6 +14,7 @@ ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "not_found_error",
+    409: "conflict_error",
     429: "rate_limit_error",
     499: "cancelled",
     500: "server_error",

@@ -513,3 +513,40 @@ def test_the_cli_refuses_a_calibration_of_another_model_in_one_line(tmp_path):
         "synthetic:qwen3-8b"
     )
     assert res.output.count("\n") == 1
+
+
+def test_a_refit_calibration_is_reloaded_without_a_restart(tmp_path):
+    """POST /v1/mars/calibration/reload reads the --calibration file again: the next question
+    decides with the new one; a file that does not serve is refused (409) and the old one stays."""
+    from util import write_layout_pool
+
+    from mars.fit.calibrate import calibrate_pools
+
+    first = calibrate_pools([write_layout_pool(tmp_path / "a", seed=1, n_questions=3)])
+    second = calibrate_pools([write_layout_pool(tmp_path / "b", seed=2, n_questions=3)])
+    path = first.save(tmp_path / "cal.json")
+    defaults = Defaults(
+        traces=16,
+        warmup=0,
+        spacing=2048,
+        max_tokens=16384,
+        calibration=first,
+        method="sc-mars2-launch",
+    )
+    body = {"prompt": QUESTION, "n": 16, "seed": 4}
+    with serving(["synthetic"], defaults, calibration_path=str(path)) as running:
+        url = running.url
+
+        def ask():
+            return httpx.post(url + "/v1/completions", json=body, timeout=120).json()["mars"]
+
+        assert ask()["calibration"] == first.digest
+        second.save(path)
+        r = httpx.post(url + "/v1/mars/calibration/reload")
+        assert r.status_code == 200 and r.json()["calibration"] == second.digest
+        assert ask()["calibration"] == second.digest
+        path.write_text("{}")
+        r = httpx.post(url + "/v1/mars/calibration/reload")
+        err = r.json()["error"]
+        assert r.status_code == 409 and "not a calibration" in err["message"]
+        assert ask()["calibration"] == second.digest
