@@ -163,10 +163,7 @@ def run_question(
     assert q.max_tokens is not None
     be = upstreams.backend(prep.text, prep.prompt_ids, q.max_tokens, q.temperature, q.top_p)
     problem = _problem(upstreams, q, prep.text)
-    last: list[Checkpoint] = []
-
     def watch(c: Checkpoint) -> None:
-        last[:] = [c]
         if emit is not None:
             emit(progress_of(c, q.traces))
 
@@ -191,7 +188,7 @@ def run_question(
             **q.knobs,
         )
     wall = time.perf_counter() - t0
-    out = _outcome(run, q, last[0] if last else None, len(prep.prompt_ids or ()), wall)
+    out = _outcome(run, q, len(prep.prompt_ids or ()), wall)
     if recorder is not None:
         assert run.table is not None
         params = _pool_params(be, q)
@@ -246,9 +243,7 @@ def _boxed(raw: str | None, answer: str) -> str:
     return f"\\boxed{{{answer}}}"
 
 
-def _outcome(
-    run: LiveRun, q: Question, last: Checkpoint | None, prompt_tokens: int, wall: float
-) -> Outcome:
+def _outcome(run: LiveRun, q: Question, prompt_tokens: int, wall: float) -> Outcome:
     assert run.table is not None
     rows = run.table.select(
         ["trace_idx", "final_answer", "finished", "length", "text", "probes"]
@@ -271,11 +266,10 @@ def _outcome(
             ]
             content = _boxed(probes[-1]["raw_text"] if probes else None, answer)
     content = _cut(content, q.stop)
-    if last is not None and run.stopped_by != "budget":
-        held = [a for a in last.answers if a is not None]
-    else:
-        held = [r["final_answer"] for r in main if r["final_answer"] is not None]
-    votes = [{"answer": a, "votes": k} for a, k in Counter(held).most_common(5)]
+    votes = [
+        {"answer": a, "votes": k}
+        for a, k in Counter(held_at_stop(main, stopped, run.stop_position)).most_common(5)
+    ]
     generated = [
         p["generated_tokens"] for r in rows for p in r["probes"] or () if p["generated_tokens"]
     ]
@@ -315,6 +309,22 @@ def _outcome(
     )
 
 
+def held_at_stop(main: list[dict], stopped: set[int], position: int | None) -> list[str]:
+    """The answers the vote counted where the method decided: a trace stopped there holds its
+    probe's answer there (its last one before, if it was stopped earlier), every other trace its
+    final answer (it ended first; a trace never launched holds none)."""
+    held = []
+    for r in main:
+        if r["trace_idx"] in stopped and position is not None:
+            probes = [p for p in r["probes"] or () if p["position"] <= position]
+            answer = probes[-1]["answer"] if probes else None
+        else:
+            answer = r["final_answer"]
+        if answer is not None:
+            held.append(answer)
+    return held
+
+
 def full_budget(main: list[dict], stopped: set[int], cap: int) -> dict:
     """What the N main traces run to their end would have cost: exact when no trace was stopped;
     else an estimate — each stopped trace run to the mean length of the traces that went past
@@ -351,7 +361,10 @@ def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
         "method": r.method,
         "answer": r.answer,
         "votes": o.votes,
-        "stopped_by": r.stopped_by,
+        # the rule's label where it stopped traces or kept launches from starting; "budget"
+        # where every trace ran to its end (whatever the rule said once they had)
+        "stopped_by": r.stopped_by if saved_any(r) else "budget",
+        "rule": r.stopped_by,
         "stop_position": r.stop_position,
         "checkpoints": r.checkpoints,
         "traces": r.n_traces,
@@ -383,6 +396,11 @@ def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
         "calibration": None if q.calibration is None else q.calibration.digest,
         "notes": list(q.notes),
     }
+
+
+def saved_any(r: LiveRun) -> bool:
+    """Whether the stop saved anything: a trace stopped early, or one never launched."""
+    return bool(r.stopped_traces) or (r.launched is not None and r.launched < r.n_traces)
 
 
 def paid_tokens(o: Outcome) -> int:

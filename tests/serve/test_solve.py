@@ -32,3 +32,55 @@ def test_a_stopped_trace_runs_to_the_mean_length_of_those_that_went_past_it():
         "at_most": 900 + 1300 + 3 * 4096,
         "exact": False,
     }
+
+
+def test_the_votes_held_at_the_stop():
+    from mars.serve.solve import held_at_stop
+
+    def row(j, final, probes, length=4096):
+        return {
+            "trace_idx": j,
+            "final_answer": final,
+            "length": length,
+            "probes": [{"position": p, "answer": a} for p, a in probes],
+        }
+
+    main = [
+        row(4, "64", [(2048, "100")], 3000),  # ended before the stop: its final answer
+        row(5, None, [(2048, "100"), (4096, "64")]),  # stopped at 4096: its probe there
+        row(6, None, [(2048, "7")]),  # stopped earlier (pruned at 2048): its last probe
+        row(7, None, [], 0),  # never launched: no vote
+    ]
+    assert held_at_stop(main, {5, 6}, 4096) == ["64", "64", "7"]
+    assert held_at_stop(main, set(), None) == ["64"]  # the budget: final answers only
+
+
+@pytest.mark.parametrize("method", ["sc-mars-cal", "sc-mars2", "sc-pp", "sc-mars2-launch"])
+def test_the_votes_reported_are_the_ones_the_answer_came_from(method):
+    """The answer is the leader (or tied leader) of the votes the response reports, whatever
+    stopped the question; stopped_by is 'budget' where nothing was saved."""
+    import httpx
+    from serving import serving
+
+    from mars.serve.requests import Defaults
+
+    with serving(["synthetic"], Defaults(traces=16, warmup=8, spacing=2048)) as running:
+        for k in range(6):
+            r = httpx.post(
+                running.url + "/v1/completions",
+                json={
+                    "prompt": f"What is {k} squared plus {k}?",
+                    "n": 16,
+                    "seed": k,
+                    "max_tokens": 16384,
+                    "mars": {"method": method},
+                },
+                timeout=120,
+            )
+            m = r.json()["mars"]
+            if m["answer"] is None:
+                continue
+            top = m["votes"][0]["votes"]
+            assert m["answer"] in [v["answer"] for v in m["votes"] if v["votes"] == top], m
+            saved = m["traces_stopped"] or (m["traces_started"] or 16) < 16
+            assert (m["stopped_by"] == "budget") == (not saved), m
