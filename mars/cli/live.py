@@ -171,7 +171,23 @@ def serve(
         help="a `mars calibrate` file: MARS2 reads it instead of a warmup per question (no "
         "warmup generated, none waited for)",
     ),
-    max_traces: int = typer.Option(1024, help="n (traces) a request may ask for at most"),
+    max_traces: int = typer.Option(
+        1024, help="traces a request may start at most: its n and its warmup"
+    ),
+    mars_for: str = typer.Option(
+        "n",
+        help="which requests are questions: n (n > 1 or a mars object) or object (only a mars "
+        "object; plain n > 1 passes through to the upstream)",
+    ),
+    answer_format: list[str] = typer.Option(
+        [],
+        "--answer-format",
+        help="NAME=REGEX: an answer format requests may name (mars.answer_format), the last "
+        "match's first group (repeatable; built in: boxed, gsm8k, answer, last-number)",
+    ),
+    default_answer_format: str = typer.Option(
+        "boxed", help="the answer format of a request that names none"
+    ),
     max_active: int = typer.Option(4, help="requests solved at once (the others queue)"),
     max_queue: int = typer.Option(64, help="requests that may wait; more are answered 429"),
     record: Path | None = typer.Option(
@@ -219,11 +235,22 @@ def serve(
             warmup = 0 if cal is not None else SPECS["warmup"].default
         if method is None:
             method = CALIBRATED_METHOD if cal is not None else DEFAULT_METHOD
+        from ..method.answers import ANSWER_FORMATS
+
+        formats = dict(ANSWER_FORMATS)
+        for given in answer_format:
+            name, eq, regex = given.partition("=")
+            if not eq or not name.strip() or not regex:
+                raise MarsError(f"--answer-format {given!r}: expected NAME=REGEX")
+            formats[name.strip()] = regex
         defaults = Defaults(
             method=method,
             traces=traces,
             warmup=warmup,
             calibration=cal,
+            mars_for=mars_for,
+            answer_formats=formats,
+            answer_format=default_answer_format,
             spacing=spacing,
             max_tokens=max_tokens,
             knobs=dict(settings_given or {}),
@@ -262,6 +289,10 @@ def serve(
         f"mars serve: {ups.model} from {len(upstream)} upstream(s) on http://{host}:{port}/v1 "
         f"({'key required' if options.api_key else 'no key'})"
     )
+    if ups.synthetic is not None:
+        from ..serve.notes import SYNTHETIC_NOTE
+
+        err.print(f"note: {SYNTHETIC_NOTE}", highlight=False, soft_wrap=True)
     try:
         uvicorn.run(asgi, host=host, port=port, log_level=log_level)
     finally:

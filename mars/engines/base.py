@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import MarsError, UsageError
+from ..method.answers import extract_boxed, normalize_answer
 from ..store.problems import Problem
 
 
@@ -129,6 +130,11 @@ class Backend(ABC):
 
     #: whether :meth:`reprobe` needs the traces' token ids (the probe stage checks before work)
     reprobe_needs_token_ids: bool = True
+
+    def final_answer(self, text: str | None) -> str | None:
+        """A trace's final answer from its text: the last ``\\boxed{…}``, normalised; a served
+        question may ask for another format (:class:`mars.serve.upstreams.ServedBackend`)."""
+        return normalize_answer(extract_boxed(text or ""))
 
     def bind_generator(self, manifest: dict) -> object:
         """Prepare to probe the traces of the generation whose pool manifest is ``manifest``

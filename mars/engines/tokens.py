@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MarsError
-from ..method.answers import extract_boxed, extract_probe_answer, normalize_answer
+from ..method.answers import extract_probe_answer, normalize_answer
 from ..store.problems import Problem
 from .base import StoredTrace, TraceBatch, TraceResult
 from .models import load_tokenizer
@@ -109,11 +109,6 @@ def window_conf(
     x = np.asarray(confs[a:p], np.float64).astype(np.float16).astype(np.float64)
     x = x[~np.isnan(x)]
     return float(x.mean()) if x.size else None
-
-
-def parse_answer(text: str | None) -> str | None:
-    """Final answer of a trace's text: last ``\\boxed{…}``, normalised."""
-    return normalize_answer(extract_boxed(text or ""))
 
 
 def parse_probe(completion: str | None) -> str | None:
@@ -226,7 +221,7 @@ class TokenTraceBatch(TraceBatch):
         text = self._text(j)
         return TraceResult(
             length=len(self._ids[j]),
-            final_answer=parse_answer(text),
+            final_answer=self.backend.final_answer(text),
             finished=bool(self._eos[j]),
             confs=self.confs_so_far(j),
             text=text,

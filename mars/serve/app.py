@@ -255,7 +255,7 @@ class MarsServer:
             )
         client = body.get("user") if isinstance(body.get("user"), str) else None
         client = client or (request.client.host if request.client else "-")
-        if not is_mars_request(body):
+        if not is_mars_request(body, self.defaults.mars_for):
             return await self._passthrough(request, body, kind, client)
         try:
             q = read_question(body, kind, self.defaults)
@@ -301,6 +301,8 @@ class MarsServer:
         self.metrics.question(o.run.summary(), o.probe_generated, o.budget, o.wall_s)
         if o.record_error is not None:
             self.metrics.record_failures.inc()
+        if o.run.answer is None:
+            self.metrics.unanswered.labels(q.answer_format).inc()
         return completion(
             q.kind, rid, self.model, o.content, o.finish_reason, usage(o), mars, o.traces
         )

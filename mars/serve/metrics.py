@@ -79,6 +79,13 @@ class Metrics:
             "requests whose client went away while they waited for a slot",
             registry=r,
         )
+        self.unanswered = Counter(
+            f"{PREFIX}_unanswered",
+            "questions no trace answered in their answer format (the longest trace's text "
+            "returned), by format",
+            ["format"],
+            registry=r,
+        )
         self.record_failures = Counter(
             f"{PREFIX}_record_failures",
             "answered questions that could not be recorded (--record: a write that failed)",

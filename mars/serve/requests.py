@@ -14,12 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engines.endpoint import printable, shown
 from ..errors import MarsError, UsageError
 from ..live import live_grid, live_settings
+from ..method.answers import ANSWER_FORMATS
 from ..method.learned import Calibration
 from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_method
 from ..method.settings import LIVE_KEYS, SPECS
@@ -28,7 +30,18 @@ from ..store.schema import CHECKPOINT_SPACING
 #: The routes a question can come by, and the OpenAI object each answers with.
 COMPLETIONS, CHAT = "completions", "chat"
 #: Keys of the ``mars`` object besides the method's knobs.
-MARS_KEYS = ("method", "traces", "warmup", "spacing", "return_traces", "ground_truth")
+MARS_KEYS = (
+    "method",
+    "traces",
+    "warmup",
+    "spacing",
+    "return_traces",
+    "ground_truth",
+    "answer_format",
+)
+#: which requests are MARS questions (``mars serve --mars-for``): ``n`` — n > 1 or a ``mars``
+#: object; ``object`` — only those with a ``mars`` object (plain n > 1 passes through)
+MARS_FOR = ("n", "object")
 #: Request fields a MARS request cannot honour (the traces are plain text generations, sampled
 #: with temperature and top-p only), each with the values that ask for nothing and are accepted.
 UNSUPPORTED: dict[str, tuple[Any, ...]] = {
@@ -79,10 +92,25 @@ class Defaults:
     top_p: float | None = None
     #: learned once (``--calibration``): MARS2 reads it instead of a warmup, which is then 0
     calibration: Calibration | None = None
+    mars_for: str = "n"  # which requests are questions (MARS_FOR)
+    #: the answer formats a request may name (mars.answer_format): the built-in ones and the
+    #: server's (--answer-format NAME=REGEX), and the one a request naming none gets
+    answer_formats: dict = field(default_factory=lambda: dict(ANSWER_FORMATS))
+    answer_format: str = "boxed"
 
     def check(self) -> Defaults:
         """The defaults are checked as a request is (one line naming the option)."""
         method = live_method(self.method)
+        if self.mars_for not in MARS_FOR:
+            raise UsageError(f"--mars-for {self.mars_for}: one of {', '.join(MARS_FOR)}")
+        for name, regex in self.answer_formats.items():
+            if regex is not None:
+                answer_pattern(regex, f"--answer-format {name}")
+        if self.answer_format not in self.answer_formats:
+            raise UsageError(
+                f"--default-answer-format {self.answer_format}: not a format "
+                f"({', '.join(self.answer_formats)})"
+            )
         if self.calibration is not None:
             if self.warmup:
                 raise UsageError(
@@ -129,6 +157,8 @@ class Question:
     calibration: Calibration | None = None
     #: what the server changed of the request, said in the response (``mars.notes``)
     notes: tuple[str, ...] = ()
+    answer_format: str = "boxed"  # how the traces write their final answer (ANSWER_FORMATS)
+    answer_pattern: re.Pattern[str] | None = None  # its pattern (None: the last \boxed{})
 
     def with_max_tokens(self, max_tokens: int) -> Question:
         """The question with its token cap fixed (checked against its grid)."""
@@ -185,11 +215,22 @@ def read_body(raw: bytes) -> dict:
     return body
 
 
-def is_mars_request(body: dict) -> bool:
-    """A request MARS solves: ``n`` > 1 or a ``mars`` object."""
+def is_mars_request(body: dict, mars_for: str = "n") -> bool:
+    """A request MARS solves: one with a ``mars`` object, or (``mars_for`` ``n``, the default)
+    one asking for ``n`` > 1."""
+    if body.get("mars") is not None:
+        return True
     n = body.get("n")
-    many = isinstance(n, int) and not isinstance(n, bool) and n > 1
-    return many or body.get("mars") is not None
+    return mars_for == "n" and isinstance(n, int) and not isinstance(n, bool) and n > 1
+
+
+def answer_pattern(regex: str, what: str) -> re.Pattern[str]:
+    """A format's pattern, compiled (multi-line: ``^``/``$`` at every line), one line naming
+    ``what`` if it does not compile."""
+    try:
+        return re.compile(regex, re.MULTILINE)
+    except re.error as exc:
+        raise UsageError(f"{what}: not a regular expression ({exc})") from None
 
 
 def _neutral(value: Any, accepted: tuple[Any, ...]) -> bool:
@@ -362,6 +403,14 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
             f"mars.return_traces: must be true or false, not {_json_type(return_traces)}",
             "mars.return_traces",
         )
+    fmt = opts.get("answer_format", defaults.answer_format)
+    if not isinstance(fmt, str) or fmt not in defaults.answer_formats:
+        raise BadRequest(
+            f"mars.answer_format {_quoted(fmt)}: one of {', '.join(defaults.answer_formats)} "
+            "(how the traces write their final answer)",
+            "mars.answer_format",
+        )
+    regex = defaults.answer_formats[fmt]
     truth = opts.get("ground_truth", "")
     if not isinstance(truth, str):
         raise BadRequest("mars.ground_truth: must be a string", "mars.ground_truth")
@@ -391,4 +440,6 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         user=user if isinstance(user, str) else None,
         calibration=defaults.calibration,
         notes=tuple(notes),
+        answer_format=fmt,
+        answer_pattern=None if regex is None else answer_pattern(regex, fmt),
     )

@@ -29,6 +29,7 @@ from ..engines.generate import backend_info, token_cap
 from ..errors import MarsError, first_line
 from ..live import Checkpoint, LiveRun, solve
 from ..store.problems import Problem
+from .notes import SYNTHETIC_NOTE
 from .record import DATASET, Recorded, Recorder
 from .requests import BadRequest, Question, prompt_seed
 from .upstreams import Upstreams, synthetic_truth
@@ -64,6 +65,7 @@ class Outcome:
     record: Recorded | None
     wall_s: float
     record_error: str | None = None  # why the question could not be recorded
+    synthetic: bool = False  # answered by the synthetic upstream (made-up traces)
 
 
 def prepare(upstreams: Upstreams, q: Question) -> Prepared:
@@ -161,8 +163,11 @@ def run_question(
     what the client gets."""
     q = prep.question
     assert q.max_tokens is not None
-    be = upstreams.backend(prep.text, prep.prompt_ids, q.max_tokens, q.temperature, q.top_p)
+    be = upstreams.backend(
+        prep.text, prep.prompt_ids, q.max_tokens, q.temperature, q.top_p, q.answer_pattern
+    )
     problem = _problem(upstreams, q, prep.text)
+
     def watch(c: Checkpoint) -> None:
         if emit is not None:
             emit(progress_of(c, q.traces))
@@ -189,6 +194,7 @@ def run_question(
         )
     wall = time.perf_counter() - t0
     out = _outcome(run, q, len(prep.prompt_ids or ()), wall)
+    out.synthetic = upstreams.synthetic is not None
     if recorder is not None:
         assert run.table is not None
         params = _pool_params(be, q)
@@ -223,6 +229,7 @@ def _pool_params(be, q: Question) -> dict:
         "compare_full": False,
         "dataset": DATASET,
         **({"calibration": q.calibration.digest} if q.calibration is not None else {}),
+        **({"answer_format": q.answer_format} if q.answer_format != "boxed" else {}),
     }
 
 
@@ -265,6 +272,13 @@ def _outcome(run: LiveRun, q: Question, prompt_tokens: int, wall: float) -> Outc
                 if p["answer"] == answer and p["raw_text"]
             ]
             content = _boxed(probes[-1]["raw_text"] if probes else None, answer)
+    finish_reason = "stop"
+    if answer is None:  # never an empty answer: the longest trace's text, said so
+        texts = [r for r in main + warm if r["text"]]
+        if texts:
+            longest = max(texts, key=lambda r: (bool(r["finished"]), int(r["length"])))
+            content = longest["text"]
+            finish_reason = "stop" if longest["finished"] else "length"
     content = _cut(content, q.stop)
     votes = [
         {"answer": a, "votes": k}
@@ -297,7 +311,7 @@ def _outcome(run: LiveRun, q: Question, prompt_tokens: int, wall: float) -> Outc
     return Outcome(
         run=run,
         content=content,
-        finish_reason="stop",
+        finish_reason=finish_reason,
         prompt_tokens=prompt_tokens,
         probe_generated=int(sum(generated)),
         probe_prompt_uncached=uncached,
@@ -394,8 +408,21 @@ def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
         "wall_s": round(o.wall_s, 4),
         "record": record_url,
         "calibration": None if q.calibration is None else q.calibration.digest,
-        "notes": list(q.notes),
+        "answer_format": q.answer_format,
+        "answered": r.answer is not None,
+        "notes": list(q.notes)
+        + ([] if r.answer is not None else [unanswered_note(q)])
+        + ([SYNTHETIC_NOTE] if o.synthetic else []),
     }
+
+
+def unanswered_note(q: Question) -> str:
+    """What a response without an answer says of its text."""
+    how = "\\boxed{…}" if q.answer_format == "boxed" else f"the {q.answer_format} format"
+    return (
+        f"no trace wrote an answer in {how}: the text is the longest trace's, no vote was taken "
+        "(mars.answer_format names another format; see docs/serve.md)"
+    )
 
 
 def saved_any(r: LiveRun) -> bool:

@@ -30,6 +30,7 @@ import concurrent.futures
 import copy
 import functools
 import logging
+import re
 import threading
 import time
 import zlib
@@ -51,6 +52,7 @@ from ..engines.server import (
     normalise_base_url,
 )
 from ..errors import MarsError, UsageError
+from ..method.answers import extract_with, normalize_answer
 
 log = logging.getLogger(__name__)
 
@@ -235,12 +237,20 @@ class ServedBackend(ServerBackend):
         prompt_ids: list[int],
         max_tokens: int,
         sampling: Sampling,
+        answer_pattern: re.Pattern[str] | None = None,
     ):  # a shallow copy: the replicas' HTTP clients and stats are shared
         self.__dict__.update(copy.copy(base.__dict__))
         self.router = router
         self._prompt, self._prompt_ids = prompt, list(prompt_ids)
         self.max_tokens = int(max_tokens)
         self.sampling = sampling
+        self.answer_pattern = answer_pattern
+
+    def final_answer(self, text: str | None) -> str | None:
+        """The question's answer format: its pattern's last match, else the last boxed."""
+        if self.answer_pattern is None:
+            return super().final_answer(text)
+        return normalize_answer(extract_with(self.answer_pattern, text))
 
     def prompt_ids(self, question: str) -> list[int]:
         if question != self._prompt:
@@ -441,9 +451,10 @@ class Upstreams:
         max_tokens: int,
         temperature: float | None,
         top_p: float | None,
+        answer_pattern: re.Pattern[str] | None = None,
     ) -> Backend:
         """The view of one question (synthetic: the engine itself, which keeps no state between
-        batches)."""
+        batches, and whose answers are not read from text)."""
         if self.synthetic is not None:
             return self.synthetic
         be = self.primary
@@ -455,7 +466,9 @@ class Upstreams:
             s.min_p,
         )
         assert prompt_ids is not None
-        return ServedBackend(be, self.router, prompt, prompt_ids, max_tokens, sampling)
+        return ServedBackend(
+            be, self.router, prompt, prompt_ids, max_tokens, sampling, answer_pattern
+        )
 
     def close(self) -> None:
         for u in self.list:

@@ -210,9 +210,27 @@ def test_a_whole_answer_request_that_loses_its_client_in_the_queue_leaves_it():
 def test_pass_through_requests_go_through_the_queue(caplog):
     """Eight plain requests at --max-active 1 --max-queue 2: one runs, two wait, five are 429
     with Retry-After; never two at the upstream at once, every answer whole, nothing in the log
-    above a warning, and the replica's load counts them while they run."""
+    above a warning, and the replica's load counts them while they run. The upstream answers
+    only once the five refusals are in, so no request ends before the last one arrives."""
+    import asyncio
+
     fake = fakes()
-    server = fake.FakeServer("vllm", delay=0.3)
+    server = fake.FakeServer("vllm")
+    gate = threading.Event()
+    answer = server.handler
+
+    async def held(request):
+        if request.url.path == "/v1/completions" and not request.content.count(b'"logprobs"'):
+            server.in_flight += 1
+            server.most_in_flight = max(server.most_in_flight, server.in_flight)
+            try:
+                while not gate.is_set():
+                    await asyncio.sleep(0.01)
+            finally:
+                server.in_flight -= 1
+        return await answer(request)
+
+    server.handler = held
     ups = fake_upstreams({"http://d.test": server})
     with (
         caplog.at_level(logging.WARNING),
@@ -231,6 +249,8 @@ def test_pass_through_requests_go_through_the_queue(caplog):
         threads = [threading.Thread(target=go) for _ in range(8)]
         for th in threads:
             th.start()
+        wait_for(lambda: len(results) == 5)  # the refusals, while the first request is held
+        gate.set()
         for th in threads:
             th.join()
         statuses = sorted(r.status_code for r in results)
@@ -345,3 +365,53 @@ def test_a_body_nested_too_deep_is_one_line(hostile_server, raw):
     r = httpx.post(hostile_server.url + "/v1/chat/completions", content=raw)
     err = _is_openai_error(r, 400)
     assert "nested more than 64 deep" in err["message"]
+
+
+def test_a_question_no_trace_answers_is_never_an_empty_200():
+    """Traces that write no answer in the question's format: the longest trace's text, a note
+    saying so, mars.answered false, counted by format; a server's own format (NAME=REGEX) reads
+    the same traces' answers; an unknown format is a 400."""
+    import re as _re
+
+    fake = fakes()
+    server = fake.FakeServer("vllm")
+    ups = fake_upstreams({"http://f.test": server})
+    formats = {"boxed": None, "gsm8k": r"^####\s*(.+?)\s*$", "boxnum": r"boxed\{(\d+)\}"}
+    defaults = Defaults(
+        method="sc", traces=4, warmup=0, spacing=8, max_tokens=64, answer_formats=formats
+    )
+    with serving(ups, defaults) as running:
+        url = running.url + "/v1/completions"
+        body = {"prompt": "What is 2 + 3?", "n": 4, "seed": 3}
+        r = httpx.post(url, json={**body, "mars": {"answer_format": "gsm8k"}}, timeout=60)
+        out = r.json()
+        m = out["mars"]
+        assert r.status_code == 200 and m["answer"] is None and m["answered"] is False
+        assert out["choices"][0]["text"].strip(), out  # a trace's text, never empty
+        assert any("no trace wrote an answer in the gsm8k format" in n for n in m["notes"])
+        assert running.metric("unanswered", format="gsm8k") == 1
+        r = httpx.post(url, json={**body, "mars": {"answer_format": "boxnum"}}, timeout=60)
+        m = r.json()["mars"]
+        assert m["answered"] and _re.fullmatch(r"\d+", m["answer"]), m
+        bad = httpx.post(url, json={**body, "mars": {"answer_format": "nope"}})
+        err = _is_openai_error(bad, 400)
+        assert err["param"] == "mars.answer_format" and "boxed, gsm8k, boxnum" in err["message"]
+    ups.close()
+
+
+def test_mars_for_object_lets_plain_n_through():
+    """--mars-for object: a plain n > 1 request passes through to the upstream unchanged; one
+    with a mars object is a question."""
+    fake = fakes()
+    server = fake.FakeServer("vllm")
+    ups = fake_upstreams({"http://g.test": server})
+    defaults = Defaults(
+        method="sc", traces=4, warmup=0, spacing=8, max_tokens=32, mars_for="object"
+    )
+    with serving(ups, defaults) as running:
+        url = running.url + "/v1/completions"
+        plain = httpx.post(url, json={"prompt": "2 + 3?", "n": 2, "max_tokens": 8}, timeout=60)
+        assert plain.status_code == 200 and "mars" not in plain.json()
+        question = httpx.post(url, json={"prompt": "2 + 3?", "n": 4, "mars": {}}, timeout=60)
+        assert question.status_code == 200 and question.json()["mars"]["traces"] == 4
+    ups.close()

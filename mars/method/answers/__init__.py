@@ -54,7 +54,13 @@ Deliberate differences from the reference (``mars/answer_equiv.py`` @ 6f31776):
 from __future__ import annotations
 
 from .equivalence import answers_equivalent, is_correct, same_string
-from .extract import extract_boxed, extract_probe_answer, normalize_answer
+from .extract import (
+    ANSWER_FORMATS,
+    extract_boxed,
+    extract_probe_answer,
+    extract_with,
+    normalize_answer,
+)
 from .groups import (
     MAX_GROUPS_COMPARED,
     MAX_SYMBOLIC_PAIRWISE,
@@ -74,6 +80,7 @@ from .timelimit import (
 )
 
 __all__ = [
+    "ANSWER_FORMATS",
     "EXACT_FROM",
     "MAX_DIGITS",
     "MAX_GROUPS_COMPARED",
@@ -87,6 +94,7 @@ __all__ = [
     "answers_equivalent",
     "extract_boxed",
     "extract_probe_answer",
+    "extract_with",
     "group_answers",
     "group_answers_online",
     "is_correct",

@@ -9,7 +9,24 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["extract_boxed", "extract_probe_answer", "normalize_answer"]
+__all__ = [
+    "ANSWER_FORMATS",
+    "extract_boxed",
+    "extract_probe_answer",
+    "extract_with",
+    "normalize_answer",
+]
+
+#: How a trace's final answer is written, by name: ``boxed`` (the last ``\\boxed{…}``, the
+#: default everywhere) or a pattern whose last match's first group is the answer (GSM8K's
+#: ``#### 42``, "Answer: X", the last number). A server adds its own (``mars serve
+#: --answer-format NAME=REGEX``); a client only names one, so no client's pattern is ever run.
+ANSWER_FORMATS: dict[str, str | None] = {
+    "boxed": None,
+    "gsm8k": r"^####\s*(.+?)\s*$",
+    "answer": r"(?i)answer\s*(?:is|:)\s*\**\s*(.+?)\s*\**\s*\.?\s*$",
+    "last-number": r"(-?\d[\d,]*(?:\.\d+)?)",
+}
 
 
 def extract_boxed(text: str) -> str | None:
@@ -38,6 +55,23 @@ def extract_boxed(text: str) -> str | None:
             if depth == 0:
                 return rest[1:i]
     return rest[1:]  # unclosed box: everything after the opening brace
+
+
+def extract_with(pattern: re.Pattern[str], text: str | None) -> str | None:
+    """The answer a format's ``pattern`` finds in ``text``: its last match's first group (the
+    whole match without a group), a number's thousands separators dropped; None without a
+    match."""
+    if not text:
+        return None
+    found = None
+    for match in pattern.finditer(text):
+        found = match
+    if found is None:
+        return None
+    answer = found.group(1) if pattern.groups else found.group(0)
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", answer.strip()):
+        answer = answer.replace(",", "")
+    return answer
 
 
 def extract_probe_answer(completion: str | None) -> str | None:
