@@ -58,9 +58,11 @@ def live_grid(spacing: int, max_tokens: int) -> np.ndarray:
 
 
 def live_settings(
-    n_traces: int, warmup: int, seed: int, spacing: int, max_tokens: int, knobs: dict
+    n_traces: int, warmup: int, seed: int, spacing: int, max_tokens: int | None, knobs: dict
 ) -> Settings:
-    """The simulator settings of a live run: N traces, one iteration, the rule's knobs.
+    """The simulator settings of a live run: N traces, one iteration, the rule's knobs; its grid
+    checked where its token cap is known (``max_tokens``; None: not yet, e.g. a served request
+    whose cap comes from the model's context).
 
     ``knobs`` are the settings `mars solve` takes (:data:`mars.method.settings.LIVE_KEYS`); the
     others are fixed by the run itself.
@@ -70,7 +72,8 @@ def live_settings(
     if warmup < 0:
         raise UsageError(f"--warmup {warmup}: must be ≥ 0")
     check_knobs(knobs, "live setting")
-    live_grid(spacing, max_tokens)
+    if max_tokens is not None:
+        live_grid(spacing, max_tokens)
     return Settings(
         budget=n_traces, iterations=1, warmup=warmup, seed=seed, spacing=spacing, **knobs
     ).validate()

@@ -21,6 +21,7 @@ from typing import Any
 from ..engines.endpoint import printable, shown
 from ..errors import MarsError, UsageError
 from ..live import live_grid, live_settings
+from ..live.stepper import MAX_CHECKPOINTS
 from ..method.answers import ANSWER_FORMATS
 from ..method.learned import Calibration
 from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_method
@@ -63,6 +64,8 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
 #: The deepest nesting a request body may have (OpenAI bodies, tool schemas included, are far
 #: shallower): deeper is refused before anything walks it.
 MAX_DEPTH = 64
+#: The fewest checkpoints a question's grid has when the server picks its spacing.
+MIN_CHECKPOINTS = 4
 #: The largest seed a request may give (the engines derive 31-bit seeds from it).
 MAX_SEED = 2**63 - 1
 
@@ -124,9 +127,7 @@ class Defaults:
             raise UsageError(
                 f"--traces {self.traces}{both}: more than --max-traces {self.max_traces} traces"
             )
-        live_settings(
-            self.traces, self.warmup, 0, self.spacing, self.max_tokens or self.spacing, self.knobs
-        )
+        live_settings(self.traces, self.warmup, 0, self.spacing, self.max_tokens, self.knobs)
         return self
 
 
@@ -158,12 +159,36 @@ class Question:
     #: what the server changed of the request, said in the response (``mars.notes``)
     notes: tuple[str, ...] = ()
     answer_format: str = "boxed"  # how the traces write their final answer (ANSWER_FORMATS)
+    spacing_given: bool = True  # the client chose the spacing (else the server's, fitted)
     answer_pattern: re.Pattern[str] | None = None  # its pattern (None: the last \boxed{})
 
     def with_max_tokens(self, max_tokens: int) -> Question:
-        """The question with its token cap fixed (checked against its grid)."""
-        live_grid(self.spacing, max_tokens)
-        return replace(self, max_tokens=int(max_tokens))
+        """The question with its token cap fixed and its grid fitted to it: a spacing the
+        client did not ask for is narrowed to give at least :data:`MIN_CHECKPOINTS` checkpoints
+        (said in ``notes``); a grid that still cannot be is refused naming the request's fields,
+        not the command line's flags."""
+        spacing, notes = self.spacing, self.notes
+        if not self.spacing_given and max_tokens < MIN_CHECKPOINTS * spacing:
+            spacing = max(1, max_tokens // MIN_CHECKPOINTS)
+            notes = (
+                *notes,
+                f"a checkpoint every {spacing} tokens: the server's {self.spacing} would leave "
+                f"fewer than {MIN_CHECKPOINTS} in max_tokens {max_tokens} (mars.spacing sets it)",
+            )
+        if spacing > max_tokens:
+            raise BadRequest(
+                f"mars.spacing {spacing}: no checkpoint within max_tokens {max_tokens} (give a "
+                "spacing of at most max_tokens, or leave it to the server)",
+                "mars.spacing",
+            )
+        if max_tokens // spacing > MAX_CHECKPOINTS:
+            raise BadRequest(
+                f"max_tokens {max_tokens} at mars.spacing {spacing}: {max_tokens // spacing:,} "
+                f"checkpoints, more than {MAX_CHECKPOINTS:,} (raise mars.spacing)",
+                "mars.spacing",
+            )
+        live_grid(spacing, max_tokens)  # the live loop's own check, now passed
+        return replace(self, max_tokens=int(max_tokens), spacing=spacing, notes=notes)
 
     def settings(self) -> dict:
         """What decides (recorded with the pool): method, sizes, grid, knobs."""
@@ -364,6 +389,7 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
             f"{defaults.max_traces}",
             "mars.warmup" if traces <= defaults.max_traces else who,
         )
+    spacing_given = "spacing" in opts
     spacing = _whole(opts.get("spacing", defaults.spacing), "mars.spacing", 1)
     knobs = {**defaults.knobs, **{k: v for k, v in opts.items() if k in LIVE_KEYS}}
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -374,7 +400,7 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
     if seed > MAX_SEED:
         raise BadRequest(f"seed {seed}: must be below 2^63", "seed")
     try:
-        live_settings(traces, warmup, 0, spacing, max_tokens or spacing, knobs)
+        live_settings(traces, warmup, 0, spacing, None, knobs)  # the grid: fit_grid
     except MarsError as exc:
         raise BadRequest(str(exc), "mars") from None
     temperature = body.get("temperature", defaults.temperature)
@@ -416,7 +442,7 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         raise BadRequest("mars.ground_truth: must be a string", "mars.ground_truth")
     stream_options = body.get("stream_options") or {}
     user = body.get("user")
-    return Question(
+    q = Question(
         kind=kind,
         model=body.get("model") if isinstance(body.get("model"), str) else None,
         prompt=prompt,
@@ -425,6 +451,7 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         traces=traces,
         warmup=warmup,
         spacing=spacing,
+        spacing_given=spacing_given,
         max_tokens=max_tokens,
         knobs=knobs,
         seed=seed,
@@ -443,3 +470,4 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         answer_format=fmt,
         answer_pattern=None if regex is None else answer_pattern(regex, fmt),
     )
+    return q if max_tokens is None else q.with_max_tokens(max_tokens)

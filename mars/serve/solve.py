@@ -73,20 +73,27 @@ def prepare(upstreams: Upstreams, q: Question) -> Prepared:
     model's context (the command line's one-line message otherwise)."""
     text = upstreams.render(q.kind, q.prompt, q.messages)
     ids = upstreams.tokenize(q.kind, text)
-    max_tokens = q.max_tokens
     room = None if ids is None else upstreams.default_max_tokens(len(ids))
+    if room is not None and room < 1:
+        raise BadRequest(
+            f"the prompt ({len(ids or ())} tokens) and a probe leave no room in the model's "
+            f"context ({upstreams.context()} tokens): shorten it",
+            "prompt" if q.kind == "completions" else "messages",
+        )
+    if q.max_tokens is not None and room is not None and q.max_tokens > room:
+        raise BadRequest(
+            f"max_tokens {q.max_tokens}: the prompt ({len(ids or ())} tokens) and a probe leave "
+            f"room for {room} in the model's context ({upstreams.context()} tokens): ask for "
+            f"{room} or less, or leave it out",
+            "max_tokens",
+        )
+    max_tokens = q.max_tokens
     if max_tokens is None:
         max_tokens = room
         if max_tokens is None:
             max_tokens = token_cap(upstreams.synthetic or upstreams.primary, None)
-        if max_tokens < q.spacing:
-            raise BadRequest(
-                f"the prompt leaves room for {max_tokens} tokens, less than one checkpoint "
-                f"(--spacing {q.spacing})",
-                "max_tokens",
-            )
+    q = q.with_max_tokens(max_tokens)
     try:
-        q = q.with_max_tokens(max_tokens)
         be = upstreams.backend(text, ids, max_tokens, q.temperature, q.top_p)
         be.check_context(_problem(upstreams, q, text))
     except MarsError as exc:

@@ -415,3 +415,30 @@ def test_mars_for_object_lets_plain_n_through():
         question = httpx.post(url, json={"prompt": "2 + 3?", "n": 4, "mars": {}}, timeout=60)
         assert question.status_code == 200 and question.json()["mars"]["traces"] == 4
     ups.close()
+
+
+def test_the_servers_defaults_fit_the_request_and_a_refusal_names_its_fields():
+    """The server's spacing (2,048) on a request capped at 1,024 tokens: a checkpoint every 256
+    (said in mars.notes), not a 400 in the command line's words; a spacing the client asks for
+    that leaves no checkpoint, or a cap past the model's context, is a 400 naming the request's
+    fields."""
+    fake = fakes()
+    server = fake.FakeServer("vllm")  # a 4,096-token context
+    ups = fake_upstreams({"http://h.test": server})
+    with serving(ups, Defaults(method="sc", traces=4, warmup=0)) as running:
+        url = running.url + "/v1/completions"
+        body = {"prompt": "What is 2 + 3?", "n": 4, "seed": 1}
+        ok = httpx.post(url, json={**body, "max_tokens": 1024}, timeout=60)
+        m = ok.json()["mars"]
+        assert ok.status_code == 200 and m["spacing"] == 256, ok.text
+        assert any("a checkpoint every 256 tokens" in n for n in m["notes"])
+        bad = httpx.post(url, json={**body, "max_tokens": 1024, "mars": {"spacing": 2048}})
+        err = _is_openai_error(bad, 400)
+        assert err["param"] == "mars.spacing"
+        assert err["message"].startswith("mars.spacing 2048: no checkpoint within max_tokens 1024")
+        assert "--" not in err["message"]
+        big = httpx.post(url, json={**body, "max_tokens": 8192})
+        err = _is_openai_error(big, 400)
+        assert err["param"] == "max_tokens" and err["message"].startswith("max_tokens 8192: ")
+        assert "ask for" in err["message"] and "--" not in err["message"]
+    ups.close()
