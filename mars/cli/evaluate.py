@@ -44,6 +44,12 @@ def simulate(
         help="a `mars calibrate` file: MARS2's rules read it instead of a warmup per question "
         "(--warmup 0, its default then)",
     ),
+    answers: Path | None = typer.Option(
+        None,
+        help="a problems jsonl ({question, answer} lines): each question is graded against the "
+        "answer of the line whose question its prompt holds (served traffic recorded without "
+        "answers)",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
     settings_given: dict | None = None,
 ):
@@ -71,9 +77,12 @@ def simulate(
 
             cal = Calibration.load(calibration)
             given.setdefault("warmup", 0)
+        src = open_pool(pool)
+        live = (getattr(src, "manifest", None) or {}).get("live")
+        if isinstance(live, dict) and isinstance(live.get("warmup"), int):
+            given.setdefault("warmup", live["warmup"])  # a live run's pool: its own warmup
         settings = Settings(**given).validate()
         check_protocol_inputs(settings, fit_dir, cache)
-        src = open_pool(pool)
         settings = pool_settings(src, settings)
         qids = parse_question_spec(questions)
         methods, left_out = supported_methods(method, src, qids)
@@ -84,6 +93,15 @@ def simulate(
                 highlight=False,
                 soft_wrap=True,
             )
+        targets = None
+        if answers is not None:
+            from ..simulate.answers import match_answers
+
+            if fit_dir is not None or cache is not None:
+                raise MarsError("--answers: the arrays of --fit and --cache are graded already")
+            targets = match_answers(src, answers, qids if qids is not None else src.qids)
+        unknown = set(getattr(src, "unknown_answers", ())) - set(targets or {})
+        accuracy_known = not set(qids if qids is not None else src.qids) <= unknown
         notes = size_notes(src, methods, settings, qids)
         if workers < 1:
             raise MarsError(f"--workers {workers}: must be at least 1")
@@ -116,6 +134,7 @@ def simulate(
                 fit_dir=fit_dir,
                 progress=progress,
                 calibration=cal,
+                answers=targets,
             )
             fit = None if fit_dir is None else str(fit_dir)
             names = [m.name for m in methods]
@@ -127,8 +146,19 @@ def simulate(
                 used = calibration_input(calibration, cal, input_checksum(results))
                 if used["in_sample"]:
                     notes = [*notes, f"{calibration} was fitted on these traces: in sample"]
+            if answers is not None:
+                notes = [*notes, f"graded against --answers {answers}"]
             overalls = write_methods(
-                out, names, results, settings.to_dict(), str(pool), fit, notes, data, used
+                out,
+                names,
+                results,
+                settings.to_dict(),
+                str(pool),
+                fit,
+                notes,
+                data,
+                used,
+                accuracy_known,
             )
     if not quiet:
         err.print(summary_table(overalls))

@@ -207,7 +207,7 @@ def run_question(
         params = _pool_params(be, q)
         summary = {**run.summary(), "seed": q.seed, "served": q.settings()}
         row = {
-            "ground_truth": problem.answer,
+            "ground_truth": problem.answer or None,  # None: not known (no grading)
             "question": prep.text,
             "dataset": DATASET,
             "model": getattr(be, "model", ""),

@@ -8,6 +8,7 @@ the q-model. Questions run in worker processes, results sorted by question whate
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,9 +140,11 @@ def _worker_fit(path: str):
 
 
 def _worker(args) -> QuestionResult:
-    pool_path, qid, methods, settings, cache_dir, fit_dir, calibration = args
+    pool_path, qid, methods, settings, cache_dir, fit_dir, calibration, answer = args
     pool = _worker_pool(pool_path)
     q = pool.read_question(qid).with_finals(settings.finals)
+    if answer is not None:  # the harness's target, attached afterwards
+        q = dataclasses.replace(q, ground_truth=answer)
     fitted = None
     if settings.protocol == protocol.PARALLEL_PROBE:
         arr = protocol.question_arrays(q, settings.spacing)
@@ -192,12 +195,15 @@ def simulate_pool(
     progress: Progress | None = None,
     fit_dir: str | Path | None = None,
     calibration: Calibration | None = None,
+    answers: dict[int, str] | None = None,
 ) -> list[QuestionResult]:
     """Simulate every requested question of a pool; results sorted by qid, whatever ``workers``.
 
     ``calibration`` (from ``mars calibrate``): MARS2's rules read it instead of a warmup
     (:mod:`mars.method.learned`); it is checked against the pool (its model, its grid) and needs
-    ``warmup`` 0.
+    ``warmup`` 0. ``answers``: a ground truth per question, instead of the pool's
+    (:mod:`mars.simulate.answers`). A pool none of whose questions has a known answer (served
+    traffic) is simulated, its accuracy unknown; one where only some have is refused.
 
     ``fit_dir`` (from ``mars fit``) supplies the per-question arrays and the fitted switch models
     (nothing is refitted; the results are identical to fitting here); ``cache_dir`` caches arrays
@@ -214,11 +220,13 @@ def simulate_pool(
         raise PoolError(
             f"{pool.source}: no question {missing[0]} (questions: {', '.join(map(str, pool.qids))})"
         )
-    unknown = [q for q in qids if q in getattr(pool, "unknown_answers", ())]
-    if unknown:
+    unknown = [
+        q for q in qids if q in getattr(pool, "unknown_answers", ()) and q not in (answers or {})
+    ]
+    if unknown and len(unknown) < len(qids):
         raise SimulationError(
-            f"{pool.source}: question {unknown[0]} has no known answer (null ground_truth), and "
-            "accuracy is scored against it; leave it out with --questions"
+            f"{pool.source}: question {unknown[0]} has no known answer (null ground_truth) and "
+            "others do: leave it out with --questions, or give every answer (--answers)"
         )
     size_notes(pool, methods, settings, qids)
     if calibration is not None:
@@ -234,6 +242,7 @@ def simulate_pool(
             None if cache_dir is None else str(cache_dir),
             None if fit_dir is None else str(fit_dir),
             calibration,
+            None if answers is None else answers.get(q),
         )
         for q in qids
     ]

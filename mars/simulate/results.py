@@ -189,6 +189,7 @@ def write_methods(
     notes: list[str] | None = None,
     data: dict | None = None,
     calibration: dict | None = None,
+    accuracy_known: bool = True,
 ) -> list[dict]:
     """Write each method's folder; returns their overall dicts (``data``: the pool's
     :class:`~mars.store.provenance.DataSource` as a dict; ``calibration``: what the calibration
@@ -218,6 +219,8 @@ def write_methods(
                 more: dict = {"rounds": rounds}
                 if calibration is not None:
                     more["calibration"] = calibration
+                if not accuracy_known:  # no question's answer is known: nothing was graded
+                    more["accuracy_known"] = False
                 if settings.get("protocol") == "parallel-probe":
                     # averaged and rounded as Parallel-Probe's evaluator prints its table
                     more["parallel_probe"] = table_row(pi, len(pq_), rounds)
@@ -275,7 +278,7 @@ def summary_table(overalls: list[dict]):
             mark = "†"
         t.add_row(
             ov["method"],
-            f"{ov['accuracy_pct']:.1f}",
+            f"{ov['accuracy_pct']:.1f}" if ov.get("accuracy_known", True) else "n/a",
             f"{ov['savings_pct']:.1f}{mark}",
             "–" if wp is None else f"{wp:.1f}",
             f"{ov['savings_paid_pct']:.1f}{'' if ov['paid_counts_probes'] else '‡'}",
@@ -288,6 +291,11 @@ def summary_table(overalls: list[dict]):
         "its main traces and its probes — against the full-budget vote; savings %: the paper's "
         "accounting (the warmup free, probes not counted)"
     ]
+    if any(not ov.get("accuracy_known", True) for ov in overalls):
+        captions.append(
+            "accuracy n/a: the pool records no question's answer (served traffic; attach the "
+            "targets with --answers)"
+        )
     if any(not ov["paid_counts_probes"] for ov in overalls):
         captions.append("‡ the pool records no probe costs: the warmup and main traces only")
     if narrow:  # as the report's tables say it: savings of its own traces, not of the vote
