@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 pytest.importorskip("starlette")
 
-from serve.common import fake_upstreams, fakes  # noqa: E402
-from serving import serving  # noqa: E402
+from serve.common import fake_upstreams, fakes
+from serving import serving
 
-from mars.cli import app as cli  # noqa: E402
-from mars.serve.requests import Defaults  # noqa: E402
+from mars.cli import app as cli
+from mars.serve.requests import Defaults
 
 QUESTIONS = {"What is 2 + 3?": "5", "What is 7 + 1?": "8", "How many legs has a cat?": "4"}
 
