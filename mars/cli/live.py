@@ -206,7 +206,9 @@ def serve(
         help="the model's tokenizer: 'server' (the upstream's /tokenize), a tokenizer folder, "
         "tokenizer.json or GGUF file (default: what the upstream reports)",
     ),
-    log_level: str = typer.Option("info", help="uvicorn's log level"),
+    log_level: str = typer.Option(
+        "info", help="log level: the proxy's lines (one per question answered) and uvicorn's"
+    ),
     settings_given: dict | None = None,
     engine_options: dict | None = None,
 ):
@@ -293,6 +295,9 @@ def serve(
         from ..serve.notes import SYNTHETIC_NOTE
 
         err.print(f"note: {SYNTHETIC_NOTE}", highlight=False, soft_wrap=True)
+    from ..serve import logs
+
+    logs.configure(log_level)  # a timestamp and the request on every line
     try:
         uvicorn.run(asgi, host=host, port=port, log_level=log_level)
     finally:

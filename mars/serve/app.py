@@ -30,7 +30,7 @@ import hmac
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -44,6 +44,7 @@ from ..engines import cancel
 from ..engines.endpoint import shown
 from ..engines.server import ServerError
 from ..errors import MarsError, first_line
+from . import logs
 from .metrics import CONTENT_TYPE, Metrics
 from .record import Recorder
 from .requests import (
@@ -273,9 +274,12 @@ class MarsServer:
         rid = new_id(kind)
         if q.stream:
             return Held(
-                self._stream(prep, rid, ticket), ticket.release, media_type="text/event-stream"
+                self._stream(prep, rid, ticket, client),
+                ticket.release,
+                media_type="text/event-stream",
             )
-        return await self._whole(request, prep, rid, ticket)
+        with logs.serving(rid, client):
+            return await self._whole(request, prep, rid, ticket, client)
 
     def _admissible(self) -> None:
         """Refuse a request the queue cannot take before any work is done for it."""
@@ -286,10 +290,14 @@ class MarsServer:
     def _busy(self, exc: QueueFull) -> Response:
         return _error(429, str(exc), "queue_full", None, **{"Retry-After": str(exc.retry_after)})
 
-    def _start(self, prep: Prepared, scope: cancel.CancelScope, emit=None) -> asyncio.Future:
-        job = asyncio.get_running_loop().run_in_executor(
-            self.workers, run_question, self.upstreams, prep, scope, emit, self.recorder
-        )
+    def _start(
+        self, prep: Prepared, scope: cancel.CancelScope, rid: str, client: str, emit=None
+    ) -> asyncio.Future:
+        def run() -> Outcome:  # in a worker thread, its log lines naming the request
+            with logs.serving(rid, client):
+                return run_question(self.upstreams, prep, scope, emit, self.recorder)
+
+        job = asyncio.get_running_loop().run_in_executor(self.workers, run)
         # a question whose client went away ends with Cancelled that no one reads
         job.add_done_callback(lambda f: f.cancelled() or f.exception())
         return job
@@ -298,6 +306,18 @@ class MarsServer:
         q = prep.question
         url = None if o.record is None else f"/v1/mars/records/{o.record.pool}/{o.record.qid}"
         mars = mars_object(o, q, url)
+        log.info(
+            "answered %s with %s: %s after %s traces, stopped by %s at %s tokens; %s tokens paid, "
+            "%.1f s",
+            q.kind,
+            mars["method"],
+            shown(mars["answer"], 40),
+            mars["traces_started"] or mars["traces"],
+            mars["stopped_by"],
+            mars["stop_position"],
+            mars["tokens"]["paid"],
+            o.wall_s,
+        )
         self.metrics.question(o.run.summary(), o.probe_generated, o.budget, o.wall_s)
         if o.record_error is not None:
             self.metrics.record_failures.inc()
@@ -338,12 +358,14 @@ class MarsServer:
         self.metrics.left_queue.inc()
         return False
 
-    async def _whole(self, request: Request, prep: Prepared, rid: str, ticket: Ticket) -> Response:
+    async def _whole(
+        self, request: Request, prep: Prepared, rid: str, ticket: Ticket, client: str
+    ) -> Response:
         try:
             if not await self._admitted(request, ticket):
                 return _error(499, "the client closed the connection", "cancelled")
             scope = cancel.CancelScope()
-            job = self._start(prep, scope)
+            job = self._start(prep, scope, rid, client)
             gone = asyncio.ensure_future(_disconnected(request))
             try:
                 await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -364,7 +386,18 @@ class MarsServer:
             ticket.release()
         return JSONResponse(self._respond(prep, rid, outcome))
 
-    async def _stream(self, prep: Prepared, rid: str, ticket: Ticket) -> AsyncIterator[bytes]:
+    async def _stream(
+        self, prep: Prepared, rid: str, ticket: Ticket, client: str
+    ) -> AsyncIterator[bytes]:
+        """The answer streamed (:meth:`_events`), its log lines naming the request."""
+        with logs.serving(rid, client):
+            async with contextlib.aclosing(self._events(prep, rid, ticket, client)) as events:
+                async for part in events:
+                    yield part
+
+    async def _events(
+        self, prep: Prepared, rid: str, ticket: Ticket, client: str
+    ) -> AsyncGenerator[bytes, None]:
         q, kind, model = prep.question, prep.question.kind, self.model
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
@@ -375,7 +408,11 @@ class MarsServer:
                             mars={"phase": "queued"}))  # fmt: skip
             async with ticket:
                 job = self._start(
-                    prep, scope, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev)
+                    prep,
+                    scope,
+                    rid,
+                    client,
+                    lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev),
                 )
                 while True:
                     get = asyncio.ensure_future(events.get())

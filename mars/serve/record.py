@@ -2,7 +2,8 @@
 
 ``mars serve --record DIR`` keeps one pool per way of solving (method, traces, warmup, grid, knobs,
 seed, model and sampling: what `mars replay` must know to re-decide), each a sub-folder of ``DIR``
-named for it (``sc-mars-cal-n64-w16-s2048-t32768-1a2b3c4d``), in the layout `mars solve` writes::
+named for it (``sc-mars-cal-n64-w16-s2048-t32768-seed0-T0.6-p0.95-1a2b3c4d``: what tells pools
+apart, then a hash of the rest), in the layout `mars solve` writes::
 
     DIR/<pool>/traces/qNNNNNN.parquet   the question's warmup + main traces (as `mars solve`)
     DIR/<pool>/live/qNNNNNN.json        its live record, plus the request's seed
@@ -173,13 +174,29 @@ class Recorder:
 
     @staticmethod
     def pool_name(params: dict) -> str:
+        """``METHOD-nN-wW-sSPACING-tCAP-seedS[-TEMP][-pTOP_P][-FORMAT][-calDIGEST]-HASH``:
+        what an operator tells pools apart by, then a hash of everything else."""
         digest = hashlib.blake2b(
             json.dumps(params, sort_keys=True, default=str).encode(), digest_size=4
         ).hexdigest()
-        return (
-            f"{params['method']}-n{params['n_traces']}-w{params['warmup']}-s{params['spacing']}"
-            f"-t{params['max_tokens']}-{digest}"
-        )
+        sampling = params.get("sampling") if isinstance(params.get("sampling"), dict) else {}
+        parts = [
+            str(params["method"]),
+            f"n{params['n_traces']}",
+            f"w{params['warmup']}",
+            f"s{params['spacing']}",
+            f"t{params['max_tokens']}",
+            f"seed{params['seed']}",
+        ]
+        if sampling.get("temperature") is not None:
+            parts.append(f"T{sampling['temperature']:g}")
+        if sampling.get("top_p") is not None:
+            parts.append(f"p{sampling['top_p']:g}")
+        if params.get("answer_format"):
+            parts.append(str(params["answer_format"]))
+        if params.get("calibration"):
+            parts.append(f"cal{str(params['calibration'])[:6]}")
+        return "-".join([*parts, digest])
 
     def add(
         self,

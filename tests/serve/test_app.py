@@ -8,6 +8,7 @@ tests/serve/test_schedule.py."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -551,3 +552,50 @@ def test_a_refit_calibration_is_reloaded_without_a_restart(tmp_path):
         err = r.json()["error"]
         assert r.status_code == 409 and "not a calibration" in err["message"]
         assert ask()["calibration"] == second.digest
+
+
+def test_log_lines_carry_a_timestamp_the_request_id_and_the_client(tmp_path):
+    """What mars serve logs (mars.serve.logs): every line of a question — the proxy's, and the
+    live loop's from the worker thread — names the id its client saw and the client."""
+    import io
+    import logging
+
+    from mars.serve import logs
+
+    handler = logs.configure("info")
+    buf = io.StringIO()
+    handler.setStream(buf)
+    try:
+        with serving(["synthetic"], FAST) as running:
+            r = httpx.post(
+                running.url + "/v1/completions",
+                json={"prompt": QUESTION, "n": 4, "seed": 2, "user": "team-a"},
+                timeout=60,
+            )
+    finally:
+        logging.getLogger("mars").removeHandler(handler)
+        logging.getLogger("mars").propagate = True
+    rid = r.json()["id"]
+    lines = [x for x in buf.getvalue().splitlines() if rid in x]
+    assert lines, buf.getvalue()
+    assert any(f"[{rid} from team-a] mars.serve: answered completions" in x for x in lines)
+    assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING) ", x) for x in lines)
+
+
+def test_pools_are_named_for_what_tells_them_apart():
+    from mars.serve.record import Recorder
+
+    base = {
+        "method": "sc-mars-cal",
+        "n_traces": 8,
+        "warmup": 4,
+        "spacing": 16,
+        "max_tokens": 256,
+        "seed": 0,
+        "sampling": {"temperature": 0.6, "top_p": 0.95},
+    }
+    a = Recorder.pool_name(base)
+    b = Recorder.pool_name({**base, "seed": 3})
+    c = Recorder.pool_name({**base, "sampling": {"temperature": 0.6, "top_p": 0.9}})
+    assert a.startswith("sc-mars-cal-n8-w4-s16-t256-seed0-T0.6-p0.95-")
+    assert "seed3" in b and "-p0.9-" in c and len({a, b, c}) == 3
