@@ -179,7 +179,8 @@ class Recorder:
         digest = hashlib.blake2b(
             json.dumps(params, sort_keys=True, default=str).encode(), digest_size=4
         ).hexdigest()
-        sampling = params.get("sampling") if isinstance(params.get("sampling"), dict) else {}
+        given = params.get("sampling")
+        sampling: dict = given if isinstance(given, dict) else {}
         parts = [
             str(params["method"]),
             f"n{params['n_traces']}",

@@ -139,6 +139,7 @@ FULL_COLUMNS = [
     "accuracy_pct",
     "tokens_mean",
     "savings_pct",
+    "savings_paid_pct",
 ]
 #: beside the numbers: the block a row opens (its first row) and the method's LaTeX label; for a
 #: method on fewer traces than the budget, its tokens as a share of the full-budget vote's
@@ -171,6 +172,9 @@ def full_frame(results: Results, model: str, reads: Reads | None = None) -> pd.D
                         "accuracy_pct": number(ov, "accuracy_pct"),
                         "tokens_mean": number(ov, "tokens_mean"),
                         "savings_pct": None if is_baseline(method) else number(ov, "savings_pct"),
+                        "savings_paid_pct": None
+                        if is_baseline(method)
+                        else number(ov, "savings_paid_pct"),
                         "block": block,
                         "first": i == 0,
                         "label_tex": tex,

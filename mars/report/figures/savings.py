@@ -65,6 +65,19 @@ def _bars(ax, df: pd.DataFrame, datasets: list[str], ylabel: str, labels: bool =
                     capsize=3,
                     zorder=3,
                 )
+            paid = r.get("paid_mean", np.nan)
+            if not np.isnan(paid):  # what a live run pays: a black mark on the bar
+                ax.plot(
+                    x,
+                    paid,
+                    marker="D",
+                    markersize=4,
+                    color="#111111",
+                    linestyle="none",
+                    label=None if "paid" in labelled else "paid (warmup, probes)",
+                    zorder=4,
+                )
+                labelled.add("paid")
             if labels:
                 top = r["ci_high"] if not np.isnan(r["ci_high"]) else r["mean"]
                 y = max(top, r["mean"], 0)
@@ -145,8 +158,9 @@ def fig_savings(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
         "fig1-left-savings",
         "Fig. 1 (left): token savings per model and dataset",
         "Mean per-question token savings of calibrated MARS under self-consistency "
-        f"({FIG1_METHODS['SC']}) and DeepConf Online ({FIG1_METHODS['DeepConf']}) voting; error "
-        "bars are 95% t-intervals across questions.",
+        f"({FIG1_METHODS['SC']}) and DeepConf Online ({FIG1_METHODS['DeepConf']}) voting, as the "
+        "paper counts them (bars; error bars are 95% t-intervals across questions) and as a live "
+        "run pays them (black diamonds: the question's warmup and the probes charged).",
         data=df,
     )
     if df.empty:
