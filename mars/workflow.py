@@ -155,12 +155,50 @@ def model_datasets(config: dict, model: str) -> list[str]:
 
 def setting_params(config: dict, setting: str) -> dict:
     """The simulation defaults overridden by one setting's own values (a trade-off setting's:
-    :func:`tradeoff_settings`)."""
+    :func:`tradeoff_settings`). A calibrated setting (``calibration: true``) runs without a
+    warmup: its warmup is 0 unless it sets one (which :func:`check_values` refuses)."""
     sim = config["simulation"]
     own = sim["settings"].get(setting)
     if own is None:
         own = tradeoff_settings(config)[setting]
-    return {**{k: v for k, v in sim.items() if k != "settings"}, **own}
+    params = {**{k: v for k, v in sim.items() if k != "settings"}, **own}
+    if own.get("calibration") and "warmup" not in own:
+        params["warmup"] = 0
+    return params
+
+
+def calibrated(config: dict, setting: str) -> bool:
+    """Whether a setting's simulations read their pool's calibration (``mars calibrate``, the
+    workflow's calibrate stage) instead of a warmup per question."""
+    return bool(setting_params(config, setting).get("calibration"))
+
+
+def calibrated_settings(config: dict) -> list[str]:
+    """The configured settings that read a calibration (the trade-off settings never do)."""
+    return [s for s in config["simulation"]["settings"] if calibrated(config, s)]
+
+
+def calibration_protocol(config: dict) -> str | None:
+    """The protocol the pools' calibrations are fitted under: the calibrated settings' (one, by
+    :func:`check_values`); None when no setting reads a calibration."""
+    settings = calibrated_settings(config)
+    if not settings:
+        return None
+    return setting_params(config, settings[0]).get("protocol") or "bootstrap"
+
+
+def pools(config: dict) -> list[tuple[str, str]]:
+    """Every pool of a config as (model, dataset): the generated ones, then the imported ones."""
+    generated = [(m, d) for m in config["models"] for d in model_datasets(config, m)]
+    return generated + [(i["model"], i["dataset"]) for i in config["imports"]]
+
+
+def calibration_pools(config: dict, model: str, dataset: str) -> list[tuple[str, str]]:
+    """The pools a pool's calibration is fitted on, out of sample: the same model's pools of the
+    other datasets; the pool itself when the model has no other (the simulation then records the
+    calibration as in sample)."""
+    others = [(m, d) for m, d in pools(config) if m == model and d != dataset]
+    return others or [(model, dataset)]
 
 
 #: the settings the ``tradeoff`` section makes are named this, then 1, 2, ... (reserved)
@@ -372,6 +410,42 @@ def _check_servers(config: dict) -> None:
             )
 
 
+def _check_calibrated(config: dict) -> None:
+    """A calibrated setting (``calibration: true``) runs without a warmup, so with
+    self-consistency's methods only (DeepConf's filter reads its own warmup traces), and every
+    calibrated setting reads its pool's one calibration, so they share one protocol."""
+    from .method.registry import parse_methods
+
+    sim = config["simulation"]
+    first: tuple[str, str] | None = None
+    for s in calibrated_settings(config):
+        key = f"simulation.settings.{s}"
+        own = sim["settings"][s]
+        if own.get("warmup"):
+            raise ConfigError(
+                f"{key}.warmup: a calibrated setting (calibration: true) reads its pool's "
+                f"calibration instead of a warmup: leave warmup out (0), not {own['warmup']}"
+            )
+        spec = methods_spec(setting_params(config, s)["methods"])
+        deepconf = [m.name for m in parse_methods(spec) if not m.filter.keeps_all]
+        if deepconf:
+            where = "" if "methods" in own else f" (simulation.methods {spec!r})"
+            raise ConfigError(
+                f"{key}.methods{where}: {deepconf[0]} is a DeepConf method, whose filter reads "
+                "its own warmup traces; a calibrated setting (calibration: true) has none: list "
+                "self-consistency's methods, e.g. [sc, sc-mars2, sc-mars2-launch]"
+            )
+        protocol = setting_params(config, s).get("protocol") or "bootstrap"
+        if first is None:
+            first = (s, protocol)
+        elif protocol != first[1]:
+            raise ConfigError(
+                f"{key}.protocol: {protocol}, but the calibrated setting {first[0]} runs under "
+                f"{first[1]}: the calibrated settings read each pool's one calibration "
+                "(results/calibrate/), fitted under one protocol"
+            )
+
+
 def _questions(key: str, spec) -> list[int] | None:
     """A question list of the config (None: every question), refused in one line naming it."""
     from .store.problems import parse_question_spec
@@ -490,6 +564,7 @@ def check_values(
             parse_methods(methods_spec(setting_params(config, s)["methods"]))
         except MarsError as exc:
             raise ConfigError(f"simulation.settings.{s}.methods: {exc}") from None
+    _check_calibrated(config)
     for s in config["simulation"]["settings"]:
         if s.startswith(TRADEOFF_PREFIX):
             raise ConfigError(
