@@ -79,6 +79,20 @@ def _unexpected(error, schema: dict) -> str | None:
     return bad[0] if bad else None
 
 
+def _entry_key_of(bad: str, node: dict, root: dict) -> str | None:
+    """The map below ``node`` each of whose entries takes the key ``bad``, if any (``settings``
+    for ``calibration`` under ``simulation``: a setting's key, not the section's)."""
+    node = _resolve(node, root)
+    props = dict(node.get("properties", {}))
+    for sub in node.get("allOf", []):
+        props.update(_resolve(sub, root).get("properties", {}))
+    for name, sub in props.items():
+        entry = _resolve(sub, root).get("additionalProperties")
+        if isinstance(entry, dict) and bad in _known_keys(entry, root):
+            return name
+    return None
+
+
 def _message(error, schema: dict) -> str:
     """One line for a jsonschema error of ``schema``: the key, then the problem."""
     where = _key(error.absolute_path)
@@ -88,6 +102,10 @@ def _message(error, schema: dict) -> str:
         near = difflib.get_close_matches(bad, known, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
         key = bad if where == "(top level)" else f"{where}.{bad}"
+        home = _entry_key_of(bad, error.schema, schema)
+        if home is not None:
+            above = "" if where == "(top level)" else f"{where}."
+            hint = f"a key of each entry of {above}{home}: write {above}{home}.<name>.{bad}; "
         if "." in bad and where == "(top level)":
             hint = f"keys do not nest with dots: write {bad.split('.')[0]}: {{...}}; "
         return f"{key}: unknown key ({hint}known: {', '.join(known)})"

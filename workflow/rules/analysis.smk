@@ -24,10 +24,11 @@ rule fit:
 rule calibrate:
     """A pool's calibration (what MARS2 reads instead of a warmup per question), learned out of
     sample: on the same model's pools of the other datasets (the pool itself when the model has
-    no other; its simulations then say in sample). Only when a setting reads one (calibration:
-    true)."""
+    no other; its simulations then say in sample), their arrays read from their fits. Only when
+    a setting reads one (calibration: true)."""
     input:
         pools=calibration_inputs,
+        fits=calibration_fits,
     output:
         "results/calibrate/{model}/{dataset}.json",
     log:
@@ -36,8 +37,9 @@ rule calibrate:
         "results/benchmarks/calibrate/{model}/{dataset}.tsv"
     params:
         args=calibrate_args,
+        fits=lambda wc, input: " ".join(f"--fit {f}" for f in input.fits),
     shell:
-        "mars calibrate {input.pools} --out {output} {params.args} > {log} 2>&1"
+        "mars calibrate {input.pools} --out {output} {params.args} {params.fits} > {log} 2>&1"
 
 
 rule simulate:

@@ -158,6 +158,15 @@ def calibration_inputs(wildcards):
     return [pool_dir(m, d) for m, d in pairs]
 
 
+def calibration_fits(wildcards):
+    """The fits of those pools (bootstrap protocol): `mars calibrate --fit` reads their arrays
+    instead of grouping the same answers again."""
+    if mars_workflow.calibration_protocol(config) != "bootstrap":
+        return []
+    pairs = mars_workflow.calibration_pools(config, wildcards.model, wildcards.dataset)
+    return [f"results/fit/{m}/{d}" for m, d in pairs]
+
+
 def simulate_calibration(wildcards):
     """The calibration a setting's simulation reads: its pool's, for a calibrated setting."""
     if mars_workflow.calibrated(config, wildcards.setting):
