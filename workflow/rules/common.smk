@@ -153,7 +153,8 @@ def calibration_path(model, dataset):
 
 def calibration_inputs(wildcards):
     """The pools a pool's calibration is fitted on: the same model's pools of the other datasets
-    (out of sample), the pool itself when the model has no other (mars.workflow.calibration_pools)."""
+    (out of sample), the pool itself when the model has no other
+    (mars.workflow.calibration_pools)."""
     pairs = mars_workflow.calibration_pools(config, wildcards.model, wildcards.dataset)
     return [pool_dir(m, d) for m, d in pairs]
 
@@ -320,11 +321,9 @@ def fit_args(wildcards):
 def calibrate_args(wildcards):
     """`mars calibrate` options: the calibrated settings' protocol (the answer groups the
     calibration reads) and the final answers, where they are not the defaults."""
-    protocol = mars_workflow.calibration_protocol(config) or MARS_SPECS["protocol"].default
-    args = [
-        "" if protocol == MARS_SPECS["protocol"].default else f"--protocol {protocol}",
-        finals_arg(),
-    ]
+    default = MARS_SPECS["protocol"].default
+    protocol = mars_workflow.calibration_protocol(config) or default
+    args = ["" if protocol == default else f"--protocol {protocol}", finals_arg()]
     return " ".join(a for a in args if a)
 
 
