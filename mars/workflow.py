@@ -542,7 +542,8 @@ def check_values(
     """Refuse what the schema cannot see, in one line naming the key: missing input files, an
     unknown preset or method, a bad question list, a dataset used but not defined, more shards
     than traces, an import that is also generated, nothing to do, server keys of a model that
-    is not served, a server job without a URL."""
+    is not served, a server job without a URL, a calibrated setting with a warmup, a DeepConf
+    method or another protocol than the other calibrated settings'."""
     from .method.registry import parse_methods
 
     datasets, models, gen = config["datasets"], config["models"], config["generation"]
