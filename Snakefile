@@ -2,6 +2,8 @@
 #
 #   questions -> generate -> probe -> consolidate -> fit -> simulate -> analyze -> report
 #                              imports (the second entry) --^
+#   the pools -> calibrate -> simulate (the settings with calibration: true; the model's other
+#                              datasets' pools calibrate each pool)
 #
 # Run `snakemake --cores N` here. Every rule calls one `mars` subcommand with explicit paths;
 # the helpers computing those paths and options live in workflow/rules/common.smk, the
@@ -40,6 +42,7 @@ localrules:
     all_probes,
     all_pools,
     all_fits,
+    all_calibrations,
     all_simulations,
     all_analyses,
     questions,
@@ -81,6 +84,12 @@ rule all_fits:
     """Every pool's per-question arrays."""
     input:
         all_fits(),
+
+
+rule all_calibrations:
+    """Every pool's calibration (when a setting reads one), learned on the model's other pools."""
+    input:
+        all_calibrations(),
 
 
 rule all_simulations:

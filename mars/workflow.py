@@ -79,6 +79,20 @@ def _unexpected(error, schema: dict) -> str | None:
     return bad[0] if bad else None
 
 
+def _entry_key_of(bad: str, node: dict, root: dict) -> str | None:
+    """The map below ``node`` each of whose entries takes the key ``bad``, if any (``settings``
+    for ``calibration`` under ``simulation``: a setting's key, not the section's)."""
+    node = _resolve(node, root)
+    props = dict(node.get("properties", {}))
+    for sub in node.get("allOf", []):
+        props.update(_resolve(sub, root).get("properties", {}))
+    for name, sub in props.items():
+        entry = _resolve(sub, root).get("additionalProperties")
+        if isinstance(entry, dict) and bad in _known_keys(entry, root):
+            return name
+    return None
+
+
 def _message(error, schema: dict) -> str:
     """One line for a jsonschema error of ``schema``: the key, then the problem."""
     where = _key(error.absolute_path)
@@ -88,6 +102,10 @@ def _message(error, schema: dict) -> str:
         near = difflib.get_close_matches(bad, known, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
         key = bad if where == "(top level)" else f"{where}.{bad}"
+        home = _entry_key_of(bad, error.schema, schema)
+        if home is not None:
+            above = "" if where == "(top level)" else f"{where}."
+            hint = f"a key of each entry of {above}{home}: write {above}{home}.<name>.{bad}; "
         if "." in bad and where == "(top level)":
             hint = f"keys do not nest with dots: write {bad.split('.')[0]}: {{...}}; "
         return f"{key}: unknown key ({hint}known: {', '.join(known)})"
@@ -155,12 +173,50 @@ def model_datasets(config: dict, model: str) -> list[str]:
 
 def setting_params(config: dict, setting: str) -> dict:
     """The simulation defaults overridden by one setting's own values (a trade-off setting's:
-    :func:`tradeoff_settings`)."""
+    :func:`tradeoff_settings`). A calibrated setting (``calibration: true``) runs without a
+    warmup: its warmup is 0 unless it sets one (which :func:`check_values` refuses)."""
     sim = config["simulation"]
     own = sim["settings"].get(setting)
     if own is None:
         own = tradeoff_settings(config)[setting]
-    return {**{k: v for k, v in sim.items() if k != "settings"}, **own}
+    params = {**{k: v for k, v in sim.items() if k != "settings"}, **own}
+    if own.get("calibration") and "warmup" not in own:
+        params["warmup"] = 0
+    return params
+
+
+def calibrated(config: dict, setting: str) -> bool:
+    """Whether a setting's simulations read their pool's calibration (``mars calibrate``, the
+    workflow's calibrate stage) instead of a warmup per question."""
+    return bool(setting_params(config, setting).get("calibration"))
+
+
+def calibrated_settings(config: dict) -> list[str]:
+    """The configured settings that read a calibration (the trade-off settings never do)."""
+    return [s for s in config["simulation"]["settings"] if calibrated(config, s)]
+
+
+def calibration_protocol(config: dict) -> str | None:
+    """The protocol the pools' calibrations are fitted under: the calibrated settings' (one, by
+    :func:`check_values`); None when no setting reads a calibration."""
+    settings = calibrated_settings(config)
+    if not settings:
+        return None
+    return setting_params(config, settings[0]).get("protocol") or "bootstrap"
+
+
+def pools(config: dict) -> list[tuple[str, str]]:
+    """Every pool of a config as (model, dataset): the generated ones, then the imported ones."""
+    generated = [(m, d) for m in config["models"] for d in model_datasets(config, m)]
+    return generated + [(i["model"], i["dataset"]) for i in config["imports"]]
+
+
+def calibration_pools(config: dict, model: str, dataset: str) -> list[tuple[str, str]]:
+    """The pools a pool's calibration is fitted on, out of sample: the same model's pools of the
+    other datasets; the pool itself when the model has no other (the simulation then records the
+    calibration as in sample)."""
+    others = [(m, d) for m, d in pools(config) if m == model and d != dataset]
+    return others or [(model, dataset)]
 
 
 #: the settings the ``tradeoff`` section makes are named this, then 1, 2, ... (reserved)
@@ -372,6 +428,42 @@ def _check_servers(config: dict) -> None:
             )
 
 
+def _check_calibrated(config: dict) -> None:
+    """A calibrated setting (``calibration: true``) runs without a warmup, so with
+    self-consistency's methods only (DeepConf's filter reads its own warmup traces), and every
+    calibrated setting reads its pool's one calibration, so they share one protocol."""
+    from .method.registry import parse_methods
+
+    sim = config["simulation"]
+    first: tuple[str, str] | None = None
+    for s in calibrated_settings(config):
+        key = f"simulation.settings.{s}"
+        own = sim["settings"][s]
+        if own.get("warmup"):
+            raise ConfigError(
+                f"{key}.warmup: a calibrated setting (calibration: true) reads its pool's "
+                f"calibration instead of a warmup: leave warmup out (0), not {own['warmup']}"
+            )
+        spec = methods_spec(setting_params(config, s)["methods"])
+        deepconf = [m.name for m in parse_methods(spec) if not m.filter.keeps_all]
+        if deepconf:
+            where = "" if "methods" in own else f" (simulation.methods {spec!r})"
+            raise ConfigError(
+                f"{key}.methods{where}: {deepconf[0]} is a DeepConf method, whose filter reads "
+                "its own warmup traces; a calibrated setting (calibration: true) has none: list "
+                "self-consistency's methods, e.g. [sc, sc-mars2, sc-mars2-launch]"
+            )
+        protocol = setting_params(config, s).get("protocol") or "bootstrap"
+        if first is None:
+            first = (s, protocol)
+        elif protocol != first[1]:
+            raise ConfigError(
+                f"{key}.protocol: {protocol}, but the calibrated setting {first[0]} runs under "
+                f"{first[1]}: the calibrated settings read each pool's one calibration "
+                "(results/calibrate/), fitted under one protocol"
+            )
+
+
 def _questions(key: str, spec) -> list[int] | None:
     """A question list of the config (None: every question), refused in one line naming it."""
     from .store.problems import parse_question_spec
@@ -450,7 +542,8 @@ def check_values(
     """Refuse what the schema cannot see, in one line naming the key: missing input files, an
     unknown preset or method, a bad question list, a dataset used but not defined, more shards
     than traces, an import that is also generated, nothing to do, server keys of a model that
-    is not served, a server job without a URL."""
+    is not served, a server job without a URL, a calibrated setting with a warmup, a DeepConf
+    method or another protocol than the other calibrated settings'."""
     from .method.registry import parse_methods
 
     datasets, models, gen = config["datasets"], config["models"], config["generation"]
@@ -490,6 +583,7 @@ def check_values(
             parse_methods(methods_spec(setting_params(config, s)["methods"]))
         except MarsError as exc:
             raise ConfigError(f"simulation.settings.{s}.methods: {exc}") from None
+    _check_calibrated(config)
     for s in config["simulation"]["settings"]:
         if s.startswith(TRADEOFF_PREFIX):
             raise ConfigError(

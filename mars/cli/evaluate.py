@@ -187,6 +187,13 @@ def calibrate(
     finals: str = typer.Option(
         SPECS["finals"].default, help=setting_help(SPECS["finals"]), show_default=False
     ),
+    fits: list[Path] = typer.Option(
+        [],
+        "--fit",
+        help="a `mars fit` directory of one of the pools: its arrays are read instead of built "
+        "again (repeatable; bootstrap protocol; the same calibration either way)",
+        show_default=False,
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or summary"),
 ):
     """Learn once, from pools, what MARS2 reads of a warmup: who leaves an answer, by position,
@@ -201,10 +208,15 @@ def calibrate(
         for pool in pools:
             if not pool.exists():
                 raise MarsError(f"{pool}: no such pool")
-        check_apart(out, [("POOL", p) for p in pools])
+        for fit_dir in fits:
+            if not fit_dir.is_dir():
+                raise MarsError(f"--fit {fit_dir}: no such fit directory")
+        check_apart(out, [("POOL", p) for p in pools] + [("--fit", f) for f in fits])
         check_output_dir(out.parent, "--out")
         with bar("calibrating on questions", disable=quiet) as progress:
-            cal = calibrate_pools(pools, protocol_name=protocol, finals=finals, progress=progress)
+            cal = calibrate_pools(
+                pools, protocol_name=protocol, finals=finals, fits=fits, progress=progress
+            )
         cal.save(out)
     if not quiet:
         n = sum(int(f["questions"]) for f in cal.fitted_on)

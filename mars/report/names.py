@@ -80,8 +80,15 @@ def method_label(method: str, settings: dict | None = None) -> tuple[str, str]:
 _ALWAYS = ("budget", "iterations")
 
 
-def simulate_command(source: str | None, methods: list[str], settings: dict, out: str) -> str:
-    """The `mars simulate` command line that writes these methods with these settings."""
+def simulate_command(
+    source: str | None,
+    methods: list[str],
+    settings: dict,
+    out: str,
+    calibration: str | None = None,
+) -> str:
+    """The `mars simulate` command line that writes these methods with these settings (and the
+    calibration they read, which changes their results as a setting does)."""
     args = ["mars", "simulate", source or "POOL", "-m", ",".join(method_order(methods))]
     for name, spec in SPECS.items():
         if name not in settings or settings[name] is None:
@@ -89,6 +96,8 @@ def simulate_command(source: str | None, methods: list[str], settings: dict, out
         v = settings[name]
         if name in _ALWAYS or v != spec.default:
             args += [spec.flag, _fmt(v)]
+    if calibration:
+        args += ["--calibration", calibration]
     args += ["--out", out]
     return shlex.join(args)
 
@@ -102,9 +111,12 @@ def run_commands(used) -> list[str]:
             str(run.path),
             json.dumps(ov.get("settings") or {}, sort_keys=True),
             (ov.get("input") or {}).get("source"),
+            (ov.get("calibration") or {}).get("path") or "",
         )
         groups.setdefault(key, []).append(method)
     out = []
-    for (path, settings, source), methods in sorted(groups.items()):
-        out.append(simulate_command(source, sorted(set(methods)), json.loads(settings), path))
+    for (path, settings, source, cal), methods in sorted(groups.items()):
+        out.append(
+            simulate_command(source, sorted(set(methods)), json.loads(settings), path, cal or None)
+        )
     return out

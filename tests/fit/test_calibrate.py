@@ -138,3 +138,37 @@ def test_refusals_are_one_line_before_any_work(tmp_path, pools):
         assert res.exit_code == 2, (args, res.output)
         assert words in res.output and res.output.count("\n") == 1, res.output
     assert not out.exists() and not (tmp_path / "c.json").exists()
+
+
+def test_the_fits_arrays_serve_the_calibration_unchanged(tmp_path, pools, monkeypatch):
+    """`--fit`: the pools' `mars fit` arrays are read instead of grouping the answers again (what
+    the workflow's calibrate jobs do); the calibration is the same, and a fit of other traces
+    serves nothing (its questions' arrays are built)."""
+    from mars.fit import calibrate as calibrate_module
+
+    fit_pool, other = pools
+    fits = tmp_path / "fits"
+    for pool in pools:
+        res = _run("fit", str(pool), "--out", str(fits / pool.name), "--warmup", "4", "-q")
+        assert res.exit_code == 0, res.output
+    plain, read = tmp_path / "plain.json", tmp_path / "read.json"
+    assert _run("calibrate", str(fit_pool), "--out", str(plain), "-q").exit_code == 0
+    built = []
+    real = calibrate_module.load_arrays
+    monkeypatch.setattr(
+        calibrate_module, "load_arrays", lambda q, **kw: built.append(q.qid) or real(q, **kw)
+    )
+    args = ["calibrate", str(fit_pool), "--out", str(read), "-q"]
+    res = _run(*args, "--fit", str(fits / other.name), "--fit", str(fits / fit_pool.name))
+    assert res.exit_code == 0, res.output
+    assert built == []  # every question's arrays came from its pool's fit
+    assert read.read_text() == plain.read_text()
+    res = _run(*args, "--fit", str(fits / other.name))  # another pool's fit: built here
+    assert res.exit_code == 0 and len(built) == 4
+    assert read.read_text() == plain.read_text()
+    for extra, words in [
+        (["--fit", str(tmp_path / "nope")], "--fit"),
+        (["--fit", str(fits / other.name), "--protocol", "parallel-probe"], "it takes no --fit"),
+    ]:
+        res = _run(*args, *extra)
+        assert res.exit_code == 2 and words in res.output and res.output.count("\n") == 1

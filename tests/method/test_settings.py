@@ -96,6 +96,9 @@ def test_provenance_command_uses_flags_and_defaults():
     )
     assert "--budget 64" in cmd and "--iterations 8" in cmd
     assert "--gamma" not in cmd and "--ucb-z 0" in cmd
+    # a calibration changes the results as a setting does: the command names it
+    cmd = simulate_command("P", ["sc-mars2"], {"budget": 8, "warmup": 0}, "O", "cal.json")
+    assert cmd.endswith("--warmup 0 --calibration cal.json --out O")
 
 
 @pytest.mark.parametrize(

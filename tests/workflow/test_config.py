@@ -144,6 +144,46 @@ def test_bad_config_fails_at_parse_time(tmp_path, change, message):
             "models.m.temperature: nan is not a finite number",
         ),
         ({"simulation": {"gamma": math.inf}}, "simulation.gamma: inf is not a finite number"),
+        # a calibrated setting (calibration: true) reads its pool's calibration, no warmup
+        (
+            {
+                "simulation": {
+                    "settings": {"c": {"calibration": True, "methods": ["sc"], "warmup": 4}}
+                }
+            },
+            "simulation.settings.c.warmup: a calibrated setting (calibration: true) reads its "
+            "pool's calibration instead of a warmup: leave warmup out (0), not 4",
+        ),
+        (
+            {"simulation": {"settings": {"c": {"calibration": True}}}},
+            "simulation.settings.c.methods (simulation.methods 'all'): dco is a DeepConf method, "
+            "whose filter reads its own warmup traces",
+        ),
+        (
+            {"simulation": {"settings": {"c": {"calibration": True, "methods": ["dco-mars2"]}}}},
+            "simulation.settings.c.methods: dco-mars2 is a DeepConf method",
+        ),
+        (
+            {
+                "simulation": {
+                    "settings": {
+                        "a": {"calibration": True, "methods": ["sc"]},
+                        "b": {"calibration": True, "methods": ["sc"], "protocol": "parallel-probe"},
+                    }
+                }
+            },
+            "simulation.settings.b.protocol: parallel-probe, but the calibrated setting a runs "
+            "under bootstrap",
+        ),
+        (
+            {"simulation": {"settings": {"c": {"calibration": "yes"}}}},
+            "simulation.settings.c.calibration: 'yes' is not of type 'boolean'",
+        ),
+        (
+            {"simulation": {"calibration": True}},
+            "simulation.calibration: unknown key (a key of each entry of simulation.settings: "
+            "write simulation.settings.<name>.calibration;",
+        ),
     ],
 )
 def test_config_rejects_in_one_line(change, message):
@@ -307,13 +347,13 @@ def _one_error_line(r: subprocess.CompletedProcess) -> str:
 
 @pytest.mark.parametrize(
     "case",
-    ["pools-without-data", "typo", "questions", "config-braces", "server-url"],
+    ["pools-without-data", "typo", "questions", "config-braces", "server-url", "calibrated"],
 )
 @slow
 def test_bad_config_is_one_line_before_any_job(tmp_path, case):
     """config/pools.yaml in a fresh directory (its data not there yet), a typo, a bad question
-    list, --config with a nested value, a server's URL without its scheme: one line naming the
-    key, exit code 2, nothing written."""
+    list, --config with a nested value, a server's URL without its scheme, a calibrated setting
+    with a warmup: one line naming the key, exit code 2, nothing written."""
     work = tmp_path / "work"
     work.mkdir()
     args, config = ["-n"], TEST_CONFIG
@@ -334,6 +374,12 @@ def test_bad_config_is_one_line_before_any_job(tmp_path, case):
         served = {"backend": "server", "base_url": "gpu-node:8000"}
         config = tiny_config(tmp_path, models={"served": served})
         expected = "models.served.base_url: 'gpu-node:8000' is not an http(s)://HOST:PORT URL"
+    elif case == "calibrated":
+        cfg = yaml.safe_load(TEST_CONFIG.read_text())
+        cfg["simulation"]["settings"]["pp-u4"]["calibration"] = True
+        cfg["simulation"]["settings"]["pp-u4"]["warmup"] = 4
+        config = write_config(tmp_path / "calibrated.yaml", cfg)
+        expected = "simulation.settings.pp-u4.warmup: a calibrated setting (calibration: true)"
     else:
         args = ["--config", "simulation={budget: 32}"]
         expected = "simulation.budget: '32' is not of type 'integer' (a value inside braces"

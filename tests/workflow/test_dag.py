@@ -28,7 +28,7 @@ def test_default_config_dag(tmp_path):
     out = smk(tmp_path, "-n").stdout
     assert "config/config.yaml" in out
     stats = job_stats(out)
-    # 3 synthetic models x 3 datasets, 2 shards each; 3 simulation settings; the trade-off
+    # 3 synthetic models x 3 datasets, 2 shards each; 4 simulation settings; the trade-off
     # sweep of one pool
     expected = {
         "questions": 3,
@@ -36,7 +36,8 @@ def test_default_config_dag(tmp_path):
         "probe": 18,
         "consolidate": 9,
         "fit": 9,
-        "simulate": 33,  # 3 settings x 9 pools, and 6 trade-off settings of one pool
+        "calibrate": 9,  # one per pool, for the setting calibrated
+        "simulate": 42,  # 4 settings x 9 pools, and 6 trade-off settings of one pool
         "analyze": 9,
         "all": 1,
         "report": 1,
@@ -58,6 +59,18 @@ def test_default_config_dag(tmp_path):
         for b in sim
     )
     assert any("--method sc-pp,sc-pp-faithful" in b and "--pp-conv 14" in b for b in sim)
+    # the calibrated setting: each pool's calibration, learned on the model's two other datasets
+    assert any(
+        "--method sc,sc-mars2,sc-mars2-launch " in b
+        and "--warmup 0 " in b
+        and "--calibration results/calibrate/qwen3-32b/aime_2025.json " in b
+        for b in sim
+    )
+    assert any(
+        "mars calibrate results/pools/qwen3-32b/hmmt_feb_2025 results/pools/qwen3-32b/brumo_2025 "
+        "--out results/calibrate/qwen3-32b/aime_2025.json " in b
+        for b in job_blocks(out, "calibrate")
+    )
     assert "--finals" not in out  # the traces' own final answers: the commands name none
 
 

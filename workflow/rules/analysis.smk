@@ -1,5 +1,6 @@
 # fit (per-question arrays and switch models) -> simulate (every method of a setting in one job)
-# -> analyze (what the report draws beyond simulation summaries)
+# -> analyze (what the report draws beyond simulation summaries); calibrate (a calibration per
+# pool, learned on the model's other pools) -> simulate, for the settings that read one
 
 
 rule fit:
@@ -20,11 +21,34 @@ rule fit:
         " --quiet > {log} 2>&1"
 
 
+rule calibrate:
+    """A pool's calibration (what MARS2 reads instead of a warmup per question), learned out of
+    sample: on the same model's pools of the other datasets (the pool itself when the model has
+    no other; its simulations then say in sample), their arrays read from their fits. Only when
+    a setting reads one (calibration: true)."""
+    input:
+        pools=calibration_inputs,
+        fits=calibration_fits,
+    output:
+        "results/calibrate/{model}/{dataset}.json",
+    log:
+        "results/logs/calibrate/{model}/{dataset}.log",
+    benchmark:
+        "results/benchmarks/calibrate/{model}/{dataset}.tsv"
+    params:
+        args=calibrate_args,
+        fits=lambda wc, input: " ".join(f"--fit {f}" for f in input.fits),
+    shell:
+        "mars calibrate {input.pools} --out {output} {params.args} {params.fits} > {log} 2>&1"
+
+
 rule simulate:
-    """Bootstrap-simulate every method of a setting on a pool (one directory per method)."""
+    """Bootstrap-simulate every method of a setting on a pool (one directory per method); a
+    calibrated setting reads its pool's calibration instead of a warmup."""
     input:
         pool=pool_path,
         fit=simulate_fit,
+        calibration=simulate_calibration,
     output:
         directory("results/simulate/{model}/{dataset}/{setting}"),
     log:
@@ -35,7 +59,9 @@ rule simulate:
     params:
         methods=simulate_methods,
         args=simulate_args,
-        fit=lambda wc, input: f"--fit {input.fit}" if input.fit else "",
+        # the inputs beside the pool: --fit, and --calibration for a calibrated setting (one
+        # param, so that the command reads as before and no earlier simulation reruns)
+        fit=simulate_input_args,
     shell:
         "mars simulate {input.pool} --method {params.methods} --out {output} {params.args}"
         " {params.fit} --workers {threads} > {log} 2>&1"

@@ -99,14 +99,18 @@ def probed_manifest(model, dataset, shard):
     return f"results/probes/{model}/{dataset}/shard{shard}/pool.json"
 
 
-def pool_path(wildcards):
+def pool_dir(model, dataset):
     """The pool of a model x dataset: consolidated, imported, or a user's pool directory."""
-    imp = IMPORTED.get((wildcards.model, wildcards.dataset))
+    imp = IMPORTED.get((model, dataset))
     if imp is not None:
         if imp["format"] == "pool":
             return imp["path"]
-        return f"results/imported/{wildcards.model}/{wildcards.dataset}"
-    return f"results/pools/{wildcards.model}/{wildcards.dataset}"
+        return f"results/imported/{model}/{dataset}"
+    return f"results/pools/{model}/{dataset}"
+
+
+def pool_path(wildcards):
+    return pool_dir(wildcards.model, wildcards.dataset)
 
 
 def dataset_source(wildcards):
@@ -140,6 +144,42 @@ def import_format(wildcards):
 
 def import_args(wildcards):
     return mars_workflow.import_args(IMPORTED[(wildcards.model, wildcards.dataset)])
+
+
+def calibration_path(model, dataset):
+    """A pool's calibration (rule calibrate), read by its calibrated settings' simulations."""
+    return f"results/calibrate/{model}/{dataset}.json"
+
+
+def calibration_inputs(wildcards):
+    """The pools a pool's calibration is fitted on: the same model's pools of the other datasets
+    (out of sample), the pool itself when the model has no other
+    (mars.workflow.calibration_pools)."""
+    pairs = mars_workflow.calibration_pools(config, wildcards.model, wildcards.dataset)
+    return [pool_dir(m, d) for m, d in pairs]
+
+
+def calibration_fits(wildcards):
+    """The fits of those pools (bootstrap protocol): `mars calibrate --fit` reads their arrays
+    instead of grouping the same answers again."""
+    if mars_workflow.calibration_protocol(config) != "bootstrap":
+        return []
+    pairs = mars_workflow.calibration_pools(config, wildcards.model, wildcards.dataset)
+    return [f"results/fit/{m}/{d}" for m, d in pairs]
+
+
+def simulate_calibration(wildcards):
+    """The calibration a setting's simulation reads: its pool's, for a calibrated setting."""
+    if mars_workflow.calibrated(config, wildcards.setting):
+        return calibration_path(wildcards.model, wildcards.dataset)
+    return []
+
+
+def simulate_input_args(wildcards, input):
+    """`mars simulate` options naming its inputs beside the pool: the fit, the calibration."""
+    args = [f"--fit {input.fit}" if input.fit else ""]
+    args.append(f"--calibration {input.calibration}" if input.calibration else "")
+    return " ".join(a for a in args if a)
 
 
 def simulate_fit(wildcards):
@@ -278,6 +318,15 @@ def fit_args(wildcards):
     return " ".join(a for a in args if a)
 
 
+def calibrate_args(wildcards):
+    """`mars calibrate` options: the calibrated settings' protocol (the answer groups the
+    calibration reads) and the final answers, where they are not the defaults."""
+    default = MARS_SPECS["protocol"].default
+    protocol = mars_workflow.calibration_protocol(config) or default
+    args = ["" if protocol == default else f"--protocol {protocol}", finals_arg()]
+    return " ".join(a for a in args if a)
+
+
 def simulate_args(wildcards):
     """`mars simulate` options of one setting: the defaults overridden by the setting."""
     p = setting_params(wildcards.setting)
@@ -339,6 +388,13 @@ def all_fits():
     if not any(mars_workflow.uses_fit(config, s) for s in SETTINGS):
         return []
     return [f"results/fit/{m}/{d}" for m, d in POOLS]
+
+
+def all_calibrations():
+    """Every pool's calibration, when a setting reads one (calibration: true)."""
+    if not mars_workflow.calibrated_settings(config):
+        return []
+    return [calibration_path(m, d) for m, d in POOLS]
 
 
 def all_simulations():
@@ -403,11 +459,11 @@ def run_config_text():
 
 
 def final_outputs():
-    """Every pool, fit and simulation, and (report.enabled) the report: with the intermediates
-    listed too, one lost while the report stands (Snakemake deletes the outputs of a job it
-    interrupts, e.g. Ctrl-C during `-R simulate`) is missing for `all`, so the next plain run
-    makes it, and the report, again."""
-    outputs = all_pools() + all_fits() + all_simulations()
+    """Every pool, fit, calibration and simulation, and (report.enabled) the report: with the
+    intermediates listed too, one lost while the report stands (Snakemake deletes the outputs of
+    a job it interrupts, e.g. Ctrl-C during `-R simulate`) is missing for `all`, so the next
+    plain run makes it, and the report, again."""
+    outputs = all_pools() + all_fits() + all_calibrations() + all_simulations()
     if config["report"]["enabled"]:
         outputs += all_analyses()
         outputs += [REPORT, run_config_path()]

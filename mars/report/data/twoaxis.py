@@ -49,7 +49,8 @@ def two_axis_points(results: Results) -> pd.DataFrame:
     accuracy, total and sequential tokens, tokens saved, whether it keeps SC's accuracy, is on
     the frontier and meets the goal (NaN where the group lacks SC or the latency reference)."""
     groups: dict[tuple, list[dict]] = {}
-    for run in results.runs:
+    # pool by pool, the main setting's runs first: its panel opens the pool's
+    for run in [r for pair in results.pairs for r in results.runs_of(*pair)]:
         key = (run.model, run.dataset, tuple(sorted(run.sampling.items())), run.checksum)
         for method in run.methods:
             ov = run.overall[method]

@@ -56,3 +56,8 @@ def test_every_run_of_a_pool_is_placed_against_sc_and_the_goal():
     # another seed drew other samples: its own panel, without SC there
     alone = df.loc[("seed-1", "sc-mars2")]
     assert np.isnan(alone.saved_pct) and np.isnan(alone.goal)
+    # the main setting's panel opens its pool's, whatever the other settings are called (the
+    # workflow's calibrated setting: no warmup, other samples)
+    early = Run(Path("e"), "m", "d", "calibrated", {"sc-mars2": ov(80.0, 500.0, 9.0, warmup=0)})
+    panels = two_axis_points(Results([early, main, other])).drop_duplicates("panel")
+    assert list(panels.setting) == ["default", "calibrated", "seed-1"]
