@@ -76,15 +76,7 @@ def solve(
     spacing, seed = opts.pop("spacing"), opts.pop("seed")
     with user_errors():
         qids = parse_question_spec(questions)
-        cal = None
-        if calibration is not None:
-            from ..method.learned import Calibration
-
-            cal = Calibration.load(calibration)
-        if warmup is None:
-            warmup = 0 if cal is not None else SPECS["warmup"].default
-        if method is None:
-            method = CALIBRATED_METHOD if cal is not None else DEFAULT_METHOD
+        cal, warmup, method = _calibrated(calibration, warmup, method)
         check_apart(
             out,
             [
@@ -116,6 +108,21 @@ def solve(
     if not quiet:
         _print_live(rows)
     stood_in_note(out)
+
+
+def _calibrated(calibration: Path | None, warmup: int | None, method: str | None):
+    """(the calibration, the warmup, the method) of `solve` and `serve`: with a calibration, no
+    warmup and MARS2 launched in turns by default; without one, the paper's defaults."""
+    cal = None
+    if calibration is not None:
+        from ..method.learned import Calibration
+
+        cal = Calibration.load(calibration)
+    if warmup is None:
+        warmup = 0 if cal is not None else SPECS["warmup"].default
+    if method is None:
+        method = CALIBRATED_METHOD if cal is not None else DEFAULT_METHOD
+    return cal, warmup, method
 
 
 def _print_live(rows: list) -> None:
@@ -228,15 +235,7 @@ def serve(
         from ..serve.requests import Defaults
         from ..serve.upstreams import Upstreams
 
-        cal = None
-        if calibration is not None:
-            from ..method.learned import Calibration
-
-            cal = Calibration.load(calibration)
-        if warmup is None:
-            warmup = 0 if cal is not None else SPECS["warmup"].default
-        if method is None:
-            method = CALIBRATED_METHOD if cal is not None else DEFAULT_METHOD
+        cal, warmup, method = _calibrated(calibration, warmup, method)
         from ..method.answers import ANSWER_FORMATS
 
         formats = dict(ANSWER_FORMATS)
