@@ -84,3 +84,14 @@ def test_the_votes_reported_are_the_ones_the_answer_came_from(method):
             assert m["answer"] in [v["answer"] for v in m["votes"] if v["votes"] == top], m
             saved = m["traces_stopped"] or (m["traces_started"] or 16) < 16
             assert (m["stopped_by"] == "budget") == (not saved), m
+
+
+def test_the_synthetic_upstream_knows_the_bundled_questions_inside_any_prompt():
+    from mars.serve.upstreams import synthetic_truth
+    from mars.store.problems import load_problems
+
+    p = load_problems("aime_2025")[3]
+    prompt = f"user: {p.question} Put the answer in \\boxed{{}}.\n"
+    assert synthetic_truth(prompt) == p.answer
+    other = synthetic_truth("Write a haiku about the sea.")
+    assert other == synthetic_truth("Write a haiku about the sea.") and other.isdigit()
