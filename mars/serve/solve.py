@@ -301,7 +301,10 @@ def _outcome(run: LiveRun, q: Question, prompt_tokens: int, wall: float) -> Outc
         else None
     )
     assert q.max_tokens is not None
-    budget = full_budget(main, stopped, q.max_tokens)
+    # a trace a staged method never launched counts as one stopped before its first token
+    launched = run.warmup + (run.launched if run.launched is not None else run.n_traces)
+    unlaunched = {int(r["trace_idx"]) for r in main if r["trace_idx"] >= launched}
+    budget = full_budget(main, stopped | unlaunched, q.max_tokens)
     traces = None
     if q.return_traces:
         traces = [

@@ -95,3 +95,35 @@ def test_the_synthetic_upstream_knows_the_bundled_questions_inside_any_prompt():
     assert synthetic_truth(prompt) == p.answer
     other = synthetic_truth("Write a haiku about the sea.")
     assert other == synthetic_truth("Write a haiku about the sea.") and other.isdigit()
+
+
+def test_a_trace_never_launched_counts_in_the_full_budget():
+    """A staged method that stopped before its second launch: the traces it never started cost
+    what the ended ones did on average, in the full budget it is measured against."""
+    import httpx
+    from serving import serving
+
+    from mars.serve.requests import Defaults
+
+    with serving(["synthetic"], Defaults(traces=64, warmup=8, spacing=2048)) as running:
+        for k in range(4):
+            r = httpx.post(
+                running.url + "/v1/completions",
+                json={
+                    "prompt": f"What is {k} + 40?",
+                    "n": 64,
+                    "seed": k,
+                    "max_tokens": 32768,
+                    "mars": {"method": "sc-mars2-launch"},
+                },
+                timeout=120,
+            )
+            m = r.json()["mars"]
+            if m["traces_started"] < 64:
+                break
+        else:
+            pytest.skip("no question stopped within its first launch")
+        full, main = m["full_budget_tokens"], m["tokens"]["main"]
+        assert m["full_budget_basis"].startswith("estimate")
+        assert m["savings"]["paper"] >= 1 - m["traces_started"] / 64 - 0.15, m
+        assert main < full
