@@ -224,7 +224,7 @@ def test_two_proxies_on_one_record_record_every_answered_question_once(tmp_path)
                     i += 1
                     prompt = f"Client {k} asks question {i}: what is {i} + {k}?"
                     kind = rng.choice(["mars", "mars", "stream", "plain", "leave"])
-                    body = {"prompt": prompt, "seed": i, "max_tokens": 32}
+                    body = {"prompt": prompt, "seed": 7, "max_tokens": 32}  # one pool
                     if kind == "leave":
                         status = _leave(port, {**body, "n": 4}, 0.01 + rng.random() / 10)
                         with lock:
@@ -274,7 +274,7 @@ def test_two_proxies_on_one_record_record_every_answered_question_once(tmp_path)
     assert len(answered) > 20 and left["left"] > 0, (len(answered), left)
     keys = [(p, q) for p, q, _ in answered]
     assert len(set(keys)) == len(keys)  # no number given twice
-    by_pool: dict[str, dict[int, str]] = {}
+    by_pool: dict[str, dict[int, str]] = {}  # one pool: every question of one way of solving
     for p, q, prompt in answered:
         by_pool.setdefault(p, {})[q] = prompt
     recorded = 0
@@ -285,5 +285,6 @@ def test_two_proxies_on_one_record_record_every_answered_question_once(tmp_path)
             assert pool.read_question(q).question == prompt
         recorded += len(pool.qids)
         assert all(r["match"] for r in replay_run(root / name))
+    assert len(by_pool) == 1
     # beyond the answered ones, only questions whose client left after they were recorded
     assert len(answered) <= recorded <= len(answered) + left["left"]
