@@ -12,9 +12,10 @@ question through :class:`Router`:
   and the placement is the same for the same replicas and seed, on every proxy; ``question``
   puts all of a question's traces on one replica, ``load`` sends each request to the least
   loaded (no affinity). benchmarks/README.md ("Trace-affine routing") has the measurements;
-* a request that belongs to no trace (the tokenizer's, a passed-through one) goes to the live
-  replica with the fewest requests in flight, which counts every request the router sent there
-  (each replica bounds its own in-flight requests, ``--concurrency``, default its slots);
+* a passed-through request (of no trace) goes to the live replica with the fewest requests in
+  flight, which counts every request the router sent there, of a trace or not (each replica
+  bounds its own in-flight requests, ``--concurrency``, default its slots); the tokenizer's
+  requests go to the first live replica;
 * a request a replica fails every try of (no connection, timeouts, 429/5xx: the backend's bounded
   retries, :class:`~mars.engines.server.ServerUnavailable`) marks the replica down (one log line)
   and its traces move to the others, dealt in turn over the replicas still up, where they stay
