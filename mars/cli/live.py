@@ -213,6 +213,17 @@ def serve(
         help="the model's tokenizer: 'server' (the upstream's /tokenize), a tokenizer folder, "
         "tokenizer.json or GGUF file (default: what the upstream reports)",
     ),
+    routing: str = typer.Option(
+        "trace",
+        help="where a question's requests go among the upstreams: 'trace' (each trace stays on "
+        "the replica holding its prefix, a question's traces spread over them), 'question' (a "
+        "question's traces on one replica), 'load' (each request to the least loaded)",
+    ),
+    affinity_header: str | None = typer.Option(
+        None,
+        help="send each trace's key in this HTTP header with every request of the trace (for a "
+        "router of your own in front of the replicas: llm-d, Dynamo, ...)",
+    ),
     log_level: str = typer.Option(
         "info", help="log level: the proxy's lines (one per question answered) and uvicorn's"
     ),
@@ -270,6 +281,8 @@ def serve(
             timeout=opts["timeout"] or 600.0,
             retries=retries,
             tokenizer=tokenizer,
+            routing=routing,
+            affinity_header=affinity_header,
             **sampling,
         )
         if cal is not None:  # a calibration of another model than the upstreams serve

@@ -15,10 +15,20 @@ its trace file, then its record, then the pool's question table and manifest, re
 it, so ``mars replay DIR/<pool>``, ``mars simulate`` and ``mars report`` read served traffic at
 any moment. A write that fails (a full disk, a permission) is rolled back — the pool as it was,
 the number free for the next question — and the client still gets its answer (``record: null``).
-A trace or record file without its manifest row (a crash between two writes) is written over by
-the next question. Questions are recorded with their prompt's id replaced by
-their number in the pool; the ground truth is what the client gave (``mars.ground_truth``), else
-empty (unknown).
+A trace or record file without its row in the question table (a process killed between two
+writes) is written over by the next question.
+
+Several ``mars serve`` processes may record into one folder: a question is written holding the
+record's lock (:func:`~mars.store.atomic.folder_lock`, ``flock`` on ``DIR/.mars-lock``, which
+the kernel releases when its process dies, however it dies), and its number is taken from the
+question table as it is on disk then, never from what this process wrote last, so no two
+questions take one number and no writer drops another's rows. The question table is the pool's
+list of questions (every reader reads it); the manifest is rewritten from it. A new pool is
+written whole under a temporary name with its first question and renamed into place, so a pool
+folder is a readable pool from the moment it exists.
+
+Questions are recorded with their prompt's id replaced by their number in the pool; the ground
+truth is what the client gave (``mars.ground_truth``), else empty (unknown).
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +50,14 @@ from ..errors import MarsError
 from ..live.records import CALIBRATION_FILE
 from ..method.learned import Calibration
 from ..store import schema
-from ..store.atomic import check_output_dir, make_dirs, write_json_atomic
+from ..store.atomic import (
+    LOCK_NAME,
+    check_output_dir,
+    folder_lock,
+    make_dirs,
+    make_temp_dir,
+    write_json_atomic,
+)
 from ..store.pool import PoolError
 from ..store.pool.checks import check_qids
 from ..store.problems import Problem, problem_digest
@@ -61,50 +80,97 @@ class Recorded:
 
 
 class _Pool:
-    """One pool of the record (one way of solving), written question by question."""
+    """One pool of the record (one way of solving), written question by question, by this
+    process and any other (see the module docstring)."""
 
-    def __init__(self, path: Path, params: dict):
-        self.path = path
-        self.params = params
-        self.lock = threading.Lock()
-        self.writer = PoolDirWriter(path, params, record=".serve.json", what="served record")
-        self.rows: list[dict] = []
-        manifest_path = path / schema.POOL_MANIFEST
+    def __init__(self, root: Path, name: str, params: dict):
+        self.root, self.path, self.params = root, root / name, params
+        self.lock = threading.Lock()  # this process's writers take turns before the folder's lock
+        with folder_lock(root):
+            self._read()  # a pool of other settings, or whose numbers repeat: refused at once
+        self._calibrated = False
+
+    def _read(self) -> list[dict]:
+        """The pool's questions as its folder holds them now (other processes add to it); call
+        holding the record's lock."""
+        manifest_path = self.path / schema.POOL_MANIFEST
         if manifest_path.exists():
             manifest = read_json_object(manifest_path, PoolError)
-            if manifest.get("live") != params:
-                raise PoolError(f"{path}: holds a pool of other settings than its name says")
-            table = pq.read_table(path / schema.POOL_QUESTIONS)
-            self.rows = table.to_pylist()
-            check_qids([r["qid"] for r in self.rows], str(path / schema.POOL_QUESTIONS))
-        self.next_qid = max((r["qid"] for r in self.rows), default=-1) + 1
-        make_dirs(path / schema.POOL_TRACES_DIR)
-        make_dirs(path / "live")
+            if manifest.get("live") != self.params:
+                raise PoolError(f"{self.path}: holds a pool of other settings than its name says")
+        qfile = self.path / schema.POOL_QUESTIONS
+        if not qfile.exists():
+            return []
+        rows = pq.read_table(qfile).to_pylist()
+        check_qids([r["qid"] for r in rows], str(qfile))
+        return rows
 
-    def add(self, table: pa.Table, summary: dict, row: dict) -> int:
-        """Write one question under the next number; a write that fails leaves the pool as it
-        was (and the number free), and is raised."""
-        with self.lock:
-            qid = self.next_qid
+    def add(
+        self, table: pa.Table, summary: dict, row: dict, calibration: Calibration | None = None
+    ) -> int:
+        """Write one question under the next number the pool's folder leaves free; a write that
+        fails leaves the pool as it was (and the number free), and is raised."""
+        with self.lock, folder_lock(self.root):
+            before = self._read()
+            qid = max((r["qid"] for r in before), default=-1) + 1
             table = table.set_column(
                 table.schema.get_field_index("qid"),
                 "qid",
                 pc.cast(pa.array([qid] * table.num_rows), pa.int64()),
             )
-            rows = [*self.rows, {**row, "qid": qid}]
-            written: list[Path] = []
-            try:
-                self.writer.write_question(qid, table)
-                written.append(self.writer.trace_path(qid))
-                live = self.path / "live" / f"q{qid:06d}.json"
-                write_json_atomic(live, _as_recorded(summary, qid, row))
-                written.append(live)
-                self.writer.finish(rows, self._manifest(rows))
-            except BaseException:
-                self._roll_back(written)
-                raise
-            self.rows, self.next_qid = rows, qid + 1
+            question = (qid, table, _as_recorded(summary, qid, row), [*before, {**row, "qid": qid}])
+            if self.path.exists():
+                self._append(question, before, calibration)
+            else:
+                self._create(question, calibration)
             return qid
+
+    def _create(self, question: tuple, calibration: Calibration | None) -> None:
+        """A new pool, whole with its first question: written under a temporary name, renamed
+        into place (a process killed on the way leaves no pool, and a hidden folder the next
+        new pool of the name removes)."""
+        for stale in self.root.glob(f".{self.path.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = make_temp_dir(self.root, f".{self.path.name}.tmp-")
+        try:
+            if calibration is not None:
+                calibration.save(tmp / CALIBRATION_FILE)
+            self._write(tmp, question, [])
+            os.rename(tmp, self.path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._calibrated = True
+
+    def _append(self, question: tuple, before: list[dict], calibration: Calibration | None) -> None:
+        """One more question into the pool's folder: its trace file, its record, then the
+        question table and the manifest; rolled back if a write fails."""
+        if calibration is not None and not self._calibrated:
+            calibration.save(self.path / CALIBRATION_FILE)
+            self._calibrated = True
+        written: list[Path] = []
+        try:
+            self._write(self.path, question, written)
+        except BaseException:
+            self._roll_back(written, before)
+            raise
+
+    def _write(self, folder: Path, question: tuple, written: list[Path]) -> None:
+        """Write a question into ``folder`` (each file's path added to ``written`` once it is
+        there): its trace file, its live record, the question table and the manifest."""
+        qid, table, record, rows = question
+        writer = self._writer(folder)
+        make_dirs(folder / schema.POOL_TRACES_DIR)
+        make_dirs(folder / "live")
+        writer.write_question(qid, table)
+        written.append(writer.trace_path(qid))
+        live = folder / "live" / f"q{qid:06d}.json"
+        write_json_atomic(live, record)
+        written.append(live)
+        writer.finish(rows, self._manifest(rows))
+
+    def _writer(self, folder: Path) -> PoolDirWriter:
+        return PoolDirWriter(folder, self.params, record=".serve.json", what="served record")
 
     def _manifest(self, rows: list[dict]) -> dict:
         return {
@@ -118,15 +184,16 @@ class _Pool:
             "live": self.params,
         }
 
-    def _roll_back(self, written: list[Path]) -> None:
-        """Put the pool back as it was before a question whose writing failed: its question table
-        and manifest rewritten for the questions it held (or removed, when it held none), then
-        the question's own files removed. If the table cannot be put back (the disk is still
-        full), the question's files stay beside it: the table never names a question without its
-        traces, and the next question, under the same number, writes over them."""
+    def _roll_back(self, written: list[Path], rows: list[dict]) -> None:
+        """Put the pool back as it was before a question whose writing failed (``rows``: the
+        questions it held): its question table and manifest rewritten for them (or removed, when
+        it held none), then the question's own files removed. If the table cannot be put back
+        (the disk is still full), the question's files stay beside it: the table never names a
+        question without its traces, and the next question, under the same number, writes over
+        them."""
         try:
-            if self.rows:
-                self.writer.finish(self.rows, self._manifest(self.rows))
+            if rows:
+                self._writer(self.path).finish(rows, self._manifest(rows))
             else:
                 for name in (schema.POOL_MANIFEST, schema.POOL_QUESTIONS):
                     (self.path / name).unlink(missing_ok=True)
@@ -151,6 +218,16 @@ def _as_recorded(summary: dict, qid: int, row: dict) -> dict:
     return {**summary, "qid": qid, "inputs": inputs, "trace_seed_qid": seeded}
 
 
+def _holds_more_than(folder: Path, marker: Path) -> bool:
+    """Whether ``folder`` holds anything but ``marker``, its temporary file and the folder's
+    lock (what another proxy starting on the same new folder leaves there for a moment)."""
+    own = {marker.name, LOCK_NAME}
+    return any(
+        p.name not in own and not p.name.startswith(f".{marker.name}.tmp-")
+        for p in folder.iterdir()
+    )
+
+
 class Recorder:
     """The record folder (see the module docstring); thread-safe."""
 
@@ -158,17 +235,18 @@ class Recorder:
         self.root = Path(root)
         check_output_dir(self.root)
         marker = self.root / MARKER
-        if self.root.exists() and any(self.root.iterdir()) and not marker.exists():
+        if self.root.exists() and _holds_more_than(self.root, marker) and not marker.exists():
             raise MarsError(
                 f"--record {self.root}: exists and is not a record of `mars serve` (no {MARKER})"
             )
-        if marker.exists():
-            found = read_json_object(marker, MarsError)
-            if found.get("kind") != RECORD_KIND:
-                raise MarsError(f"{marker}: not a `mars serve` record marker")
-        else:
-            make_dirs(self.root)
-            write_json_atomic(marker, {"kind": RECORD_KIND, "version": 1})
+        make_dirs(self.root)
+        with folder_lock(self.root):  # proxies started together on a new folder: one marks it
+            if marker.exists():
+                found = read_json_object(marker, MarsError)
+                if found.get("kind") != RECORD_KIND:
+                    raise MarsError(f"{marker}: not a `mars serve` record marker")
+            else:
+                write_json_atomic(marker, {"kind": RECORD_KIND, "version": 1})
         self._pools: dict[str, _Pool] = {}
         self._lock = threading.Lock()
 
@@ -214,10 +292,8 @@ class Recorder:
         with self._lock:
             pool = self._pools.get(name)
             if pool is None:
-                pool = self._pools[name] = _Pool(self.root / name, params)
-                if calibration is not None:
-                    calibration.save(pool.path / CALIBRATION_FILE)
-        return Recorded(name, pool.add(table, summary, row))
+                pool = self._pools[name] = _Pool(self.root, name, params)
+        return Recorded(name, pool.add(table, summary, row, calibration))
 
     def record_path(self, pool: str, qid: int) -> Path | None:
         """The live record of question ``qid`` of pool ``pool`` (None: no such record)."""

@@ -5,14 +5,27 @@
 log-probabilities, all checked once at start) and routes every generation and probe request of a
 question through :class:`Router`:
 
-* a request goes to the live replica with the fewest requests in flight (each replica bounds its
-  own in-flight requests, ``--concurrency``, default its slots);
+* every request of a trace — each checkpoint's continuation and each probe — goes to the replica
+  that holds the trace's prefix in its cache (``--routing``, :data:`ROUTINGS`; default
+  ``trace``): a question's traces are dealt to the replicas in turn from a place drawn from the
+  question's seed and prompt (:meth:`Router.home`), so a question's traces are spread evenly
+  and the placement is the same for the same replicas and seed, on every proxy; ``question``
+  puts all of a question's traces on one replica, ``load`` sends each request to the least
+  loaded (no affinity). benchmarks/README.md ("Trace-affine routing") has the measurements;
+* a passed-through request (of no trace) goes to the live replica with the fewest requests in
+  flight, which counts every request the router sent there, of a trace or not (each replica
+  bounds its own in-flight requests, ``--concurrency``, default its slots); the tokenizer's
+  requests go to the first live replica;
 * a request a replica fails every try of (no connection, timeouts, 429/5xx: the backend's bounded
-  retries, :class:`~mars.engines.server.ServerUnavailable`) marks the replica down and goes to
-  another: a trace is token ids on our side and its request carries its own seed, so any replica
-  continues it. With no replica left the question fails with one line (HTTP 502), never a hang;
-  a replica marked down is asked again (``GET /v1/models``, :data:`ALIVE`) every
-  :data:`REVIVE_S` seconds;
+  retries, :class:`~mars.engines.server.ServerUnavailable`) marks the replica down (one log line)
+  and its traces move to the others, dealt in turn over the replicas still up, where they stay
+  for the rest of their question: a trace is token ids on our side and its request carries its
+  own seed, so any replica continues it. With no replica left the question fails with one line
+  (HTTP 502), never a hang; a replica marked down is asked again (``GET /v1/models``,
+  :data:`ALIVE`) every :data:`REVIVE_S` seconds, and new traces are placed on it once it is back;
+* ``--affinity-header NAME``: every trace request carries its trace's key in that header
+  (:func:`affinity_key`), for a router of its own in front of the replicas (llm-d, Dynamo, …):
+  docs/serve.md, "Deployment";
 * a request the client no longer wants (:mod:`mars.engines.cancel`) is cancelled in flight, so
   the server stops generating it.
 
@@ -29,6 +42,7 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import functools
+import hashlib
 import logging
 import re
 import threading
@@ -48,6 +62,7 @@ from ..engines.server import (
     ServerBackend,
     ServerError,
     ServerUnavailable,
+    TraceKey,
     answer_limit,
     normalise_base_url,
 )
@@ -64,6 +79,42 @@ REVIVE_S = 5.0
 ALIVE = "/v1/models"
 #: What ``--upstream`` takes for the synthetic engine.
 SYNTHETIC = "synthetic"
+#: How a question's trace requests are placed on the replicas (``--routing``): ``trace`` (each
+#: trace kept on one replica, a question's traces spread over them), ``question`` (all of a
+#: question's traces on one replica), ``load`` (each request to the least loaded).
+ROUTINGS = ("trace", "question", "load")
+DEFAULT_ROUTING = "trace"
+#: Headers the affinity key may not be sent in (the request's own).
+RESERVED_HEADERS = frozenset(
+    {"authorization", "content-type", "content-length", "host", "connection", "transfer-encoding",
+     "accept", "accept-encoding", "user-agent", "cookie"}
+)  # fmt: skip
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def question_key(seed: int, qid: int) -> int:
+    """A question's place among the replicas: 64 bits drawn from its seed and its id (the id of
+    its prompt), the same in every process."""
+    digest = hashlib.blake2b(f"{int(seed)}:{int(qid)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def affinity_key(key: TraceKey) -> str:
+    """What ``--affinity-header`` sends for a request of trace ``key``: the question's key in
+    hex, a dash, the trace's index (``9f3c0a2e41b7d605-12``). The whole value names the trace;
+    the part before the dash, the question."""
+    seed, qid, trace = key
+    return f"{question_key(seed, qid):016x}-{int(trace)}"
+
+
+def check_header_name(name: str) -> str:
+    """An HTTP header name the affinity key may go in (one line otherwise)."""
+    if not _TOKEN.match(name or "") or name.lower() in RESERVED_HEADERS:
+        raise UsageError(
+            f"--affinity-header {name!r}: not a header name of its own (letters, digits, "
+            "'-'; not one a request already sends)"
+        )
+    return name
 
 
 class NoUpstream(ServerError):
@@ -89,23 +140,69 @@ class Upstream:
 class Router:
     """Requests of every question across the replicas (see the module docstring)."""
 
-    def __init__(self, upstreams: Sequence[Upstream], on_error=None):
+    def __init__(
+        self,
+        upstreams: Sequence[Upstream],
+        on_error=None,
+        routing: str = DEFAULT_ROUTING,
+        affinity_header: str | None = None,
+    ):
+        if routing not in ROUTINGS:
+            raise UsageError(f"--routing {routing!r}: one of {', '.join(ROUTINGS)}")
         self.upstreams = list(upstreams)
         self.on_error = on_error  # called with (upstream, message) when a request fails there
+        self.routing = routing
+        self.affinity_header = (
+            None if affinity_header is None else check_header_name(affinity_header)
+        )
+        # the replicas in the order traces are dealt to: by URL, whatever the order given
+        self._ring = sorted(range(len(self.upstreams)), key=lambda i: self.upstreams[i].url)
         self._lock = threading.Lock()
 
     def live(self) -> list[Upstream]:
         return [u for u in self.upstreams if u.up]
 
-    def _pick(self, avoid: set[int]) -> Upstream:
+    def _slot(self, key: TraceKey) -> int:
+        seed, qid, trace = key
+        q = question_key(seed, qid)
+        return q if self.routing == "question" else q + int(trace)
+
+    def home(self, key: TraceKey) -> int:
+        """The replica (its index) trace ``key`` is placed on while every replica is up: the
+        question's key picks where its traces start, the trace's index deals them on in turn
+        (``question``: every trace at the start)."""
+        return self._ring[self._slot(key) % len(self._ring)]
+
+    def _pick(
+        self,
+        avoid: set[int],
+        key: TraceKey | None = None,
+        placed: dict[TraceKey, int] | None = None,
+    ) -> Upstream:
+        """The replica of a request (counted in its load until :meth:`_done`): a trace's where it
+        was placed, else its home, else (its home down) dealt over the live replicas; any other
+        request, or ``load`` routing: the least loaded. ``avoid``: replicas this request failed
+        at (taken only when no other is live); ``placed``: where the traces of the request's
+        question went, kept up to date."""
         with self._lock:
-            choices = [u for i, u in enumerate(self.upstreams) if u.up and i not in avoid]
-            if not choices:
-                choices = [u for u in self.upstreams if u.up]
-            if not choices:
+            ok = [i for i, u in enumerate(self.upstreams) if u.up and i not in avoid]
+            if not ok:
+                ok = [i for i, u in enumerate(self.upstreams) if u.up]
+            if not ok:
                 why = "; ".join(f"{u.url}: {u.last_error}" for u in self.upstreams)
                 raise NoUpstream(f"no upstream server is reachable ({why})")
-            u = min(choices, key=lambda u: u.in_flight)
+            if key is None or self.routing == "load":
+                i = min(ok, key=lambda i: self.upstreams[i].in_flight)
+            else:
+                i = -1 if placed is None else placed.get(key, -1)
+                if i not in ok:
+                    i = self.home(key)
+                    if i not in ok:
+                        ring = [j for j in self._ring if j in ok]
+                        i = ring[self._slot(key) % len(ring)]
+                    if placed is not None:
+                        placed[key] = i
+            u = self.upstreams[i]
             u.in_flight += 1
             return u
 
@@ -124,9 +221,16 @@ class Router:
         self._done(u)
 
     def mark_down(self, u: Upstream, why: str) -> None:
+        """Take ``u`` out (one log line, however many traces it held): its traces go on on the
+        other replicas, from their token ids."""
         with self._lock:
             if u.up:
-                log.warning("upstream %s is down: %s", u.url, why)
+                moved = (
+                    "; its traces go on on the other replicas, continued from their token ids"
+                    if len(self.upstreams) > 1
+                    else ""
+                )
+                log.warning("upstream %s is down: %s%s", u.url, why, moved)
             u.up, u.last_error, u.down_at = False, why, time.monotonic()
 
     def post_all(
@@ -135,23 +239,32 @@ class Router:
         bodies: Sequence[dict],
         limits: Sequence[tuple[int, str]],
         merge: Callable[[list], Any] | None = None,
+        keys: Sequence[TraceKey] | None = None,
+        placed: dict[TraceKey, int] | None = None,
     ) -> list[Any]:
         """POST every body (each to a replica), answers in order; a replica that fails a
         request every try is marked down and the request goes to another. ``limits``: each
         answer's bound in bytes and what its request asked for (:meth:`Http.request`);
         ``merge``: the requests are streamed, and ``merge`` makes each one's events its
-        answer."""
+        answer; ``keys``: the trace of each request (placed as :meth:`_pick` says, and sent in
+        :attr:`affinity_header`), ``placed`` where its question's traces are."""
         scope = cancel.current()
         outs: list[Any] = [None] * len(bodies)
         pending: dict[concurrent.futures.Future, tuple[int, int, Upstream]] = {}
         tried: dict[int, set[int]] = {}
 
+        header = self.affinity_header if keys is not None else None
+
         def send(i: int) -> None:
-            u = self._pick(tried.setdefault(i, set()))
+            key = None if keys is None else keys[i]
+            u = self._pick(tried.setdefault(i, set()), key, placed)
             idx = self.upstreams.index(u)
             tried[i].add(idx)
             http, body, (limit, asked) = u.backend.http, bodies[i], limits[i]
-            fut = http.submit(lambda: http.post(path, body, limit, asked, sse=merge is not None))
+            own = None if header is None or key is None else {header: affinity_key(key)}
+            fut = http.submit(
+                lambda: http.post(path, body, limit, asked, sse=merge is not None, headers=own)
+            )
             if scope is not None:
                 scope.attach(fut)
             pending[fut] = (i, idx, u)
@@ -245,6 +358,9 @@ class ServedBackend(ServerBackend):
         self.max_tokens = int(max_tokens)
         self.sampling = sampling
         self.answer_pattern = answer_pattern
+        #: where the router placed each trace of the question (a trace moved off a replica that
+        #: failed stays where it went, with its prefix, for the rest of the question)
+        self.placed: dict[TraceKey, int] = {}
 
     def final_answer(self, text: str | None) -> str | None:
         """The question's answer format: its pattern's last match, else the last boxed."""
@@ -265,9 +381,13 @@ class ServedBackend(ServerBackend):
         return question
 
     def complete(
-        self, requests: Sequence[tuple[list[int] | str, int, int | None]], logprobs: bool
+        self,
+        requests: Sequence[tuple[list[int] | str, int, int | None]],
+        logprobs: bool,
+        traces: Sequence[TraceKey] | None = None,
     ) -> list[Completion]:
-        """The requests through the router; streamed to a server that stops a request only when
+        """The requests through the router, each of a trace to the replica that holds the trace
+        (``traces``: the trace of each); streamed to a server that stops a request only when
         its stream is closed (:attr:`~mars.engines.server.Protocol.streamed`: llama.cpp), so a
         cancelled question stops there at once."""
         p = self.protocol
@@ -279,7 +399,7 @@ class ServedBackend(ServerBackend):
         merge = p.merge_stream if p.streamed else None
         if merge is not None:
             bodies = [{**b, "stream": True} for b in bodies]
-        outs = self.router.post_all(p.path, bodies, limits, merge)
+        outs = self.router.post_all(p.path, bodies, limits, merge, traces, self.placed)
         return [self.read(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
 
     def close(self) -> None:  # the replicas outlive the question
@@ -346,12 +466,16 @@ class Upstreams:
         retries: int = 2,
         tokenizer: str | None = None,
         on_error=None,
+        routing: str = DEFAULT_ROUTING,
+        affinity_header: str | None = None,
         **options: Any,
     ):
         """``options``: further :class:`~mars.engines.server.ServerBackend` keyword arguments
-        (sampling, ``probe_max_new_tokens``, ...)."""
+        (sampling, ``probe_max_new_tokens``, ...); ``routing``, ``affinity_header``: the
+        router's (:class:`Router`)."""
         if not urls:
             raise UsageError("--upstream: give at least one (a server URL, or synthetic)")
+        Router([], routing=routing, affinity_header=affinity_header)  # checked before connecting
         self.synthetic: Backend | None = None
         self.list: list[Upstream] = []
         if len(urls) == 1 and str(urls[0]).split(":", 1)[0] == SYNTHETIC:
@@ -399,7 +523,7 @@ class Upstreams:
             self.close()
             raise
         self.model = self.list[0].backend.model
-        self.router = Router(self.list, on_error)
+        self.router = Router(self.list, on_error, routing, affinity_header)
         tok = self.primary.tokenizer
         if getattr(tok, "_request", None) is not None:  # the server's tokenizer: any replica
             tok._request = self.router.request

@@ -30,7 +30,7 @@ from ..tokens import (
 from .batches import ServerTraceBatch, TextTraceBatch
 from .connect import PROTOCOLS, ServerConnect
 from .errors import ServerError
-from .protocol import TEXT, Completion, Sampling, probe_seed
+from .protocol import TEXT, Completion, Sampling, TraceKey, probe_seed
 from .retry import RetryPolicy
 from .transport import (
     Http,
@@ -294,10 +294,14 @@ class ServerBackend(ServerConnect, TokenProbing, Backend):
     # -- requests ------------------------------------------------------------------------------
 
     def complete(
-        self, requests: Sequence[tuple[list[int] | str, int, int | None]], logprobs: bool
+        self,
+        requests: Sequence[tuple[list[int] | str, int, int | None]],
+        logprobs: bool,
+        traces: Sequence[TraceKey] | None = None,
     ) -> list[Completion]:
         """``[(prompt, max_new, seed), …]`` → the completions, concurrently (bounded); a prompt
-        is token ids, or text for a text-prompt server."""
+        is token ids, or text for a text-prompt server. ``traces``: the trace of each request
+        (one server: not needed; ``mars serve``'s router keeps a trace on one replica)."""
         p = self.protocol
         bodies = [p.body(ids, m, self.sampling, s, logprobs) for ids, m, s in requests]
         limits = [(answer_limit(m, logprobs, prompt), asked_for(m)) for prompt, m, _ in requests]

@@ -21,7 +21,7 @@ from ..tokens import (
 from .errors import ServerError
 from .llamacpp import LlamaCppProtocol
 from .openai_text import text_cut
-from .protocol import generation_seed, probe_seed
+from .protocol import TraceKey, generation_seed, probe_seed
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,11 @@ class ServerTraceBatch(TokenTraceBatch):
     def _trace(self, j: int) -> int:
         return self.first_trace + int(j)
 
+    def _keys(self, js: Sequence[int]) -> list[TraceKey]:
+        """Which trace each request of traces ``js`` belongs to: (seed, qid, trace index), what
+        its generation and probe seeds are drawn from (a router keeps a trace on one replica)."""
+        return [(self.seed, self.problem.qid, self._trace(j)) for j in js]
+
     def advance(self, target: int) -> None:
         target = min(int(target), self.backend.max_tokens)
         while self._advance_once(target):
@@ -66,7 +71,7 @@ class ServerTraceBatch(TokenTraceBatch):
             end = target if be.segment is None else min(target, (n // be.segment + 1) * be.segment)
             seed = generation_seed(self.seed, self.problem.qid, self._trace(j), n)
             reqs.append((self.prompt + self._ids[j], end - n, seed))
-        outs = be.complete(reqs, logprobs=True)
+        outs = be.complete(reqs, logprobs=True, traces=self._keys(run))
         be.stats["generate_calls"] += 1
         for j, c in zip(run, outs):
             self._ids[j].extend(c.ids)
@@ -127,7 +132,7 @@ class ServerTraceBatch(TokenTraceBatch):
             )
             for j, p in zip(js, pos)
         ]
-        outs = be.complete(reqs, logprobs=False)
+        outs = be.complete(reqs, logprobs=False, traces=self._keys(js))
         be.stats["probe_calls"] += 1
         # the server generated each trace so far: the prompt and the trace are its to reuse
         out = [
@@ -162,7 +167,7 @@ class TextTraceBatch(ServerTraceBatch):
             end = target if be.segment is None else min(target, (n // be.segment + 1) * be.segment)
             seed = generation_seed(self.seed, self.problem.qid, self._trace(j), n)
             reqs.append((self.prompt_text + self._text(j), end - n, seed))
-        outs = be.complete(reqs, logprobs=True)
+        outs = be.complete(reqs, logprobs=True, traces=self._keys(run))
         be.stats["generate_calls"] += 1
         for j, (_, want, _), c in zip(run, reqs, outs):
             n = len(self._ids[j])
@@ -211,7 +216,7 @@ class TextTraceBatch(ServerTraceBatch):
             )
             for j, p in zip(js, pos)
         ]
-        outs = be.complete(reqs, logprobs=False)
+        outs = be.complete(reqs, logprobs=False, traces=self._keys(js))
         be.stats["probe_calls"] += 1
         n = len(self.prompt) + len(be.suffix_ids)
         return [

@@ -32,6 +32,10 @@ TOKEN_IDS, TEXT = "token ids", "text"
 LOGPROB_MAX = 1e-3
 
 
+#: The trace a request belongs to: (seed, qid, trace index), as its seeds are drawn.
+TraceKey = tuple[int, int, int]
+
+
 def generation_seed(seed: int, qid: int, trace_idx: int, start: int) -> int:
     """Seed of the request that continues trace (seed, qid, trace_idx) from ``start`` tokens."""
     return derive_seed(seed, qid, trace_idx, start, _GEN_SALT, bits=SEED_BITS)

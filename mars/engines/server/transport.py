@@ -196,6 +196,7 @@ class Http:
         limit: int = INFO_ANSWER_BYTES,
         asked: str = "",
         sse: bool = False,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
         """(status, JSON) of ``method path``; 200 and 4xx answers come back, retryable failures
         are tried again as :attr:`retry` says, then one line (a :class:`ServerUnavailable`).
@@ -206,7 +207,8 @@ class Http:
         (``asked``: what the request asked for, for the message); a larger answer is one line,
         read no further.  ``sse``: a successful answer is a stream of server-sent events, read
         whole (a list of their JSON objects): a streamed request is one a server stops working on
-        as soon as it is cancelled (llama.cpp does not notice a non-streamed request go)."""
+        as soon as it is cancelled (llama.cpp does not notice a non-streamed request go).
+        ``headers``: this request's own, beside the client's (``mars serve``'s affinity key)."""
         deadline = self.timeout if timeout is None else float(timeout)
         import httpx
 
@@ -223,8 +225,8 @@ class Http:
                 try:
                     self.stats["requests"] += 1
                     async with asyncio.timeout(deadline):  # the whole answer, not per byte
-                        status, data, headers = await self._exchange(
-                            client, method, path, body, limit, asked or f"{method} {path}"
+                        status, data, answered = await self._exchange(
+                            client, method, path, body, limit, asked or f"{method} {path}", headers
                         )
                 except httpx.ConnectTimeout:
                     why, failed = (
@@ -253,7 +255,7 @@ class Http:
                     if status not in statuses:
                         return status, self.json(status, data, url)
                     why = f"HTTP {status} ({self.message(self.json(status, data, url))})"
-                    failed, after = ServerBusy, headers.get("retry-after")
+                    failed, after = ServerBusy, answered.get("retry-after")
                 if attempt < policy.retries:
                     self.stats["retries"] += 1
                     wait = policy.wait(attempt, after)
@@ -276,13 +278,20 @@ class Http:
         raise err
 
     async def _exchange(
-        self, client, method: str, path: str, body: dict | None, limit: int, asked: str
+        self,
+        client,
+        method: str,
+        path: str,
+        body: dict | None,
+        limit: int,
+        asked: str,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes, Any]:
         """(status, the answer's bytes, headers), read as they stream in and refused past
         ``limit`` bytes (after decompression: the bytes held)."""
         chunks: list[bytes] = []
         size = 0
-        async with client.stream(method, path, json=body) as r:
+        async with client.stream(method, path, json=body, headers=headers) as r:
             async for chunk in r.aiter_bytes():
                 size += len(chunk)
                 if size > limit:
@@ -294,10 +303,20 @@ class Http:
                 chunks.append(chunk)
             return r.status_code, b"".join(chunks), r.headers
 
-    async def post(self, path: str, body: dict, limit: int, asked: str, sse: bool = False) -> Any:
-        """The JSON of a successful POST (``sse``: of each event of its stream); an error answer
-        is one line."""
-        status, out = await self.request("POST", path, body, limit=limit, asked=asked, sse=sse)
+    async def post(
+        self,
+        path: str,
+        body: dict,
+        limit: int,
+        asked: str,
+        sse: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """The JSON of a successful POST (``sse``: of each event of its stream; ``headers``: the
+        request's own); an error answer is one line."""
+        status, out = await self.request(
+            "POST", path, body, limit=limit, asked=asked, sse=sse, headers=headers
+        )
         if status != 200:
             raise ServerStatusError(
                 f"{self.shown}{path}: HTTP {status}: {self.message(out)}", status=status
