@@ -268,7 +268,7 @@ def audit_record(
     }
 
 
-_RECORD_FIELDS = {
+_RECORD_FIELDS: dict[str, type | tuple[type, ...]] = {
     "qid": int,
     "pool": str,
     "seq": int,
@@ -381,24 +381,24 @@ def audit_paths(
     knobs: dict | None = None,
     calibration: Calibration | None = None,
     target: float = DEFAULT_TARGET,
-    confidence: float = CONFIDENCE,
+    confidence: float | None = None,
 ) -> AuditReport:
     """Audit each path (see the module docstring for what each kind gives); ``methods`` and the
     sizes are for pools of whole traces, ``target`` the risk of a method that promises none."""
-    if not 0 < confidence < 1:
+    if confidence is not None and not 0 < confidence < 1:
         raise MarsError(f"--confidence {confidence}: must lie in (0, 1)")
     if not 0 < target < 1:
         raise MarsError(f"--audit-target {target}: must lie in (0, 1)")
-    report = AuditReport(confidence=confidence)
+    report = AuditReport(confidence=CONFIDENCE if confidence is None else confidence)
     for p in map(Path, paths):
         kind = _kind(p)
         if methods and kind in ("served", "audited"):
             kind, p = "pool", p / AUDITED_DIR if kind == "served" else p
         if kind == "record":
             folders = sorted(d / AUDITED_DIR for d in p.iterdir() if (d / AUDITED_DIR).is_dir())
-            _audited(report, folders, confidence)
+            _audited(report, folders, confidence is None)
         elif kind in ("served", "audited"):
-            _audited(report, [p / AUDITED_DIR if kind == "served" else p], confidence)
+            _audited(report, [p / AUDITED_DIR if kind == "served" else p], confidence is None)
         elif kind == "live":
             _live_run(report, p, target)
         elif kind == "simulation":
@@ -413,12 +413,12 @@ def audit_paths(
     return report
 
 
-def _audited(report: AuditReport, folders: Iterable[Path], confidence: float) -> None:
+def _audited(report: AuditReport, folders: Iterable[Path], own_confidence: bool) -> None:
     """A served record's audits, in the order the server counted them (its bounds at the
-    confidence each record states, which a server holds for its lifetime)."""
+    confidence its records state unless told otherwise)."""
     recs = [r for f in folders for r in read_audit_records(f)]
     recs.sort(key=lambda r: (r["at"], r["seq"]))
-    if recs:
+    if recs and own_confidence and not report.rows:
         report.confidence = float(recs[0]["confidence"])
     for r in recs:
         report.add(
@@ -516,7 +516,8 @@ def _whole_pool(
     answer is compared with the full-budget vote of the same traces."""
     pool = open_pool(path)
     manifest = dict(getattr(pool, "manifest", None) or {})
-    audited = manifest.get("audited") if isinstance(manifest.get("audited"), dict) else {}
+    found = manifest.get("audited")
+    audited: dict = found if isinstance(found, dict) else {}
     if calibration is None and audited.get("calibration"):
         calibration = read_calibration(path.parent, audited["calibration"])
     if warmup is None:
@@ -546,7 +547,7 @@ def _whole_pool(
             answer = arr.representatives[a] if a >= 0 else None
             full = full_budget_answer(q, m, settings, grid, warmup)
             report.add(
-                f"{path}",
+                f"{path}#{m.name}",
                 m.name,
                 target,
                 source,

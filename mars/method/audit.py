@@ -28,10 +28,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scipy.stats import beta
-
 from .registry import MARS_CERTIFIED, RISK, Method
-from .riskstop import ALPHA_DCO, ALPHA_SC
 from .settings import SPECS
 
 #: The confidence of the bounds unless told (one-sided).
@@ -51,6 +48,8 @@ def clopper_pearson_upper(k: int, n: int, level: float = CONFIDENCE) -> float:
         return float("nan")
     if k >= n:
         return 1.0
+    from scipy.stats import beta  # not on the command line's way to --help
+
     return float(beta.ppf(level, k + 1, n - k))
 
 
@@ -61,6 +60,8 @@ def clopper_pearson_lower(k: int, n: int, level: float = CONFIDENCE) -> float:
         return float("nan")
     if k <= 0:
         return 0.0
+    from scipy.stats import beta
+
     return float(beta.ppf(1.0 - level, k, n - k + 1))
 
 
@@ -70,6 +71,8 @@ def risk_target(
     """(the risk ``method`` promises with these knobs, where it comes from): ``risk_alpha`` for
     MARS2, ``delta`` for the certified rule, else ``default`` (``--audit-target``)."""
     if method.rule == RISK:
+        from .riskstop import ALPHA_DCO, ALPHA_SC
+
         alpha = knobs.get("risk_alpha")
         if alpha is None:
             alpha = ALPHA_DCO if method.voting.needs_confs else ALPHA_SC
