@@ -405,6 +405,7 @@ class Auditor:
                 "confidence": o.confidence,
                 "default_target": o.target,
                 "running": len(self._running),
+                "questions": self._seen,  # MARS questions answered (each drew once)
                 "picked": dict(self.picked),
                 "dropped": dict(self.dropped),
                 "tokens": dict(self.tokens),
