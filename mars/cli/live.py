@@ -396,6 +396,12 @@ def audit(
         "served record's own]",
         show_default=False,
     ),
+    sampled_only: bool = typer.Option(
+        False,
+        "--sampled-only",
+        help="a served record: the seeded sample's audits only, not those clients asked for "
+        "(mars.audit: true), which are no random sample",
+    ),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="also write audit.json and per_question.csv into this folder"
     ),
@@ -424,6 +430,7 @@ def audit(
             calibration=cal,
             target=audit_target,
             confidence=confidence,
+            sampled_only=sampled_only,
         )
         if out is not None:
             _write_audit(report, out)

@@ -382,9 +382,12 @@ def audit_paths(
     calibration: Calibration | None = None,
     target: float = DEFAULT_TARGET,
     confidence: float | None = None,
+    sampled_only: bool = False,
 ) -> AuditReport:
     """Audit each path (see the module docstring for what each kind gives); ``methods`` and the
-    sizes are for pools of whole traces, ``target`` the risk of a method that promises none."""
+    sizes are for pools of whole traces, ``target`` the risk of a method that promises none;
+    ``sampled_only``: of a served record, the audits of the seeded sample only (not those a
+    client asked for, which are no random sample)."""
     if confidence is not None and not 0 < confidence < 1:
         raise MarsError(f"--confidence {confidence}: must lie in (0, 1)")
     if not 0 < target < 1:
@@ -396,9 +399,10 @@ def audit_paths(
             kind, p = "pool", p / AUDITED_DIR if kind == "served" else p
         if kind == "record":
             folders = sorted(d / AUDITED_DIR for d in p.iterdir() if (d / AUDITED_DIR).is_dir())
-            _audited(report, folders, confidence is None)
+            _audited(report, folders, confidence is None, sampled_only)
         elif kind in ("served", "audited"):
-            _audited(report, [p / AUDITED_DIR if kind == "served" else p], confidence is None)
+            folder = p / AUDITED_DIR if kind == "served" else p
+            _audited(report, [folder], confidence is None, sampled_only)
         elif kind == "live":
             _live_run(report, p, target)
         elif kind == "simulation":
@@ -413,10 +417,14 @@ def audit_paths(
     return report
 
 
-def _audited(report: AuditReport, folders: Iterable[Path], own_confidence: bool) -> None:
+def _audited(
+    report: AuditReport, folders: Iterable[Path], own_confidence: bool, sampled_only: bool
+) -> None:
     """A served record's audits, in the order the server counted them (its bounds at the
     confidence its records state unless told otherwise)."""
     recs = [r for f in folders for r in read_audit_records(f)]
+    if sampled_only:
+        recs = [r for r in recs if r.get("picked") == "sample"]
     recs.sort(key=lambda r: (r["at"], r["seq"]))
     if recs and own_confidence and not report.rows:
         report.confidence = float(recs[0]["confidence"])

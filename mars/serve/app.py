@@ -1,8 +1,10 @@
 """The HTTP server: OpenAI-compatible routes in front of the upstreams (Starlette, under uvicorn).
 
 Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET
-/health``, ``GET /metrics`` (Prometheus) and ``GET /v1/mars/records/{pool}/{qid}`` (a recorded
-question's live record, what a response's ``mars.record`` links to).
+/health``, ``GET /metrics`` (Prometheus), ``GET /v1/mars/records/{pool}/{qid}`` (a recorded
+question's live record, what a response's ``mars.record`` links to), ``POST
+/v1/mars/calibration/reload`` and ``GET /v1/mars/audit`` (the live audit's counts:
+:mod:`mars.serve.audit`, which a question answered is offered to once its client has it).
 
 A MARS request (:func:`mars.serve.requests.is_mars_request`) is read and checked (HTTP 400 with the
 command line's one-line message), its prompt rendered and fitted to the model's context, admitted
