@@ -59,7 +59,7 @@ from ..store.write import PoolDirWriter
 from . import logs
 from .metrics import Metrics
 from .record import DATASET, Recorder
-from .solve import Outcome, Prepared, problem_of
+from .solve import Outcome, Prepared, pool_params, problem_of
 from .upstreams import Upstreams
 
 log = logging.getLogger("mars.serve")
@@ -233,6 +233,9 @@ class Auditor:
                     q.answer_pattern,
                 )  # fmt: skip
                 problem = problem_of(self.upstreams, q, prep.text)
+                if o.params is None:  # not recorded: the pool it counts in, all the same
+                    o.params = pool_params(be, q)
+                    o.pool = Recorder.pool_name(o.params)
                 with cancel.scope(scope):
                     done = complete_question(
                         be,

@@ -66,8 +66,8 @@ class Outcome:
     wall_s: float
     record_error: str | None = None  # why the question could not be recorded
     synthetic: bool = False  # answered by the synthetic upstream (made-up traces)
-    #: the manifest block of its record pool, and the pool's name (recorded or not: the audit
-    #: counts by pool)
+    #: the manifest block of its record pool, and the pool's name (with --record; the audit
+    #: finds them where they are not)
     params: dict | None = None
     pool: str | None = None
 
@@ -206,10 +206,10 @@ def run_question(
     wall = time.perf_counter() - t0
     out = _outcome(run, q, len(prep.prompt_ids or ()), wall)
     out.synthetic = upstreams.synthetic is not None
-    params = out.params = _pool_params(be, q)
-    out.pool = Recorder.pool_name(params)
     if recorder is not None:
         assert run.table is not None
+        params = out.params = pool_params(be, q)
+        out.pool = Recorder.pool_name(params)
         summary = {**run.summary(), "seed": q.seed, "served": q.settings()}
         row = {
             "ground_truth": problem.answer or None,  # None: not known (no grading)
@@ -226,7 +226,7 @@ def run_question(
     return out
 
 
-def _pool_params(be, q: Question) -> dict:
+def pool_params(be, q: Question) -> dict:
     """The manifest block of the record pool a question goes to (`mars replay` reads it)."""
     return {
         "generator": "mars.serve",

@@ -185,12 +185,14 @@ def test_an_audit_runs_the_stopped_traces_on_counts_apart_and_mars_audit_agrees(
         )
         assert running.metric("audit_risk_upper", method="sc-mars-cal", pool="all") > 0
         assert running.metric("audit_target", method="sc-mars-cal", pool=name) == 0.05
-        live = v
+        ask(running, "Question 8: what is it?", audit=True)  # asked for: counted, said so
+        live = audited(running, 9)
+        assert live["picked"] == {"sample": 8, "request": 1}
     stopped = [r for r in answers if r["mars"]["traces_stopped"]]
     assert stopped, "no question stopped early: nothing was continued"
     audited_pool = record / name / AUDITED_DIR
     pool = open_pool(audited_pool)
-    assert sorted(pool.qids) == list(range(8))
+    assert sorted(pool.qids) == list(range(9))
     for r in stopped:
         qid = int(r["mars"]["record"].split("/")[-1])
         rec = json.loads((audited_pool / AUDIT_DIR / f"q{qid:06d}.json").read_text())
@@ -214,6 +216,8 @@ def test_an_audit_runs_the_stopped_traces_on_counts_apart_and_mars_audit_agrees(
         k: live["pools"][name][k] for k in report.summary()["pools"][name]
     }
     assert report.summary()["methods"] == live["methods"]
+    sampled = audit_paths([record], sampled_only=True).summary()["methods"]["sc-mars-cal"]
+    assert sampled["audits"] == 8
 
 
 def test_the_pick_is_seeded_and_a_client_may_ask_for_an_audit():
