@@ -434,3 +434,19 @@ def test_drift_raises_the_alarm_and_the_refit_on_the_audited_questions_lowers_th
     report = audit_paths([record])
     assert report.summary()["pools"][old]["alarm"] and report.alarm
     assert report.summary()["pools"][old]["disagreements"] == live["pools"][old]["disagreements"]
+
+
+def test_a_streamed_answer_is_audited_and_the_view_is_behind_the_key():
+    """A streamed question is offered to the audit once its last event is sent; ``GET
+    /v1/mars/audit`` answers a caller with the client key only."""
+    with serving(["synthetic"], FAST, api_key="k3y", audit=AuditOptions(rate=1.0)) as running:
+        body = {"prompt": "Question 1: what is it?", "n": 16, "seed": 0, "stream": True}
+        with httpx.stream(
+            "POST", running.url + "/v1/completions", json=body, headers=running.headers()
+        ) as r:
+            lines = [line for line in r.iter_lines() if line]
+        assert lines[-1] == "data: [DONE]"
+        v = audited(running, 1)
+        assert sum(p["audits"] for p in v["pools"].values()) == 1
+        denied = httpx.get(running.url + "/v1/mars/audit")
+        assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
