@@ -498,8 +498,8 @@ def _simulation(report: AuditReport, path: Path, default: float) -> None:
         audited += 1
     if not audited:
         raise MarsError(
-            f"{path}: no method simulated beside its full-budget vote (sc, or dco for DeepConf's "
-            "methods): nothing to audit"
+            f"{path}: no method simulated beside its full-budget vote (its pipeline's "
+            "baseline): nothing to audit"
         )
 
 
