@@ -49,7 +49,7 @@ from ..store.pool import PoolError, QuestionData, open_pool, question_from_table
 from ..store.problems import Problem
 from ..store.userfiles import read_json_object
 from ..store.write import stood_in_of, with_stood_in
-from .records import live_grid, live_settings, read_calibration
+from .records import LIVE_RECORD, live_grid, live_settings, read_calibration
 from .replay import decide, open_live_run
 
 #: where a served pool keeps its audited questions, completed: a pool of whole traces
@@ -362,6 +362,8 @@ def _kind(path: Path) -> str:
         if isinstance(m.get("live"), dict):
             return "served" if m["live"].get("generator") == "mars.serve" else "live"
         return "pool"
+    if (path / LIVE_RECORD).is_file():  # a live run still under way
+        return "live"
     if is_run_dir(path):
         return "simulation"
     if path.is_file() or manifest.parent.is_dir():
@@ -414,6 +416,11 @@ def audit_paths(
                 report, p, methods, n_traces, warmup, spacing, max_tokens, seed,
                 dict(knobs or {}), calibration, target,
             )  # fmt: skip
+    if not report.rows:
+        raise MarsError(
+            f"{', '.join(map(str, paths))}: no audited question (mars serve --audit-rate keeps "
+            f"them in each pool's {AUDITED_DIR}/ folder)"
+        )
     return report
 
 

@@ -235,3 +235,8 @@ def test_mars_audit_refuses_what_it_cannot_read_in_one_line(tmp_path):
     pool = write_layout_pool(tmp_path / "pool", seed=1, n_questions=2)
     res = CliRunner().invoke(cli, ["audit", str(pool)])
     assert res.exit_code == 2 and "name the methods to audit (-m)" in res.output
+    record = tmp_path / "rec"
+    record.mkdir()
+    (record / "serve.json").write_text('{"kind": "mars-serve-record", "version": 1}')
+    res = CliRunner().invoke(cli, ["audit", str(record)])
+    assert res.exit_code == 2 and "no audited question" in res.output
