@@ -403,7 +403,11 @@ def audit(
         "(mars.audit: true), which are no random sample",
     ),
     out: Path | None = typer.Option(
-        None, "--out", "-o", help="also write audit.json and per_question.csv into this folder"
+        None,
+        "--out",
+        "-o",
+        help="also write audit.json (the tallies), audits.csv (every audit, or sample) and "
+        "per_question.csv (each question's rate and bound) into this folder",
     ),
     settings_given: dict | None = None,
 ):
@@ -447,12 +451,15 @@ def _write_audit(report, out: Path) -> None:
 
     make_dirs(out)
     write_json_atomic(out / "audit.json", report.summary())
-    buf = io.StringIO()
-    keys = list(dict.fromkeys(k for r in report.rows for k in r))
-    w = csv.DictWriter(buf, keys, lineterminator="\n")
-    w.writeheader()
-    w.writerows(report.rows)
-    write_atomic(out / "per_question.csv", lambda p: Path(p).write_text(buf.getvalue()))
+    for name, rows in (("audits.csv", report.rows), ("per_question.csv", report.per_question())):
+        buf = io.StringIO()
+        w = csv.DictWriter(
+            buf, list(dict.fromkeys(k for r in rows for k in r)), lineterminator="\n"
+        )
+        w.writeheader()
+        w.writerows(rows)
+        text = buf.getvalue()
+        write_atomic(out / name, lambda p, text=text: Path(p).write_text(text))
 
 
 def _print_audit(report) -> None:

@@ -339,6 +339,21 @@ class AuditReport:
             },
         }
 
+    def per_question(self) -> list[dict]:
+        """Per pool, method and question: its audited units (one per audit; a simulation's
+        samples), disagreements, their rate and its one-sided upper bound."""
+        groups: dict[tuple, list[bool]] = {}
+        for r in self.rows:
+            groups.setdefault((r["pool"], r["method"], r.get("qid")), []).append(r["disagree"])
+        out = []
+        for (pool, method, qid), flags in groups.items():
+            t = Tally(1.0, self.confidence, len(flags), sum(flags))
+            out.append(
+                {"pool": pool, "method": method, "qid": qid, "audits": t.audits,
+                 "disagreements": t.disagreements, "rate": t.rate, "upper": t.upper}
+            )  # fmt: skip
+        return out
+
     @property
     def alarm(self) -> bool:
         return any(e["tally"].alarm for e in self.pools.values()) or any(

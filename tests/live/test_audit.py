@@ -186,7 +186,9 @@ def test_mars_audit_of_a_pool_of_whole_traces_decides_as_a_live_run(backend, tmp
          "--out", str(tmp_path / "audit")],
     )  # fmt: skip
     assert res.exit_code in (0, 1), res.output
-    rows = pd.read_csv(tmp_path / "audit" / "per_question.csv", dtype=str, keep_default_na=False)
+    rows = pd.read_csv(tmp_path / "audit" / "audits.csv", dtype=str, keep_default_na=False)
+    per_q = pd.read_csv(tmp_path / "audit" / "per_question.csv")
+    assert len(per_q) == 2 * len(PROBLEMS) and set(per_q.audits) == {1}
     summary = json.loads((tmp_path / "audit" / "audit.json").read_text())
     for method in ("sc-mars-cal", "sc-mars-cert"):
         mine = rows[rows.method == method].set_index("qid")
