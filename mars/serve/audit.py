@@ -155,8 +155,8 @@ class Auditor:
         picked = self.pick(prep.question.audit)
         if picked is None:
             return
-        self.picked[picked] += 1
         with self._lock:
+            self.picked[picked] += 1
             why = (
                 "shutdown"
                 if self._closed
@@ -173,7 +173,11 @@ class Auditor:
             self._drop(why)
             return
         self.metrics.audits_running.set(len(self._running))
-        fut = self.workers.submit(self._run, key, scope, prep, o, rid, client, picked)
+        try:
+            fut = self.workers.submit(self._run, key, scope, prep, o, rid, client, picked)
+        except RuntimeError:  # the server shut down between the two
+            self._forget(key, "shutdown")
+            return
         fut.add_done_callback(lambda f: self._forget(key, "shutdown") if f.cancelled() else None)
 
     def preempt(self) -> None:
@@ -198,7 +202,8 @@ class Auditor:
             scope.cancel()
 
     def _drop(self, why: str) -> None:
-        self.dropped[why] += 1
+        with self._lock:
+            self.dropped[why] += 1
         self.metrics.audits_dropped.labels(why).inc()
 
     def _forget(self, key: int, why: str | None = None) -> None:
@@ -266,7 +271,10 @@ class Auditor:
                 return
             finally:
                 self._forget(key, why)
-            self._count(prep, o, done, picked, time.perf_counter() - t0)
+            try:
+                self._count(prep, o, done, picked, time.perf_counter() - t0)
+            except Exception as exc:  # a bug: one line and its traceback, the server goes on
+                log.error("an audit could not be counted", exc_info=exc)
 
     def _count(self, prep: Prepared, o: Outcome, done: Completed, picked: str, wall: float) -> None:
         """Count a finished audit, raise the alarm if it must, and record the question."""
