@@ -450,3 +450,17 @@ def test_a_streamed_answer_is_audited_and_the_view_is_behind_the_key():
         assert sum(p["audits"] for p in v["pools"].values()) == 1
         denied = httpx.get(running.url + "/v1/mars/audit")
         assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_the_audit_options_are_checked_in_one_line():
+    from typer.testing import CliRunner
+
+    from mars.cli import app as cli
+
+    for args, said in (
+        (["--audit-rate", "2"], "--audit-rate 2.0: must lie in [0, 1]"),
+        (["--audit-concurrency", "0"], "--audit-concurrency 0: must be at least 1"),
+        (["--audit-target", "0"], "--audit-target 0.0: must lie in (0, 1)"),
+    ):
+        res = CliRunner().invoke(cli, ["serve", "--upstream", "synthetic", *args])
+        assert res.exit_code == 2 and res.output == f"error: {said}\n", res.output
