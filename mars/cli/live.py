@@ -443,8 +443,13 @@ def audit(
         raise typer.Exit(1)
 
 
+def _write_text(path, text: str) -> None:
+    Path(path).write_text(text)
+
+
 def _write_audit(report, out: Path) -> None:
     import csv
+    import functools
     import io
 
     from ..store.atomic import make_dirs, write_atomic, write_json_atomic
@@ -458,8 +463,7 @@ def _write_audit(report, out: Path) -> None:
         )
         w.writeheader()
         w.writerows(rows)
-        text = buf.getvalue()
-        write_atomic(out / name, lambda p, text=text: Path(p).write_text(text))
+        write_atomic(out / name, functools.partial(_write_text, text=buf.getvalue()))
 
 
 def _print_audit(report) -> None:
