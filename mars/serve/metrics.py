@@ -91,6 +91,59 @@ class Metrics:
             "answered questions that could not be recorded (--record: a write that failed)",
             registry=r,
         )
+        # the live audit (mars.serve.audit): its tokens are never in a client's usage
+        self.audits = Counter(
+            f"{PREFIX}_audits",
+            "questions audited (their stopped traces run to their end, the full-budget vote of the "
+            "same traces compared with the answer given), by method and record pool",
+            ["method", "pool"],
+            registry=r,
+        )
+        self.audit_disagreements = Counter(
+            f"{PREFIX}_audit_disagreements",
+            "audited questions whose answer differs from the full-budget vote of the same traces, "
+            "by method and record pool",
+            ["method", "pool"],
+            registry=r,
+        )
+        self.audit_risk_upper = Gauge(
+            f"{PREFIX}_audit_risk_upper",
+            "one-sided Clopper-Pearson upper bound, at --audit-confidence, on the rate at which "
+            'answers differ from the full-budget vote, by method and pool (pool="all": the '
+            "method's pools together)",
+            ["method", "pool"],
+            registry=r,
+        )
+        self.audit_target = Gauge(
+            f"{PREFIX}_audit_target",
+            "the risk the method promises: MARS2's risk_alpha, the certified rule's delta, else "
+            '--audit-target (pool="all": the smallest of its pools)',
+            ["method", "pool"],
+            registry=r,
+        )
+        self.audit_alarm = Gauge(
+            f"{PREFIX}_audit_alarm",
+            "1 while the audit says the promise does not hold: the upper bound above the target "
+            "after having been at or under it, or the lower bound above it",
+            ["method", "pool"],
+            registry=r,
+        )
+        self.audits_dropped = Counter(
+            f"{PREFIX}_audits_dropped",
+            "audits picked but not run to their end, by reason: busy (requests were waiting for a "
+            "slot), full (--audit-concurrency audits running), preempted (cancelled when requests "
+            "had to wait), failed (an upstream error), shutdown",
+            ["reason"],
+            registry=r,
+        )
+        self.audit_tokens = Counter(
+            f"{PREFIX}_audit_tokens",
+            "tokens the audits generated (never in a client's usage), by phase: traces (run on "
+            "from their stop), probes",
+            ["phase"],
+            registry=r,
+        )
+        self.audits_running = Gauge(f"{PREFIX}_audits_running", "audits running", registry=r)
         self.active = Gauge(f"{PREFIX}_active", "requests holding a slot", registry=r)
         self.queued = Gauge(f"{PREFIX}_queued", "requests waiting for a slot", registry=r)
         self.upstream_up = Gauge(

@@ -39,6 +39,7 @@ MARS_KEYS = (
     "return_traces",
     "ground_truth",
     "answer_format",
+    "audit",
 )
 #: which requests are MARS questions (``mars serve --mars-for``): ``n`` — n > 1 or a ``mars``
 #: object; ``object`` — only those with a ``mars`` object (plain n > 1 passes through)
@@ -161,6 +162,9 @@ class Question:
     answer_format: str = "boxed"  # how the traces write their final answer (ANSWER_FORMATS)
     spacing_given: bool = True  # the client chose the spacing (else the server's, fitted)
     answer_pattern: re.Pattern[str] | None = None  # its pattern (None: the last \boxed{})
+    #: the client asked for its answer to be audited (mars.audit: true); the server's seeded
+    #: sample audits others, whatever a client says
+    audit: bool = False
 
     def with_max_tokens(self, max_tokens: int) -> Question:
         """The question with its token cap fixed and its grid fitted to it: a spacing the
@@ -437,6 +441,11 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
             "mars.answer_format",
         )
     regex = defaults.answer_formats[fmt]
+    audit = opts.get("audit", False)
+    if not isinstance(audit, bool):
+        raise BadRequest(
+            f"mars.audit: must be true or false, not {_json_type(audit)}", "mars.audit"
+        )
     truth = opts.get("ground_truth", "")
     if not isinstance(truth, str):
         raise BadRequest("mars.ground_truth: must be a string", "mars.ground_truth")
@@ -469,5 +478,6 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         notes=tuple(notes),
         answer_format=fmt,
         answer_pattern=None if regex is None else answer_pattern(regex, fmt),
+        audit=audit,
     )
     return q if max_tokens is None else q.with_max_tokens(max_tokens)

@@ -66,6 +66,10 @@ class Outcome:
     wall_s: float
     record_error: str | None = None  # why the question could not be recorded
     synthetic: bool = False  # answered by the synthetic upstream (made-up traces)
+    #: the manifest block of its record pool, and the pool's name (with --record; the audit
+    #: finds them where they are not)
+    params: dict | None = None
+    pool: str | None = None
 
 
 def prepare(upstreams: Upstreams, q: Question) -> Prepared:
@@ -95,13 +99,13 @@ def prepare(upstreams: Upstreams, q: Question) -> Prepared:
     q = q.with_max_tokens(max_tokens)
     try:
         be = upstreams.backend(text, ids, max_tokens, q.temperature, q.top_p)
-        be.check_context(_problem(upstreams, q, text))
+        be.check_context(problem_of(upstreams, q, text))
     except MarsError as exc:
         raise BadRequest(str(exc), "max_tokens") from None
     return Prepared(q, text, ids)
 
 
-def _problem(upstreams: Upstreams, q: Question, text: str) -> Problem:
+def problem_of(upstreams: Upstreams, q: Question, text: str) -> Problem:
     """The question as the live loop takes it: its id from the prompt (the same prompt and seed
     give the same traces), its ground truth the client's (the synthetic engine's own where it
     gives none; else unknown, empty)."""
@@ -173,7 +177,7 @@ def run_question(
     be = upstreams.backend(
         prep.text, prep.prompt_ids, q.max_tokens, q.temperature, q.top_p, q.answer_pattern
     )
-    problem = _problem(upstreams, q, prep.text)
+    problem = problem_of(upstreams, q, prep.text)
 
     def watch(c: Checkpoint) -> None:
         if emit is not None:
@@ -204,7 +208,8 @@ def run_question(
     out.synthetic = upstreams.synthetic is not None
     if recorder is not None:
         assert run.table is not None
-        params = _pool_params(be, q)
+        params = out.params = pool_params(be, q)
+        out.pool = Recorder.pool_name(params)
         summary = {**run.summary(), "seed": q.seed, "served": q.settings()}
         row = {
             "ground_truth": problem.answer or None,  # None: not known (no grading)
@@ -221,7 +226,7 @@ def run_question(
     return out
 
 
-def _pool_params(be, q: Question) -> dict:
+def pool_params(be, q: Question) -> dict:
     """The manifest block of the record pool a question goes to (`mars replay` reads it)."""
     return {
         "generator": "mars.serve",

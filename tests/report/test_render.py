@@ -39,7 +39,8 @@ STEMS = [
 
 def test_figures_without_pool(tree):
     _, out, rep = tree
-    assert [f.stem for f in rep.figures] == STEMS  # no trade-off: no sweep here
+    # no trade-off: no sweep here; promised against realised risk: the certified rule beside SC
+    assert [f.stem for f in rep.figures] == [*STEMS, "fig-promise"]
     for f in rep.figures:
         for ext in ("png", "pdf"):
             p = out / "figures" / f"{f.stem}.{ext}"
@@ -52,7 +53,7 @@ def test_figures_without_pool(tree):
 
 def test_every_figure_is_produced(simulated):
     _, out, rep = simulated
-    assert [f.stem for f in rep.figures] == [*STEMS, "fig-tradeoff"]
+    assert [f.stem for f in rep.figures] == [*STEMS, "fig-tradeoff", "fig-promise"]
     for f in rep.figures:
         assert not any("skipped" in n or "warning" in n for n in f.notes), (f.stem, f.notes)
         for ext in ("png", "csv"):

@@ -220,6 +220,56 @@ def test_chat_and_completions_stop_early_leave_the_server_idle_and_replay(upstre
     assert res.returncode == 0 and "2/2 questions replay exactly" in res.stdout
 
 
+def test_an_audit_runs_the_stopped_traces_on_upstream_and_leaves_nothing_running(
+    upstream, tmp_path
+):
+    """--audit-rate 1: once the client has its answer, the question's stopped traces are taken
+    back from their token ids and run on at the server to their end (each the very prefix it was
+    stopped at, then more); the full-budget vote is compared with the answer, counted apart from
+    the client's usage, and the completed question is kept beside its pool, which `mars audit`
+    reads into the live counts. The server is idle afterwards."""
+    from mars.live.audit import AUDITED_DIR, audit_paths
+    from mars.serve.audit import AuditOptions
+    from mars.store.pool import open_pool
+
+    record = tmp_path / "rec"
+    with serving([upstream.url], SMALL, record=str(record), audit=AuditOptions(rate=1.0)) as run:
+        chat = client(run).chat.completions.create(
+            model=run.state.model, messages=question(), n=6, seed=upstream.seed
+        )
+        m = chat.model_extra["mars"]
+        assert m["traces_stopped"] > 0, m
+        deadline = time.monotonic() + 300
+        while not (v := httpx.get(run.url + "/v1/mars/audit").json())["pools"]:
+            assert not v["dropped"] and time.monotonic() < deadline, v
+            time.sleep(0.2)
+        assert idle(upstream, within=1.0)  # the audit left no request running upstream
+        ((name, pool),) = v["pools"].items()
+        assert pool["audits"] == 1 and v["tokens"]["traces"] > 0
+        assert run.metric("audit_tokens", phase="traces") == v["tokens"]["traces"]
+        t = m["tokens"]
+        assert chat.usage.completion_tokens == t["main"] + t["warmup"] + t["probes_generated"]
+    qid = int(m["record"].split("/")[-1])
+    served = {r["trace_idx"]: r for r in _rows(record / name, qid)}
+    full = {r["trace_idx"]: r for r in _rows(record / name / AUDITED_DIR, qid)}
+    assert open_pool(record / name / AUDITED_DIR).qids == [qid]
+    for trace in m["stopped_traces"]:
+        was, now = served[trace], full[trace]
+        assert list(now["token_ids"][: was["length"]]) == list(was["token_ids"])
+        assert now["length"] > was["length"] and (now["finished"] or now["length"] == 96)
+    live = audit_paths([record]).summary()["pools"][name]
+    assert {k: live[k] for k in ("audits", "disagreements", "upper")} == {
+        k: pool[k] for k in ("audits", "disagreements", "upper")
+    }
+
+
+def _rows(pool, qid: int) -> list[dict]:
+    from mars.store import schema
+    from mars.store.pool import read_trace_table
+
+    return read_trace_table(pool / schema.trace_file_name(qid)).to_pylist()
+
+
 def test_streaming_reports_each_checkpoint(upstream, served):
     running, _ = served
     chunks = list(

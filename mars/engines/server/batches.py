@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...store.problems import Problem
-from ..base import ProbeResult
+from ..base import ProbeResult, StoredTrace
 from ..tokens import (
     TokenTraceBatch,
     window_conf,
@@ -50,6 +50,22 @@ class ServerTraceBatch(TokenTraceBatch):
         """Which trace each request of traces ``js`` belongs to: (seed, qid, trace index), what
         its generation and probe seeds are drawn from (a router keeps a trace on one replica)."""
         return [(self.seed, self.problem.qid, self._trace(j)) for j in js]
+
+    def resume(self, j: int, trace: StoredTrace) -> None:
+        """A trace is token ids on our side and each request carries its own seed: taken back
+        from its stored ids and confidences, it goes on with the very requests it would have
+        sent had it never been stopped."""
+        j = int(j)
+        if self._ids[j] or self._stopped[j]:
+            raise ValueError("resume() of a trace that has advanced")
+        ids, confs = trace.token_ids, trace.confs
+        if ids is None or confs is None or len(ids) != trace.length or len(confs) != trace.length:
+            raise ServerError(
+                f"question {self.problem.qid}, trace {self._trace(j)}: a stopped trace is "
+                "continued from its token ids and confidences, and its record lacks them"
+            )
+        self._ids[j] = [int(x) for x in ids]
+        self._confs[j] = [float(x) for x in np.asarray(confs, np.float64)]
 
     def advance(self, target: int) -> None:
         target = min(int(target), self.backend.max_tokens)

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 from scipy import signal, special
 
+from ...errors import MarsError
 from ...store.problems import Problem
-from ..base import ProbeResult, TraceBatch, TraceResult
+from ..base import ProbeResult, StoredTrace, TraceBatch, TraceResult
 from .latent import MAXSEG, UNIQ, dataset_key, mix, question_latent, unif, uniforms, wrong_answer
 
 _BLOCK = 64  # tokens per confidence block
@@ -146,6 +147,20 @@ class SyntheticTraceBatch(TraceBatch):
 
     def stop(self, idx) -> None:
         self._stopped[np.asarray(idx, dtype=np.int64)] = True
+
+    def resume(self, j: int, trace: StoredTrace) -> None:
+        """A synthetic trace is a function of (preset, seed, question, trace): taking it back is
+        moving its cursor to where it was stopped (a stored trace longer than the one rebuilt is
+        refused: another preset or seed)."""
+        j, n = int(j), int(trace.length)
+        if self._pos[j] or self._stopped[j]:
+            raise ValueError("resume() of a trace that has advanced")
+        if n > self._Lfin[j]:
+            raise MarsError(
+                f"question {self.problem.qid}, trace {self.first_trace + j}: the stopped trace "
+                f"({n} tokens) is longer than the one seed {self.seed} gives ({self._Lfin[j]})"
+            )
+        self._pos[j] = n
 
     def probe(self, idx) -> list[ProbeResult]:
         idx = np.asarray(idx, dtype=np.int64)

@@ -10,9 +10,9 @@ vote, from the same run or one that drew the same samples.
 from __future__ import annotations
 
 import pandas as pd
-from scipy.stats import beta
 
-from ...method.registry import CALIBRATED_MARS, MARS_CERTIFIED, METHODS
+from ...method.audit import clopper_pearson_upper, risk_target
+from ...method.registry import CALIBRATED_MARS, MARS_CERTIFIED, METHODS, RISK
 from ...method.settings import SPECS, same_sampling
 from ..collect import Results, Run
 from ..names import family_baseline, method_label
@@ -57,14 +57,32 @@ def reference_run(results: Results, run: Run, method: str) -> Run | None:
     return None
 
 
-def clopper_pearson_upper(k: int, n: int, level: float = 0.95) -> float:
-    """One-sided upper confidence bound at ``level`` on a rate of ``k`` events in ``n`` trials
-    (exact, Clopper–Pearson); NaN with no trial."""
-    if n == 0:
-        return float("nan")
-    if k >= n:
-        return 1.0
-    return float(beta.ppf(level, k + 1, n - k))
+__all__ = [
+    "AUDIT_COLUMNS",
+    "PROMISE_COLUMNS",
+    "audit_frame",
+    "audit_methods",
+    "certified",
+    "clopper_pearson_upper",
+    "promise_frame",
+    "promised",
+    "reference_run",
+    "risk_audit",
+    "verdict",
+]
+
+
+def _differ(results: Results, run: Run, method: str) -> tuple[Run, pd.Series, pd.Series] | None:
+    """(the reference run, whether each run's stopped answer differs from the full-budget vote
+    of its sample, its question) of a method, None without a reference."""
+    ref = reference_run(results, run, method)
+    if ref is None:
+        return None
+    base = family_baseline(method)
+    a = run.per_iteration(method)[["qid", "iteration", "answer"]]
+    b = ref.per_iteration(base)[["qid", "iteration", "answer"]]
+    j = a.merge(b, on=["qid", "iteration"], suffixes=("", "_full"), validate="one_to_one")
+    return ref, j["answer"] != j["answer_full"], j["qid"]
 
 
 def risk_audit(results: Results) -> pd.DataFrame:
@@ -73,16 +91,13 @@ def risk_audit(results: Results) -> pd.DataFrame:
     recs = []
     for run in results.runs:
         for method in [m for m in audit_methods() if m in run.overall]:
-            ref = reference_run(results, run, method)
-            if ref is None:
+            found = _differ(results, run, method)
+            if found is None:
                 continue
+            ref, differ, qid = found
             base = family_baseline(method)
-            a = run.per_iteration(method)[["qid", "iteration", "answer"]]
-            b = ref.per_iteration(base)[["qid", "iteration", "answer"]]
-            j = a.merge(b, on=["qid", "iteration"], suffixes=("", "_full"), validate="one_to_one")
-            differ = j["answer"] != j["answer_full"]
-            per_q = differ.groupby(j["qid"]).mean()
-            n, k = len(j), int(differ.sum())
+            per_q = differ.groupby(qid).mean()
+            n, k = len(differ), int(differ.sum())
             delta = run.settings(method).get("delta", SPECS["delta"].default)
             recs.append(
                 {
@@ -140,3 +155,56 @@ def audit_frame(results: Results, reads: Reads | None = None) -> pd.DataFrame:
     return pd.concat(
         [df, pd.DataFrame(shown, columns=["block", "label", "label_tex", "verdict"])], axis=1
     )
+
+
+#: what :func:`promise_frame` holds: a method's promised risk against the rate it realised
+PROMISE_COLUMNS = [
+    "model",
+    "dataset",
+    "setting",
+    "method",
+    "reference",
+    "promise",
+    "promised_pct",
+    "runs",
+    "differ",
+    "rate_pct",
+    "rate_upper95_pct",
+]
+
+
+def promised(method: str) -> bool:
+    """The method states the risk it takes: MARS2's α, the certified rule's δ."""
+    m = METHODS.get(method)
+    return m is not None and m.rule in (RISK, MARS_CERTIFIED)
+
+
+def promise_frame(results: Results) -> pd.DataFrame:
+    """Per (run, method that states its risk) with its full-budget vote on the same samples:
+    the risk it promises (its own setting, :func:`mars.method.audit.risk_target`) and the rate
+    at which its stopped answer differed from that vote, with the one-sided 95 % bound."""
+    recs = []
+    for run in results.runs:
+        for method in [m for m in run.overall if promised(m)]:
+            found = _differ(results, run, method)
+            if found is None:
+                continue
+            _, differ, _ = found
+            target, source = risk_target(METHODS[method], run.settings(method))
+            n, k = len(differ), int(differ.sum())
+            recs.append(
+                {
+                    "model": run.model,
+                    "dataset": run.dataset,
+                    "setting": run.setting,
+                    "method": method,
+                    "reference": family_baseline(method),
+                    "promise": source,
+                    "promised_pct": 100.0 * target,
+                    "runs": n,
+                    "differ": k,
+                    "rate_pct": 100.0 * k / n if n else float("nan"),
+                    "rate_upper95_pct": 100.0 * clopper_pearson_upper(k, n),
+                }
+            )
+    return pd.DataFrame(recs, columns=PROMISE_COLUMNS)

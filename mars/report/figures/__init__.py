@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 from pathlib import Path
 
 from ..collect import Results
+from .audit import fig_promise
 from .base import FORMATS, FigureOut
 from .comparison import fig_frontier, fig_latency
 from .examples import fig_example, fig_pp_failure
@@ -31,6 +32,7 @@ __all__ = [
     "fig_frontier",
     "fig_latency",
     "fig_pp_failure",
+    "fig_promise",
     "fig_savings",
     "fig_tradeoff",
     "fig_two_axis",
@@ -38,7 +40,9 @@ __all__ = [
 
 
 def all_figures(results: Results, out_dir: Path, formats=FORMATS) -> list[FigureOut]:
-    """Every figure of the report, in its order (the trade-off only where a pool has a curve)."""
+    """Every figure of the report, in its order (the trade-off only where a pool has a curve,
+    promised against realised risk only where a method states its risk beside its full-budget
+    vote)."""
     figures = [
         make(results, out_dir, formats)
         for make in (
@@ -51,5 +55,5 @@ def all_figures(results: Results, out_dir: Path, formats=FORMATS) -> list[Figure
             fig_two_axis,
         )
     ]
-    tradeoff = fig_tradeoff(results, out_dir, formats)
-    return figures if tradeoff is None else [*figures, tradeoff]
+    optional = (fig_tradeoff(results, out_dir, formats), fig_promise(results, out_dir, formats))
+    return [*figures, *(f for f in optional if f is not None)]
