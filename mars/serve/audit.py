@@ -51,7 +51,7 @@ from ..live.audit import (
 )
 from ..method.audit import CONFIDENCE, DEFAULT_TARGET, Tally, risk_target
 from ..store import schema
-from ..store.atomic import make_dirs, write_json_atomic
+from ..store.atomic import folder_lock, make_dirs, write_json_atomic
 from ..store.pool import PoolError
 from ..store.pool.checks import check_qids
 from ..store.userfiles import read_json_object
@@ -463,8 +463,10 @@ class _AuditedPool:
             "qid",
             pc.cast(pa.array([qid] * table.num_rows), pa.int64()),
         )
-        with self.lock:
-            rows = [r for r in self.rows if r["qid"] != qid] + [row]
+        # the record's cross-process lock (several proxies on one folder): the rows as they are
+        # on disk now, not as this process last wrote them
+        with self.lock, folder_lock(self.path.parents[1]):
+            rows = [r for r in self._on_disk() if r["qid"] != qid] + [row]
             written: list[Path] = []
             try:
                 self.writer.write_question(qid, table)
@@ -479,6 +481,14 @@ class _AuditedPool:
                         p.unlink()
                 raise
             self.rows = rows
+
+    def _on_disk(self) -> list[dict]:
+        qfile = self.path / schema.POOL_QUESTIONS
+        if not qfile.exists():
+            return []
+        rows = pq.read_table(qfile).to_pylist()
+        check_qids([r["qid"] for r in rows], str(qfile))
+        return rows
 
     def _manifest(self, rows: list[dict]) -> dict:
         skip = ("settings", "method", "warmup", "compare_full", "generator")
