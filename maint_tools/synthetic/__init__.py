@@ -2,10 +2,10 @@
 
 Maintainer tooling, not part of the runtime: no pipeline stage imports it. It lives in the package
 (rather than a loose script) because its statistics are tested and it rewrites the bundled presets
-in ``mars/data/presets`` and the generated section of ``docs/synthetic.md``::
+in ``mars/data/presets`` and ``research/synthetic/results/calibration.md``::
 
     python -m maint_tools.synthetic --real ../shared/data/parallel-probe-qwen3-8b/aime24.json \\
-        --out docs [--fit]
+        [--fit]
 
 Modules: :mod:`.views` (traces of a question on a probe grid, from real JSON, a pool or a
 backend), :mod:`.stats` (running share, agreement curves, switches, SC accuracy, stopping

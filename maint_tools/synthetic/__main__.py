@@ -46,7 +46,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--real", required=True, help="Parallel-Probe aime24.json (real Qwen3-8B probe traces)"
     )
-    ap.add_argument("--out", default="docs", help="docs folder (synthetic.md, figures/)")
+    ap.add_argument(
+        "--out",
+        default="research/synthetic/results",
+        help="results folder (calibration.md, figures/)",
+    )
     ap.add_argument(
         "--fit",
         nargs="?",
@@ -215,7 +219,7 @@ def main(argv=None) -> int:
         "",
         *preset_table(),
     ]
-    write_doc(out / "synthetic.md", "\n".join(lines))
+    write_doc(out / "calibration.md", "\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -1,4 +1,4 @@
-"""The calibration figures and the generated section of ``docs/synthetic.md``."""
+"""The calibration figures and the generated ``research/synthetic/results/calibration.md``."""
 
 from __future__ import annotations
 
