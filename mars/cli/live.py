@@ -31,6 +31,7 @@ from .common import (
 @with_settings(LIVE_KEYS)
 @with_engine_options("solve")
 def solve(
+    ctx: typer.Context,
     out: Path = typer.Option(
         ..., "--out", "-o", help="output directory (a pool + live/ records; resumable)"
     ),
@@ -53,7 +54,7 @@ def solve(
     calibration: Path | None = typer.Option(
         None,
         help="a `mars calibrate` file: MARS2 reads it instead of a warmup per question, "
-        "which then costs nothing and delays nothing",
+        "which then costs nothing and delays nothing; probes on its grid unless --spacing is given",
     ),
     backend: str = typer.Option("synthetic", help=BACKEND_HELP),
     preset: str | None = typer.Option(None, help=PRESET_HELP),
@@ -77,7 +78,9 @@ def solve(
     spacing, seed = opts.pop("spacing"), opts.pop("seed")
     with user_errors():
         qids = parse_question_spec(questions)
-        cal, warmup, method = _calibrated(calibration, warmup, method)
+        cal, warmup, method, spacing = _calibrated(ctx, calibration, warmup, method, spacing)
+        if cal is not None:  # a --spacing of another grid than the calibration's
+            cal.check_for({"spacing": spacing}, "--spacing")
         check_apart(
             out,
             [
@@ -111,19 +114,31 @@ def solve(
     stood_in_note(out)
 
 
-def _calibrated(calibration: Path | None, warmup: int | None, method: str | None):
-    """(the calibration, the warmup, the method) of `solve` and `serve`: with a calibration, no
-    warmup and MARS2 launched in turns by default; without one, the paper's defaults."""
+def _calibrated(
+    ctx: typer.Context,
+    calibration: Path | None,
+    warmup: int | None,
+    method: str | None,
+    spacing: int,
+):
+    """(the calibration, the warmup, the method, the spacing) of `solve` and `serve`: with a
+    calibration, no warmup, MARS2 launched in turns and, unless --spacing is given, the grid the
+    calibration was fitted on (a calibration refit on served traffic serves as it came); without
+    one, the paper's defaults."""
     cal = None
     if calibration is not None:
         from ..method.learned import Calibration
 
         cal = Calibration.load(calibration)
+        source = ctx.get_parameter_source("spacing")
+        fitted = {int(f["spacing"]) for f in cal.fitted_on if f.get("spacing") is not None}
+        if (source is None or source.name == "DEFAULT") and len(fitted) == 1:
+            spacing = fitted.pop()
     if warmup is None:
         warmup = 0 if cal is not None else SPECS["warmup"].default
     if method is None:
         method = CALIBRATED_METHOD if cal is not None else DEFAULT_METHOD
-    return cal, warmup, method
+    return cal, warmup, method, spacing
 
 
 def _print_live(rows: list) -> None:
@@ -145,6 +160,7 @@ def _print_live(rows: list) -> None:
 @with_settings(LIVE_KEYS)
 @with_engine_options("serve")
 def serve(
+    ctx: typer.Context,
     upstream: list[str] = typer.Option(
         ...,
         "--upstream",
@@ -177,7 +193,7 @@ def serve(
     calibration: Path | None = typer.Option(
         None,
         help="a `mars calibrate` file: MARS2 reads it instead of a warmup per question (no "
-        "warmup generated, none waited for)",
+        "warmup generated, none waited for); probes on its grid unless --spacing is given",
     ),
     max_traces: int = typer.Option(
         1024, help="traces a request may start at most: its n and its warmup"
@@ -266,7 +282,7 @@ def serve(
         from ..serve.requests import Defaults
         from ..serve.upstreams import Upstreams
 
-        cal, warmup, method = _calibrated(calibration, warmup, method)
+        cal, warmup, method, spacing = _calibrated(ctx, calibration, warmup, method, spacing)
         from ..method.answers import ANSWER_FORMATS
 
         formats = dict(ANSWER_FORMATS)

@@ -404,3 +404,28 @@ def test_a_launch_at_a_time_live_replays_exactly(tmp_path, backend, problems, ca
         assert unlaunched.all() or not unlaunched.any()
         if unlaunched.all():
             assert live["stopped_by"] != "budget"
+
+
+def test_a_calibration_serves_on_its_own_grid_unless_spacing_is_given(tmp_path):
+    """`mars solve --calibration` without --spacing probes on the grid the calibration was fitted
+    on (a refit on served traffic serves as that traffic came); a --spacing of another grid is
+    refused in one line, before any work."""
+    import dataclasses
+
+    from typer.testing import CliRunner
+    from util import write_layout_pool
+
+    from mars.cli import app
+    from mars.fit.calibrate import calibrate_pools
+
+    c = calibrate_pools([write_layout_pool(tmp_path / "fit", seed=2, n_questions=3)])
+    c = dataclasses.replace(c, fitted_on=[{**f, "spacing": 1024} for f in c.fitted_on])
+    cal = c.save(tmp_path / "cal.json")
+    common = ["solve", "--problems", "aime_2025", "--questions", "0", "--traces", "8"]
+    common += ["--max-tokens", "8192", "--calibration", str(cal), "-q"]
+    res = CliRunner().invoke(app, [*common, "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    assert open_pool(tmp_path / "run").manifest["spacing"] == 1024
+    res = CliRunner().invoke(app, [*common, "--spacing", "2048", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "probed every 2048 tokens" in res.output and not (tmp_path / "o").exists()
