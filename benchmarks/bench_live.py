@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars.engines.synthetic import SyntheticBackend
-from mars.live import solve
+from mars.live import plan_for, solve
 from mars.store.problems import load_problems
 from mars.store.problems import parse_question_spec as parse_qids
 
@@ -64,11 +64,9 @@ def overhead(a) -> dict:
         run = solve(
             be,
             problem,
-            a.overhead_method,
-            n_traces=n,
-            warmup=a.warmup,
-            seed=a.seed,
-            spacing=a.spacing,
+            plan_for(
+                be, a.overhead_method, n_traces=n, warmup=a.warmup, seed=a.seed, spacing=a.spacing
+            ),
         )
         out[n] = {
             "checkpoints": run.checkpoints,
@@ -118,15 +116,11 @@ def per_checkpoint(a) -> dict:
     try:
         problem = load_problems(a.problems)[a.overhead_question]
         t0 = time.perf_counter()
-        run = solve(
-            SyntheticBackend(a.preset),
-            problem,
-            a.overhead_method,
-            n_traces=1024,
-            warmup=a.warmup,
-            seed=a.seed,
-            spacing=a.spacing,
+        be = SyntheticBackend(a.preset)
+        plan = plan_for(
+            be, a.overhead_method, n_traces=1024, warmup=a.warmup, seed=a.seed, spacing=a.spacing
         )
+        run = solve(be, problem, plan)
         total = time.perf_counter() - t0
     finally:
         live._Controller.__call__ = call
@@ -236,11 +230,9 @@ def main(argv=None) -> int:
         run = solve(
             be,
             by_qid[q],
-            a.method,
-            n_traces=a.traces,
-            warmup=a.warmup,
-            seed=a.seed,
-            spacing=a.spacing,
+            plan_for(
+                be, a.method, n_traces=a.traces, warmup=a.warmup, seed=a.seed, spacing=a.spacing
+            ),
             compare_full=True,
         )
         runs.append(run)

@@ -339,7 +339,7 @@ def median_run(runs: list[dict]) -> dict:
 
 def live(engine: str, be, url: str | None, n: int, kind: str) -> dict:
     """``solve`` with ``compare_full``; the server's generated tokens in each phase."""
-    from mars.live import solve
+    from mars.live import plan_for, solve
     from mars.store.problems import Problem
 
     problem = Problem(qid=0, dataset="bench", **LIVE_QUESTION)
@@ -360,9 +360,20 @@ def live(engine: str, be, url: str | None, n: int, kind: str) -> dict:
     be.start = starting
     try:
         rec = solve(
-            be, problem, "sc-consensus", n_traces=n, warmup=2, seed=0, spacing=16,
-            max_tokens=128, compare_full=True, consensus=0.5,
-        )  # fmt: skip
+            be,
+            problem,
+            plan_for(
+                be,
+                "sc-consensus",
+                n_traces=n,
+                warmup=2,
+                seed=0,
+                spacing=16,
+                max_tokens=128,
+                consensus=0.5,
+            ),
+            compare_full=True,
+        )
     finally:
         del be.start
     snapshot("end")

@@ -12,7 +12,7 @@ from util import write_layout_pool
 from mars.engines.synthetic import SyntheticBackend
 from mars.fit.driver import fit_pool
 from mars.generate import generate_pool, probe_pool
-from mars.live import solve_pool
+from mars.live import plan_for, solve_pool
 from mars.method.registry import parse_methods
 from mars.method.settings import Settings
 from mars.progress import Bar
@@ -34,7 +34,7 @@ class Recorder:
 
 def _solve(be, out, **kw):
     """A small live run: sc-mars, 4 traces + 2 warmup per question of AIME 2025."""
-    return solve_pool(be, "aime_2025", out, "sc-mars", n_traces=4, warmup=2, **kw)
+    return solve_pool(be, "aime_2025", out, plan_for(be, "sc-mars", n_traces=4, warmup=2), **kw)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -72,6 +72,7 @@ def solve(
     """Answer questions live: stop the parallel traces the moment the method fires."""
     from ..engines.factory import make_backend
     from ..live.loop import solve_pool
+    from ..live.plan import plan_for
     from ..store.atomic import check_apart
 
     opts = dict(engine_options or {})
@@ -91,23 +92,27 @@ def solve(
             ],
         )
         be = make_backend(backend, model=model, preset=preset, **opts)
+        plan = plan_for(
+            be,
+            method,
+            n_traces=traces,
+            warmup=warmup,
+            seed=seed,
+            spacing=spacing,
+            max_tokens=opts["max_tokens"],
+            calibration=cal,
+            **(settings_given or {}),
+        )
         with resumable_bar(f"solve ({method})", quiet, out) as progress:
             rows = solve_pool(
                 be,
                 problems,
                 out,
-                method,
-                n_traces=traces,
-                warmup=warmup,
-                seed=seed,
-                spacing=spacing,
-                max_tokens=opts["max_tokens"],
+                plan,
                 questions=qids,
                 compare_full=compare_full,
                 progress=progress,
                 detail=progress.detail,
-                calibration=cal,
-                **(settings_given or {}),
             )
     if not quiet:
         _print_live(rows)

@@ -3,6 +3,8 @@ stopping rule fires.
 
 * :mod:`.stepper` — :class:`~mars.live.stepper.Stopper`, one method deciding on one question
   checkpoint by checkpoint, fed by any generation loop (``mars.Stopper``);
+* :mod:`.plan` — :class:`~mars.live.plan.LivePlan`, how one question is solved, built and checked
+  once where a run starts (:func:`plan_for`) and taken whole by the loop and the writers;
 * :mod:`.loop` — the decision loop on an engine (:func:`solve`) and many questions into a run
   directory (:func:`solve_pool`);
 * :mod:`.warmup` — a question's warmup traces, kept on disk until the question ends;
@@ -16,6 +18,7 @@ stopping rule fires.
 from ..method.registry import live_method
 from .audit import audit_paths, complete_question
 from .loop import Checkpoint, LiveRun, solve, solve_pool
+from .plan import LivePlan, plan_for
 from .records import live_grid, live_settings
 from .replay import LiveRunDir, decide, open_live_run, replay_run
 from .stepper import MAX_CHECKPOINTS
@@ -23,6 +26,7 @@ from .stepper import MAX_CHECKPOINTS
 __all__ = [
     "MAX_CHECKPOINTS",
     "Checkpoint",
+    "LivePlan",
     "LiveRun",
     "LiveRunDir",
     "audit_paths",
@@ -32,6 +36,7 @@ __all__ = [
     "live_method",
     "live_settings",
     "open_live_run",
+    "plan_for",
     "replay_run",
     "solve",
     "solve_pool",

@@ -49,6 +49,7 @@ from ..store.pool import PoolError, QuestionData, open_pool, question_from_table
 from ..store.problems import Problem
 from ..store.userfiles import read_json_object
 from ..store.write import stood_in_of, with_stood_in
+from .plan import LivePlan
 from .records import LIVE_RECORD, live_grid, live_settings, read_calibration
 from .replay import decide, open_live_run
 
@@ -129,24 +130,18 @@ def complete_question(
     backend: Backend,
     problem: Problem,
     table: pa.Table,
+    plan: LivePlan,
     *,
-    method: Method,
-    n_traces: int,
-    warmup: int,
     stopped: Sequence[int],
     launched: int | None,
-    seed: int,
-    spacing: int,
-    max_tokens: int,
-    knobs: dict,
 ) -> Completed:
     """Run a live question's stopped traces to their end (and the traces a staged method never
     launched from their start), probed at every checkpoint after their stop, and take the
-    full-budget vote of its N main traces. ``table``: the question's records as the live run
-    wrote them (:attr:`mars.live.LiveRun.table`). A cancelled scope
+    full-budget vote of its N main traces. ``table``: the question's records as the live run of
+    ``plan`` wrote them (:attr:`mars.live.LiveRun.table`). A cancelled scope
     (:mod:`mars.engines.cancel`) ends it with :class:`~mars.engines.cancel.Cancelled`."""
-    settings = live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)
-    grid = live_grid(spacing, max_tokens)
+    method, n_traces, warmup, seed = plan.method, plan.traces, plan.warmup, plan.seed
+    max_tokens, settings, grid = plan.max_tokens, plan.settings, plan.grid
     rows = {int(r["trace_idx"]): r for r in table.to_pylist()}
     main = range(warmup, warmup + n_traces)
     if sorted(rows) != list(range(warmup + n_traces)):

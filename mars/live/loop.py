@@ -61,27 +61,20 @@ import pyarrow as pa
 from ..engines.base import Backend, TraceBatch, TraceResult
 from ..engines.generate import (
     TraceRecord,
-    backend_info,
     question_rows,
     records_to_table,
     run_batch,
-    token_cap,
     warn_without_final_answers,
 )
-from ..errors import UsageError
 from ..method.answers import is_correct
 from ..method.arrays import RunningConfidence, checkpoint_answers, checkpoint_confidences
 from ..method.learned import Calibration
 from ..method.registry import (
-    DEFAULT_METHOD,
     Method,
-    check_calibrated,
     get_method,
-    live_method,
 )
 from ..method.settings import Settings
 from ..progress import Detail, Progress, counted, prefixed
-from ..store import schema
 from ..store.atomic import folder_lock, make_dirs, output_dir, write_json_atomic
 from ..store.pool import (
     QuestionData,
@@ -89,6 +82,7 @@ from ..store.pool import (
 )
 from ..store.problems import Problem, problem_digest, problems_digest, select_problems
 from ..store.write import PoolDirWriter, stood_in_of, with_stood_in
+from .plan import LivePlan, pool_manifest
 from .records import (
     CALIBRATION_FILE,
     LIVE_DIR,
@@ -96,9 +90,7 @@ from .records import (
     SUMMARY_FIELDS,
     SUMMARY_FILE,
     check_made_for,
-    live_grid,
     live_path,
-    live_settings,
     read_records,
     warmup_path,
 )
@@ -349,24 +341,15 @@ def _probe_cost(records: Iterable[TraceRecord]) -> tuple[int | None, int]:
 def solve(
     backend: Backend,
     problem: Problem,
-    method: str | Method = DEFAULT_METHOD,
+    plan: LivePlan,
     *,
-    n_traces: int = 64,
-    warmup: int = 16,
-    seed: int = 0,
-    spacing: int = schema.CHECKPOINT_SPACING,
-    max_tokens: int | None = None,
     compare_full: bool = False,
     warmup_file: str | Path | None = None,
     detail: Detail | None = None,
     watch: Watch | None = None,
-    calibration: Calibration | None = None,
-    **knobs,
 ) -> LiveRun:
-    """Answer ``problem`` live with ``method`` (see the module docstring);
-    the records are in ``.table``.
-
-    ``calibration`` (``mars calibrate``): MARS2 reads it instead of a warmup, which must be 0.
+    """Answer ``problem`` live as ``plan`` says (:class:`mars.live.plan.LivePlan`, from
+    :func:`mars.live.plan_for`; see the module docstring); the records are in ``.table``.
 
     ``warmup_file``: where the finished warmup traces are kept until the question ends, so that
     an interrupted question resumes after its warmup (read back if it exists, checked against the
@@ -374,17 +357,13 @@ def solve(
     ``detail`` hears the phase (warmup, main, run to completion) and the checkpoint reached
     (:mod:`mars.progress`); ``watch`` each decision on the main traces (:class:`Checkpoint`). A
     cancelled scope (:mod:`mars.engines.cancel`) ends the run with
-    :class:`~mars.engines.cancel.Cancelled`, the engine's batches closed.
-
-    ``knobs`` are :class:`mars.simulate.Settings` fields (gamma, ucb_z, gamma_min, delta, pp_conv,
-    pp_warmup, pp_patience, consensus, window). ``compare_full`` also runs the same N traces to
-    completion and reports its tokens, wall time and answer in ``.full``.
+    :class:`~mars.engines.cancel.Cancelled`, the engine's batches closed. ``compare_full`` also
+    runs the same N traces to completion and reports its tokens, wall time and answer in
+    ``.full``.
     """
-    m = live_method(method)
-    max_tokens = token_cap(backend, max_tokens)
-    settings = live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)
-    grid = live_grid(spacing, max_tokens)
-    check_live_calibration(calibration, m, warmup)
+    m, n_traces, warmup, seed = plan.method, plan.traces, plan.warmup, plan.seed
+    spacing, max_tokens, settings, grid = plan.spacing, plan.max_tokens, plan.settings, plan.grid
+    calibration = plan.calibration
 
     made_by = warmup_inputs(backend, problem, warmup, seed, spacing, max_tokens)
     warm_table, warm_wall = warmup_traces(backend, problem, made_by, warmup_file, detail)
@@ -464,18 +443,7 @@ def solve(
     )
     if compare_full:
         run.full = _run_full(
-            backend,
-            problem,
-            m,
-            n_traces,
-            seed,
-            warmup,
-            spacing,
-            max_tokens,
-            warm_table,
-            settings,
-            grid,
-            prefixed(detail, f"q{problem.qid} to completion: "),
+            backend, problem, plan, warm_table, prefixed(detail, f"q{problem.qid} to completion: ")
         )
     return run
 
@@ -522,42 +490,27 @@ def _run_launches(
     return [r if r is not None else TraceRecord(unlaunched) for r in records], launched
 
 
-def check_live_calibration(calibration: Calibration | None, method: Method, warmup: int) -> None:
-    """A calibration replaces the warmup and serves MARS2 under self-consistency (one line)."""
-    if calibration is None:
-        return
-    if warmup:
-        raise UsageError(f"--warmup {warmup}: a calibration replaces the warmup (give --warmup 0)")
-    check_calibrated(method)
-
-
 def _run_full(
-    backend,
-    problem,
-    method,
-    n_traces,
-    seed,
-    first_trace,
-    spacing,
-    max_tokens,
-    warm_table,
-    settings,
-    grid,
+    backend: Backend,
+    problem: Problem,
+    plan: LivePlan,
+    warm_table: pa.Table,
     detail: Detail | None = None,
 ) -> dict:
     """The same N traces, every one to its end: tokens, wall time and the answer of the
     full-budget vote ``method`` is measured against
     (:attr:`~mars.method.registry.Method.baseline`)."""
+    first_trace, spacing, max_tokens = plan.warmup, plan.spacing, plan.max_tokens
     t0 = time.perf_counter()
-    batch = backend.start(problem, n_traces, seed, first_trace=first_trace)
+    batch = backend.start(problem, plan.traces, plan.seed, first_trace=first_trace)
     try:
         records = run_batch(batch, spacing, max_tokens=max_tokens, detail=detail)
     finally:
         batch.close()
     wall = time.perf_counter() - t0
     q = _question(problem, [warm_table, records_to_table(problem.qid, first_trace, records)])
-    full = get_method(method.baseline)
-    res, arr = decide(q, full, settings, grid, first_trace, np.zeros(q.n_traces, bool))
+    full = get_method(plan.method.baseline)
+    res, arr = decide(q, full, plan.settings, plan.grid, first_trace, np.zeros(q.n_traces, bool))
     a = int(res.answer[0])
     return {
         "tokens": int(sum(r.result.length for r in records)),
@@ -575,55 +528,36 @@ def solve_pool(
     backend: Backend,
     problems: Sequence[Problem] | str | Path,
     out: str | Path,
-    method: str = DEFAULT_METHOD,
+    plan: LivePlan,
     *,
-    n_traces: int = 64,
-    warmup: int = 16,
-    seed: int = 0,
-    spacing: int = schema.CHECKPOINT_SPACING,
-    max_tokens: int | None = None,
     questions: Iterable[int] | None = None,
     compare_full: bool = False,
     progress: Progress | None = None,
     on_question: Callable[[LiveRun], None] | None = None,
     detail: Detail | None = None,
-    calibration: Calibration | None = None,
-    **knobs,
 ) -> list[dict]:
-    """:func:`solve` every requested question into the pool directory ``out``;
-    one summary per question. A ``calibration`` is kept in ``out`` (:data:`CALIBRATION_FILE`,
-    its digest in the run's parameters), so the run replays from its folder alone.
+    """:func:`solve` every requested question into the pool directory ``out`` as ``plan`` says;
+    one summary per question. A calibration is kept in ``out`` (:data:`CALIBRATION_FILE`, its
+    digest in the run's parameters), so the run replays from its folder alone.
 
     Resumable: a question is done once its ``live/qNNNNNN.json`` exists (written after its trace
     file); re-running the same command skips it. Other parameters into the same directory are
     refused.
     """
     by_qid, qids = select_problems(problems, questions)
-    m = live_method(method)
-    max_tokens = token_cap(backend, max_tokens)
-    live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)  # before touching ``out``
-    check_live_calibration(calibration, m, warmup)
+    warmup, n_traces, calibration = plan.warmup, plan.traces, plan.calibration
     sel = [by_qid[q] for q in qids]
     for p in sel:
         backend.check_context(p)
     datasets = sorted({p.dataset for p in sel})
-    params = {
-        "generator": "mars.live",
-        **backend_info(backend),
-        "method": m.name,
-        "seed": int(seed),
-        "n_traces": int(n_traces),
-        "warmup": int(warmup),
-        "spacing": int(spacing),
-        "max_tokens": int(max_tokens),
-        "settings": dict(sorted(knobs.items())),
-        "compare_full": bool(compare_full),
-        "dataset": datasets[0] if len(datasets) == 1 else datasets,
-        "qids": qids,
-        "problems_digest": problems_digest(sel),
-    }
-    if calibration is not None:  # only then: the parameters of earlier runs stay as they were
-        params["calibration"] = calibration.digest
+    params = plan.params(
+        "mars.live",
+        backend,
+        datasets[0] if len(datasets) == 1 else datasets,
+        compare_full,
+        qids=qids,
+        problems_digest=problems_digest(sel),
+    )
     out = Path(out)
     writer = PoolDirWriter(
         out,
@@ -656,17 +590,10 @@ def solve_pool(
                 run = solve(
                     backend,
                     by_qid[qid],
-                    m,
-                    n_traces=n_traces,
-                    warmup=warmup,
-                    seed=seed,
-                    spacing=spacing,
-                    max_tokens=max_tokens,
+                    plan,
                     compare_full=compare_full,
                     warmup_file=warmup_path(out, qid),
                     detail=detail,
-                    calibration=calibration,
-                    **knobs,
                 )
                 assert run.table is not None
                 writer.write_question(qid, run.table)
@@ -676,16 +603,8 @@ def solve_pool(
                     on_question(run)
             summaries = read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)
             write_csv(out / SUMMARY_FILE, summaries)
-            manifest = {
-                **{
-                    k: v
-                    for k, v in params.items()
-                    if k not in ("settings", "method", "warmup", "compare_full")
-                },
-                "n_traces": int(warmup + n_traces),
-                "live": params,
-            }
-            writer.finish(question_rows(by_qid, qids, params.get("model", ""), backend), manifest)
+            rows = question_rows(by_qid, qids, params.get("model", ""), backend)
+            writer.finish(rows, pool_manifest(params))
         else:
             _remove_litter(out, qids)
         return read_records(out, qids, warmup, n_traces, SUMMARY_FIELDS)

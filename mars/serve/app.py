@@ -331,7 +331,7 @@ class MarsServer:
     def _respond(self, prep: Prepared, rid: str, o: Outcome) -> dict:
         q = prep.question
         url = None if o.record is None else f"/v1/mars/records/{o.record.pool}/{o.record.qid}"
-        mars = mars_object(o, q, url)
+        mars = mars_object(o, prep, url)
         log.info(
             "answered %s with %s: %s after %s traces, stopped by %s at %s tokens; %s tokens paid, "
             "%.1f s",

@@ -59,7 +59,7 @@ from ..store.write import PoolDirWriter
 from . import logs
 from .metrics import Metrics
 from .record import DATASET, Recorder
-from .solve import Outcome, Prepared, pool_params, problem_of
+from .solve import Outcome, Prepared, pool_params
 from .upstreams import Upstreams
 
 log = logging.getLogger("mars.serve")
@@ -227,34 +227,23 @@ class Auditor:
         client: str,
         picked: str,
     ) -> None:
-        q, run = prep.question, o.run
+        run = o.run
         why: str | None = None
         with logs.serving(rid, client):
             t0 = time.perf_counter()
             try:
-                assert run.table is not None and q.max_tokens is not None
-                be = self.upstreams.backend(
-                    prep.text, prep.prompt_ids, q.max_tokens, q.temperature, q.top_p,
-                    q.answer_pattern,
-                )  # fmt: skip
-                problem = problem_of(self.upstreams, q, prep.text)
+                assert run.table is not None
                 if o.params is None:  # not recorded: the pool it counts in, all the same
-                    o.params = pool_params(be, q)
+                    o.params = pool_params(prep)
                     o.pool = Recorder.pool_name(o.params)
                 with cancel.scope(scope):
                     done = complete_question(
-                        be,
-                        problem,
+                        prep.backend,
+                        prep.problem,
                         run.table,
-                        method=q.method,
-                        n_traces=run.n_traces,
-                        warmup=run.warmup,
+                        prep.plan,
                         stopped=run.stopped_traces,
                         launched=run.launched,
-                        seed=q.seed,
-                        spacing=q.spacing,
-                        max_tokens=q.max_tokens,
-                        knobs=q.knobs,
                     )
             except cancel.Cancelled:
                 with self._lock:
@@ -278,10 +267,10 @@ class Auditor:
 
     def _count(self, prep: Prepared, o: Outcome, done: Completed, picked: str, wall: float) -> None:
         """Count a finished audit, raise the alarm if it must, and record the question."""
-        q, run = prep.question, o.run
+        plan, run = prep.plan, o.run
         assert o.pool is not None and o.params is not None
-        target, source = risk_target(q.method, q.knobs, self.options.target)
-        cal = None if q.calibration is None else q.calibration.digest
+        target, source = risk_target(plan.method, plan.knobs, self.options.target)
+        cal = None if plan.calibration is None else plan.calibration.digest
         with self._lock:
             self._seq += 1
             rec = audit_record(

@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import MarsError
+from ..live.plan import pool_manifest
 from ..live.records import CALIBRATION_FILE
 from ..method.learned import Calibration
 from ..store import schema
@@ -173,16 +174,7 @@ class _Pool:
         return PoolDirWriter(folder, self.params, record=".serve.json", what="served record")
 
     def _manifest(self, rows: list[dict]) -> dict:
-        return {
-            **{
-                k: v
-                for k, v in self.params.items()
-                if k not in ("settings", "method", "warmup", "compare_full")
-            },
-            "n_traces": int(self.params["warmup"] + self.params["n_traces"]),
-            "qids": [r["qid"] for r in rows],
-            "live": self.params,
-        }
+        return pool_manifest(self.params, qids=[r["qid"] for r in rows])
 
     def _roll_back(self, written: list[Path], rows: list[dict]) -> None:
         """Put the pool back as it was before a question whose writing failed (``rows``: the

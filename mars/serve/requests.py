@@ -20,12 +20,13 @@ from typing import Any
 
 from ..engines.endpoint import printable, shown
 from ..errors import MarsError, UsageError
-from ..live import live_grid, live_settings
+from ..live import live_settings
+from ..live.plan import LivePlan
 from ..live.stepper import MAX_CHECKPOINTS
 from ..method.answers import ANSWER_FORMATS
 from ..method.learned import Calibration
 from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_method
-from ..method.settings import LIVE_KEYS, SPECS
+from ..method.settings import LIVE_KEYS, MAX_SEED, SPECS, Settings
 from ..store.schema import CHECKPOINT_SPACING
 
 #: The routes a question can come by, and the OpenAI object each answers with.
@@ -67,8 +68,6 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
 MAX_DEPTH = 64
 #: The fewest checkpoints a question's grid has when the server picks its spacing.
 MIN_CHECKPOINTS = 4
-#: The largest seed a request may give (the engines derive 31-bit seeds from it).
-MAX_SEED = 2**63 - 1
 
 
 class BadRequest(MarsError):
@@ -146,6 +145,8 @@ class Question:
     spacing: int
     max_tokens: int | None  # None: the server's default
     knobs: dict
+    #: the walk's settings of the method, the sizes, the seed and the spacing, checked once
+    settings: Settings
     seed: int
     seeded: bool  # the client gave the seed
     temperature: float | None
@@ -191,19 +192,21 @@ class Question:
                 f"checkpoints, more than {MAX_CHECKPOINTS:,} (raise mars.spacing)",
                 "mars.spacing",
             )
-        live_grid(spacing, max_tokens)  # the live loop's own check, now passed
-        return replace(self, max_tokens=int(max_tokens), spacing=spacing, notes=notes)
+        return replace(
+            self,
+            max_tokens=int(max_tokens),
+            spacing=spacing,
+            settings=self.settings.replace(spacing=spacing),
+            notes=notes,
+        )
 
-    def settings(self) -> dict:
-        """What decides (recorded with the pool): method, sizes, grid, knobs."""
-        return {
-            "method": self.method.name,
-            "traces": self.traces,
-            "warmup": self.warmup,
-            "spacing": self.spacing,
-            "max_tokens": self.max_tokens,
-            "knobs": dict(sorted(self.knobs.items())),
-        }
+    def plan(self) -> LivePlan:
+        """How the question is solved, once its token cap is fixed (:meth:`with_max_tokens`):
+        what was checked as the request was read, with its grid."""
+        assert self.max_tokens is not None
+        return LivePlan.capped(
+            self.method, self.settings, self.knobs, self.max_tokens, self.calibration
+        )
 
 
 def read_body(raw: bytes) -> dict:
@@ -402,9 +405,9 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
     seeded = seed is not None
     seed = defaults.seed if seed is None else _whole(seed, "seed")
     if seed > MAX_SEED:
-        raise BadRequest(f"seed {seed}: must be below 2^63", "seed")
-    try:
-        live_settings(traces, warmup, 0, spacing, None, knobs)  # the grid: fit_grid
+        raise BadRequest(f"seed {seed}: must be below 2^32", "seed")
+    try:  # the grid is checked once the token cap is known (Question.with_max_tokens)
+        settings = live_settings(traces, warmup, seed, spacing, None, knobs)
     except MarsError as exc:
         raise BadRequest(str(exc), "mars") from None
     temperature = body.get("temperature", defaults.temperature)
@@ -463,6 +466,7 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
         spacing_given=spacing_given,
         max_tokens=max_tokens,
         knobs=knobs,
+        settings=settings,
         seed=seed,
         seeded=seeded,
         temperature=temperature,

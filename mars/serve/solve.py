@@ -24,10 +24,11 @@ import numpy as np
 import pyarrow as pa
 
 from ..engines import cancel
+from ..engines.base import Backend
 from ..engines.endpoint import shown
-from ..engines.generate import backend_info, token_cap
+from ..engines.generate import token_cap
 from ..errors import MarsError, first_line
-from ..live import Checkpoint, LiveRun, solve
+from ..live import Checkpoint, LivePlan, LiveRun, solve
 from ..store.problems import Problem
 from .notes import SYNTHETIC_NOTE
 from .record import DATASET, Recorded, Recorder
@@ -42,11 +43,16 @@ Emit = Callable[[dict], None]
 
 @dataclass(frozen=True)
 class Prepared:
-    """A question ready to run: the prompt as the model continues it and its token ids."""
+    """A question ready to run: the prompt as the model continues it and its token ids, how it
+    is solved (its plan, its token cap fitted to the model's context), the question's view of the
+    upstreams and the problem the live loop takes."""
 
     question: Question
     text: str
     prompt_ids: list[int] | None
+    plan: LivePlan
+    backend: Backend
+    problem: Problem
 
 
 @dataclass
@@ -97,12 +103,14 @@ def prepare(upstreams: Upstreams, q: Question) -> Prepared:
         if max_tokens is None:
             max_tokens = token_cap(upstreams.synthetic or upstreams.primary, None)
     q = q.with_max_tokens(max_tokens)
+    plan = q.plan()
+    problem = problem_of(upstreams, q, text)
     try:
-        be = upstreams.backend(text, ids, max_tokens, q.temperature, q.top_p)
-        be.check_context(problem_of(upstreams, q, text))
+        be = upstreams.backend(text, ids, max_tokens, q.temperature, q.top_p, q.answer_pattern)
+        be.check_context(problem)
     except MarsError as exc:
         raise BadRequest(str(exc), "max_tokens") from None
-    return Prepared(q, text, ids)
+    return Prepared(q, text, ids, plan, be, problem)
 
 
 def problem_of(upstreams: Upstreams, q: Question, text: str) -> Problem:
@@ -172,16 +180,11 @@ def run_question(
 ) -> Outcome:
     """Solve the question (in the calling thread; ``scope`` cancels it), record it, and read
     what the client gets."""
-    q = prep.question
-    assert q.max_tokens is not None
-    be = upstreams.backend(
-        prep.text, prep.prompt_ids, q.max_tokens, q.temperature, q.top_p, q.answer_pattern
-    )
-    problem = problem_of(upstreams, q, prep.text)
+    q, plan, be, problem = prep.question, prep.plan, prep.backend, prep.problem
 
     def watch(c: Checkpoint) -> None:
         if emit is not None:
-            emit(progress_of(c, q.traces))
+            emit(progress_of(c, plan.traces))
 
     def detail(text: str) -> None:
         if emit is not None and "warmup" in text:
@@ -189,28 +192,15 @@ def run_question(
 
     t0 = time.perf_counter()
     with cancel.scope(scope):
-        run = solve(
-            be,
-            problem,
-            q.method,
-            n_traces=q.traces,
-            warmup=q.warmup,
-            seed=q.seed,
-            spacing=q.spacing,
-            max_tokens=q.max_tokens,
-            detail=detail,
-            watch=watch,
-            calibration=q.calibration,
-            **q.knobs,
-        )
+        run = solve(be, problem, plan, detail=detail, watch=watch)
     wall = time.perf_counter() - t0
-    out = _outcome(run, q, len(prep.prompt_ids or ()), wall)
+    out = _outcome(run, q, plan, len(prep.prompt_ids or ()), wall)
     out.synthetic = upstreams.synthetic is not None
     if recorder is not None:
         assert run.table is not None
-        params = out.params = pool_params(be, q)
+        params = out.params = pool_params(prep)
         out.pool = Recorder.pool_name(params)
-        summary = {**run.summary(), "seed": q.seed, "served": q.settings()}
+        summary = {**run.summary(), "seed": plan.seed, "served": served(plan)}
         row = {
             "ground_truth": problem.answer or None,  # None: not known (no grading)
             "question": prep.text,
@@ -219,29 +209,32 @@ def run_question(
             "prompt_ids": prep.prompt_ids,
         }
         try:  # a side effect: the client gets its answer whether or not it is recorded
-            out.record = recorder.add(params, run.table, summary, row, q.calibration)
+            out.record = recorder.add(params, run.table, summary, row, plan.calibration)
         except (OSError, MarsError, pa.ArrowException) as exc:
             out.record_error = first_line(exc)
             log.error("a question was answered but not recorded: %s", shown(out.record_error, 300))
     return out
 
 
-def pool_params(be, q: Question) -> dict:
-    """The manifest block of the record pool a question goes to (`mars replay` reads it)."""
+def pool_params(prep: Prepared) -> dict:
+    """The manifest block of the record pool a question goes to (`mars replay` reads it): its
+    plan's, and the answer format where it is not the default."""
+    fmt = prep.question.answer_format
     return {
-        "generator": "mars.serve",
-        **backend_info(be),
-        "method": q.method.name,
-        "seed": int(q.seed),
-        "n_traces": int(q.traces),
-        "warmup": int(q.warmup),
-        "spacing": int(q.spacing),
-        "max_tokens": int(q.max_tokens or 0),
-        "settings": dict(sorted(q.knobs.items())),
-        "compare_full": False,
-        "dataset": DATASET,
-        **({"calibration": q.calibration.digest} if q.calibration is not None else {}),
-        **({"answer_format": q.answer_format} if q.answer_format != "boxed" else {}),
+        **prep.plan.params("mars.serve", prep.backend, DATASET),
+        **({"answer_format": fmt} if fmt != "boxed" else {}),
+    }
+
+
+def served(plan: LivePlan) -> dict:
+    """What decided a served question, in its live record: method, sizes, grid, knobs."""
+    return {
+        "method": plan.method.name,
+        "traces": plan.traces,
+        "warmup": plan.warmup,
+        "spacing": plan.spacing,
+        "max_tokens": plan.max_tokens,
+        "knobs": dict(plan.knobs),
     }
 
 
@@ -262,7 +255,7 @@ def _boxed(raw: str | None, answer: str) -> str:
     return f"\\boxed{{{answer}}}"
 
 
-def _outcome(run: LiveRun, q: Question, prompt_tokens: int, wall: float) -> Outcome:
+def _outcome(run: LiveRun, q: Question, plan: LivePlan, prompt_tokens: int, wall: float) -> Outcome:
     assert run.table is not None
     rows = run.table.select(
         ["trace_idx", "final_answer", "finished", "length", "text", "probes"]
@@ -305,11 +298,10 @@ def _outcome(run: LiveRun, q: Question, prompt_tokens: int, wall: float) -> Outc
         if all(a is not None and b is not None for a, b in costs)
         else None
     )
-    assert q.max_tokens is not None
     # a trace a staged method never launched counts as one stopped before its first token
     launched = run.warmup + (run.launched if run.launched is not None else run.n_traces)
     unlaunched = {int(r["trace_idx"]) for r in main if r["trace_idx"] >= launched}
-    budget = full_budget(main, stopped | unlaunched, q.max_tokens)
+    budget = full_budget(main, stopped | unlaunched, plan.max_tokens)
     traces = None
     if q.return_traces:
         traces = [
@@ -381,9 +373,9 @@ BASIS = {
 }
 
 
-def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
+def mars_object(o: Outcome, prep: Prepared, record_url: str | None) -> dict:
     """The response's ``mars`` object: how the answer was reached and what it cost."""
-    r = o.run
+    r, q, plan = o.run, prep.question, prep.plan
     paid = paid_tokens(o)
     full = o.budget["tokens"]
     return {
@@ -416,13 +408,13 @@ def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
             "paid": _share(full - paid, full),
         },
         "gamma": r.gamma,
-        "seed": q.seed,
-        "spacing": q.spacing,
-        "max_tokens": q.max_tokens,
+        "seed": plan.seed,
+        "spacing": plan.spacing,
+        "max_tokens": plan.max_tokens,
         "replay_ok": r.replay_ok,
         "wall_s": round(o.wall_s, 4),
         "record": record_url,
-        "calibration": None if q.calibration is None else q.calibration.digest,
+        "calibration": None if plan.calibration is None else plan.calibration.digest,
         "answer_format": q.answer_format,
         "answered": r.answer is not None,
         "notes": list(q.notes)

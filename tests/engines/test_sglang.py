@@ -432,18 +432,21 @@ def test_cli_without_sglang_is_a_clean_error(tmp_path, monkeypatch):
 def test_solve_live_stops_the_engine_and_replays():
     """`mars solve`'s path on the SGLang adapter: the rule fires at the first checkpoint,
     no request follows."""
-    from mars.live import solve
+    from mars.live import plan_for, solve
 
     be = make_backend()
     run = solve(
         be,
         PROBLEM,
-        "sc-consensus",
-        n_traces=SESSION["n_traces"],
-        warmup=0,
-        seed=SESSION["seed"],
-        spacing=SESSION["spacing"],
-        consensus=0.5,
+        plan_for(
+            be,
+            "sc-consensus",
+            n_traces=SESSION["n_traces"],
+            warmup=0,
+            seed=SESSION["seed"],
+            spacing=SESSION["spacing"],
+            consensus=0.5,
+        ),
     )
     assert len(be.engine.calls) == 2  # generate to 8, probe at 8, then nothing
     assert (run.stopped_by, run.stop_position, run.tokens, run.answer) == ("consensus", 8, 24, "5")
@@ -457,14 +460,18 @@ def test_solve_live_stops_the_engine_and_replays():
         > 0
     )
 
+    be = make_backend()
     full = solve(
-        make_backend(),
+        be,
         PROBLEM,
-        "sc",
-        n_traces=SESSION["n_traces"],
-        warmup=0,
-        seed=SESSION["seed"],
-        spacing=SESSION["spacing"],
+        plan_for(
+            be,
+            "sc",
+            n_traces=SESSION["n_traces"],
+            warmup=0,
+            seed=SESSION["seed"],
+            spacing=SESSION["spacing"],
+        ),
     )
     assert (full.stopped_by, full.tokens, full.answer) == (
         "budget",

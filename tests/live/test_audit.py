@@ -20,7 +20,7 @@ from mars.engines.base import StoredTrace
 from mars.engines.generate import run_batch
 from mars.errors import MarsError
 from mars.generate import generate_pool
-from mars.live import solve, solve_pool
+from mars.live import plan_for, solve, solve_pool
 from mars.live.audit import audit_paths, complete_question
 from mars.method.audit import (
     ALARM,
@@ -95,13 +95,12 @@ def test_stopped_traces_run_on_are_the_traces_the_full_budget_runs(backend, meth
     knobs = {"wave_size": 4} if method == "sc-mars2-launch" else {}  # launches of 4 traces
     continued = unlaunched = 0
     for p in PROBLEMS:
-        run = solve(backend, p, method, n_traces=12, warmup=warmup, seed=3, spacing=2048,
-                    max_tokens=16384, compare_full=True, **knobs)  # fmt: skip
+        plan = plan_for(backend, method, n_traces=12, warmup=warmup, seed=3, spacing=2048,
+                        max_tokens=16384, **knobs)  # fmt: skip
+        run = solve(backend, p, plan, compare_full=True)
         done = complete_question(
-            backend, p, run.table, method=live_method(method), n_traces=12, warmup=warmup,
-            stopped=run.stopped_traces, launched=run.launched, seed=3, spacing=2048,
-            max_tokens=16384, knobs=knobs,
-        )  # fmt: skip
+            backend, p, run.table, plan, stopped=run.stopped_traces, launched=run.launched
+        )
         unlaunched += 12 - (run.launched or 12)
         main = done.table.filter(np.asarray(done.table["trace_idx"].to_numpy() >= warmup))
         assert int(main["length"].to_numpy().sum()) == run.full["tokens"]
@@ -128,14 +127,11 @@ def test_a_server_continues_a_stopped_trace_from_its_token_ids_request_for_reque
 
     server = fake.FakeServer(kind)
     be = backend(server, max_tokens=64)
-    run = solve(be, Q, "sc-consensus", n_traces=6, warmup=0, seed=0, spacing=8, consensus=0.3)
+    plan = plan_for(be, "sc-consensus", n_traces=6, warmup=0, seed=0, spacing=8, consensus=0.3)
+    run = solve(be, Q, plan)
     assert run.stopped_traces
     n_before = len(completions(server))
-    done = complete_question(
-        be, Q, run.table, method=live_method("sc-consensus"), n_traces=6, warmup=0,
-        stopped=run.stopped_traces, launched=None, seed=0, spacing=8, max_tokens=64,
-        knobs={"consensus": 0.3},
-    )  # fmt: skip
+    done = complete_question(be, Q, run.table, plan, stopped=run.stopped_traces, launched=None)
     asked = completions(server)[n_before:]
     assert asked and done.tokens > 0
     whole = run_batch(be.start(Q, 6, 0, 0), 8, max_tokens=64)
@@ -161,16 +157,29 @@ def test_mars_audit_reads_a_compare_full_live_run(backend, tmp_path):
     method's own target (MARS2: α); one without --compare-full has nothing to audit."""
     out = tmp_path / "live"
     rows = solve_pool(
-        backend, PROBLEMS, out, "sc-mars-cert", n_traces=12, warmup=4, seed=1, spacing=2048,
-        max_tokens=16384, compare_full=True, progress=False,
-    )  # fmt: skip
+        backend,
+        PROBLEMS,
+        out,
+        plan_for(
+            backend, "sc-mars-cert", n_traces=12, warmup=4, seed=1, spacing=2048, max_tokens=16384
+        ),
+        compare_full=True,
+        progress=False,
+    )
     report = audit_paths([out])
     s = report.summary()["methods"]["sc-mars-cert"]
     differ = sum(r["answer"] != r["full"]["answer"] for r in rows)
     assert (s["audits"], s["disagreements"], s["target"]) == (len(PROBLEMS), differ, 0.05)
     plain = tmp_path / "plain"
-    solve_pool(backend, PROBLEMS[:1], plain, "sc-mars-cert", n_traces=12, warmup=4, seed=1,
-               spacing=2048, max_tokens=16384, progress=False)  # fmt: skip
+    solve_pool(
+        backend,
+        PROBLEMS[:1],
+        plain,
+        plan_for(
+            backend, "sc-mars-cert", n_traces=12, warmup=4, seed=1, spacing=2048, max_tokens=16384
+        ),
+        progress=False,
+    )
     res = CliRunner().invoke(cli, ["audit", str(plain)])
     assert res.exit_code == 2 and "--compare-full" in res.output and res.output.count("\n") == 1
 
@@ -193,8 +202,14 @@ def test_mars_audit_of_a_pool_of_whole_traces_decides_as_a_live_run(backend, tmp
     for method in ("sc-mars-cal", "sc-mars-cert"):
         mine = rows[rows.method == method].set_index("qid")
         for p in PROBLEMS:
-            run = solve(backend, p, method, n_traces=12, warmup=4, seed=2, spacing=2048,
-                        max_tokens=16384, compare_full=True)  # fmt: skip
+            run = solve(
+                backend,
+                p,
+                plan_for(
+                    backend, method, n_traces=12, warmup=4, seed=2, spacing=2048, max_tokens=16384
+                ),
+                compare_full=True,
+            )
             row = mine.loc[str(p.qid)]
             assert (row.answer or None, row.full_answer or None) == (
                 run.answer,

@@ -23,7 +23,7 @@ from live.common import (
     _assert_same_run,
     _StopsAfterWarmup,
 )
-from mars.live import live_grid, live_method, replay_run, solve, solve_pool
+from mars.live import live_grid, live_method, plan_for, replay_run, solve, solve_pool
 from mars.method.answers import group_answers_online
 from mars.simulate.driver import SimulationError
 from mars.store import schema
@@ -37,10 +37,7 @@ def mars_run(tmp_path_factory, backend, problems):
         backend,
         problems,
         out,
-        "sc-mars-cal",
-        n_traces=48,
-        warmup=16,
-        seed=3,
+        plan_for(backend, "sc-mars-cal", n_traces=48, warmup=16, seed=3),
         questions=QIDS,
         compare_full=True,
     )
@@ -64,10 +61,7 @@ def test_replay_of_live_records_is_exact(tmp_path, backend, problems, method):
         backend,
         problems,
         out,
-        method,
-        n_traces=32,
-        warmup=16,
-        seed=1,
+        plan_for(backend, method, n_traces=32, warmup=16, seed=1),
         questions=QIDS[:5],
     )
     again = replay_run(out)
@@ -159,10 +153,7 @@ def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, pro
             backend,
             problems,
             out,
-            "sc-mars-cal",
-            n_traces=48,
-            warmup=16,
-            seed=3,
+            plan_for(backend, "sc-mars-cal", n_traces=48, warmup=16, seed=3),
             questions=QIDS,
             compare_full=True,
             on_question=boom,
@@ -175,20 +166,14 @@ def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, pro
             backend,
             problems,
             out,
-            "sc-mars",
-            n_traces=48,
-            warmup=16,
-            seed=3,
+            plan_for(backend, "sc-mars", n_traces=48, warmup=16, seed=3),
             questions=QIDS,
         )
     solve_pool(
         backend,
         problems,
         out,
-        "sc-mars-cal",
-        n_traces=48,
-        warmup=16,
-        seed=3,
+        plan_for(backend, "sc-mars-cal", n_traces=48, warmup=16, seed=3),
         questions=QIDS,
         compare_full=True,
     )
@@ -199,21 +184,22 @@ def test_an_interrupted_question_resumes_after_its_warmup(tmp_path, backend, pro
     ref_out, _ = mars_run
     out, qids = tmp_path / "run", QIDS[:3]
     engine = _StopsAfterWarmup(backend, qid=qids[1])
-    kw = {"n_traces": 48, "warmup": 16, "seed": 3, "questions": qids, "compare_full": True}
+    plan = plan_for(engine, "sc-mars-cal", n_traces=48, warmup=16, seed=3)
+    kw = {"questions": qids, "compare_full": True}
     with pytest.raises(KeyboardInterrupt):
-        solve_pool(engine, problems, out, "sc-mars-cal", **kw)
+        solve_pool(engine, problems, out, plan, **kw)
     kept = out / "live" / f"q{qids[1]:06d}.warmup.parquet"
     assert engine.warmups == qids[:2] and kept.exists()
     assert not (out / "live" / f"q{qids[0]:06d}.warmup.parquet").exists()  # its question ended
     engine.warmups.clear()
-    solve_pool(engine, problems, out, "sc-mars-cal", **kw)
+    solve_pool(engine, problems, out, plan, **kw)
     assert engine.warmups == qids[2:] and not list((out / "live").glob("*.parquet"))
     _assert_same_run(out, ref_out, qids)  # identical to the uninterrupted run
 
 
 def test_other_seed_other_run(backend, problems):
-    a = solve(backend, problems[2], "sc-mars-cal", n_traces=24, warmup=8, seed=0)
-    b = solve(backend, problems[2], "sc-mars-cal", n_traces=24, warmup=8, seed=1)
+    a = solve(backend, problems[2], plan_for(backend, "sc-mars-cal", n_traces=24, warmup=8, seed=0))
+    b = solve(backend, problems[2], plan_for(backend, "sc-mars-cal", n_traces=24, warmup=8, seed=1))
     assert not a.table.equals(b.table)
 
 
@@ -380,13 +366,16 @@ def test_a_launch_at_a_time_live_replays_exactly(tmp_path, backend, problems, ca
         backend,
         problems,
         out,
-        "sc-mars2-launch",
-        n_traces=32,
-        warmup=warmup,
-        seed=1,
+        plan_for(
+            backend,
+            "sc-mars2-launch",
+            n_traces=32,
+            warmup=warmup,
+            seed=1,
+            calibration=cal,
+            wave_size=8,
+        ),
         questions=QIDS[:4],
-        calibration=cal,
-        wave_size=8,
     )
     assert all(r["match"] for r in replay_run(out))
     pool = open_pool(out)

@@ -24,14 +24,21 @@ from live.common import (
 )
 from mars.cli import app
 from mars.errors import UsageError
-from mars.live import MAX_CHECKPOINTS, live_grid, live_settings, replay_run, solve_pool
+from mars.live import (
+    MAX_CHECKPOINTS,
+    live_grid,
+    live_settings,
+    plan_for,
+    replay_run,
+    solve_pool,
+)
 from mars.method.settings import LIVE_KEYS
 from mars.store import schema
 from mars.store.atomic import LOCK_NAME, folder_lock
 
 # -- damaged records and manifests (issue 19, item 11) -------------------------------------------
 
-SMALL = {"n_traces": 8, "warmup": 4, "seed": 2, "questions": [0, 1], "progress": False}
+SMALL = {"n_traces": 8, "warmup": 4, "seed": 2}
 SMALL_CLI = ["--problems", "aime_2025", "--questions", "0,1", "--traces", "8", "--warmup", "4"]
 SMALL_CLI += ["--seed", "2", "-q"]
 
@@ -39,7 +46,7 @@ SMALL_CLI += ["--seed", "2", "-q"]
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory, backend, problems):
     out = tmp_path_factory.mktemp("small") / "run"
-    solve_pool(backend, problems, out, "sc-mars-cal", **SMALL)
+    solve_pool(backend, problems, out, plan_for(backend, "sc-mars-cal", **SMALL), questions=[0, 1])
     return out
 
 
@@ -201,14 +208,14 @@ def test_replay_refuses_a_damaged_run_in_one_line(tmp_path, small_run, case):
 
 def test_replay_of_an_unfinished_run_reads_its_finished_questions(tmp_path, backend, problems):
     """An interrupted run: replay says so and how to finish, and replays what is done."""
-    out, kw = tmp_path / "run", {**SMALL, "questions": [0, 1, 2]}
+    out, plan = tmp_path / "run", plan_for(backend, "sc-mars-cal", **SMALL)
 
     def stop_after_two(run):
         if run.qid == 1:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        solve_pool(backend, problems, out, "sc-mars-cal", on_question=stop_after_two, **kw)
+        solve_pool(backend, problems, out, plan, questions=[0, 1, 2], on_question=stop_after_two)
     runner = CliRunner()
     res = runner.invoke(app, ["replay", str(out)])
     assert res.exit_code == 0, res.output
@@ -220,7 +227,7 @@ def test_replay_of_an_unfinished_run_reads_its_finished_questions(tmp_path, back
     res = runner.invoke(app, ["replay", str(out)])
     assert res.exit_code == 1 and "question 1: live" in res.output
     _edit_json(out / "live" / "q000001.json", lambda r: r.update(tokens=r["tokens"] - 1))
-    solve_pool(backend, problems, out, "sc-mars-cal", **kw)
+    solve_pool(backend, problems, out, plan, questions=[0, 1, 2])
     res = runner.invoke(app, ["replay", str(out)])
     assert res.exit_code == 0 and "unfinished" not in res.output
     assert "3/3 questions replay exactly" in res.output
@@ -322,9 +329,7 @@ def test_live_grid_is_bounded_before_anything_is_allocated(tmp_path, backend, pr
     with pytest.raises(UsageError, match="checkpoints, more than"):
         live_grid(2048, 2048 * (MAX_CHECKPOINTS + 1))
     with pytest.raises(UsageError, match="checkpoints, more than"):
-        solve_pool(
-            backend, problems, tmp_path / "o", "sc-mars-cal", **{**SMALL, "max_tokens": 10**15}
-        )
+        plan_for(backend, "sc-mars-cal", **SMALL, max_tokens=10**15)
     assert not (tmp_path / "o").exists()
 
 

@@ -19,7 +19,7 @@ from live.common import (
     _assert_same_run,
     _StopsAfterWarmup,
 )
-from mars.live import replay_run, solve, solve_pool
+from mars.live import plan_for, replay_run, solve, solve_pool
 from mars.store import schema
 from mars.store.pool import PoolError
 from mars.store.problems import load_problems
@@ -73,9 +73,9 @@ def _confs_cut(rows):
 def test_a_damaged_kept_warmup_is_one_line_and_kept(tmp_path, backend, problems, damage, msg):
     out = tmp_path / "run"
     engine = _StopsAfterWarmup(backend, qid=1)
-    kw = {"n_traces": 8, "warmup": 16, "seed": 3, "questions": [1]}
+    kw = {"n_traces": 8, "warmup": 16, "seed": 3}
     with pytest.raises(KeyboardInterrupt):
-        solve_pool(engine, problems, out, "sc", **kw)
+        solve_pool(engine, problems, out, plan_for(engine, "sc", **kw), questions=[1])
     kept = out / "live" / "q000001.warmup.parquet"
     if isinstance(damage, dict):  # what the file says made it
         t = pq.read_table(kept)
@@ -89,7 +89,7 @@ def test_a_damaged_kept_warmup_is_one_line_and_kept(tmp_path, backend, problems,
         damage(kept)
     before = kept.read_bytes() if kept.is_file() else None
     with pytest.raises(PoolError, match=msg) as err:
-        solve_pool(engine, problems, out, "sc", **kw)
+        solve_pool(engine, problems, out, plan_for(engine, "sc", **kw), questions=[1])
     assert str(kept) in str(err.value) and "remove it" in str(err.value)
     assert len(str(err.value).splitlines()) == 1
     assert (kept.read_bytes() if kept.is_file() else None) == before
@@ -98,20 +98,26 @@ def test_a_damaged_kept_warmup_is_one_line_and_kept(tmp_path, backend, problems,
 def test_a_kept_warmup_of_another_problem_set_is_refused(tmp_path, backend, problems):
     """Question 1's warmup kept by an AIME run, copied into a BRUMO run of the same engine, seed
     and grid: refused (it used to be taken, moving the BRUMO question's stop)."""
-    kw = {"n_traces": 8, "warmup": 16, "seed": 3, "questions": [1]}
+    kw = {"n_traces": 8, "warmup": 16, "seed": 3}
     brumo = load_problems("brumo_2025")
     for probs, out in ((problems, tmp_path / "aime"), (brumo, tmp_path / "brumo")):
         with pytest.raises(KeyboardInterrupt):
-            solve_pool(_StopsAfterWarmup(backend, qid=1), probs, out, "sc", **kw)
+            solve_pool(
+                _StopsAfterWarmup(backend, qid=1),
+                probs,
+                out,
+                plan_for(backend, "sc", **kw),
+                questions=[1],
+            )
     kept = tmp_path / "brumo" / "live" / "q000001.warmup.parquet"
     shutil.copy(tmp_path / "aime" / "live" / "q000001.warmup.parquet", kept)
     before = kept.read_bytes()
     with pytest.raises(PoolError, match="warmup traces of another question 1") as err:
-        solve_pool(backend, brumo, tmp_path / "brumo", "sc", **kw)
+        solve_pool(backend, brumo, tmp_path / "brumo", plan_for(backend, "sc", **kw), questions=[1])
     assert str(kept) in str(err.value) and "remove it" in str(err.value)
     assert kept.read_bytes() == before
     kept.unlink()  # as the message says: the question then runs its own warmup
-    solve_pool(backend, brumo, tmp_path / "brumo", "sc", **kw)
+    solve_pool(backend, brumo, tmp_path / "brumo", plan_for(backend, "sc", **kw), questions=[1])
     assert replay_run(tmp_path / "brumo")[0]["match"]
 
 
@@ -137,26 +143,26 @@ def test_a_run_stopped_between_record_and_warmup_removal_leaves_no_warmup(
     """The kept warmup of a question whose record was written is litter: the next run of the
     same command removes it, whether questions are left to do, none is, or the run had finished
     (as an older version left it)."""
-    out, kw = tmp_path / "run", {"n_traces": 8, "warmup": 4, "seed": 2, "questions": [0, 1]}
+    out, kw = tmp_path / "run", {"n_traces": 8, "warmup": 4, "seed": 2}
     last = case != "a question left"
     with monkeypatch.context() as m:
         m.setattr("mars.live.loop.write_json_atomic", _StopsAfterRecord(qid=1 if last else 0))
         with pytest.raises(KeyboardInterrupt):
-            solve_pool(backend, problems, out, "sc", **kw)
+            solve_pool(backend, problems, out, plan_for(backend, "sc", **kw), questions=[0, 1])
     kept = out / "live" / f"q00000{int(last)}.warmup.parquet"
     assert kept.exists()
     if case == "a finished run":
         data = kept.read_bytes()
-        solve_pool(backend, problems, out, "sc", **kw)
+        solve_pool(backend, problems, out, plan_for(backend, "sc", **kw), questions=[0, 1])
         kept.write_bytes(data)
         assert (out / schema.POOL_MANIFEST).exists()
     (out / "live" / ".q000000.json.tmp-99999").write_text("{")  # a killed writer's half file
-    solve_pool(backend, problems, out, "sc", **kw)
+    solve_pool(backend, problems, out, plan_for(backend, "sc", **kw), questions=[0, 1])
     assert sorted(p.name for p in (out / "live").iterdir()) == ["q000000.json", "q000001.json"]
     assert [r["match"] for r in replay_run(out)] == [True, True]
 
 
-WARM_KW = {"n_traces": 8, "warmup": 4, "seed": 3, "questions": [1]}
+WARM_KW = {"n_traces": 8, "warmup": 4, "seed": 3}
 
 
 @pytest.fixture(scope="module")
@@ -166,9 +172,15 @@ def kept_warmup(tmp_path_factory, backend, problems):
     root = tmp_path_factory.mktemp("kept")
     with pytest.raises(KeyboardInterrupt):
         solve_pool(
-            _StopsAfterWarmup(backend, qid=1), problems, root / "cut", "sc-mars-cal", **WARM_KW
+            _StopsAfterWarmup(backend, qid=1),
+            problems,
+            root / "cut",
+            plan_for(backend, "sc-mars-cal", **WARM_KW),
+            questions=[1],
         )
-    solve_pool(backend, problems, root / "ref", "sc-mars-cal", **WARM_KW)
+    solve_pool(
+        backend, problems, root / "ref", plan_for(backend, "sc-mars-cal", **WARM_KW), questions=[1]
+    )
     return root / "cut", root / "ref"
 
 
@@ -292,7 +304,9 @@ def test_fuzz_kept_warmup_files(tmp_path_factory, backend, problems, kept_warmup
     _damage_warmup(kept, *damage)
     before = kept.read_bytes()
     try:
-        solve_pool(backend, problems, out, "sc-mars-cal", **WARM_KW)
+        solve_pool(
+            backend, problems, out, plan_for(backend, "sc-mars-cal", **WARM_KW), questions=[1]
+        )
     except PoolError as exc:
         msg = str(exc)
         assert len(msg.splitlines()) == 1 and msg.startswith(f"{kept}: ") and "remove it" in msg
@@ -315,7 +329,8 @@ def test_a_warmup_without_final_answers_is_said_before_the_main_traces(backend, 
             return engine.start(problem, n, seed, first_trace=first_trace)
 
     with caplog.at_level("WARNING", logger="mars.engines.generate"):
-        run = solve(Watching(), problems[1], "sc-mars-cal", n_traces=8, warmup=4, seed=0)
+        be = Watching()
+        run = solve(be, problems[1], plan_for(be, "sc-mars-cal", n_traces=8, warmup=4, seed=0))
     assert heard[0] == (0, "") and heard[1][0] == 4
     assert "question 1: none of its 4 warmup traces ended with a \\boxed{}" in heard[1][1]
     assert "none of its 8 traces that ran to their end" in caplog.text and run.answer is None

@@ -22,7 +22,7 @@ from util import write_layout_pool
 from mars.cli import app
 from mars.engines.synthetic import SyntheticBackend
 from mars.errors import SimulationError, UsageError
-from mars.live import replay_run, solve_pool
+from mars.live import plan_for, replay_run, solve_pool
 from mars.method import registry as R
 from mars.method.deepconf import DEEPCONF_ONLINE
 from mars.method.registry import (
@@ -369,16 +369,9 @@ def test_a_registered_method_runs_live_if_admissible(toy, tmp_path):
     with pytest.raises(SimulationError, match="future"):
         live_method("sc-toy-oracle")
     out = tmp_path / "live"
-    rows = solve_pool(
-        SyntheticBackend("qwen3-8b"),
-        load_problems("aime_2025"),
-        out,
-        "sc-toy",
-        n_traces=16,
-        warmup=4,
-        seed=1,
-        questions=[0, 1],
-    )
+    be = SyntheticBackend("qwen3-8b")
+    plan = plan_for(be, "sc-toy", n_traces=16, warmup=4, seed=1)
+    rows = solve_pool(be, load_problems("aime_2025"), out, plan, questions=[0, 1])
     spacing = schema.CHECKPOINT_SPACING
     for r in rows:
         assert r["stopped_by"] == "toy" and r["stop_position"] == (STOP_AT + 1) * spacing

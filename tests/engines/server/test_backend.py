@@ -222,20 +222,26 @@ def test_the_probe_stage_gives_the_inline_probes(kind, tmp_path):
 
 
 def test_a_live_solve_through_a_server_stops_and_replays(tmp_path):
-    from mars.live import replay_run, solve_pool
+    from mars.live import plan_for, replay_run, solve_pool
 
     server = fake.FakeServer("sglang")
     be = backend(server, max_tokens=64)
     rows = solve_pool(
-        be, [Q], tmp_path / "live", "sc-consensus", n_traces=6, warmup=2, seed=0, spacing=8,
-        progress=False, consensus=0.3,
-    )  # fmt: skip
+        be,
+        [Q],
+        tmp_path / "live",
+        plan_for(be, "sc-consensus", n_traces=6, warmup=2, seed=0, spacing=8, consensus=0.3),
+        progress=False,
+    )
     assert rows[0]["replay_ok"] and replay_run(tmp_path / "live")[0]["match"]
     n = len(completions(server))
-    solve_pool(  # resumed: nothing asked again
-        be, [Q], tmp_path / "live", "sc-consensus", n_traces=6, warmup=2, seed=0, spacing=8,
-        progress=False, consensus=0.3,
-    )  # fmt: skip
+    solve_pool(
+        be,
+        [Q],
+        tmp_path / "live",
+        plan_for(be, "sc-consensus", n_traces=6, warmup=2, seed=0, spacing=8, consensus=0.3),
+        progress=False,
+    )
     assert len(completions(server)) == n
 
 

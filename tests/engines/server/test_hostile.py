@@ -147,7 +147,7 @@ def test_a_few_missing_log_probabilities_are_stood_in_and_counted_in_the_pool(
 
 
 def test_the_stood_in_count_survives_a_resumed_run_and_a_live_solve(tmp_path):
-    from mars.live import solve_pool
+    from mars.live import plan_for, solve_pool
 
     q2 = Problem(qid=4, question="What is 2 + 4?", answer="6", dataset="toy")
     server = fake.FakeServer("vllm", mangle=nan_at("vllm", [1], once=True))
@@ -165,20 +165,18 @@ def test_the_stood_in_count_survives_a_resumed_run_and_a_live_solve(tmp_path):
     assert open_pool(out).manifest["stood_in_confs"] == 1  # the first question's, kept
     server = fake.FakeServer("vllm", mangle=nan_at("vllm", [1, 2], once=True))
     live = tmp_path / "live"
-    solve_pool(
-        backend(server, max_tokens=32), [Q], live, "sc-consensus", n_traces=4, warmup=2,
-        seed=0, spacing=8, progress=False, consensus=0.3,
-    )  # fmt: skip
+    be = backend(server, max_tokens=32)
+    plan = plan_for(be, "sc-consensus", n_traces=4, warmup=2, seed=0, spacing=8, consensus=0.3)
+    solve_pool(be, [Q], live, plan, progress=False)
     assert open_pool(live).manifest["stood_in_confs"] == 2  # the warmup's
     target = generation_seed(0, Q.qid, 2, 0)  # main trace 2's first request: stopped early
     change = set_at("vllm", [1], float("nan"))
     server = fake.FakeServer(
         "vllm", mangle=lambda out, b: change(out, b) if b.get("seed") == target else out
     )
-    rows = solve_pool(
-        backend(server, max_tokens=64), [Q], tmp_path / "live2", "sc-consensus", n_traces=4,
-        warmup=2, seed=0, spacing=8, progress=False, consensus=0.3,
-    )  # fmt: skip
+    be = backend(server, max_tokens=64)
+    plan = plan_for(be, "sc-consensus", n_traces=4, warmup=2, seed=0, spacing=8, consensus=0.3)
+    rows = solve_pool(be, [Q], tmp_path / "live2", plan, progress=False)
     assert 2 in rows[0]["stopped_traces"]
     assert open_pool(tmp_path / "live2").manifest["stood_in_confs"] == 1
 

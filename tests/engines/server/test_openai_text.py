@@ -215,23 +215,29 @@ def test_a_word_the_server_split_leaves_the_trace_short_and_is_asked_for_again(t
 
 
 def test_a_live_solve_through_a_text_only_server_stops_early_and_replays(tmp_path):
-    from mars.live import replay_run, solve_pool
+    from mars.live import plan_for, replay_run, solve_pool
 
     server = fake.FakeServer(TEXT_KIND, **AWKWARD)
     be = backend(server, max_tokens=64)
     rows = solve_pool(
-        be, [Q], tmp_path / "live", "sc-consensus", n_traces=6, warmup=2, seed=0, spacing=8,
-        progress=False, consensus=0.3,
-    )  # fmt: skip
+        be,
+        [Q],
+        tmp_path / "live",
+        plan_for(be, "sc-consensus", n_traces=6, warmup=2, seed=0, spacing=8, consensus=0.3),
+        progress=False,
+    )
     rec = json.loads((tmp_path / "live" / "live" / "q000003.json").read_text())
     assert rec["stopped_by"] != "budget" and rec["stop_position"] < 64
     assert rows[0]["replay_ok"] and replay_run(tmp_path / "live")[0]["match"]
     assert open_pool(tmp_path / "live").manifest["prompt_mode"] == "text"
     n = len(completions(server))
-    solve_pool(  # resumed: nothing asked again
-        be, [Q], tmp_path / "live", "sc-consensus", n_traces=6, warmup=2, seed=0, spacing=8,
-        progress=False, consensus=0.3,
-    )  # fmt: skip
+    solve_pool(
+        be,
+        [Q],
+        tmp_path / "live",
+        plan_for(be, "sc-consensus", n_traces=6, warmup=2, seed=0, spacing=8, consensus=0.3),
+        progress=False,
+    )
     assert len(completions(server)) == n
 
 

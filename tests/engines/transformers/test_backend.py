@@ -233,13 +233,13 @@ def test_live_mars_stops_a_real_model_early(smol):
     SmolLM2-135M never writes a \\boxed{} final answer, so its warmup cannot train q (q = 1 for
     every trace); with γ = 0.3 the margin rule still certifies a clear probe majority.
     """
-    from mars.live import solve
+    from mars.live import plan_for, solve
 
     be, _ = smol
     kw = {"n_traces": 4, "warmup": 2, "seed": 5, "spacing": SPACING}
     live_be, full_be = with_settings(be), with_settings(be)
-    live = solve(live_be, Q, "sc-mars", gamma=0.3, **kw)
-    full = solve(full_be, Q, "sc", **kw)
+    live = solve(live_be, Q, plan_for(live_be, "sc-mars", gamma=0.3, **kw))
+    full = solve(full_be, Q, plan_for(full_be, "sc", **kw))
     assert live.stopped_by == "margin" and live.stop_position < MAX_TOKENS and live.replay_ok
     assert live.stopped_traces and live.tokens < full.tokens
     rows = [r for r in live.table.to_pylist() if r["trace_idx"] in live.stopped_traces]
