@@ -68,12 +68,9 @@ from ..engines.generate import (
 )
 from ..method.answers import is_correct
 from ..method.arrays import RunningConfidence, checkpoint_answers, checkpoint_confidences
-from ..method.learned import Calibration
 from ..method.registry import (
-    Method,
     get_method,
 )
-from ..method.settings import Settings
 from ..progress import Detail, Progress, counted, prefixed
 from ..store.atomic import folder_lock, make_dirs, output_dir, write_json_atomic
 from ..store.pool import (
@@ -193,18 +190,10 @@ class _Controller:
     checkpoint, fed what the engine just produced."""
 
     def __init__(
-        self,
-        problem: Problem,
-        method: Method,
-        settings: Settings,
-        grid: np.ndarray,
-        warm_table: pa.Table,
-        n_warm: int,
-        n: int,
-        watch: Watch | None = None,
-        calibration: Calibration | None = None,
+        self, problem: Problem, plan: LivePlan, warm_table: pa.Table, watch: Watch | None = None
     ):
-        self.problem, self.method, self.settings, self.grid = problem, method, settings, grid
+        settings, grid, n_warm, n = plan.settings, plan.grid, plan.warmup, plan.traces
+        self.problem, self.method, self.settings, self.grid = problem, plan.method, settings, grid
         self.n_warm, self.n = n_warm, n
         self.watch = watch
         self.ended: dict[int, TraceResult] = {}
@@ -222,14 +211,7 @@ class _Controller:
         else:  # --warmup 0: no warmup traces (q = 1, gamma = 1, no guard)
             confs = None
             warmup = Warmup([], [], np.zeros(0, dtype=np.int64))
-        self.stopper = Stopper(
-            method,
-            n,
-            grid,
-            None if calibration is not None else warmup,
-            settings=settings,
-            calibration=calibration,
-        )
+        self.stopper = Stopper.planned(plan, warmup)
         self.confs = (
             RunningConfidence(n, settings.window) if confs is not None or not n_warm else None
         )
@@ -368,7 +350,7 @@ def solve(
     made_by = warmup_inputs(backend, problem, warmup, seed, spacing, max_tokens)
     warm_table, warm_wall = warmup_traces(backend, problem, made_by, warmup_file, detail)
     t1 = time.perf_counter()
-    ctl = _Controller(problem, m, settings, grid, warm_table, warmup, n_traces, watch, calibration)
+    ctl = _Controller(problem, plan, warm_table, watch)
     say = prefixed(detail, f"q{problem.qid} {m.name}: ")
     if say is not None:
         say(f"starting {n_traces} traces")
