@@ -5,16 +5,18 @@ checkpoint and stopped there the moment the method fires, and the answer comes b
 completion with a ``mars`` object saying how it was reached. The stages, one module each, data
 flowing down the list:
 
-* :mod:`~mars.serve.requests` — an OpenAI body read into a checked question;
+* :mod:`~mars.serve.bodies` — the request bodies, typed (pydantic), a refusal said in one line;
+* :mod:`~mars.serve.requests` — a typed body read into a checked question;
 * :mod:`~mars.serve.upstreams` — the upstream replicas, the router that shares them;
 * :mod:`~mars.serve.schedule` — the bounded, fair queue of requests;
 * :mod:`~mars.serve.solve` — one question through the live loop (:func:`mars.live.solve`);
 * :mod:`~mars.serve.record` — every served question appended to a pool;
 * :mod:`~mars.serve.audit` — a seeded share of answered questions run on to their end, the
   full-budget vote compared with the answer: the promise checked where it is served;
-* :mod:`~mars.serve.metrics`, :mod:`~mars.serve.responses` — Prometheus counters, OpenAI shapes;
+* :mod:`~mars.serve.metrics`, :mod:`~mars.serve.responses` — Prometheus counters, OpenAI shapes
+  (typed);
 * :mod:`~mars.serve.app` — the HTTP routes (Starlette, run by uvicorn).
 
 docs/serve.md is the user's guide. Needs the ``serve`` extra (starlette, uvicorn, httpx,
-prometheus-client); ``import mars`` never imports this package.
+prometheus-client, pydantic); ``import mars`` never imports this package.
 """

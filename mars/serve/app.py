@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -49,6 +50,7 @@ from ..engines.server import ServerError
 from ..errors import MarsError, first_line
 from . import logs
 from .audit import AuditOptions, Auditor
+from .bodies import refusal
 from .metrics import CONTENT_TYPE, Metrics
 from .record import Recorder
 from .requests import (
@@ -59,6 +61,7 @@ from .requests import (
     is_mars_request,
     read_body,
     read_question,
+    read_request,
 )
 from .responses import chunk, completion, error_body, new_id, sse
 from .schedule import QueueFull, Scheduler, Ticket
@@ -127,9 +130,28 @@ class MarsServer:
             Route("/v1/mars/calibration/reload", self.reload, methods=["POST"]),
             Route("/v1/mars/audit", self.audit, methods=["GET"]),
         ]
-        return Starlette(
-            routes=routes, lifespan=self._lifespan, exception_handlers={Exception: self._crash}
-        )
+        handlers = {
+            Exception: self._crash,
+            BadRequest: self._refused,
+            ValidationError: self._invalid,
+        }
+        return Starlette(routes=routes, lifespan=self._lifespan, exception_handlers=handlers)
+
+    async def _refused(self, request: Request, exc: Exception) -> Response:
+        """A body the server refuses: HTTP 400 with its one line, naming the field."""
+        assert isinstance(exc, BadRequest)
+        return self._counted(request, _error(400, str(exc), exc.code, exc.param))
+
+    async def _invalid(self, request: Request, exc: Exception) -> Response:
+        """A body that does not fit its type (:mod:`mars.serve.bodies`): HTTP 400 with the line
+        the command line would say, naming the field."""
+        assert isinstance(exc, ValidationError)
+        message, param = refusal(exc, list(self.defaults.answer_formats))
+        return self._counted(request, _error(400, message, "invalid_request", param))
+
+    def _counted(self, request: Request, response: Response) -> Response:
+        route = request.url.path
+        return self._count(route, response) if route in ROUTES.values() else response
 
     async def _crash(self, request: Request, exc: Exception) -> Response:
         """A bug: an OpenAI error object for the client (the traceback goes to the log only)."""
@@ -259,10 +281,7 @@ class MarsServer:
     async def _handle(self, request: Request, kind: str) -> Response:
         if denied := self._denied(request):
             return denied
-        try:
-            body = read_body(await request.body())
-        except BadRequest as exc:
-            return _error(400, str(exc), exc.code, exc.param)
+        body = read_body(await request.body())  # a bad body: BadRequest, answered by _refused
         model = body.get("model")
         if model is not None and model not in (self.model, self.upstreams.model):
             return _error(
@@ -275,7 +294,7 @@ class MarsServer:
         if not is_mars_request(body, self.defaults.mars_for):
             return await self._passthrough(request, body, kind, client)
         try:
-            q = read_question(body, kind, self.defaults)
+            q = read_question(read_request(body, kind), kind, self.defaults)
             self._admissible()
             prep = await asyncio.to_thread(prepare, self.upstreams, q)
             ticket = self.scheduler.admit(client)  # a slot or a place in the queue, or 429
@@ -284,8 +303,8 @@ class MarsServer:
             return self._busy(exc)
         except ServerError as exc:
             return _error(502, exc.without_hint(), "upstream_error")
-        except BadRequest as exc:
-            return _error(400, str(exc), exc.code, exc.param)
+        except BadRequest:
+            raise  # _refused's
         except MarsError as exc:
             return _error(400, first_line(exc), "invalid_request")
         rid = new_id(kind)

@@ -4,21 +4,21 @@ A request is a **MARS request** when it asks for ``n`` > 1 or carries a ``mars``
 ``openai`` client's ``extra_body={"mars": {...}}`` sends); any other request passes through to an
 upstream unchanged. The ``mars`` object names the traces, warmup, method, spacing and the method's
 knobs (:data:`mars.method.settings.LIVE_KEYS`); what it leaves out comes from the server's
-defaults (``mars serve``'s options, themselves the settings declarations' defaults). Everything is
-checked here, before any work, with the command line's own one-line messages (the same functions
-check both): a bad body is an HTTP 400 carrying that line.
+defaults (``mars serve``'s options, themselves the settings declarations' defaults). The body is
+typed first (:mod:`mars.serve.bodies`), then what only the server knows is checked here, before
+any work, with the command line's own one-line messages (the same functions check both): a bad
+body is an HTTP 400 carrying that line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engines.endpoint import printable, shown
+from ..engines.endpoint import printable
 from ..errors import MarsError, UsageError
 from ..live import live_settings
 from ..live.plan import LivePlan
@@ -26,43 +26,18 @@ from ..live.stepper import MAX_CHECKPOINTS
 from ..method.answers import ANSWER_FORMATS
 from ..method.learned import Calibration
 from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_method
-from ..method.settings import LIVE_KEYS, MAX_SEED, SPECS, Settings
+from ..method.settings import LIVE_KEYS, SPECS, Settings
 from ..store.schema import CHECKPOINT_SPACING
+from .bodies import ChatBody, CompletionBody, quoted
+
+#: The typed body of a MARS request, either route's.
+MarsBody = CompletionBody | ChatBody
 
 #: The routes a question can come by, and the OpenAI object each answers with.
 COMPLETIONS, CHAT = "completions", "chat"
-#: Keys of the ``mars`` object besides the method's knobs.
-MARS_KEYS = (
-    "method",
-    "traces",
-    "warmup",
-    "spacing",
-    "return_traces",
-    "ground_truth",
-    "answer_format",
-    "audit",
-)
 #: which requests are MARS questions (``mars serve --mars-for``): ``n`` — n > 1 or a ``mars``
 #: object; ``object`` — only those with a ``mars`` object (plain n > 1 passes through)
 MARS_FOR = ("n", "object")
-#: Request fields a MARS request cannot honour (the traces are plain text generations, sampled
-#: with temperature and top-p only), each with the values that ask for nothing and are accepted.
-UNSUPPORTED: dict[str, tuple[Any, ...]] = {
-    "logprobs": (None, False),
-    "top_logprobs": (None,),
-    "echo": (None, False),
-    "best_of": (None, 1),
-    "suffix": (None, ""),
-    "tools": (None, []),
-    "functions": (None, []),
-    "tool_choice": (None, "none"),
-    "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}),
-    "logit_bias": (None, {}),
-    "presence_penalty": (None, 0),
-    "frequency_penalty": (None, 0),
-    "repetition_penalty": (None, 1),
-}
 #: The deepest nesting a request body may have (OpenAI bodies, tool schemas included, are far
 #: shallower): deeper is refused before anything walks it.
 MAX_DEPTH = 64
@@ -265,109 +240,36 @@ def answer_pattern(regex: str, what: str) -> re.Pattern[str]:
         raise UsageError(f"{what}: not a regular expression ({exc})") from None
 
 
-def _neutral(value: Any, accepted: tuple[Any, ...]) -> bool:
-    """Whether a field's value asks for nothing (``0`` and ``0.0`` alike, ``False`` not ``0``)."""
-    return any(
-        a == value and (type(a) is type(value) or (_num(a) and _num(value))) for a in accepted
-    )
-
-
-def _json_type(v: Any) -> str:
-    """What a JSON value is, for a message that must not quote it (it may be huge)."""
-    names = {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}
-    return next(
-        (w for t, w in names.items() if isinstance(v, t)), "a number" if _num(v) else "null"
-    )
-
-
-def _quoted(v: Any) -> str:
-    """A value a client sent, for a message: a number or short text as it is, else its kind."""
-    if _num(v) or (isinstance(v, str) and len(v) <= 40):
-        return shown(v, 40) if isinstance(v, str) else repr(v)[:40]
-    return _json_type(v)
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _whole(value: Any, name: str, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise BadRequest(f"{name} {_quoted(value)}: must be a whole number ≥ {low}", name)
-    return value
-
-
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadRequest(f"{name} {_quoted(value)}: must be a number", name)
-    return float(value)
-
-
 def prompt_seed(text: str) -> int:
     """A question's id for the engines' per-trace seeds: the same prompt and seed give the same
     traces (31 bits of the prompt's digest)."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 33
 
 
-def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
-    """The question of a MARS request body, every field checked (:class:`BadRequest`)."""
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    prompt: str | None = None
-    messages: list[dict] | None = None
-    if kind == COMPLETIONS:
-        p = body.get("prompt")
-        if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
-            p = p[0]
-        if not isinstance(p, str):
-            raise BadRequest("prompt: one prompt, as a string, per MARS request", "prompt")
-        prompt = p
-    else:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest("messages: a non-empty list of messages", "messages")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise BadRequest(f"messages[{i}]: an object with a role and content", "messages")
-            if not isinstance(m.get("content"), str):
-                raise BadRequest(f"messages[{i}].content: text only in a MARS request", "messages")
-    for key, neutral in UNSUPPORTED.items():
-        if key in body and not _neutral(body[key], neutral):
-            raise BadRequest(
-                f"{key}: not supported in a MARS request (its traces are plain text, sampled "
-                "with temperature and top_p): leave it out, or send the request without n > 1 "
-                "and without a mars object",
-                key,
-            )
-    opts = body.get("mars") or {}
-    if not isinstance(opts, dict):
-        raise BadRequest("mars: must be an object", "mars")
-    unknown = sorted(set(opts) - set(MARS_KEYS) - set(LIVE_KEYS))
-    if unknown:
-        raise BadRequest(
-            f"mars: unknown keys {unknown} (known: {', '.join(MARS_KEYS + LIVE_KEYS)})", "mars"
-        )
-    name = opts.get("method", defaults.method)
-    if not isinstance(name, str):
-        raise BadRequest(
-            f"mars.method: must be a method's name (a string), not {_json_type(name)}",
-            "mars.method",
-        )
+def read_request(body: dict, kind: str) -> MarsBody:
+    """The typed body of a MARS request (:mod:`mars.serve.bodies`); what does not fit is a
+    :class:`pydantic.ValidationError` (:func:`~mars.serve.bodies.refusal` says it in one line)."""
+    return (CompletionBody if kind == COMPLETIONS else ChatBody).model_validate(body)
+
+
+def read_question(body: MarsBody, kind: str, defaults: Defaults) -> Question:
+    """The question of a MARS request's typed body: the server's defaults where it says nothing,
+    then what only the server knows checked (the method, the sizes against each other and
+    ``--max-traces``, the knobs, the answer format): :class:`BadRequest`."""
+    opts = body.options
+    given = opts.model_fields_set
     try:
-        method = live_method(name)
+        method = live_method(opts.method if "method" in given else defaults.method)
     except MarsError as exc:
         raise BadRequest(str(exc), "mars.method") from None
-    n = body.get("n")
-    n = None if n is None else _whole(n, "n", 1)
-    traces = opts.get("traces")
-    traces = None if traces is None else _whole(traces, "mars.traces", 1)
+    n, traces = body.n, opts.traces
     if traces is not None and n is not None and n > 1 and n != traces:
         raise BadRequest(f"n {n} and mars.traces {traces} disagree (give one)", "n")
     if traces is None:
         traces = n if n is not None and n > 1 else defaults.traces
     notes: list[str] = []
-    if "warmup" in opts:
-        warmup = _whole(opts["warmup"], "mars.warmup")
+    if "warmup" in given:
+        warmup = opts.warmup
         if defaults.calibration is not None and warmup:
             raise BadRequest(
                 f"mars.warmup {warmup}: this server decides with a calibration learned once "
@@ -396,92 +298,58 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
             f"{defaults.max_traces}",
             "mars.warmup" if traces <= defaults.max_traces else who,
         )
-    spacing_given = "spacing" in opts
-    spacing = _whole(opts.get("spacing", defaults.spacing), "mars.spacing", 1)
-    knobs = {**defaults.knobs, **{k: v for k, v in opts.items() if k in LIVE_KEYS}}
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = defaults.max_tokens if max_tokens is None else _whole(max_tokens, "max_tokens", 1)
-    seed = body.get("seed")
-    seeded = seed is not None
-    seed = defaults.seed if seed is None else _whole(seed, "seed")
-    if seed > MAX_SEED:
-        raise BadRequest(f"seed {seed}: must be below 2^32", "seed")
+    spacing = opts.spacing if "spacing" in given else defaults.spacing
+    knobs = {**defaults.knobs, **{k: getattr(opts, k) for k in LIVE_KEYS if k in given}}
+    given_body = body.model_fields_set
+    max_tokens = (
+        body.max_completion_tokens if "max_completion_tokens" in given_body else body.max_tokens
+    )
+    if max_tokens is None:
+        max_tokens = defaults.max_tokens
+    seed = defaults.seed if body.seed is None else body.seed
     try:  # the grid is checked once the token cap is known (Question.with_max_tokens)
         settings = live_settings(traces, warmup, seed, spacing, None, knobs)
     except MarsError as exc:
         raise BadRequest(str(exc), "mars") from None
-    temperature = body.get("temperature", defaults.temperature)
-    temperature = None if temperature is None else _number(temperature, "temperature")
-    if temperature is not None and temperature <= 0:
+    fmt = opts.answer_format if "answer_format" in given else defaults.answer_format
+    if fmt not in defaults.answer_formats:
         raise BadRequest(
-            f"temperature {temperature:g}: the traces of a MARS request must be sampled (> 0; "
-            "at 0 every trace is the same greedy one), e.g. 0.6",
-            "temperature",
-        )
-    top_p = body.get("top_p", defaults.top_p)
-    top_p = None if top_p is None else _number(top_p, "top_p")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise BadRequest(f"top_p {top_p}: must lie in (0, 1]", "top_p")
-    stop = body.get("stop")
-    stops: tuple[str, ...] = ()
-    if isinstance(stop, str):
-        stops = (stop,)
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        stops = tuple(stop)
-    elif stop is not None:
-        raise BadRequest("stop: a string or a list of strings", "stop")
-    return_traces = opts.get("return_traces", False)
-    if not isinstance(return_traces, bool):
-        raise BadRequest(
-            f"mars.return_traces: must be true or false, not {_json_type(return_traces)}",
-            "mars.return_traces",
-        )
-    fmt = opts.get("answer_format", defaults.answer_format)
-    if not isinstance(fmt, str) or fmt not in defaults.answer_formats:
-        raise BadRequest(
-            f"mars.answer_format {_quoted(fmt)}: one of {', '.join(defaults.answer_formats)} "
+            f"mars.answer_format {quoted(fmt)}: one of {', '.join(defaults.answer_formats)} "
             "(how the traces write their final answer)",
             "mars.answer_format",
         )
     regex = defaults.answer_formats[fmt]
-    audit = opts.get("audit", False)
-    if not isinstance(audit, bool):
-        raise BadRequest(
-            f"mars.audit: must be true or false, not {_json_type(audit)}", "mars.audit"
-        )
-    truth = opts.get("ground_truth", "")
-    if not isinstance(truth, str):
-        raise BadRequest("mars.ground_truth: must be a string", "mars.ground_truth")
-    stream_options = body.get("stream_options") or {}
-    user = body.get("user")
     q = Question(
         kind=kind,
-        model=body.get("model") if isinstance(body.get("model"), str) else None,
-        prompt=prompt,
-        messages=messages,
+        model=body.model,
+        prompt=_prompt(body.prompt) if isinstance(body, CompletionBody) else None,
+        messages=[m.model_dump() for m in body.messages] if isinstance(body, ChatBody) else None,
         method=method,
         traces=traces,
         warmup=warmup,
         spacing=spacing,
-        spacing_given=spacing_given,
+        spacing_given="spacing" in given,
         max_tokens=max_tokens,
         knobs=knobs,
         settings=settings,
         seed=seed,
-        seeded=seeded,
-        temperature=temperature,
-        top_p=top_p,
-        stream=bool(body.get("stream")),
-        include_usage=isinstance(stream_options, dict)
-        and bool(stream_options.get("include_usage")),
-        return_traces=return_traces,
-        ground_truth=truth,
-        stop=stops,
-        user=user if isinstance(user, str) else None,
+        seeded=body.seed is not None,
+        temperature=body.temperature if "temperature" in given_body else defaults.temperature,
+        top_p=body.top_p if "top_p" in given_body else defaults.top_p,
+        stream=bool(body.stream),
+        include_usage=body.include_usage,
+        return_traces=opts.return_traces,
+        ground_truth=opts.ground_truth,
+        stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()),
+        user=body.user if isinstance(body.user, str) else None,
         calibration=defaults.calibration,
         notes=tuple(notes),
         answer_format=fmt,
         answer_pattern=None if regex is None else answer_pattern(regex, fmt),
-        audit=audit,
+        audit=opts.audit,
     )
     return q if max_tokens is None else q.with_max_tokens(max_tokens)
+
+
+def _prompt(prompt: str | list[str]) -> str:
+    return prompt if isinstance(prompt, str) else prompt[0]

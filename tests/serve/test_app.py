@@ -435,12 +435,15 @@ def test_a_malformed_upstream_is_named_as_the_option_it_came_from(tmp_path):
 def test_a_word_setting_is_taken_from_the_mars_object():
     """`mars.guard: "tokens"` (a setting of named choices, as `--guard`) is a knob like the
     numbers; a wrong word is the command line's line."""
-    from mars.serve.requests import COMPLETIONS, BadRequest, read_question
+    from mars.serve.requests import COMPLETIONS, BadRequest, read_question, read_request
 
-    q = read_question({"prompt": "x", "n": 4, "mars": {"guard": "tokens"}}, COMPLETIONS, FAST)
+    def question(body):
+        return read_question(read_request(body, COMPLETIONS), COMPLETIONS, FAST)
+
+    q = question({"prompt": "x", "n": 4, "mars": {"guard": "tokens"}})
     assert q.knobs["guard"] == "tokens"
     with pytest.raises(BadRequest, match="--guard x: must be one of first, tokens"):
-        read_question({"prompt": "x", "n": 4, "mars": {"guard": "x"}}, COMPLETIONS, FAST)
+        question({"prompt": "x", "n": 4, "mars": {"guard": "x"}})
 
 
 def test_a_warmup_above_n_is_cut_and_said_or_refused_when_asked_for():

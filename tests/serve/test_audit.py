@@ -338,11 +338,12 @@ def test_an_audit_picked_while_requests_wait_is_dropped():
     from mars.engines import cancel as c
     from mars.serve.audit import Auditor
     from mars.serve.metrics import Metrics
-    from mars.serve.requests import read_question
+    from mars.serve.requests import read_question, read_request
     from mars.serve.solve import prepare, run_question
 
     ups = Upstreams(["synthetic"])
-    q = read_question({"prompt": "Question 1: what?", "n": 16}, "completions", FAST)
+    body = read_request({"prompt": "Question 1: what?", "n": 16}, "completions")
+    q = read_question(body, "completions", FAST)
     prep = prepare(ups, q)
     o = run_question(ups, prep, c.CancelScope())
     a = Auditor(AuditOptions(rate=1.0), ups, Metrics())
