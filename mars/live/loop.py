@@ -92,7 +92,7 @@ from .records import (
     warmup_path,
 )
 from .replay import decide
-from .stepper import Stopper, Warmup
+from .stepper import Warmup
 from .summary import write_csv
 from .warmup import warmup_inputs, warmup_traces
 
@@ -211,7 +211,7 @@ class _Controller:
         else:  # --warmup 0: no warmup traces (q = 1, gamma = 1, no guard)
             confs = None
             warmup = Warmup([], [], np.zeros(0, dtype=np.int64))
-        self.stopper = Stopper.planned(plan, warmup)
+        self.stopper = plan.stopper(warmup)
         self.confs = (
             RunningConfidence(n, settings.window) if confs is not None or not n_warm else None
         )

@@ -23,6 +23,7 @@ from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_met
 from ..method.settings import Settings
 from ..store import schema
 from .records import live_grid, live_settings
+from .stepper import Stopper, Warmup
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,6 +91,19 @@ class LivePlan:
     @property
     def spacing(self) -> int:
         return int(self.grid[0])
+
+    def stopper(self, warmup: Warmup | None = None, memo: dict | None = None) -> Stopper:
+        """The library's stopper of this plan (:class:`mars.Stopper`): its method, its N traces
+        over its grid, its settings, and its calibration (then no ``warmup``)."""
+        return Stopper(
+            self.method,
+            self.traces,
+            self.grid,
+            None if self.calibration is not None else warmup,
+            settings=self.settings,
+            memo=memo,
+            calibration=self.calibration,
+        )
 
     def params(
         self,

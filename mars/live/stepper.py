@@ -34,7 +34,7 @@ import reprlib
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -47,9 +47,6 @@ from ..method.qmodel import SwitchModel, fit_question
 from ..method.registry import Method, check_calibrated, live_method, live_methods
 from ..method.settings import LIVE_KEYS, MAX_BUDGET, SPECS, Settings
 from ..method.walk import MethodRun, QuestionContext
-
-if TYPE_CHECKING:
-    from .plan import LivePlan
 
 #: The most checkpoints a grid may have: every look of the rule builds arrays over all of it, so
 #: this bounds the memory of a stopper (and of a live run and its replay), whatever a caller or a
@@ -336,22 +333,6 @@ class Stopper:
         if self.staged:
             self.plan = [(int(lo), int(hi)) for lo, hi in self.walk.launches()]
             self._build(len(self.groups))
-
-    @classmethod
-    def planned(
-        cls, plan: LivePlan, warmup: Warmup | None = None, memo: dict | None = None
-    ) -> Stopper:
-        """The stopper of a live run's plan (:class:`mars.live.plan.LivePlan`, checked where it
-        was built): its method, its N traces over its grid, its settings and calibration."""
-        return cls(
-            plan.method,
-            plan.traces,
-            plan.grid,
-            None if plan.calibration is not None else warmup,
-            settings=plan.settings,
-            memo=memo,
-            calibration=plan.calibration,
-        )
 
     def _arrays(self, width: int) -> QuestionArrays:
         reps: list[str | None] = [ms[0] for ms in self.groups.members]

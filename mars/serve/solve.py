@@ -79,8 +79,9 @@ class Outcome:
 
 
 def prepare(upstreams: Upstreams, q: Question) -> Prepared:
-    """Render and tokenize the prompt, fix the token cap and check that the question fits the
-    model's context (the command line's one-line message otherwise)."""
+    """Render and tokenize the prompt, fix the token cap, check that the question fits the
+    model's context (the command line's one-line message otherwise), and build, once, what the
+    question runs with: its plan, its view of the upstreams and the problem the loop takes."""
     text = upstreams.render(q.kind, q.prompt, q.messages)
     ids = upstreams.tokenize(q.kind, text)
     room = None if ids is None else upstreams.default_max_tokens(len(ids))

@@ -65,14 +65,14 @@ def test_the_run_and_its_manifest_are_the_plans(tmp_path, backend, problems):
 
 
 def test_the_library_stopper_takes_a_plan(backend):
-    """`mars.Stopper.planned`: the plan's method, traces, grid and settings, decided as the
-    stopper built from the same keywords decides."""
+    """`LivePlan.stopper`: a `mars.Stopper` of the plan's method, traces, grid and settings,
+    deciding as the stopper built from the same keywords decides."""
     import numpy as np
 
     import mars
 
     plan = plan_for(backend, "sc-consensus", n_traces=4, warmup=0, spacing=2048, consensus=0.5)
-    a = mars.Stopper.planned(plan)
+    a = plan.stopper()
     b = mars.Stopper("sc-consensus", n_traces=4, grid=plan.grid, consensus=0.5)
     assert (a.N, a.W, a.method.name) == (4, 0, "sc-consensus") and np.array_equal(a.grid, b.grid)
     for answers in (["1", "2", None, "3"], ["1", "1", "1", "2"]):
