@@ -45,6 +45,12 @@ def test_the_paid_savings_are_drawn_beside_the_curves(tmp_path, monkeypatch):
     assert legend.count(PAID_LABEL) == 1 and not fo.notes
     back = pd.read_csv(tmp_path / "out" / "fig-tradeoff.csv")
     assert np.allclose(back.savings_paid_pct, df.savings_paid_pct)
+    # byte-stable, paid marks and all
+    again = tradeoff.fig_tradeoff(collect([results]), tmp_path / "again", ("png", "pdf"))
+    first = tradeoff.fig_tradeoff(collect([results]), tmp_path / "first", ("png", "pdf"))
+    assert again is not None and first is not None
+    for p in again.files:
+        assert p.read_bytes() == (tmp_path / "first" / p.name).read_bytes(), p.name
 
 
 def test_no_paid_savings_nothing_drawn(tmp_path, monkeypatch):
