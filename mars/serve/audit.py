@@ -58,6 +58,7 @@ from ..store.userfiles import read_json_object
 from ..store.write import PoolDirWriter
 from . import logs
 from .metrics import Metrics
+from .reconcile import Ledger
 from .record import DATASET, Recorder
 from .solve import Outcome, Prepared, pool_params, problem_of
 from .upstreams import Upstreams
@@ -237,6 +238,8 @@ class Auditor:
                     prep.text, prep.prompt_ids, q.max_tokens, q.temperature, q.top_p,
                     q.answer_pattern,
                 )  # fmt: skip
+                if hasattr(be, "ledger"):  # its requests named and counted as the audit's
+                    be.ledger = Ledger(f"{rid}-audit", run.warmup, self.metrics, kind="audit")
                 problem = problem_of(self.upstreams, q, prep.text)
                 if o.params is None:  # not recorded: the pool it counts in, all the same
                     o.params = pool_params(be, q)

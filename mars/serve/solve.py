@@ -30,6 +30,7 @@ from ..errors import MarsError, first_line
 from ..live import Checkpoint, LiveRun, solve
 from ..store.problems import Problem
 from .notes import SYNTHETIC_NOTE
+from .reconcile import Ledger
 from .record import DATASET, Recorded, Recorder
 from .requests import BadRequest, Question, prompt_seed
 from .upstreams import Upstreams, synthetic_truth
@@ -70,6 +71,8 @@ class Outcome:
     #: finds them where they are not)
     params: dict | None = None
     pool: str | None = None
+    #: its upstream requests, named and counted (mars.serve.reconcile)
+    ledger: Ledger | None = None
 
 
 def prepare(upstreams: Upstreams, q: Question) -> Prepared:
@@ -169,14 +172,17 @@ def run_question(
     scope: cancel.CancelScope,
     emit: Emit | None = None,
     recorder: Recorder | None = None,
+    ledger: Ledger | None = None,
 ) -> Outcome:
     """Solve the question (in the calling thread; ``scope`` cancels it), record it, and read
-    what the client gets."""
+    what the client gets; ``ledger`` names and counts its upstream requests."""
     q = prep.question
     assert q.max_tokens is not None
     be = upstreams.backend(
         prep.text, prep.prompt_ids, q.max_tokens, q.temperature, q.top_p, q.answer_pattern
     )
+    if ledger is not None and hasattr(be, "ledger"):
+        be.ledger = ledger
     problem = problem_of(upstreams, q, prep.text)
 
     def watch(c: Checkpoint) -> None:
@@ -205,6 +211,7 @@ def run_question(
         )
     wall = time.perf_counter() - t0
     out = _outcome(run, q, len(prep.prompt_ids or ()), wall)
+    out.ledger = ledger
     out.synthetic = upstreams.synthetic is not None
     if recorder is not None:
         assert run.table is not None
@@ -425,6 +432,8 @@ def mars_object(o: Outcome, q: Question, record_url: str | None) -> dict:
         "calibration": None if q.calibration is None else q.calibration.digest,
         "answer_format": q.answer_format,
         "answered": r.answer is not None,
+        # what was asked of the upstreams, as they reported it (None: the synthetic upstream)
+        "upstream": None if o.ledger is None or o.synthetic else o.ledger.view(),
         "notes": list(q.notes)
         + ([] if r.answer is not None else [unanswered_note(q)])
         + ([SYNTHETIC_NOTE] if o.synthetic else []),

@@ -323,6 +323,26 @@ class Http:
             )
         return out
 
+    def get_text(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        """(status, text) of ``GET path``, tried once, outside the bound on requests in flight
+        (an engine's ``/metrics``, read while its generation requests wait); an answer past
+        :data:`INFO_ANSWER_BYTES` or any failure is an :class:`OSError`."""
+        import httpx
+
+        async def go() -> tuple[int, str]:
+            client = self._get_client()
+            try:
+                async with asyncio.timeout(timeout):
+                    status, data, _ = await self._exchange(
+                        client, "GET", path, None, INFO_ANSWER_BYTES, f"GET {path}"
+                    )
+            except (httpx.HTTPError, TimeoutError, ServerError) as exc:
+                why = self.hide(exc) or type(exc).__name__
+                raise OSError(f"{self.shown}{path}: {why}") from None
+            return status, data.decode("utf-8", "replace")
+
+        return asyncio.run_coroutine_threadsafe(go(), self._ensure_loop()).result(timeout + 5)
+
     def post_all(self, path: str, bodies: Sequence[dict], limits: Sequence[tuple[int, str]]):
         """POST every body concurrently (bounded; ``limits``: each answer's bound and what its
         request asked for); answers in order.  The first failure cancels the rest and is
