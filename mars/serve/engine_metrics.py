@@ -7,8 +7,9 @@ One reading per wire protocol (:data:`READINGS`), each naming the engine's serie
   ``llamacpp:tokens_predicted_total``), aborted requests' tokens included by both;
 * ``prompt``, ``cached``, ``computed``: prompt tokens, those found in the prefix cache, and those
   computed (the difference). vLLM counts every prompt token (``vllm:prompt_tokens_total``) and
-  its cache hits apart (``vllm:prefix_cache_hits_total``); llama.cpp counts the computed ones
-  (``llamacpp:prompt_tokens_total``, "excluding cached tokens") and the cached ones apart
+  the cached ones apart (``vllm:prompt_tokens_cached_total``, as its answers' ``cached_tokens``;
+  ``hits``: ``vllm:prefix_cache_hits_total``, its prefix cache's); llama.cpp counts the computed
+  ones (``llamacpp:prompt_tokens_total``, "excluding cached tokens") and the cached ones apart
   (``llamacpp:prompt_tokens_cached_total``);
 * ``running`` and ``waiting``: requests being generated now, and queued.
 
@@ -38,7 +39,10 @@ class Reading:
     generated: str
     running: str
     waiting: str
-    cached: str
+    #: prompt tokens served from the cache: the first of these the engine has
+    cached: tuple[str, ...]
+    #: the prefix cache's hits (tokens), where the engine counts them apart
+    hits: str | None = None
     prompt: str | None = None  # every prompt token (vLLM, SGLang) ...
     computed: str | None = None  # ... or only those computed (llama.cpp)
 
@@ -49,21 +53,24 @@ READINGS: dict[str, Reading] = {
         generated="vllm:generation_tokens_total",
         running="vllm:num_requests_running",
         waiting="vllm:num_requests_waiting",
-        cached="vllm:prefix_cache_hits_total",
+        # per request, as usage.prompt_tokens_details.cached_tokens (vLLM 0.11 on); the prefix
+        # cache's hits before
+        cached=("vllm:prompt_tokens_cached_total", "vllm:prefix_cache_hits_total"),
+        hits="vllm:prefix_cache_hits_total",
         prompt="vllm:prompt_tokens_total",
     ),
     "llama.cpp": Reading(
         generated="llamacpp:tokens_predicted_total",
         running="llamacpp:requests_processing",
         waiting="llamacpp:requests_deferred",
-        cached="llamacpp:prompt_tokens_cached_total",
+        cached=("llamacpp:prompt_tokens_cached_total",),
         computed="llamacpp:prompt_tokens_total",
     ),
     "sglang": Reading(
         generated="sglang:generation_tokens_total",
         running="sglang:num_running_reqs",
         waiting="sglang:num_queue_reqs",
-        cached="sglang:cached_tokens_total",
+        cached=("sglang:cached_tokens_total",),
         prompt="sglang:prompt_tokens_total",
     ),
 }
@@ -79,6 +86,7 @@ class EngineCounters:
     computed: float
     running: float
     waiting: float
+    hits: float
 
     def minus(self, before: EngineCounters) -> dict[str, float]:
         """The counters' growth since ``before`` (the gauges as they are now)."""
@@ -87,6 +95,7 @@ class EngineCounters:
             "prompt": self.prompt - before.prompt,
             "cached": self.cached - before.cached,
             "computed": self.computed - before.computed,
+            "hits": self.hits - before.hits,
             "running": self.running,
             "waiting": self.waiting,
         }
@@ -112,7 +121,7 @@ def parse(kind: str, text: str) -> EngineCounters:
     got = samples(text)
     if r.generated not in got or r.running not in got:
         raise EngineMetricsUnavailable(f"no {r.generated} in its {PATH}")
-    cached = got.get(r.cached, 0.0)
+    cached = next((got[name] for name in r.cached if name in got), 0.0)
     if r.computed is not None:
         computed = got.get(r.computed, 0.0)
         prompt = computed + cached
@@ -127,6 +136,7 @@ def parse(kind: str, text: str) -> EngineCounters:
         computed=computed,
         running=got[r.running],
         waiting=got.get(r.waiting, 0.0),
+        hits=got.get(r.hits, 0.0) if r.hits is not None else cached,
     )
 
 

@@ -290,11 +290,13 @@ class Router:
                     pending, return_when=concurrent.futures.FIRST_COMPLETED
                 )
                 for fut in done:
-                    i, _, u = pending.pop(fut)
+                    i, idx, u = pending.pop(fut)
                     self._done(u)
                     if scope is not None:
                         scope.detach(fut)
                     if fut.cancelled():
+                        if on_stopped is not None:
+                            on_stopped(i, idx)
                         raise cancel.Cancelled("cancelled")
                     exc = fut.exception()
                     if exc is None:
