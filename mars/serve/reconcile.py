@@ -10,8 +10,9 @@ which
 * counts it once it ends, by kind (:data:`KINDS`) and how it ended (:data:`STATES`): *finished*,
   answered whole (the tokens it generated and the prompt tokens it computed and found cached, as
   the upstream reported them), or *stopped*, cancelled in flight by mars (a client that left, an
-  audit pre-empted: what it asked for and its prompt's length are known; what the engine generated
-  before it noticed is not, and lies between 0 and what was asked);
+  audit pre-empted: what it asked for and its prompt's length are known, and the tokens a streamed
+  request had brought — llama.cpp's; what the engine generated before it noticed lies between
+  those and what was asked);
 * adds the counts to the server's Prometheus counters as they come
   (``mars_serve_tokens_total{kind, state}``, :class:`mars.serve.metrics.Metrics`), so a
   question cancelled half-way is counted as well as one answered.
@@ -62,7 +63,8 @@ class Tally:
     requests: int = 0
     #: tokens asked for (max_tokens of each request)
     asked: int = 0
-    #: tokens generated, as the upstream reported them (stopped requests: none known, 0)
+    #: tokens generated, as the upstream reported them (stopped requests: those their stream had
+    #: brought, 0 when not streamed)
     generated: int = 0
     #: prompt tokens: as the upstream reported them (finished), as sent (stopped; token-id prompts)
     prompt: int = 0
@@ -142,9 +144,12 @@ class Ledger:
             _count(cached),
         )
 
-    def stopped(self, kind: str, asked: int, prompt: int, replica: int | None = None) -> None:
-        """A request cancelled in flight: what it asked for and its prompt as sent."""
-        self._add(kind, "stopped", asked, 0, prompt, 0)
+    def stopped(
+        self, kind: str, asked: int, prompt: int, replica: int | None = None, received: int = 0
+    ) -> None:
+        """A request cancelled in flight: what it asked for, its prompt as sent, and the tokens
+        its stream had brought (``received``: a streamed request's)."""
+        self._add(kind, "stopped", asked, received, prompt, 0)
         with self._lock:
             if self.stopped_time is None:
                 self.stopped_time = time.monotonic()
@@ -217,6 +222,17 @@ class Relayed:
         if not self._done:
             self._done = True
             self.ledger.answered(PASS_THROUGH, self.asked, usage)
+
+
+def stream_events(data: bytes) -> list:
+    """The JSON events of the whole lines of a stream cut short (``data: {...}``)."""
+    events = []
+    for line in data.split(b"\n")[:-1]:  # the last line may be cut
+        if not line.startswith(b"data:"):
+            continue
+        with contextlib.suppress(ValueError, RecursionError):
+            events.append(json.loads(line[5:]))
+    return events
 
 
 def _count(value: Any) -> int:

@@ -69,7 +69,7 @@ from ..engines.server import (
 )
 from ..errors import MarsError, UsageError
 from ..method.answers import extract_with, normalize_answer
-from .reconcile import REQUEST_ID_HEADER, Ledger
+from .reconcile import REQUEST_ID_HEADER, Ledger, stream_events
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ class Router:
         placed: dict[TraceKey, int] | None = None,
         request_ids: Sequence[str] | None = None,
         on_answer: Callable[[int, Any], Any] | None = None,
-        on_stopped: Callable[[int, int], None] | None = None,
+        on_stopped: Callable[[int, int, bytes], None] | None = None,
     ) -> list[Any]:
         """POST every body (each to a replica), answers in order; a replica that fails a
         request every try is marked down and the request goes to another. ``limits``: each
@@ -255,12 +255,14 @@ class Router:
         :attr:`affinity_header`), ``placed`` where its question's traces are; ``request_ids``: each
         request's id, sent in ``X-Request-Id`` (:mod:`mars.serve.reconcile`); ``on_answer(i,
         answer)``: called as each answer comes, what it returns the answer kept;
-        ``on_stopped(i, replica)``: called for each request cancelled in flight (its replica's
-        index)."""
+        ``on_stopped(i, replica, received)``: called for each request cancelled in flight (its
+        replica's index, and the bytes of its stream received by then: ``merge`` only)."""
         scope = cancel.current()
         outs: list[Any] = [None] * len(bodies)
         pending: dict[concurrent.futures.Future, tuple[int, int, Upstream]] = {}
         tried: dict[int, set[int]] = {}
+        # a streamed request's bytes as they come (what one stopped in flight had received)
+        received: dict[int, list[bytes]] = {}
 
         header = self.affinity_header if keys is not None else None
 
@@ -273,9 +275,18 @@ class Router:
             own = {} if header is None or key is None else {header: affinity_key(key)}
             if request_ids is not None:
                 own[REQUEST_ID_HEADER] = request_ids[i]
+            got: list[bytes] | None = None
+            if merge is not None and on_stopped is not None:
+                got = received[i] = []
             fut = http.submit(
                 lambda: http.post(
-                    path, body, limit, asked, sse=merge is not None, headers=own or None
+                    path,
+                    body,
+                    limit,
+                    asked,
+                    sse=merge is not None,
+                    headers=own or None,
+                    progress=got,
                 )
             )
             if scope is not None:
@@ -296,7 +307,7 @@ class Router:
                         scope.detach(fut)
                     if fut.cancelled():
                         if on_stopped is not None:
-                            on_stopped(i, idx)
+                            on_stopped(i, idx, b"".join(received.get(i) or ()))
                         raise cancel.Cancelled("cancelled")
                     exc = fut.exception()
                     if exc is None:
@@ -319,7 +330,7 @@ class Router:
                 if scope is not None:
                     scope.detach(fut)
                 if stopped and on_stopped is not None:
-                    on_stopped(i, idx)
+                    on_stopped(i, idx, b"".join(received.get(i) or ()))
                 elif not stopped and on_answer is not None and fut.exception() is None:
                     with contextlib.suppress(Exception):  # answered, then left: still counted
                         on_answer(i, fut.result() if merge is None else merge(fut.result()))
@@ -442,10 +453,14 @@ class ServedBackend(ServerBackend):
             ledger.finished(kinds[i], requests[i][1], c)
             return c
 
-        def stopped(i: int, replica: int) -> None:
+        def stopped(i: int, replica: int, got: bytes) -> None:
             prompt = requests[i][0]
             ledger.stopped(
-                kinds[i], requests[i][1], len(prompt) if isinstance(prompt, list) else 0, replica
+                kinds[i],
+                requests[i][1],
+                len(prompt) if isinstance(prompt, list) else 0,
+                replica,
+                p.streamed_tokens(stream_events(got)) if got else 0,
             )
 
         return self.router.post_all(
