@@ -200,3 +200,24 @@ def test_an_engine_without_metrics_is_said_once_and_not_asked_again(caplog):
     assert "--metrics" in caplog.text and 0 in watch._off
     watch.stopped([0])  # not queued again
     assert watch._queue.empty()
+
+
+def test_a_client_that_leaves_counts_its_requests_in_flight_as_stopped(caplog):
+    from serve.common import SMALL, wait_for
+
+    server = fakes().FakeServer("vllm", delay=5.0)
+    ups = fake_upstreams({"http://e.test": server})
+    with serving(ups, SMALL) as running:
+        body = {"prompt": "What is 2 + 3?", "n": 4, "stream": True}
+        with httpx.stream("POST", running.url + "/v1/completions", json=body) as r:
+            for _ in r.iter_lines():
+                wait_for(lambda: server.in_flight == 4)
+                break
+        wait_for(lambda: running.metric("upstream_requests", kind="main", state="stopped") == 4)
+        assert running.metric("tokens_asked", kind="main", state="stopped") == 4 * SMALL.spacing
+        assert running.metric("tokens", kind="main", state="stopped") == 0  # vLLM: not streamed
+        assert running.metric("upstream_requests", kind="main", state="finished") == 0
+        # the fake has no /metrics: said once, the stop not timed
+        wait_for(lambda: "its counters cannot be read" in caplog.text)
+        assert running.metric("engine_drain_seconds_count") == 0
+    ups.close()
