@@ -218,6 +218,8 @@ def run_question(
         params = out.params = pool_params(be, q)
         out.pool = Recorder.pool_name(params)
         summary = {**run.summary(), "seed": q.seed, "served": q.settings()}
+        if ledger is not None:  # its upstream requests' ids and counts (mars.serve.reconcile)
+            summary["upstream"] = ledger.view()
         row = {
             "ground_truth": problem.answer or None,  # None: not known (no grading)
             "question": prep.text,

@@ -69,7 +69,7 @@ def test_the_engines_counters_are_read_as_each_engine_means_them():
             parse(kind, text)
 
 
-def test_every_upstream_request_is_named_after_its_question_and_counted_by_kind():
+def test_every_upstream_request_is_named_after_its_question_and_counted_by_kind(tmp_path):
     servers = {"http://r0.test": fakes().FakeServer("vllm")}
     seen: list[tuple[str | None, dict]] = []
     server = servers["http://r0.test"]
@@ -82,13 +82,16 @@ def test_every_upstream_request_is_named_after_its_question_and_counted_by_kind(
 
     ups = fake_upstreams(servers)
     server.handler = spy
-    with serving(ups, FOUR, engine_watch=False) as running:
+    with serving(ups, FOUR, engine_watch=False, record=str(tmp_path / "rec")) as running:
         r = httpx.post(
             running.url + "/v1/completions", json={"prompt": "What is 2 + 3?", "n": 4}, timeout=60
         )
         assert r.status_code == 200, r.text
         answer = r.json()
         up = answer["mars"]["upstream"]
+        # the record keeps the ids' stem and the counts: engine logs join with it
+        record = httpx.get(running.url + answer["mars"]["record"], timeout=10).json()
+        assert record["upstream"] == up
         plain = httpx.post(
             running.url + "/v1/completions",
             json={"prompt": "1, 2,", "max_tokens": 5},
