@@ -285,3 +285,11 @@ def test_a_question_whose_client_leaves_counts_within_what_was_stopped(upstream,
         assert time.monotonic() < deadline, "the stop's drain was never measured"
         time.sleep(0.1)
     assert running.metric("engine_drain_timeouts") == 0
+    n, total = (
+        running.metric("engine_drain_seconds_count"),
+        running.metric("engine_drain_seconds_sum"),
+    )
+    print(
+        f"{upstream.kind}: running after the stops {running.metric('engine_running_after_stop')}, "
+        f"{total / n:.3f} s a drain on average over {n:g}"
+    )
