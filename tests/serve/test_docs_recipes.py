@@ -223,7 +223,7 @@ class Session:
             self.upstream.wait(60)
 
 
-def wait_ready(url: str, proc: subprocess.Popen, name: str, timeout: float = 180) -> None:
+def wait_ready(url: str, proc: subprocess.Popen, name: str, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"{name} exited with {proc.returncode}"
