@@ -82,7 +82,11 @@ class Grid:
         """Every checkpoint up to the cap: spacing, 2·spacing, … ≤ max_tokens."""
         if self.max_tokens is None:
             raise ValueError("a grid without a token cap has no last checkpoint")
-        return self.first(self.max_tokens // self.spacing)
+        return self.upto(self.max_tokens)
+
+    def upto(self, tokens: int) -> np.ndarray:
+        """The checkpoints at or below ``tokens``."""
+        return self.first(max(int(tokens), 0) // self.spacing)
 
     def first(self, n: int) -> np.ndarray:
         """The first ``n`` checkpoints."""

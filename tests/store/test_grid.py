@@ -123,18 +123,3 @@ def test_a_grid_is_frozen_and_hashable():
         g.spacing = 8  # type: ignore[misc]
     assert {g: 1}[Grid(256, 1024)] == 1
     assert Grid().spacing == 2048 and g.to_dict() == {"spacing": 256, "max_tokens": 1024}
-
-
-@settings(max_examples=100, deadline=None)
-@given(spacings, st.integers(1, 100_000), lengths)
-def test_the_stages_own_computations_are_the_grids(spacing, max_tokens, length):
-    """Before they are replaced by the grid: the stages' own functions agree with it."""
-    from mars.generate.probe import probe_positions
-    from mars.live.records import live_grid
-
-    g = Grid(spacing)
-    assert np.array_equal(probe_positions(length, spacing), g.probe_positions(length))
-    if max_tokens >= spacing and max_tokens // spacing <= 4096:
-        assert np.array_equal(
-            live_grid(spacing, max_tokens), Grid(spacing, max_tokens).checkpoints()
-        )
