@@ -17,7 +17,10 @@ import numpy as np
 from ..errors import MarsError, UsageError
 from .schema import CHECKPOINT_SPACING
 
-__all__ = ["Grid", "GridError"]
+__all__ = ["MIN_SPACING", "Grid", "GridError"]
+
+#: the finest grid: a checkpoint every token
+MIN_SPACING = 1
 
 
 class GridError(MarsError):
@@ -121,8 +124,8 @@ class Grid:
 
 def _problem(spacing: object, max_tokens: object, sname: str, cname: str) -> str | None:
     """What is wrong with a grid, in one line naming its values as ``sname`` and ``cname``."""
-    if not _whole(spacing) or spacing < 1:  # type: ignore[operator]
-        return f"{sname} {spacing!r}: must be a whole number of tokens, at least 1"
+    if not _whole(spacing) or spacing < MIN_SPACING:  # type: ignore[operator]
+        return f"{sname} {spacing!r}: must be a whole number of tokens, at least {MIN_SPACING}"
     if max_tokens is None:
         return None
     if not _whole(max_tokens):
