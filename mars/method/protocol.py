@@ -140,15 +140,15 @@ def question_arrays(q: QuestionData, spacing: int) -> QuestionArrays:
     for j in range(n):
         lo, hi = int(off[j]), int(off[j + 1])
         p = pos[lo:hi]
-        keep = (p < q.lengths[j]) & on.on_grid(p) & (p // spacing <= steps[j])
+        keep = (p < q.lengths[j]) & on.on_grid(p) & (on.index(p) < steps[j])
         for i in (lo + np.flatnonzero(keep)).tolist():
             c = int(q.probe_codes[i])
-            text[j, pos[i] // spacing - 1] = q.probe_strings[c] if c >= 0 else unanswered(i)
+            text[j, int(on.index(pos[i]))] = q.probe_strings[c] if c >= 0 else unanswered(i)
     flat, reps = _exact_groups([*finals, *text.ravel().tolist()])
     final_ids = flat[:n]
     ids = flat[n:].reshape(n, T)
-    full = np.maximum(np.asarray(q.lengths, dtype=np.int64), steps * spacing)
-    cost = np.minimum(grid[None, :], steps[:, None] * spacing)
+    full = np.maximum(np.asarray(q.lengths, dtype=np.int64), on.at(steps))
+    cost = np.minimum(grid[None, :], on.at(steps)[:, None])
     cost = np.where(np.arange(T)[None, :] >= steps[:, None], full[:, None], cost)
     return QuestionArrays(
         qid=q.qid,

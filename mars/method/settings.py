@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SimulationError, UsageError
-from ..store.grid import Grid
+from ..store.grid import MIN_SPACING, Grid
 from ..store.schema import CHECKPOINT_SPACING, FINALS
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class Settings:
     spacing: int | None = _setting(
         None,
         "checkpoint spacing in tokens (default: the pool's probe spacing; must agree with it)",
-        low=1,
+        low=MIN_SPACING,
         high=1 << 24,
         sampling=True,
         fit=True,

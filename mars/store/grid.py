@@ -95,6 +95,14 @@ class Grid:
         """The first ``n`` checkpoints."""
         return self.spacing * np.arange(1, int(n) + 1, dtype=np.int64)
 
+    def at(self, k) -> np.ndarray:
+        """Where checkpoint ``k`` lies, counting from 1 (0: the start), elementwise."""
+        return np.asarray(k, dtype=np.int64) * self.spacing
+
+    def index(self, positions) -> np.ndarray:
+        """The 0-based checkpoint index of positions on the grid, elementwise."""
+        return np.asarray(positions, dtype=np.int64) // self.spacing - 1
+
     def count_below(self, lengths) -> np.ndarray:
         """How many checkpoints lie strictly below each length (a trace is probed there while it
         runs; at its length it has ended)."""

@@ -123,3 +123,13 @@ def test_a_grid_is_frozen_and_hashable():
         g.spacing = 8  # type: ignore[misc]
     assert {g: 1}[Grid(256, 1024)] == 1
     assert Grid().spacing == 2048 and g.to_dict() == {"spacing": 256, "max_tokens": 1024}
+
+
+@settings(max_examples=200, deadline=None)
+@given(spacings, st.lists(st.integers(0, 5000), max_size=30))
+def test_checkpoint_positions_and_indices_are_the_protocols(spacing, ks):
+    """Parallel-Probe's protocol reads step k at k·spacing and a probe at p as step p // spacing."""
+    g, k = Grid(spacing), np.asarray(ks, dtype=np.int64)
+    assert np.array_equal(g.at(k), k * spacing)
+    assert np.array_equal(g.index(g.at(k)), k - 1)
+    assert np.array_equal(g.index(k), k // spacing - 1)
