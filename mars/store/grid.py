@@ -73,13 +73,15 @@ class Grid:
         return cls(spacing, max_tokens)  # type: ignore[arg-type]
 
     @classmethod
-    def of_manifest(cls, manifest: dict, where: object) -> Grid | None:
+    def of_manifest(
+        cls, manifest: dict, where: object, error: Callable[[str], Exception]
+    ) -> Grid | None:
         """The grid a pool's manifest records (None: none recorded), refused in one line naming
-        the file (``where``)."""
+        the file (``where``) with ``error``."""
         spacing = manifest.get("spacing")
         if spacing is None:
             return None
-        return cls.checked(spacing, names=(f"{where}: spacing", "max_tokens"), error=_pool_error)
+        return cls.checked(spacing, names=(f"{where}: spacing", "max_tokens"), error=error)
 
     def checkpoints(self) -> np.ndarray:
         """Every checkpoint up to the cap: spacing, 2·spacing, … ≤ max_tokens."""
@@ -122,28 +124,26 @@ class Grid:
         pos = np.asarray(positions)
         return (pos % self.spacing == 0) & (pos >= 0)
 
-    def to_dict(self) -> dict:
-        """The grid as a manifest records it."""
-        out: dict = {"spacing": self.spacing}
-        if self.max_tokens is not None:
-            out["max_tokens"] = self.max_tokens
-        return out
-
 
 def _problem(spacing: object, max_tokens: object, sname: str, cname: str) -> str | None:
     """What is wrong with a grid, in one line naming its values as ``sname`` and ``cname``."""
     if not _whole(spacing) or spacing < MIN_SPACING:  # type: ignore[operator]
-        return f"{sname} {spacing!r}: must be a whole number of tokens, at least {MIN_SPACING}"
+        return (
+            f"{sname} {_shown(spacing)}: must be a whole number of tokens, at least {MIN_SPACING}"
+        )
     if max_tokens is None:
         return None
     if not _whole(max_tokens):
-        return f"{cname} {max_tokens!r}: must be a whole number of tokens"
+        return f"{cname} {_shown(max_tokens)}: must be a whole number of tokens"
     if max_tokens < spacing:  # type: ignore[operator]
         return f"{sname} {spacing}: no checkpoint within {cname} {max_tokens}"
     return None
 
 
-def _pool_error(message: str) -> Exception:
-    from .pool import PoolError
-
-    return PoolError(message)
+def _shown(v: object) -> str:
+    """A value as a refusal shows it: a whole number as written (a huge one by its size: Python
+    cannot write one of thousands of digits), anything else as Python writes it, cut to 40."""
+    if _whole(v):
+        n = int(v)  # type: ignore[call-overload]
+        return str(n) if abs(n) < 10**40 else f"(a {n.bit_length() * 0.30103:.0f}-digit number)"
+    return repr(v)[:40]

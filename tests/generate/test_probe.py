@@ -164,7 +164,7 @@ def test_other_settings_into_the_same_folder(pools, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--spacing", "0"], "--spacing 0: must be at least 1"),
+        (["--spacing", "0"], "--spacing 0: must be a whole number of tokens, at least 1"),
         (["--spacing", "10000000"], "beyond the longest trace"),
         (["--backend", "nope"], "unknown backend 'nope'"),
         (["--temperature", "0.3"], "the synthetic backend has no --temperature"),

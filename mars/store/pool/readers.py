@@ -197,7 +197,7 @@ class LayoutPool(Pool):
         self._questions = {r["qid"]: r for r in rows}
         #: questions whose answer is not known (null ground truth): nothing to grade against
         self.unknown_answers = [q for q in self.qids if self._questions[q]["ground_truth"] is None]
-        self.grid = Grid.of_manifest(self.manifest, self.path / schema.POOL_MANIFEST)
+        self.grid = Grid.of_manifest(self.manifest, self.path / schema.POOL_MANIFEST, PoolError)
         for f in self._files():  # before any work: reading a FIFO would wait forever
             if os.path.lexists(f):
                 regular_file(f, PoolError)
