@@ -45,6 +45,7 @@ from ..method.learned import Calibration
 from ..method.registry import Method, get_method, live_method
 from ..method.settings import SPECS
 from ..store import schema
+from ..store.grid import Grid
 from ..store.pool import PoolError, QuestionData, open_pool, question_from_table
 from ..store.problems import Problem
 from ..store.userfiles import read_json_object
@@ -146,7 +147,7 @@ def complete_question(
     wrote them (:attr:`mars.live.LiveRun.table`). A cancelled scope
     (:mod:`mars.engines.cancel`) ends it with :class:`~mars.engines.cancel.Cancelled`."""
     settings = live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)
-    grid = live_grid(spacing, max_tokens)
+    grid = live_grid(spacing, max_tokens).checkpoints()
     rows = {int(r["trace_idx"]): r for r in table.to_pylist()}
     main = range(warmup, warmup + n_traces)
     if sorted(rows) != list(range(warmup + n_traces)):
@@ -554,7 +555,7 @@ def _whole_pool(
         warmup = int(
             audited.get("warmup", 0 if calibration is not None else SPECS["warmup"].default)
         )
-    spacing = int(spacing or pool.recorded_spacing or schema.CHECKPOINT_SPACING)
+    spacing = int(spacing or (pool.grid or Grid()).spacing)
     for name in methods:
         m = live_method(name)
         mk = {**(audited.get("settings") or {}), **knobs}
@@ -570,7 +571,7 @@ def _whole_pool(
             q = _first_traces(q, warmup + n)
             cap = int(max_tokens or manifest.get("max_tokens") or int(q.lengths.max()))
             settings = live_settings(n, warmup, seed, spacing, cap, mk)
-            grid = live_grid(spacing, cap)
+            grid = live_grid(spacing, cap).checkpoints()
             stopped = np.zeros(q.n_traces, bool)
             res, arr = decide(q, m, settings, grid, warmup, stopped, calibration=calibration)
             a = int(res.answer[0])

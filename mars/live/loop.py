@@ -83,6 +83,7 @@ from ..method.settings import Settings
 from ..progress import Detail, Progress, counted, prefixed
 from ..store import schema
 from ..store.atomic import folder_lock, make_dirs, output_dir, write_json_atomic
+from ..store.grid import Grid
 from ..store.pool import (
     QuestionData,
     question_from_table,
@@ -383,7 +384,8 @@ def solve(
     m = live_method(method)
     max_tokens = token_cap(backend, max_tokens)
     settings = live_settings(n_traces, warmup, seed, spacing, max_tokens, knobs)
-    grid = live_grid(spacing, max_tokens)
+    on = live_grid(spacing, max_tokens)
+    grid = on.checkpoints()
     check_live_calibration(calibration, m, warmup)
 
     made_by = warmup_inputs(backend, problem, warmup, seed, spacing, max_tokens)
@@ -394,13 +396,11 @@ def solve(
     if say is not None:
         say(f"starting {n_traces} traces")
     if m.launch.staged:
-        records, launched = _run_launches(backend, problem, ctl, seed, warmup, max_tokens, say)
+        records, launched = _run_launches(backend, problem, ctl, seed, warmup, on, say)
     else:
         batch = backend.start(problem, n_traces, seed, first_trace=warmup)
         try:
-            records = run_batch(
-                batch, spacing, max_tokens=max_tokens, on_checkpoint=ctl, detail=say
-            )
+            records = run_batch(batch, on, on_checkpoint=ctl, detail=say)
         finally:
             batch.close()
         launched = n_traces
@@ -470,8 +470,7 @@ def solve(
             n_traces,
             seed,
             warmup,
-            spacing,
-            max_tokens,
+            on,
             warm_table,
             settings,
             grid,
@@ -486,13 +485,12 @@ def _run_launches(
     ctl: _Controller,
     seed: int,
     warmup: int,
-    max_tokens: int,
+    on: Grid,
     say: Detail | None,
 ) -> tuple[list[TraceRecord], int]:
     """A staged method's launches, one after another: each starts once the one before has
     ended without a stop. Returns the N traces' records (a trace never launched: no tokens, no
     answer) and how many traces were launched."""
-    spacing = int(ctl.grid[0])
     records: list[TraceRecord | None] = [None] * ctl.n
     launched = 0
     while (cur := ctl.stopper.current) is not None:
@@ -501,7 +499,7 @@ def _run_launches(
             say(f"launching traces {lo + 1}–{hi} of {ctl.n}")
         batch = backend.start(problem, hi - lo, seed, first_trace=warmup + lo)
         try:
-            part = run_batch(batch, spacing, max_tokens=max_tokens, on_checkpoint=ctl, detail=say)
+            part = run_batch(batch, on, on_checkpoint=ctl, detail=say)
         finally:
             batch.close()
         records[lo:hi] = part
@@ -538,8 +536,7 @@ def _run_full(
     n_traces,
     seed,
     first_trace,
-    spacing,
-    max_tokens,
+    on: Grid,
     warm_table,
     settings,
     grid,
@@ -551,7 +548,7 @@ def _run_full(
     t0 = time.perf_counter()
     batch = backend.start(problem, n_traces, seed, first_trace=first_trace)
     try:
-        records = run_batch(batch, spacing, max_tokens=max_tokens, detail=detail)
+        records = run_batch(batch, on, detail=detail)
     finally:
         batch.close()
     wall = time.perf_counter() - t0

@@ -20,12 +20,13 @@ from typing import Any
 
 from ..engines.endpoint import printable, shown
 from ..errors import MarsError, UsageError
-from ..live import live_grid, live_settings
+from ..live import live_settings
 from ..live.stepper import MAX_CHECKPOINTS
 from ..method.answers import ANSWER_FORMATS
 from ..method.learned import Calibration
 from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_method
 from ..method.settings import LIVE_KEYS, SPECS
+from ..store.grid import Grid
 from ..store.schema import CHECKPOINT_SPACING
 
 #: The routes a question can come by, and the OpenAI object each answers with.
@@ -179,19 +180,7 @@ class Question:
                 f"a checkpoint every {spacing} tokens: the server's {self.spacing} would leave "
                 f"fewer than {MIN_CHECKPOINTS} in max_tokens {max_tokens} (mars.spacing sets it)",
             )
-        if spacing > max_tokens:
-            raise BadRequest(
-                f"mars.spacing {spacing}: no checkpoint within max_tokens {max_tokens} (give a "
-                "spacing of at most max_tokens, or leave it to the server)",
-                "mars.spacing",
-            )
-        if max_tokens // spacing > MAX_CHECKPOINTS:
-            raise BadRequest(
-                f"max_tokens {max_tokens} at mars.spacing {spacing}: {max_tokens // spacing:,} "
-                f"checkpoints, more than {MAX_CHECKPOINTS:,} (raise mars.spacing)",
-                "mars.spacing",
-            )
-        live_grid(spacing, max_tokens)  # the live loop's own check, now passed
+        Grid.checked(spacing, max_tokens, names=_NAMES, most=MAX_CHECKPOINTS, error=_bad_spacing)
         return replace(self, max_tokens=int(max_tokens), spacing=spacing, notes=notes)
 
     def settings(self) -> dict:
@@ -286,6 +275,14 @@ def _quoted(v: Any) -> str:
 
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+#: the request's names of a grid's spacing and token cap
+_NAMES = ("mars.spacing", "max_tokens")
+
+
+def _bad_spacing(message: str) -> BadRequest:
+    return BadRequest(message, "mars.spacing")
 
 
 def _whole(value: Any, name: str, low: int = 0) -> int:
@@ -394,7 +391,8 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
             "mars.warmup" if traces <= defaults.max_traces else who,
         )
     spacing_given = "spacing" in opts
-    spacing = _whole(opts.get("spacing", defaults.spacing), "mars.spacing", 1)
+    given = opts.get("spacing", defaults.spacing)
+    spacing = Grid.checked(given, names=_NAMES, error=_bad_spacing).spacing
     knobs = {**defaults.knobs, **{k: v for k, v in opts.items() if k in LIVE_KEYS}}
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     max_tokens = defaults.max_tokens if max_tokens is None else _whole(max_tokens, "max_tokens", 1)

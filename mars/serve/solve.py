@@ -146,7 +146,7 @@ def warm_up() -> None:
     )
     q = question_from_table(table, 0, "<warm-up>", published=False, ground_truth="1/2")
     settings = live_settings(2, 0, 0, 4, 8, {})
-    decide(q, get_method("sc"), settings, live_grid(4, 8), 0, np.zeros(2, bool))
+    decide(q, get_method("sc"), settings, live_grid(4, 8).checkpoints(), 0, np.zeros(2, bool))
 
 
 def progress_of(c: Checkpoint, n_traces: int) -> dict:
