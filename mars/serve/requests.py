@@ -25,7 +25,7 @@ from ..live.stepper import MAX_CHECKPOINTS
 from ..method.answers import ANSWER_FORMATS
 from ..method.learned import Calibration
 from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_method
-from ..method.settings import LIVE_KEYS, SPECS
+from ..method.settings import LIVE_KEYS, MAX_SEED, SPECS
 from ..store.grid import Grid
 from ..store.schema import CHECKPOINT_SPACING
 
@@ -68,8 +68,6 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
 MAX_DEPTH = 64
 #: The fewest checkpoints a question's grid has when the server picks its spacing.
 MIN_CHECKPOINTS = 4
-#: The largest seed a request may give (the engines derive 31-bit seeds from it).
-MAX_SEED = 2**63 - 1
 
 
 class BadRequest(MarsError):
@@ -400,7 +398,7 @@ def read_question(body: Any, kind: str, defaults: Defaults) -> Question:
     seeded = seed is not None
     seed = defaults.seed if seed is None else _whole(seed, "seed")
     if seed > MAX_SEED:
-        raise BadRequest(f"seed {seed}: must be below 2^63", "seed")
+        raise BadRequest(f"seed {seed}: must be at most {MAX_SEED:,}", "seed")
     try:
         live_settings(traces, warmup, 0, spacing, None, knobs)  # the grid: fit_grid
     except MarsError as exc:
