@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -124,22 +125,39 @@ class Waits:
 
 
 def compare(args, ups: Upstreams, upstream_url: str) -> list[dict]:
-    rows = []
-    d = Defaults(
-        method="sc-consensus",
-        traces=args.traces,
-        warmup=args.warmup,
-        spacing=args.spacing,
-        max_tokens=args.tokens,
-        knobs={"consensus": 0.5},
-    )
-    with proxy(ups, d) as (url, _), httpx.Client(timeout=1800) as http:
-        model = ups.model
+    """Each of ``--compare-methods`` through ``mars serve`` against plain n-sampling at the
+    server (n concurrent requests): tokens and wall time, interleaved. A method written
+    ``NAME@cal`` runs on a server started with ``--compare-calibration`` (no warmup): what it
+    pays beyond its main traces is its probes alone."""
+    from mars.method.learned import Calibration
 
-        def through_mars(seed: int) -> dict:
+    rows = []
+    cal = Calibration.load(args.compare_calibration) if args.compare_calibration else None
+    specs = [m.strip() for m in args.compare_methods.split(",") if m.strip()]
+    methods = []
+    for spec in specs:
+        name, _, tag = spec.partition("@")
+        knobs = {"consensus": 0.5} if name == "sc-consensus" else {}
+        if tag == "cal" and cal is None:
+            sys.exit(f"--compare-methods {spec}: needs --compare-calibration")
+        d = Defaults(
+            method=name,
+            traces=args.traces,
+            warmup=0 if tag == "cal" else args.warmup,
+            calibration=cal if tag == "cal" else None,
+            spacing=args.spacing,
+            max_tokens=args.tokens,
+            knobs=knobs,
+        )
+        methods.append((spec, d))
+    with contextlib.ExitStack() as stack, httpx.Client(timeout=1800) as http:
+        model = ups.model
+        urls = {spec: stack.enter_context(proxy(ups, d))[0] for spec, d in methods}
+
+        def through_mars(spec: str, seed: int) -> dict:
             t0 = time.perf_counter()
             r = http.post(
-                url + "/v1/chat/completions",
+                urls[spec] + "/v1/chat/completions",
                 json={"model": model, "messages": MESSAGES, "n": args.traces, "seed": seed},
             )
             r.raise_for_status()
@@ -147,11 +165,15 @@ def compare(args, ups: Upstreams, upstream_url: str) -> list[dict]:
             m = out["mars"]
             return emit(
                 part="compare",
-                how="mars serve",
+                how=f"mars serve {spec}",
                 seed=seed,
                 wall_s=round(time.perf_counter() - t0, 3),
                 usage_tokens=out["usage"]["completion_tokens"],
                 main_tokens=m["tokens"]["main"],
+                warmup_tokens=m["tokens"]["warmup"],
+                probe_tokens=m["tokens"]["probes_generated"],
+                paid_tokens=m["tokens"]["paid"],
+                traces_started=m["traces_started"],
                 stopped_by=m["stopped_by"],
                 stop_position=m["stop_position"],
                 answer=m["answer"],
@@ -188,8 +210,9 @@ def compare(args, ups: Upstreams, upstream_url: str) -> list[dict]:
                 usage_tokens=sum(o["usage"]["completion_tokens"] for o in outs),
             )
 
+        runs = [functools.partial(through_mars, spec) for spec, _ in methods] + [plain]
         for k in range(args.repeat):
-            order = (through_mars, plain) if k % 2 == 0 else (plain, through_mars)
+            order = runs if k % 2 == 0 else runs[::-1]
             rows.extend(f(1000 * (k + 1)) for f in order)
     return rows
 
@@ -453,6 +476,12 @@ def main() -> None:
     ap.add_argument("--audit-questions", type=int, default=200)
     ap.add_argument("--audit-rates", default="0,0.01,0.05,0.2")
     ap.add_argument("--audit-concurrency", type=int, default=1)
+    ap.add_argument(
+        "--compare-methods",
+        default="sc-consensus",
+        help="compare: methods through mars serve (NAME@cal: with --compare-calibration)",
+    )
+    ap.add_argument("--compare-calibration", default=None, help="compare: a mars calibrate file")
     ap.add_argument("--only", default="compare,overhead,load")
     args = ap.parse_args()
     parts = set(args.only.split(","))
@@ -485,13 +514,21 @@ def main() -> None:
             ups.close()
 
     print("\n| part | what | value |\n|---|---|---:|")
-    for how in ("mars serve", "plain n-sampling"):
+    for how in dict.fromkeys(r["how"] for r in rows if r["part"] == "compare"):
         sel = [r for r in rows if r["part"] == "compare" and r["how"] == how]
-        if sel:
-            tok = statistics.median(r["usage_tokens"] for r in sel)
-            wall = statistics.median(r["wall_s"] for r in sel)
-            what = f"{how}: tokens, wall (median of {len(sel)})"
-            print(f"| compare | {what} | {tok:,.0f}, {wall:.2f} s |")
+        tok = statistics.median(r["usage_tokens"] for r in sel)
+        wall = statistics.median(r["wall_s"] for r in sel)
+        what = f"{how}: tokens, wall (median of {len(sel)})"
+        extra = ""
+        if "paid_tokens" in sel[0]:
+            beyond = [r["paid_tokens"] - r["main_tokens"] for r in sel]
+            probes = [r["probe_tokens"] for r in sel]
+            warm = [r["warmup_tokens"] for r in sel]
+            extra = (
+                f"; paid beyond main {statistics.median(beyond):,.0f} = probes "
+                f"{statistics.median(probes):,.0f} + warmup {statistics.median(warm):,.0f}"
+            )
+        print(f"| compare | {what} | {tok:,.0f}, {wall:.2f} s{extra} |")
     for method in dict.fromkeys(r["method"] for r in rows if r["part"] == "synthetic"):
         syn = [r for r in rows if r["part"] == "synthetic" and r["method"] == method]
         main, paid, full = (

@@ -267,6 +267,11 @@ def serve(
         help="the risk an audited method is held to when it promises none of its own (MARS2: "
         "its risk_alpha; the certified rule: its delta)",
     ),
+    engine_watch: bool = typer.Option(
+        True,
+        help="after a stop, read the upstream's own /metrics until its running count falls "
+        "(mars_serve_engine_drain_seconds; llama-server needs --metrics)",
+    ),
     settings_given: dict | None = None,
     engine_options: dict | None = None,
 ):
@@ -343,6 +348,7 @@ def serve(
                 confidence=audit_confidence,
                 target=audit_target,
             ).check(),
+            engine_watch=engine_watch,
         )
         asgi, _ = create_app(ups, options)
     import uvicorn

@@ -4,7 +4,7 @@ a stage builds from its records.
 One path for all engines and both modes:
 
 * :func:`run_batch` moves a :class:`~mars.engines.base.TraceBatch` checkpoint by checkpoint
-  (``spacing``, 2·spacing, ... ≤ ``max_tokens``), probes every trace still running at each
+  (:class:`~mars.store.grid.Grid`, up to ``max_tokens``), probes every trace still running at each
   checkpoint, offers the probes to an optional ``on_checkpoint`` hook (live mode: return True to
   stop every running trace), and collects the finished traces;
 * :func:`records_to_table` turns those records into one question's trace table
@@ -26,6 +26,7 @@ import pyarrow as pa
 from ..errors import MarsError, UsageError
 from ..progress import Detail
 from ..store import schema
+from ..store.grid import Grid
 from ..store.problems import Problem
 from ..store.write import probes_array, token_ids_array, with_stood_in
 from . import cancel
@@ -47,32 +48,33 @@ CheckpointHook = Callable[[int, TraceBatch, dict], "bool | None"]
 
 def run_batch(
     batch: TraceBatch,
-    spacing: int = schema.CHECKPOINT_SPACING,
+    grid: Grid | None,
     *,
-    max_tokens: int,
+    max_tokens: int | None = None,
     on_checkpoint: CheckpointHook | None = None,
-    probe: bool = True,
     detail: Detail | None = None,
 ) -> list[TraceRecord]:
     """Drive ``batch`` over the checkpoint grid and return one :class:`TraceRecord` per trace.
 
-    For p = spacing, 2·spacing, … ≤ ``max_tokens``: advance to p, probe every trace that is still
-    running at p (not ended and holding exactly p tokens; a trace that ended at or before p is not
-    probed), record ``(p, ProbeResult)``, then call ``on_checkpoint(p, batch, probes)`` with
-    ``probes = {batch index j: ProbeResult}``. If the hook returns True every running trace is
-    stopped (:meth:`TraceBatch.stop`) and the loop ends there (live mode); otherwise, after the
-    grid, the batch is advanced to ``max_tokens`` (completion, or the cap). With ``probe=False``
-    nothing is probed: the traces run straight to the end (the probe stage probes them later).
-    ``detail`` (:mod:`mars.progress`) hears where the batch is: each checkpoint reached, with the
-    traces still running, and the run to the end. A cancelled scope (:mod:`mars.engines.cancel`)
-    ends the loop at the next checkpoint with :class:`~mars.engines.cancel.Cancelled`.
+    For each checkpoint p of ``grid`` up to ``max_tokens`` (default: the grid's cap): advance to
+    p, probe every trace that is still running at p (not ended and holding exactly p tokens; a
+    trace that ended at or before p is not probed), record ``(p, ProbeResult)``, then call
+    ``on_checkpoint(p, batch, probes)`` with ``probes = {batch index j: ProbeResult}``. If the
+    hook returns True every running trace is stopped (:meth:`TraceBatch.stop`) and the loop ends
+    there (live mode); otherwise, after the grid, the batch is advanced to ``max_tokens``
+    (completion, or the cap). With no grid (``None``) nothing is probed: the traces run straight
+    to the end (the probe stage probes them later). ``detail`` (:mod:`mars.progress`) hears where
+    the batch is: each checkpoint reached, with the traces still running, and the run to the end.
+    A cancelled scope (:mod:`mars.engines.cancel`) ends the loop at the next checkpoint with
+    :class:`~mars.engines.cancel.Cancelled`.
     """
-    if spacing <= 0:
-        raise UsageError(f"--spacing {spacing}: must be at least 1")
+    if max_tokens is None:
+        if grid is None or grid.max_tokens is None:
+            raise ValueError("run_batch: no token cap")
+        max_tokens = grid.max_tokens
     records = [TraceRecord(result=None) for _ in range(batch.n)]  # type: ignore[arg-type]
     stopped = False
-    p = spacing
-    while probe and p <= max_tokens:
+    for p in [] if grid is None else grid.upto(max_tokens).tolist():
         cancel.check()
         batch.advance(p)
         cancel.check()
@@ -95,7 +97,6 @@ def run_batch(
                 batch.stop(live)
             stopped = True
             break
-        p += spacing
     if not stopped:
         if detail is not None:
             detail(f"to the end (at most {max_tokens:,} tokens)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..store.grid import MIN_SPACING, Grid
 from ..store.schema import CHECKPOINT_SPACING
 
 #: the commands that run an engine (``serve``: the defaults of the questions it serves)
@@ -84,7 +85,7 @@ OPTIONS: tuple[Option, ...] = (
         (*ALL, SERVE),
         config=PROBE,
         default=CHECKPOINT_SPACING,
-        low=1,
+        low=MIN_SPACING,  # for the config schema: a Grid checks it (check)
     ),
     Option(
         "traces",
@@ -229,6 +230,9 @@ def check(values: dict[str, Any]) -> None:
     for name, value in values.items():
         o = BY_NAME[name]
         if value is None or o.type in (str, bool):
+            continue
+        if name == "spacing":  # the grid checks its own spacing
+            Grid.checked(value)
             continue
         below = o.low is not None and (value <= o.low if o.low_open else value < o.low)
         above = o.high is not None and (value >= o.high if o.high_open else value > o.high)

@@ -23,9 +23,9 @@ from ..method import protocol
 from ..method.arrays import QuestionArrays, arrays_path, cache_key, load_arrays, read_cached
 from ..method.learned import Calibration, fit_calibration
 from ..progress import Progress, counted
+from ..store.grid import Grid
 from ..store.pool import QuestionData, open_pool
 from ..store.provenance import checksum_of
-from ..store.schema import CHECKPOINT_SPACING
 
 
 def calibrate_pools(
@@ -55,7 +55,7 @@ def calibrate_pools(
     hashes: dict[str, dict[int, str]] = {}
     for path, pool, qid in counted(jobs, total, progress):
         q = pool.read_question(qid).with_finals(finals)
-        spacing = pool.recorded_spacing or CHECKPOINT_SPACING
+        spacing = (pool.grid or Grid()).spacing
         if protocol_name == protocol.PARALLEL_PROBE:
             arr = protocol.question_arrays(q, spacing)
         else:
@@ -69,7 +69,7 @@ def calibrate_pools(
                 "source": str(path),
                 "model": manifest.get("model"),
                 "dataset": manifest.get("dataset"),
-                "spacing": pool.recorded_spacing or CHECKPOINT_SPACING,
+                "spacing": (pool.grid or Grid()).spacing,
                 "protocol": protocol_name,
                 "questions": len(pool.qids),
                 "checksum": checksum_of(hashes[str(path)]),

@@ -23,7 +23,7 @@ from ..method.arrays import QuestionArrays, load_arrays
 from ..method.features import FEATURE_NAMES
 from ..method.qmodel import QuestionFit, fit_question
 from ..method.qmodel import preload as preload_fit
-from ..method.settings import Settings, check_warmup, resolve_spacing
+from ..method.settings import Settings, check_warmup, pool_grid
 from ..progress import Progress, counter
 from ..store import schema
 from ..store.atomic import write_atomic, write_json_atomic
@@ -83,9 +83,8 @@ def check_fit(
         raise FitError("no --warmup size given")
     for w in warmups:
         Settings(warmup=w, window=window, spacing=spacing, finals=finals).validate()
-    fs = FitSettings(
-        warmups, int(window), resolve_spacing(spacing, pool.recorded_spacing, pool.source), finals
-    )
+    grid = pool_grid(spacing, pool.grid, pool.source)
+    fs = FitSettings(warmups, int(window), grid.spacing, finals)
     qids = list(pool.qids if questions is None else questions)
     missing = sorted(set(qids) - set(pool.qids))
     if missing:

@@ -24,6 +24,7 @@ from ..errors import UsageError
 from ..progress import Detail, Progress, counted, prefixed
 from ..store import schema
 from ..store.consolidate import GENERATION_RECORD, shard_range
+from ..store.grid import Grid
 from ..store.problems import Problem, problems_digest, select_problems
 from ..store.write import PoolDirWriter, write_trace_table
 from ..workers import process_pool
@@ -42,12 +43,11 @@ def _generate_question(
     lo: int,
     hi: int,
     seed: int,
-    spacing: int,
+    grid: Grid | None,
     max_tokens: int,
     path: Path,
     with_confs: bool = True,
     metadata: dict[str, str] | None = None,
-    probe: bool = True,
     token_ids: bool = True,
     detail: Detail | None = None,
 ) -> pa.Table:
@@ -56,9 +56,8 @@ def _generate_question(
     try:
         records = run_batch(
             batch,
-            spacing,
+            grid,
             max_tokens=max_tokens,
-            probe=probe,
             detail=prefixed(detail, f"q{problem.qid}: "),
         )
     finally:
@@ -77,8 +76,9 @@ def _generate_question(
 
 def check_generation(
     n_traces: int, seed: int, spacing: int | None, max_tokens: int, lo: int, hi: int
-) -> None:
-    """Refuse impossible or absurd generation settings before anything is written."""
+) -> Grid | None:
+    """Refuse impossible or absurd generation settings before anything is written; the grid
+    inline probes lie on (None: no inline probes, the probe stage sets the grid)."""
     if not 1 <= n_traces <= MAX_TRACES:
         raise UsageError(f"--traces {n_traces}: must be between 1 and {MAX_TRACES:,} per question")
     if hi - lo > MAX_SHARD_TRACES:
@@ -91,13 +91,8 @@ def check_generation(
     if seed < 0:
         raise UsageError(f"--seed {seed}: must be a non-negative whole number")
     if spacing is None:  # no inline probes: the grid is the probe stage's
-        return
-    if spacing < 1:
-        raise UsageError(f"--spacing {spacing}: must be at least 1")
-    if max_tokens < spacing:
-        raise UsageError(
-            f"--max-tokens {max_tokens} is below --spacing {spacing}: no trace would be probed"
-        )
+        return None
+    return Grid.checked(spacing, max_tokens)
 
 
 def generate_pool(
@@ -161,7 +156,9 @@ def generate_pool(
     max_tokens = token_cap(backend, max_tokens)
     if probe not in PROBE_MODES:
         raise UsageError(f"--probe {probe!r}: one of {', '.join(PROBE_MODES)}")
-    check_generation(n_traces, seed, spacing if probe == "inline" else None, max_tokens, lo, hi)
+    grid = check_generation(
+        n_traces, seed, spacing if probe == "inline" else None, max_tokens, lo, hi
+    )
     sel = [by_qid[q] for q in qids]
     datasets = sorted({p.dataset for p in sel})
     params = {
@@ -169,7 +166,7 @@ def generate_pool(
         **backend_info(backend),
         "seed": int(seed),
         "n_traces": int(n_traces),
-        "spacing": int(spacing),
+        "spacing": spacing,
         "max_tokens": int(max_tokens),
         "dataset": datasets[0] if len(datasets) == 1 else datasets,
         "qids": qids,
@@ -178,8 +175,10 @@ def generate_pool(
     if not with_confs:
         params["confidences"] = False
     params["probes"] = probe
-    if probe == "none":
+    if grid is None:
         params.pop("spacing")  # no grid yet: the probe stage sets it
+    else:
+        params["spacing"] = grid.spacing
     params["token_ids"] = bool(token_ids)
     if n_shards > 1:
         params["shard"] = {
@@ -196,7 +195,7 @@ def generate_pool(
     if not writer.start(qids):
         return out
     todo = writer.todo(qids)
-    args = (seed, spacing, max_tokens)
+    args = (seed, grid, max_tokens)
     if workers <= 1 or len(todo) <= 1:
         for qid in counted(todo, len(todo), progress):
             path = writer.trace_path(qid)
@@ -209,7 +208,6 @@ def generate_pool(
                 path,
                 with_confs,
                 writer.run_metadata(),
-                probe == "inline",
                 token_ids,
                 detail,
             )
@@ -232,7 +230,6 @@ def generate_pool(
                     writer.trace_path(q),
                     with_confs,
                     writer.run_metadata(),
-                    probe == "inline",
                     token_ids,
                 ): q
                 for q in todo

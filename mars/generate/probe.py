@@ -36,6 +36,7 @@ from ..progress import Progress, counted
 from ..store import confs as confs_codec
 from ..store import schema
 from ..store.atomic import check_apart, write_atomic
+from ..store.grid import Grid
 from ..store.pool import LayoutPool, PoolError, open_pool, read_manifest
 from ..store.problems import Problem
 from ..store.write import PoolDirWriter, probes_array
@@ -53,13 +54,6 @@ _REPLACED = (
     "probe",
     "stood_in_confs",
 )
-
-
-def probe_positions(length: int, spacing: int) -> np.ndarray:
-    """Where a trace of ``length`` tokens is probed: spacing, 2·spacing, … below its length,
-    then its length itself (the terminal probe; once, when the length is on the grid)."""
-    grid = spacing * np.arange(1, (max(length, 1) - 1) // spacing + 1, dtype=np.int64)
-    return np.append(grid, np.int64(length))
 
 
 def _per_row(col: pa.ChunkedArray, offsets: np.ndarray, flat: np.ndarray) -> list:
@@ -107,11 +101,9 @@ def _read_column(path: Path, name: str) -> pa.ChunkedArray | None:
         raise PoolError(f"{path}: unreadable ({str(exc).splitlines()[0]})") from None
 
 
-def check_inputs(pool: LayoutPool, qids: list[int], backend: Backend, spacing: int) -> dict:
+def check_inputs(pool: LayoutPool, qids: list[int], backend: Backend, grid: Grid) -> dict:
     """Everything that can be checked before probing starts; returns the longest trace per
     question (one-line :class:`MarsError` naming the question / trace otherwise)."""
-    if spacing < 1:
-        raise UsageError(f"--spacing {spacing}: must be at least 1")
     longest, longest_row = {}, {}
     for qid in qids:
         path = pool.path / schema.trace_file_name(qid)
@@ -136,10 +128,10 @@ def check_inputs(pool: LayoutPool, qids: list[int], backend: Backend, spacing: i
                     "ids kept, the default, or probe with the engine that generated the traces)"
                 )
     top = max(longest.values(), default=0)
-    if spacing >= top and top > 0:
+    if grid.spacing >= top and top > 0:
         raise UsageError(
-            f"--spacing {spacing} is beyond the longest trace ({top:,} tokens): no trace would be "
-            "probed on the grid"
+            f"--spacing {grid.spacing} is beyond the longest trace ({top:,} tokens): no trace "
+            "would be probed on the grid"
         )
     for qid in qids:
         path, j = pool.path / schema.trace_file_name(qid), longest_row[qid]
@@ -198,6 +190,7 @@ def probe_pool(
     position)). Another source, spacing or probe setting into the same ``out`` is refused, unless
     ``replace`` (then the earlier probing is discarded).
     """
+    grid = Grid.checked(spacing)
     check_apart(out, [("TRACES", src)])
     pool = open_pool(src)
     if not isinstance(pool, LayoutPool):
@@ -207,11 +200,11 @@ def probe_pool(
     if missing:
         raise UsageError(f"{src}: no question {missing[0]}")
     backend.bind_generator(dict(pool.manifest))
-    check_inputs(pool, qids, backend, spacing)
+    check_inputs(pool, qids, backend, grid)
     describe = getattr(backend, "describe_probe", None) or getattr(backend, "describe", None)
     probe_info = {
         "prober": "mars.engines.probe",
-        "spacing": int(spacing),
+        "spacing": grid.spacing,
         **(describe() if describe else {}),
     }
     # as a manifest holds them (JSON), so a finished run compares equal to its own command
@@ -227,8 +220,8 @@ def probe_pool(
         qrows = {r["qid"]: r for r in pq.read_table(pool.path / schema.POOL_QUESTIONS).to_pylist()}
         todo = writer.todo(qids)
         for qid in counted(todo, len(todo), progress):
-            _probe_question(pool, qid, backend, spacing, qrows[qid], writer)
-    manifest = {**params["source"], "qids": qids, "spacing": int(spacing), "probes": "stage"}
+            _probe_question(pool, qid, backend, grid, qrows[qid], writer)
+    manifest = {**params["source"], "qids": qids, "spacing": grid.spacing, "probes": "stage"}
     writer.finish([qrows[q] for q in qids], {**manifest, "probe": params["probe"]})
     return Path(out)
 
@@ -286,7 +279,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 def _probe_question(
-    pool: LayoutPool, qid: int, backend: Backend, spacing: int, qrow: dict, writer: PoolDirWriter
+    pool: LayoutPool, qid: int, backend: Backend, grid: Grid, qrow: dict, writer: PoolDirWriter
 ) -> None:
     path = pool.path / schema.trace_file_name(qid)
     try:
@@ -294,7 +287,7 @@ def _probe_question(
     except (OSError, pa.ArrowException) as exc:
         raise PoolError(f"{path}: unreadable ({str(exc).splitlines()[0]})") from None
     traces = stored_traces(table, str(path))
-    positions = [probe_positions(t.length, spacing) for t in traces]
+    positions = [grid.probe_positions(t.length) for t in traces]
     generator = GeneratorInfo(manifest=dict(pool.manifest), prompt_ids=qrow.get("prompt_ids"))
     results = backend.reprobe(_problem(pool, qid), traces, positions, generator)
     if len(results) != len(traces) or any(len(r) != len(p) for r, p in zip(results, positions)):

@@ -45,6 +45,7 @@ from ..method.learned import Calibration
 from ..method.registry import Method, get_method, live_method
 from ..method.settings import SPECS
 from ..store import schema
+from ..store.grid import Grid
 from ..store.pool import PoolError, QuestionData, open_pool, question_from_table
 from ..store.problems import Problem
 from ..store.userfiles import read_json_object
@@ -141,7 +142,7 @@ def complete_question(
     ``plan`` wrote them (:attr:`mars.live.LiveRun.table`). A cancelled scope
     (:mod:`mars.engines.cancel`) ends it with :class:`~mars.engines.cancel.Cancelled`."""
     method, n_traces, warmup, seed = plan.method, plan.traces, plan.warmup, plan.seed
-    max_tokens, settings, grid = plan.max_tokens, plan.settings, plan.grid
+    max_tokens, settings, grid = plan.max_tokens, plan.settings, plan.checkpoints
     rows = {int(r["trace_idx"]): r for r in table.to_pylist()}
     main = range(warmup, warmup + n_traces)
     if sorted(rows) != list(range(warmup + n_traces)):
@@ -549,7 +550,7 @@ def _whole_pool(
         warmup = int(
             audited.get("warmup", 0 if calibration is not None else SPECS["warmup"].default)
         )
-    spacing = int(spacing or pool.recorded_spacing or schema.CHECKPOINT_SPACING)
+    spacing = int(spacing or (pool.grid or Grid()).spacing)
     for name in methods:
         m = live_method(name)
         mk = {**(audited.get("settings") or {}), **knobs}
@@ -565,7 +566,7 @@ def _whole_pool(
             q = _first_traces(q, warmup + n)
             cap = int(max_tokens or manifest.get("max_tokens") or int(q.lengths.max()))
             settings = live_settings(n, warmup, seed, spacing, cap, mk)
-            grid = live_grid(spacing, cap)
+            grid = live_grid(spacing, cap).checkpoints()
             stopped = np.zeros(q.n_traces, bool)
             res, arr = decide(q, m, settings, grid, warmup, stopped, calibration=calibration)
             a = int(res.answer[0])

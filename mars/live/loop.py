@@ -73,6 +73,7 @@ from ..method.registry import (
 )
 from ..progress import Detail, Progress, counted, prefixed
 from ..store.atomic import folder_lock, make_dirs, output_dir, write_json_atomic
+from ..store.grid import Grid
 from ..store.pool import (
     QuestionData,
     question_from_table,
@@ -192,7 +193,7 @@ class _Controller:
     def __init__(
         self, problem: Problem, plan: LivePlan, warm_table: pa.Table, watch: Watch | None = None
     ):
-        settings, grid, n_warm, n = plan.settings, plan.grid, plan.warmup, plan.traces
+        settings, grid, n_warm, n = plan.settings, plan.checkpoints, plan.warmup, plan.traces
         self.problem, self.method, self.settings, self.grid = problem, plan.method, settings, grid
         self.n_warm, self.n = n_warm, n
         self.watch = watch
@@ -344,8 +345,8 @@ def solve(
     ``.full``.
     """
     m, n_traces, warmup, seed = plan.method, plan.traces, plan.warmup, plan.seed
-    spacing, max_tokens, settings, grid = plan.spacing, plan.max_tokens, plan.settings, plan.grid
-    calibration = plan.calibration
+    spacing, max_tokens, settings, on = plan.spacing, plan.max_tokens, plan.settings, plan.grid
+    grid, calibration = plan.checkpoints, plan.calibration
 
     made_by = warmup_inputs(backend, problem, warmup, seed, spacing, max_tokens)
     warm_table, warm_wall = warmup_traces(backend, problem, made_by, warmup_file, detail)
@@ -355,13 +356,11 @@ def solve(
     if say is not None:
         say(f"starting {n_traces} traces")
     if m.launch.staged:
-        records, launched = _run_launches(backend, problem, ctl, seed, warmup, max_tokens, say)
+        records, launched = _run_launches(backend, problem, ctl, seed, warmup, on, say)
     else:
         batch = backend.start(problem, n_traces, seed, first_trace=warmup)
         try:
-            records = run_batch(
-                batch, spacing, max_tokens=max_tokens, on_checkpoint=ctl, detail=say
-            )
+            records = run_batch(batch, on, on_checkpoint=ctl, detail=say)
         finally:
             batch.close()
         launched = n_traces
@@ -436,13 +435,12 @@ def _run_launches(
     ctl: _Controller,
     seed: int,
     warmup: int,
-    max_tokens: int,
+    on: Grid,
     say: Detail | None,
 ) -> tuple[list[TraceRecord], int]:
     """A staged method's launches, one after another: each starts once the one before has
     ended without a stop. Returns the N traces' records (a trace never launched: no tokens, no
     answer) and how many traces were launched."""
-    spacing = int(ctl.grid[0])
     records: list[TraceRecord | None] = [None] * ctl.n
     launched = 0
     while (cur := ctl.stopper.current) is not None:
@@ -451,7 +449,7 @@ def _run_launches(
             say(f"launching traces {lo + 1}–{hi} of {ctl.n}")
         batch = backend.start(problem, hi - lo, seed, first_trace=warmup + lo)
         try:
-            part = run_batch(batch, spacing, max_tokens=max_tokens, on_checkpoint=ctl, detail=say)
+            part = run_batch(batch, on, on_checkpoint=ctl, detail=say)
         finally:
             batch.close()
         records[lo:hi] = part
@@ -482,17 +480,19 @@ def _run_full(
     """The same N traces, every one to its end: tokens, wall time and the answer of the
     full-budget vote ``method`` is measured against
     (:attr:`~mars.method.registry.Method.baseline`)."""
-    first_trace, spacing, max_tokens = plan.warmup, plan.spacing, plan.max_tokens
+    first_trace = plan.warmup
     t0 = time.perf_counter()
     batch = backend.start(problem, plan.traces, plan.seed, first_trace=first_trace)
     try:
-        records = run_batch(batch, spacing, max_tokens=max_tokens, detail=detail)
+        records = run_batch(batch, plan.grid, detail=detail)
     finally:
         batch.close()
     wall = time.perf_counter() - t0
     q = _question(problem, [warm_table, records_to_table(problem.qid, first_trace, records)])
     full = get_method(plan.method.baseline)
-    res, arr = decide(q, full, plan.settings, plan.grid, first_trace, np.zeros(q.n_traces, bool))
+    res, arr = decide(
+        q, full, plan.settings, plan.checkpoints, first_trace, np.zeros(q.n_traces, bool)
+    )
     a = int(res.answer[0])
     return {
         "tokens": int(sum(r.result.length for r in records)),

@@ -11,6 +11,7 @@ read and checked in one place, and the run's parameters (the ``live`` block of i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..method.learned import Calibration
 from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_method
 from ..method.settings import Settings
 from ..store import schema
+from ..store.grid import Grid
 from .records import live_grid, live_settings
 from .stepper import Stopper, Warmup
 
@@ -37,7 +39,7 @@ class LivePlan:
     traces: int
     warmup: int
     seed: int
-    grid: np.ndarray  # spacing, 2·spacing, … ≤ max_tokens
+    grid: Grid  # spacing, 2·spacing, … ≤ max_tokens
     max_tokens: int
     settings: Settings
     knobs: dict = field(default_factory=dict)
@@ -90,7 +92,12 @@ class LivePlan:
 
     @property
     def spacing(self) -> int:
-        return int(self.grid[0])
+        return self.grid.spacing
+
+    @cached_property
+    def checkpoints(self) -> np.ndarray:
+        """The grid's checkpoints: spacing, 2·spacing, … ≤ max_tokens."""
+        return self.grid.checkpoints()
 
     def stopper(self, warmup: Warmup | None = None, memo: dict | None = None) -> Stopper:
         """The library's stopper of this plan (:class:`mars.Stopper`): its method, its N traces
@@ -98,7 +105,7 @@ class LivePlan:
         return Stopper(
             self.method,
             self.traces,
-            self.grid,
+            self.checkpoints,
             None if self.calibration is not None else warmup,
             settings=self.settings,
             memo=memo,

@@ -9,7 +9,6 @@ import reprlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -17,6 +16,7 @@ from ..errors import UsageError
 from ..method.learned import Calibration
 from ..method.settings import Settings
 from ..store import schema
+from ..store.grid import Grid
 from ..store.pool import PoolError
 from ..store.userfiles import read_json_object
 from ..store.write import RUN_METADATA_KEY
@@ -44,17 +44,10 @@ def read_calibration(folder: Path, digest: object) -> Calibration:
     return cal
 
 
-def live_grid(spacing: int, max_tokens: int) -> np.ndarray:
-    """Checkpoints of a live run: spacing, 2·spacing, … ≤ max_tokens."""
-    if spacing <= 0 or max_tokens < spacing:
-        raise UsageError(f"no checkpoint: --spacing {spacing}, --max-tokens {max_tokens}")
-    n = max_tokens // spacing
-    if n > MAX_CHECKPOINTS:
-        raise UsageError(
-            f"--max-tokens {max_tokens:,} at --spacing {spacing:,}: {n:,} checkpoints, more than "
-            f"{MAX_CHECKPOINTS:,} (raise --spacing or lower --max-tokens)"
-        )
-    return spacing * np.arange(1, n + 1, dtype=np.int64)
+def live_grid(spacing: int, max_tokens: int) -> Grid:
+    """The grid of a live run (spacing, 2·spacing, … ≤ max_tokens), checked as `mars solve`
+    checks its options: at least one checkpoint, at most :data:`MAX_CHECKPOINTS`."""
+    return Grid.checked(spacing, max_tokens, most=MAX_CHECKPOINTS)
 
 
 def live_settings(

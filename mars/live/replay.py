@@ -131,7 +131,7 @@ def _live_params(path: Path, live: object, source: Path) -> _LiveParams:
             live["max_tokens"],
             live["settings"],
         )
-        grid = live_grid(live["spacing"], live["max_tokens"])
+        grid = live_grid(live["spacing"], live["max_tokens"]).checkpoints()
     except MarsError as exc:
         what = "'live' block: " if source.name == schema.POOL_MANIFEST else ""
         raise PoolError(f"{source}: {what}{exc}") from None
@@ -172,7 +172,7 @@ class _UnfinishedPool(LayoutPool):
 
     def __init__(self, path: Path, qids: list[int]):
         self.path, self.source, self.manifest = path, str(path), {}
-        self.recorded_spacing = None
+        self.grid = None
         self._questions = {
             q: {"qid": q, "ground_truth": "", "question": None, "dataset": None, "model": None}
             for q in qids

@@ -31,6 +31,7 @@ from ..engines.generate import (
 from ..errors import first_line
 from ..progress import Detail, prefixed
 from ..store import schema
+from ..store.grid import Grid
 from ..store.pool import PoolError, QuestionData, question_from_table, read_trace_table
 from ..store.problems import Problem, problem_digest
 from ..store.write import stood_in_of, with_stood_in, write_trace_table
@@ -80,7 +81,7 @@ def warmup_traces(
             say(f"starting {warmup} traces")
         batch = backend.start(problem, warmup, seed, first_trace=0)
         try:
-            records = run_batch(batch, spacing, max_tokens=max_tokens, detail=say)
+            records = run_batch(batch, Grid(spacing, max_tokens), detail=say)
         finally:
             batch.close()
         results = [r.result for r in records]
@@ -180,7 +181,7 @@ def _check_warmup_traces(q: QuestionData, made_by: dict) -> None:
         raise PoolError(f"trace {int(q.trace_idx[long[0]])} is longer than {max_tokens:,} tokens")
     for j in range(q.n_traces):
         at = q.probe_positions[q.probe_offsets[j] : q.probe_offsets[j + 1]]
-        if (at != spacing * np.arange(1, len(at) + 1)).any() or (at > q.lengths[j]).any():
+        if (at != Grid(spacing).first(len(at))).any() or (at > q.lengths[j]).any():
             raise PoolError(f"trace {int(q.trace_idx[j])} is not probed every {spacing:,} tokens")
 
 

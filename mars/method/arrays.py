@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..store.atomic import write_atomic
+from ..store.grid import Grid
 from ..store.pool import PoolError, QuestionData
 from ..store.schema import CHECKPOINT_SPACING
 from .answers import AnswerGroups, group_answers, is_correct, symbolic_budget
@@ -312,7 +313,7 @@ def _layout(q: QuestionData, spacing: int, grid, stopped):
     finished_at [n, m], on_grid mask and checkpoint index of every probe)."""
     pos = q.probe_positions
     if grid is None:
-        on_grid = (pos % spacing == 0) & (pos >= 0)
+        on_grid = Grid(spacing).on_grid(pos)
         grid = np.unique(pos[on_grid]).astype(np.int64)
         if len(grid) == 0:
             raise PoolError(f"{q.where()}: no probe on the {spacing}-token checkpoint grid")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import SimulationError
+from ..store.grid import Grid
 from ..store.pool import QuestionData
 from .arrays import QuestionArrays
 from .settings import SPECS, Settings, check_warmup
@@ -93,10 +94,10 @@ def _exact_groups(strings: list[str]) -> tuple[np.ndarray, list[str]]:
     return ids, list(index)
 
 
-def _steps(q: QuestionData, spacing: int) -> np.ndarray:
+def _steps(q: QuestionData, on: Grid) -> np.ndarray:
     """Recorded probes per trace: ``probe_steps`` where the source kept it, else the probes at
     the spacing's multiples below the length."""
-    below = np.maximum(np.asarray(q.lengths, dtype=np.int64) - 1, 0) // spacing  # 0 tokens: 0
+    below = on.count_below(q.lengths)  # 0 tokens: 0
     if q.probe_steps is None:
         return below
     return np.where(q.probe_steps >= 0, q.probe_steps, below)
@@ -113,9 +114,10 @@ def question_arrays(q: QuestionData, spacing: int) -> QuestionArrays:
     n = q.n_traces
     if n == 0:
         raise SimulationError(f"{q.where()}: no traces")
-    steps = _steps(q, spacing)
+    on = Grid(spacing)
+    steps = _steps(q, on)
     T = int(steps.max()) + 1
-    grid = spacing * np.arange(1, T + 1, dtype=np.int64)
+    grid = on.first(T)
     pos, off = q.probe_positions, q.probe_offsets
     raw = q.probe_raw
 
@@ -138,15 +140,15 @@ def question_arrays(q: QuestionData, spacing: int) -> QuestionArrays:
     for j in range(n):
         lo, hi = int(off[j]), int(off[j + 1])
         p = pos[lo:hi]
-        keep = (p < q.lengths[j]) & (p % spacing == 0) & (p // spacing <= steps[j])
+        keep = (p < q.lengths[j]) & on.on_grid(p) & (on.index(p) < steps[j])
         for i in (lo + np.flatnonzero(keep)).tolist():
             c = int(q.probe_codes[i])
-            text[j, pos[i] // spacing - 1] = q.probe_strings[c] if c >= 0 else unanswered(i)
+            text[j, int(on.index(pos[i]))] = q.probe_strings[c] if c >= 0 else unanswered(i)
     flat, reps = _exact_groups([*finals, *text.ravel().tolist()])
     final_ids = flat[:n]
     ids = flat[n:].reshape(n, T)
-    full = np.maximum(np.asarray(q.lengths, dtype=np.int64), steps * spacing)
-    cost = np.minimum(grid[None, :], steps[:, None] * spacing)
+    full = np.maximum(np.asarray(q.lengths, dtype=np.int64), on.at(steps))
+    cost = np.minimum(grid[None, :], on.at(steps)[:, None])
     cost = np.where(np.arange(T)[None, :] >= steps[:, None], full[:, None], cost)
     return QuestionArrays(
         qid=q.qid,

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SimulationError, UsageError
+from ..store.grid import MIN_SPACING, Grid
 from ..store.schema import CHECKPOINT_SPACING, FINALS
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ class Settings:
     spacing: int | None = _setting(
         None,
         "checkpoint spacing in tokens (default: the pool's probe spacing; must agree with it)",
-        low=1,
+        low=MIN_SPACING,
         high=1 << 24,
         sampling=True,
         fit=True,
@@ -441,26 +442,26 @@ def same_sampling(a: dict, b: dict) -> bool:
     return sampling_of(a) == sampling_of(b)
 
 
-def resolve_spacing(requested: int | None, recorded: int | None, source: str) -> int:
-    """The checkpoint spacing of a pool: what it records, else ``requested``, else 2,048.
+def pool_grid(requested: int | None, recorded: Grid | None, source: str) -> Grid:
+    """The checkpoint grid of a pool: the one it records, else ``requested``, else 2,048.
 
     An explicit ``--spacing`` that disagrees with the pool's recorded probe spacing is an error:
     simulating a 1,024-spaced pool on a 2,048 grid would silently skip every other checkpoint.
     """
-    if requested is not None and recorded is not None and int(requested) != int(recorded):
+    if requested is not None and recorded is not None and int(requested) != recorded.spacing:
         raise UsageError(
-            f"{source}: --spacing {requested} disagrees with the pool's probe spacing {recorded} "
-            "(leave --spacing out to use the pool's)"
+            f"{source}: --spacing {requested} disagrees with the pool's probe spacing "
+            f"{recorded.spacing} (leave --spacing out to use the pool's)"
         )
     if recorded is not None:
-        return int(recorded)
-    return int(requested) if requested is not None else CHECKPOINT_SPACING
+        return recorded
+    return Grid.checked(CHECKPOINT_SPACING if requested is None else requested)
 
 
 def pool_settings(pool: Pool, settings: Settings) -> Settings:
     """``settings`` with the pool's checkpoint spacing filled in (an explicit one must agree)."""
-    spacing = resolve_spacing(settings.spacing, pool.recorded_spacing, pool.source)
-    return settings.replace(spacing=spacing)
+    grid = pool_grid(settings.spacing, pool.grid, pool.source)
+    return settings.replace(spacing=grid.spacing)
 
 
 def check_warmup(warmup: int, traces: Mapping[int, int], source: str) -> None:

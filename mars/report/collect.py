@@ -108,6 +108,16 @@ class Results:
                 out.update({f"{model}/{d}": src for d, src in by_dataset.items()})
         return out
 
+    def grids(self, runs: list[Run]) -> dict[str, int | None]:
+        """``{model/dataset: spacing}`` of runs: each pool's own probe grid, as its simulation
+        recorded it from the pool (None: not recorded)."""
+        out: dict[str, int | None] = {}
+        for r in runs:
+            spacing = r.sampling.get("spacing")
+            if out.get(f"{r.model}/{r.dataset}") is None:
+                out[f"{r.model}/{r.dataset}"] = None if spacing is None else int(spacing)
+        return out
+
     def model_title(self, model: str) -> str:
         """A model's name as figures title it: marked when all its data is synthetic."""
         sources = [self.source_of(r) for r in self.runs if r.model == model]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..store.provenance import REAL, SYNTHETIC, UNKNOWN, DataSource
 
-__all__ = ["REAL", "SYNTHETIC", "UNKNOWN", "DataSource", "describe", "footer"]
+__all__ = ["REAL", "SYNTHETIC", "UNKNOWN", "DataSource", "describe", "describe_grids", "footer"]
 
 
 def describe(sources: dict[str, DataSource]) -> str:
@@ -55,3 +55,20 @@ def footer(sources: dict[str, DataSource]) -> str:
     if unknown:
         out.append(f"data source unknown for {', '.join(unknown)}")
     return "; ".join(out)
+
+
+def describe_grids(grids: dict[str, int | None]) -> str:
+    """One sentence on the probe grid of each pool (``{model/dataset: spacing}``, as its runs
+    recorded it from the pool's manifest; None: not recorded): a pool imported at its own
+    spacing is described by it, not by a default."""
+    by_spacing: dict[int, list[str]] = {}
+    for pair, spacing in grids.items():
+        if spacing is not None:
+            by_spacing.setdefault(int(spacing), []).append(pair)
+    if not by_spacing:
+        return ""
+    if len(by_spacing) == 1:
+        (spacing,) = by_spacing
+        return f"Probe grid: a checkpoint every {spacing:,} tokens."
+    parts = [f"every {s:,} tokens ({', '.join(pairs)})" for s, pairs in sorted(by_spacing.items())]
+    return "Probe grids: a checkpoint " + "; ".join(parts) + "."

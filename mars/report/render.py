@@ -28,7 +28,7 @@ from .collect import DEFAULT_SETTING, ReportError, Results, collect
 from .fmt import Table, md_escape
 from .html import caption_html, table_html
 from .names import run_commands
-from .provenance import describe
+from .provenance import describe, describe_grids
 from .tables import all_tables
 
 
@@ -152,7 +152,14 @@ def _index(rep: Report) -> str:
     """report.md: what the data is, every table and figure, then where they came from (the
     command, once; the runs; the simulate commands)."""
     results = rep.results
-    about = describe(results.sources(results.runs))
+    about = " ".join(
+        t
+        for t in (
+            describe(results.sources(results.runs)),
+            describe_grids(results.grids(results.runs)),
+        )
+        if t
+    )
     out = ["# MARS report", ""]
     if about:
         out += [f"> {about}", ""]

@@ -52,6 +52,7 @@ from . import logs
 from .audit import AuditOptions, Auditor
 from .bodies import refusal
 from .metrics import CONTENT_TYPE, Metrics
+from .reconcile import PASS_THROUGH, REQUEST_ID_HEADER, DrainWatch, Ledger, Relayed
 from .record import Recorder
 from .requests import (
     CHAT,
@@ -65,7 +66,16 @@ from .requests import (
 )
 from .responses import chunk, completion, error_body, new_id, sse
 from .schedule import QueueFull, Scheduler, Ticket
-from .solve import Outcome, Prepared, mars_object, prepare, run_question, usage, warm_up
+from .solve import (
+    Outcome,
+    Prepared,
+    mars_object,
+    prepare,
+    run_question,
+    saved_any,
+    usage,
+    warm_up,
+)
 from .upstreams import REVIVE_S, NoUpstream, Upstream, Upstreams
 
 log = logging.getLogger("mars.serve")
@@ -89,6 +99,8 @@ class ServeOptions:
     calibration_path: str | None = None
     #: the live audit (--audit-rate and its options: mars.serve.audit)
     audit: AuditOptions = field(default_factory=AuditOptions)
+    #: after a stop, read the upstreams' running counts until they fall (mars.serve.reconcile)
+    engine_watch: bool = True
 
 
 def _error(status: int, message: str, code: str, param: str | None = None, **headers) -> Response:
@@ -110,6 +122,11 @@ class MarsServer:
         self.recorder = Recorder(options.record) if options.record else None
         self.workers = ThreadPoolExecutor(options.max_active, thread_name_prefix="mars-question")
         self.auditor = Auditor(options.audit, upstreams, self.metrics, self.recorder)
+        self.drain = (
+            DrainWatch(self.metrics, upstreams.list)
+            if options.engine_watch and upstreams.list
+            else None
+        )
         self.created = int(time.time())
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._revive: asyncio.Task | None = None
@@ -167,6 +184,8 @@ class MarsServer:
         finally:
             self._revive.cancel()
             await asyncio.to_thread(self.auditor.close)  # nothing of theirs left upstream
+            if self.drain is not None:
+                self.drain.close()
             for client in self._clients.values():
                 await client.aclose()
             self.workers.shutdown(wait=False, cancel_futures=True)
@@ -338,14 +357,32 @@ class MarsServer:
     def _start(
         self, prep: Prepared, scope: cancel.CancelScope, rid: str, client: str, emit=None
     ) -> asyncio.Future:
+        ledger = Ledger(rid, prep.question.warmup, self.metrics)
+
         def run() -> Outcome:  # in a worker thread, its log lines naming the request
+            outcome = None
             with logs.serving(rid, client):
-                return run_question(self.upstreams, prep, scope, emit, self.recorder)
+                try:
+                    outcome = run_question(self.upstreams, prep, scope, emit, self.recorder, ledger)
+                    return outcome
+                finally:
+                    self._stopped(ledger, outcome)
 
         job = asyncio.get_running_loop().run_in_executor(self.workers, run)
         # a question whose client went away ends with Cancelled that no one reads
         job.add_done_callback(lambda f: f.cancelled() or f.exception())
         return job
+
+    def _stopped(self, ledger: Ledger, o: Outcome | None) -> None:
+        """A question ended: where it stopped requests in flight, or stopped its traces early,
+        the engines' running counts are watched (off the request path)."""
+        if self.drain is None:
+            return
+        replicas = set(ledger.stopped_at)
+        if o is not None and saved_any(o.run):
+            replicas |= set(range(len(self.upstreams.list)))
+        if replicas:
+            self.drain.stopped(sorted(replicas), ledger.stopped_time)
 
     def _respond(self, prep: Prepared, rid: str, o: Outcome) -> dict:
         q = prep.question
@@ -531,11 +568,13 @@ class MarsServer:
             return self._busy(exc)
         self._waits(ticket)
         held: list = [ticket.release]  # what the answer holds until it is sent, last first
+        ledger = Ledger(new_id(kind), metrics=self.metrics, kind=PASS_THROUGH)
+        tally = Relayed(ledger, body)
         try:
             if not await self._admitted(request, ticket):
                 return _error(499, "the client closed the connection", "cancelled")
             try:
-                u, upstream = await self._send(body, kind)
+                u, upstream = await self._send(body, kind, ledger.request_id(PASS_THROUGH))
             except NoUpstream as exc:
                 return _error(502, exc.without_hint(), "upstream_error")
             held.append(lambda: self.upstreams.router.give_back(u))
@@ -555,25 +594,33 @@ class MarsServer:
                         f"the server at {u.url} failed mid-answer ({type(exc).__name__})",
                         "upstream_error",
                     )
+                if upstream.status_code == 200:
+                    tally.whole(content)
                 return Response(content, status_code=upstream.status_code, headers=headers)
 
             async def relay() -> AsyncIterator[bytes]:
                 try:  # decoded: the content-encoding header is not relayed
                     async for part in upstream.aiter_bytes():
+                        tally.part(part)
                         yield part
+                    tally.end()
                 except httpx.HTTPError as exc:
                     self.metrics.upstream_errors.labels(u.url).inc()
                     log.warning(
                         "a passed-through stream from %s was cut (%s)", u.url, type(exc).__name__
                     )
 
+            if upstream.status_code == 200:  # a stream that ends before its end was stopped
+                held.insert(1, tally.stop)
             release, held[:] = held[::-1], []
             return Held(relay(), *release, status_code=upstream.status_code, headers=headers)
         finally:
             for step in held[::-1]:
                 await _call(step)
 
-    async def _send(self, body: dict, kind: str) -> tuple[Upstream, httpx.Response]:
+    async def _send(
+        self, body: dict, kind: str, request_id: str | None = None
+    ) -> tuple[Upstream, httpx.Response]:
         """Send a passed-through request to the least busy live replica (a replica that cannot be
         connected to is marked down and the next tried); its answer's head, and the replica,
         counted in its load until given back."""
@@ -588,7 +635,8 @@ class MarsServer:
             tried.add(i)
             http = self._client(u)
             try:
-                request = http.build_request("POST", ROUTES[kind], json=body)
+                own = None if request_id is None else {REQUEST_ID_HEADER: request_id}
+                request = http.build_request("POST", ROUTES[kind], json=body, headers=own)
                 return u, await http.send(request, stream=True)
             except httpx.TransportError as exc:
                 router.give_back(u)

@@ -58,6 +58,7 @@ from ..store.userfiles import read_json_object
 from ..store.write import PoolDirWriter
 from . import logs
 from .metrics import Metrics
+from .reconcile import Ledger
 from .record import DATASET, Recorder
 from .solve import Outcome, Prepared, pool_params
 from .upstreams import Upstreams
@@ -233,12 +234,23 @@ class Auditor:
             t0 = time.perf_counter()
             try:
                 assert run.table is not None
+                q = prep.question
+                be = self.upstreams.backend(
+                    prep.text,
+                    prep.prompt_ids,
+                    prep.plan.max_tokens,
+                    q.temperature,
+                    q.top_p,
+                    q.answer_pattern,
+                )  # fmt: skip  (a view of its own: its requests named and counted as the audit's)
+                if hasattr(be, "ledger"):
+                    be.ledger = Ledger(f"{rid}-audit", run.warmup, self.metrics, kind="audit")
                 if o.params is None:  # not recorded: the pool it counts in, all the same
                     o.params = pool_params(prep)
                     o.pool = Recorder.pool_name(o.params)
                 with cancel.scope(scope):
                     done = complete_question(
-                        prep.backend,
+                        be,
                         prep.problem,
                         run.table,
                         prep.plan,

@@ -237,7 +237,7 @@ def refusal(exc: ValidationError, formats: list[str]) -> tuple[str, str | None]:
     if loc in _WHOLE:
         name, low = _WHOLE[loc]
         if kind == "less_than_equal":
-            return f"{name} {v}: must be below 2^32", name
+            return f"{name} {v}: must be at most {MAX_SEED:,}", name
         return f"{name} {quoted(v)}: must be a whole number ≥ {low}", name
     key = loc[0]
     if key == "prompt":

@@ -5,6 +5,11 @@ counters follow the live record of each question (:class:`mars.live.LiveRun`): t
 traces and of the warmup, probe tokens generated, what they add up to (paid), and the full
 budget's estimate (exact where no trace was stopped; its basis in the help text), so a dashboard's
 savings are 1 − paid / estimate. A bound is never exported as a saving.
+
+The upstream requests are counted apart, as each ends (:mod:`mars.serve.reconcile`): by kind and
+how they ended, what they asked for, generated and computed as the upstream reported it, so that
+these counters reconcile with the engines' own (docs/serve.md); and after a stop, the engine's
+running count and how long it took to drop what was stopped.
 """
 
 from __future__ import annotations
@@ -152,6 +157,64 @@ class Metrics:
             ["upstream"],
             registry=r,
         )
+        # the upstream requests, as each ends (mars.serve.reconcile)
+        self.upstream_tokens = Counter(
+            f"{PREFIX}_tokens",
+            "tokens the upstreams generated for mars, by kind of request (main, warmup, probe, "
+            "audit, pass-through) and how it ended (finished: as the upstream reported; stopped: "
+            "cancelled in flight, 0 counted, what the engine generated before it stopped unknown "
+            "and at most tokens_asked)",
+            ["kind", "state"],
+            registry=r,
+        )
+        self.upstream_requests = Counter(
+            f"{PREFIX}_upstream_requests",
+            "upstream requests that ended, by kind and how (finished, stopped: cancelled in "
+            "flight)",
+            ["kind", "state"],
+            registry=r,
+        )
+        self.upstream_asked = Counter(
+            f"{PREFIX}_tokens_asked",
+            "tokens the upstream requests asked for (their max_tokens), by kind and how they ended",
+            ["kind", "state"],
+            registry=r,
+        )
+        self.upstream_prompt = Counter(
+            f"{PREFIX}_prompt_tokens",
+            "prompt tokens of the upstream requests, by kind and how they ended (finished: as the "
+            "upstream reported; stopped: as sent)",
+            ["kind", "state"],
+            registry=r,
+        )
+        self.upstream_cached = Counter(
+            f"{PREFIX}_prompt_tokens_cached",
+            "prompt tokens the upstream reported found in its prefix cache, by kind (finished "
+            "requests)",
+            ["kind"],
+            registry=r,
+        )
+        self.engine_running_after_stop = Gauge(
+            f"{PREFIX}_engine_running_after_stop",
+            "the engine's running requests (its own /metrics), first read after mars stopped "
+            "requests there",
+            ["upstream"],
+            registry=r,
+        )
+        self.engine_drain_seconds = Histogram(
+            f"{PREFIX}_engine_drain_seconds",
+            "seconds from mars stopping requests at an engine to its running count falling to "
+            "what mars still has in flight there",
+            ["upstream"],
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.engine_drain_timeouts = Counter(
+            f"{PREFIX}_engine_drain_timeouts",
+            "stops after which the engine still ran more than mars had in flight there 10 s on",
+            ["upstream"],
+            registry=r,
+        )
         self.seconds = Histogram(
             f"{PREFIX}_question_seconds",
             "wall time of a question (warmup, traces, probes and decisions)",
@@ -171,6 +234,17 @@ class Metrics:
         self.paid.inc(summary["tokens"] + summary["warmup_tokens"] + probe_generated)
         self.full_budget.inc(budget["tokens"])
         self.seconds.observe(wall_s)
+
+    def upstream_request(
+        self, kind: str, state: str, asked: int, generated: int, prompt: int, cached: int
+    ) -> None:
+        """Count one upstream request that ended (:class:`mars.serve.reconcile.Ledger`)."""
+        self.upstream_requests.labels(kind, state).inc()
+        self.upstream_asked.labels(kind, state).inc(asked)
+        self.upstream_tokens.labels(kind, state).inc(generated)
+        self.upstream_prompt.labels(kind, state).inc(prompt)
+        if cached:
+            self.upstream_cached.labels(kind).inc(cached)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -27,6 +27,7 @@ from ..method.answers import ANSWER_FORMATS
 from ..method.learned import Calibration
 from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_method
 from ..method.settings import LIVE_KEYS, SPECS, Settings
+from ..store.grid import Grid
 from ..store.schema import CHECKPOINT_SPACING
 from .bodies import ChatBody, CompletionBody, quoted
 
@@ -155,18 +156,7 @@ class Question:
                 f"a checkpoint every {spacing} tokens: the server's {self.spacing} would leave "
                 f"fewer than {MIN_CHECKPOINTS} in max_tokens {max_tokens} (mars.spacing sets it)",
             )
-        if spacing > max_tokens:
-            raise BadRequest(
-                f"mars.spacing {spacing}: no checkpoint within max_tokens {max_tokens} (give a "
-                "spacing of at most max_tokens, or leave it to the server)",
-                "mars.spacing",
-            )
-        if max_tokens // spacing > MAX_CHECKPOINTS:
-            raise BadRequest(
-                f"max_tokens {max_tokens} at mars.spacing {spacing}: {max_tokens // spacing:,} "
-                f"checkpoints, more than {MAX_CHECKPOINTS:,} (raise mars.spacing)",
-                "mars.spacing",
-            )
+        Grid.checked(spacing, max_tokens, names=_NAMES, most=MAX_CHECKPOINTS, error=_bad_spacing)
         return replace(
             self,
             max_tokens=int(max_tokens),
@@ -240,6 +230,14 @@ def answer_pattern(regex: str, what: str) -> re.Pattern[str]:
         raise UsageError(f"{what}: not a regular expression ({exc})") from None
 
 
+#: the request's names of a grid's spacing and token cap
+_NAMES = ("mars.spacing", "max_tokens")
+
+
+def _bad_spacing(message: str) -> BadRequest:
+    return BadRequest(message, "mars.spacing")
+
+
 def prompt_seed(text: str) -> int:
     """A question's id for the engines' per-trace seeds: the same prompt and seed give the same
     traces (31 bits of the prompt's digest)."""
@@ -299,6 +297,7 @@ def read_question(body: MarsBody, kind: str, defaults: Defaults) -> Question:
             "mars.warmup" if traces <= defaults.max_traces else who,
         )
     spacing = opts.spacing if "spacing" in given else defaults.spacing
+    spacing = Grid.checked(spacing, names=_NAMES, error=_bad_spacing).spacing
     knobs = {**defaults.knobs, **{k: getattr(opts, k) for k in LIVE_KEYS if k in given}}
     given_body = body.model_fields_set
     max_tokens = (

@@ -31,6 +31,7 @@ from ..errors import MarsError, first_line
 from ..live import Checkpoint, LivePlan, LiveRun, solve
 from ..store.problems import Problem
 from .notes import SYNTHETIC_NOTE
+from .reconcile import Ledger
 from .record import DATASET, Recorded, Recorder
 from .requests import BadRequest, Question, prompt_seed
 from .upstreams import Upstreams, synthetic_truth
@@ -76,6 +77,8 @@ class Outcome:
     #: finds them where they are not)
     params: dict | None = None
     pool: str | None = None
+    #: its upstream requests, named and counted (mars.serve.reconcile)
+    ledger: Ledger | None = None
 
 
 def prepare(upstreams: Upstreams, q: Question) -> Prepared:
@@ -152,7 +155,7 @@ def warm_up() -> None:
     )
     q = question_from_table(table, 0, "<warm-up>", published=False, ground_truth="1/2")
     settings = live_settings(2, 0, 0, 4, 8, {})
-    decide(q, get_method("sc"), settings, live_grid(4, 8), 0, np.zeros(2, bool))
+    decide(q, get_method("sc"), settings, live_grid(4, 8).checkpoints(), 0, np.zeros(2, bool))
 
 
 def progress_of(c: Checkpoint, n_traces: int) -> dict:
@@ -178,10 +181,13 @@ def run_question(
     scope: cancel.CancelScope,
     emit: Emit | None = None,
     recorder: Recorder | None = None,
+    ledger: Ledger | None = None,
 ) -> Outcome:
     """Solve the question (in the calling thread; ``scope`` cancels it), record it, and read
-    what the client gets."""
+    what the client gets; ``ledger`` names and counts its upstream requests."""
     q, plan, be, problem = prep.question, prep.plan, prep.backend, prep.problem
+    if ledger is not None and hasattr(be, "ledger"):
+        be.ledger = ledger
 
     def watch(c: Checkpoint) -> None:
         if emit is not None:
@@ -196,12 +202,15 @@ def run_question(
         run = solve(be, problem, plan, detail=detail, watch=watch)
     wall = time.perf_counter() - t0
     out = _outcome(run, q, plan, len(prep.prompt_ids or ()), wall)
+    out.ledger = ledger
     out.synthetic = upstreams.synthetic is not None
     if recorder is not None:
         assert run.table is not None
         params = out.params = pool_params(prep)
         out.pool = Recorder.pool_name(params)
         summary = {**run.summary(), "seed": plan.seed, "served": served(plan)}
+        if ledger is not None:  # its upstream requests' ids and counts (mars.serve.reconcile)
+            summary["upstream"] = ledger.view()
         row = {
             "ground_truth": problem.answer or None,  # None: not known (no grading)
             "question": prep.text,
@@ -418,6 +427,8 @@ def mars_object(o: Outcome, prep: Prepared, record_url: str | None) -> dict:
         "calibration": None if plan.calibration is None else plan.calibration.digest,
         "answer_format": q.answer_format,
         "answered": r.answer is not None,
+        # what was asked of the upstreams, as they reported it (None: the synthetic upstream)
+        "upstream": None if o.ledger is None or o.synthetic else o.ledger.view(),
         "notes": list(q.notes)
         + ([] if r.answer is not None else [unanswered_note(q)])
         + ([SYNTHETIC_NOTE] if o.synthetic else []),

@@ -40,6 +40,7 @@ template), token cap and sampling, whose requests the router sends.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import copy
 import functools
 import hashlib
@@ -68,6 +69,7 @@ from ..engines.server import (
 )
 from ..errors import MarsError, UsageError
 from ..method.answers import extract_with, normalize_answer
+from .reconcile import REQUEST_ID_HEADER, Ledger, stream_events
 
 log = logging.getLogger(__name__)
 
@@ -241,17 +243,26 @@ class Router:
         merge: Callable[[list], Any] | None = None,
         keys: Sequence[TraceKey] | None = None,
         placed: dict[TraceKey, int] | None = None,
+        request_ids: Sequence[str] | None = None,
+        on_answer: Callable[[int, Any], Any] | None = None,
+        on_stopped: Callable[[int, int, bytes], None] | None = None,
     ) -> list[Any]:
         """POST every body (each to a replica), answers in order; a replica that fails a
         request every try is marked down and the request goes to another. ``limits``: each
         answer's bound in bytes and what its request asked for (:meth:`Http.request`);
         ``merge``: the requests are streamed, and ``merge`` makes each one's events its
         answer; ``keys``: the trace of each request (placed as :meth:`_pick` says, and sent in
-        :attr:`affinity_header`), ``placed`` where its question's traces are."""
+        :attr:`affinity_header`), ``placed`` where its question's traces are; ``request_ids``: each
+        request's id, sent in ``X-Request-Id`` (:mod:`mars.serve.reconcile`); ``on_answer(i,
+        answer)``: called as each answer comes, what it returns the answer kept;
+        ``on_stopped(i, replica, received)``: called for each request cancelled in flight (its
+        replica's index, and the bytes of its stream received by then: ``merge`` only)."""
         scope = cancel.current()
         outs: list[Any] = [None] * len(bodies)
         pending: dict[concurrent.futures.Future, tuple[int, int, Upstream]] = {}
         tried: dict[int, set[int]] = {}
+        # a streamed request's bytes as they come (what one stopped in flight had received)
+        received: dict[int, list[bytes]] = {}
 
         header = self.affinity_header if keys is not None else None
 
@@ -261,9 +272,22 @@ class Router:
             idx = self.upstreams.index(u)
             tried[i].add(idx)
             http, body, (limit, asked) = u.backend.http, bodies[i], limits[i]
-            own = None if header is None or key is None else {header: affinity_key(key)}
+            own = {} if header is None or key is None else {header: affinity_key(key)}
+            if request_ids is not None:
+                own[REQUEST_ID_HEADER] = request_ids[i]
+            got: list[bytes] | None = None
+            if merge is not None and on_stopped is not None:
+                got = received[i] = []
             fut = http.submit(
-                lambda: http.post(path, body, limit, asked, sse=merge is not None, headers=own)
+                lambda: http.post(
+                    path,
+                    body,
+                    limit,
+                    asked,
+                    sse=merge is not None,
+                    headers=own or None,
+                    progress=got,
+                )
             )
             if scope is not None:
                 scope.attach(fut)
@@ -277,15 +301,19 @@ class Router:
                     pending, return_when=concurrent.futures.FIRST_COMPLETED
                 )
                 for fut in done:
-                    i, _, u = pending.pop(fut)
+                    i, idx, u = pending.pop(fut)
                     self._done(u)
                     if scope is not None:
                         scope.detach(fut)
                     if fut.cancelled():
+                        if on_stopped is not None:
+                            on_stopped(i, idx, b"".join(received.get(i) or ()))
                         raise cancel.Cancelled("cancelled")
                     exc = fut.exception()
                     if exc is None:
                         outs[i] = fut.result() if merge is None else merge(fut.result())
+                        if on_answer is not None:
+                            outs[i] = on_answer(i, outs[i])
                         continue
                     u.errors += 1
                     why = exc.without_hint() if isinstance(exc, ServerError) else str(exc)
@@ -296,11 +324,16 @@ class Router:
                     self.mark_down(u, why)
                     send(i)  # NoUpstream when none is left
         finally:
-            for fut, (_, _, u) in pending.items():
-                fut.cancel()
+            for fut, (i, idx, u) in pending.items():
+                stopped = fut.cancel()
                 self._done(u)
                 if scope is not None:
                     scope.detach(fut)
+                if stopped and on_stopped is not None:
+                    on_stopped(i, idx, b"".join(received.get(i) or ()))
+                elif not stopped and on_answer is not None and fut.exception() is None:
+                    with contextlib.suppress(Exception):  # answered, then left: still counted
+                        on_answer(i, fut.result() if merge is None else merge(fut.result()))
         return outs
 
     def request(self, path: str, body: dict) -> tuple[int, Any]:
@@ -361,6 +394,8 @@ class ServedBackend(ServerBackend):
         #: where the router placed each trace of the question (a trace moved off a replica that
         #: failed stays where it went, with its prefix, for the rest of the question)
         self.placed: dict[TraceKey, int] = {}
+        #: the question's upstream requests, named and counted (None: neither)
+        self.ledger: Ledger | None = None
 
     def final_answer(self, text: str | None) -> str | None:
         """The question's answer format: its pattern's last match, else the last boxed."""
@@ -399,8 +434,38 @@ class ServedBackend(ServerBackend):
         merge = p.merge_stream if p.streamed else None
         if merge is not None:
             bodies = [{**b, "stream": True} for b in bodies]
-        outs = self.router.post_all(p.path, bodies, limits, merge, traces, self.placed)
-        return [self.read(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
+        ledger = self.ledger
+        if ledger is None:
+            outs = self.router.post_all(p.path, bodies, limits, merge, traces, self.placed)
+            return [self.read(o, m, logprobs) for o, (_, m, _) in zip(outs, requests)]
+        # each request named, and counted as it ends (mars.serve.reconcile)
+        kinds = [
+            ledger.kind_of(None if traces is None else int(traces[i][2]), not logprobs)
+            for i in range(len(requests))
+        ]
+        ids = [
+            ledger.request_id(k, None if traces is None else int(traces[i][2]))
+            for i, k in enumerate(kinds)
+        ]
+
+        def answered(i: int, out: Any) -> Completion:
+            c = self.read(out, requests[i][1], logprobs)
+            ledger.finished(kinds[i], requests[i][1], c)
+            return c
+
+        def stopped(i: int, replica: int, got: bytes) -> None:
+            prompt = requests[i][0]
+            ledger.stopped(
+                kinds[i],
+                requests[i][1],
+                len(prompt) if isinstance(prompt, list) else 0,
+                replica,
+                p.streamed_tokens(stream_events(got)) if got else 0,
+            )
+
+        return self.router.post_all(
+            p.path, bodies, limits, merge, traces, self.placed, ids, answered, stopped
+        )
 
     def close(self) -> None:  # the replicas outlive the question
         pass

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from . import schema
 from .atomic import check_apart, check_output_file, make_dirs, write_atomic
+from .grid import Grid, GridError
 from .pool import (
     MAX_TRACE_LENGTH,
     LayoutPool,
@@ -209,8 +210,7 @@ def parallel_probe_question(
     if not isinstance(branches, list):
         raise PoolError(f"{where}: each_branch is not a list")
     native = spacing is None
-    if spacing is None:
-        spacing = freq
+    on = Grid(freq if spacing is None else spacing)
     cols: dict[str, list] = {n: [] for n in schema.TRACE_SCHEMA.names}
     if native:
         cols[schema.PROBE_STEPS_FIELD.name] = []
@@ -238,7 +238,7 @@ def parallel_probe_question(
         ):
             raise PoolError(f"{where}, trace {t}: answers must be strings (or null)")
         # the grid's checkpoints below the length, each with the last probe read by then
-        grid = spacing * np.arange(1, (n_tok - 1) // spacing + 1, dtype=np.int64)
+        grid = on.below(n_tok)
         if len(grid) and not probe_list:
             raise PoolError(f"{where}, trace {t}: no probes for a {n_tok}-token trace")
         read = np.minimum(grid // freq - 1, len(probe_list) - 1).tolist()
@@ -329,10 +329,10 @@ def import_pool(
             grid = None
         else:
             try:
-                grid = int(spacing)
-            except ValueError:
+                grid = Grid(int(spacing)).spacing
+            except (ValueError, GridError):
                 grid = 0
-            if not 1 <= grid <= MAX_TRACE_LENGTH:
+            if not 0 < grid <= MAX_TRACE_LENGTH:
                 raise PoolError(
                     f"--spacing {spacing}: a positive number of tokens up to "
                     f"{MAX_TRACE_LENGTH:,}, or native"

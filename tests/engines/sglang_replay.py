@@ -18,6 +18,7 @@ from mars.engines.sglang import (
     SGLangBackend,
 )
 from mars.errors import MarsError
+from mars.store.grid import Grid
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sglang"
 SESSION = json.loads((DATA / "session_toy_q0.json").read_text())
@@ -129,7 +130,7 @@ def make_backend(engine=None, **kw) -> SGLangBackend:
 
 def run(be: SGLangBackend, **kw):
     batch = be.start(PROBLEM, SESSION["n_traces"], SESSION["seed"])
-    return batch, run_batch(batch, SESSION["spacing"], max_tokens=SESSION["max_tokens"], **kw)
+    return batch, run_batch(batch, Grid(SESSION["spacing"]), max_tokens=SESSION["max_tokens"], **kw)
 
 
 def _one_line_error(fn, *match):

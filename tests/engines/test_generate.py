@@ -8,6 +8,7 @@ import pytest
 from mars.engines.generate import records_to_table, run_batch
 from mars.engines.synthetic import SyntheticBackend
 from mars.store import schema
+from mars.store.grid import Grid
 from mars.store.problems import load_problems
 
 TOY = {
@@ -37,7 +38,7 @@ def test_run_batch_hook_and_records_table(problems):
         assert all(bt.lengths[j] == p for j in probes)
         return False
 
-    recs = run_batch(batch, SPACING, max_tokens=b.max_tokens, on_checkpoint=hook)
+    recs = run_batch(batch, Grid(SPACING), max_tokens=b.max_tokens, on_checkpoint=hook)
     assert [p for p, _ in seen] == [SPACING * (k + 1) for k in range(len(seen))]
     t = records_to_table(0, 10, recs)
     assert t.schema.equals(schema.TRACE_SCHEMA)

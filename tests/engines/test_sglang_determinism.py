@@ -22,6 +22,7 @@ from mars.engines.generate import run_batch
 from mars.engines.sglang import (
     SGLangBackend,
 )
+from mars.store.grid import Grid
 
 # -- reproducibility: SGLang's deterministic inference (issue 13, item 16) ------------------------
 
@@ -209,7 +210,7 @@ def test_traces_depend_on_seed_question_and_trace_only_not_on_the_checkpoint_gri
     def traces(spacing, n, first=0, seed=3, problem=PROBLEM):
         be = make_backend(SeededEngine(), max_tokens=64)
         batch = be.start(problem, n, seed, first)
-        run_batch(batch, spacing, max_tokens=64)
+        run_batch(batch, Grid(spacing), max_tokens=64)
         return {first + j: (batch.token_ids(j), batch.result(j).confs) for j in range(n)}
 
     base = traces(8, 4)

@@ -23,6 +23,7 @@ from mars.engines.sglang import (
 from mars.engines.tokens import PROBE_SUFFIX
 from mars.generate import generate_pool
 from mars.store import schema
+from mars.store.grid import Grid
 
 # -- the probe stage: stored traces probed again (issue 16) --------------------------------------
 
@@ -122,7 +123,6 @@ def test_probe_stage_reencodes_traces_of_another_vocabulary():
     and encoded with the probe model's; the probe sees the same text (EOS, a special token, left
     out), and the provenance says so."""
     from mars.engines.base import GeneratorInfo, StoredTrace
-    from mars.generate.probe import probe_positions
 
     gen_rows = PROBE["generation"]  # one request per trace, to the cap
     other = toy.ToyTokenizer(PROBE["other_vocab"], SESSION["eos_token_id"])
@@ -134,7 +134,7 @@ def test_probe_stage_reencodes_traces_of_another_vocabulary():
         theirs = other.encode(be.tokenizer.decode(mine))  # the same text in the other vocabulary
         assert theirs != mine and other.decode(theirs) == be.tokenizer.decode(mine)
         traces.append(StoredTrace(t, len(theirs), np.array(theirs, np.int32)))
-    positions = [probe_positions(t.length, PROBE["spacing"]) for t in traces]
+    positions = [Grid(PROBE["spacing"]).probe_positions(t.length) for t in traces]
     gen = GeneratorInfo(PROBE["other_manifest"])
     res = be.reprobe(PROBLEM, traces, positions, gen)
     got = [

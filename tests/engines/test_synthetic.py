@@ -21,6 +21,7 @@ from mars.engines.synthetic import (
     wrong_answer,
 )
 from mars.errors import MarsError
+from mars.store.grid import Grid
 from mars.store.problems import load_problems
 
 #: Short traces so tests stay fast; everything else from the calibrated preset.
@@ -97,7 +98,7 @@ def test_wrong_answers_are_plausible_and_deterministic():
 
 def _run(backend, problem, n, seed, first=0, spacing=1024):
     batch = backend.start(problem, n, seed, first_trace=first)
-    return batch, run_batch(batch, spacing, max_tokens=backend.max_tokens)
+    return batch, run_batch(batch, Grid(spacing), max_tokens=backend.max_tokens)
 
 
 def test_trace_depends_on_seed_question_trace_only(aime):
@@ -138,7 +139,7 @@ def test_stop_leaves_unfinished_traces_without_answer(aime):
     b = SyntheticBackend(TOY)
     batch = b.start(aime[1], 12, 0)
     records = run_batch(
-        batch, 1024, max_tokens=b.max_tokens, on_checkpoint=lambda p, bt, probes: p >= 2048
+        batch, Grid(1024), max_tokens=b.max_tokens, on_checkpoint=lambda p, bt, probes: p >= 2048
     )
     assert batch.ended.all()
     for r in records:

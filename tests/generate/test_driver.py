@@ -366,7 +366,7 @@ def test_cli(tmp_path):
         ({"seed": -1}, "--seed -1"),
         ({"max_tokens": 0}, "--max-tokens 0"),
         ({"n": 1_000_000_000}, "--traces 1000000000"),
-        ({"max_tokens": 512}, "below --spacing 1024"),
+        ({"max_tokens": 512}, "--spacing 1024: no checkpoint within --max-tokens 512"),
     ],
 )
 def test_bad_settings_leave_no_blocking_folder(tmp_path, problems, change, message):

@@ -15,8 +15,9 @@ from mars.cli import app
 from mars.engines.synthetic import SyntheticBackend
 from mars.errors import MarsError
 from mars.generate import generate_pool
-from mars.generate.probe import probe_backend, probe_pool, probe_positions
+from mars.generate.probe import probe_backend, probe_pool
 from mars.store import schema
+from mars.store.grid import Grid
 from mars.store.pool import PoolError, open_pool
 from mars.store.problems import load_problems
 from mars.store.problems import parse_question_spec as parse_qids
@@ -43,9 +44,9 @@ def _probes(path, qid):
 
 
 def test_probe_positions():
-    assert probe_positions(5000, 2048).tolist() == [2048, 4096, 5000]
-    assert probe_positions(4096, 2048).tolist() == [2048, 4096]  # the end is on the grid: once
-    assert probe_positions(100, 2048).tolist() == [100]
+    assert Grid(2048).probe_positions(5000).tolist() == [2048, 4096, 5000]
+    assert Grid(2048).probe_positions(4096).tolist() == [2048, 4096]  # the end is on the grid: once
+    assert Grid(2048).probe_positions(100).tolist() == [100]
 
 
 def test_generation_without_probes_keeps_what_probing_needs(pools):
@@ -94,7 +95,7 @@ def test_reprobing_at_another_spacing_without_regenerating(pools, tmp_path):
     )
     assert res.exit_code == 0, res.output
     pool = open_pool(tmp_path / "p1024")
-    assert pool.recorded_spacing == 1024 and pool.manifest["probe"]["spacing"] == 1024
+    assert pool.grid == Grid(1024) and pool.manifest["probe"]["spacing"] == 1024
     for qid in QS:
         a, b = open_pool(inline).read_question(qid), pool.read_question(qid)
         assert np.array_equal(a.lengths, b.lengths) and a.final_answers == b.final_answers
@@ -157,13 +158,13 @@ def test_other_settings_into_the_same_folder(pools, tmp_path):
     with pytest.raises(PoolError, match="with other parameters"):
         probe_pool(bare, out, be, spacing=1024)
     probe_pool(bare, out, be, spacing=1024, replace=True)
-    assert open_pool(out).recorded_spacing == 1024
+    assert open_pool(out).grid == Grid(1024)
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--spacing", "0"], "--spacing 0: must be at least 1"),
+        (["--spacing", "0"], "--spacing 0: must be a whole number of tokens, at least 1"),
         (["--spacing", "10000000"], "beyond the longest trace"),
         (["--backend", "nope"], "unknown backend 'nope'"),
         (["--temperature", "0.3"], "the synthetic backend has no --temperature"),

@@ -33,6 +33,7 @@ from mars.method.audit import (
     risk_target,
 )
 from mars.method.registry import live_method
+from mars.store.grid import Grid
 from mars.store.problems import Problem
 
 PROBLEMS = [Problem(q, f"question {q}", str(100 + q), "served") for q in range(6)]
@@ -134,7 +135,7 @@ def test_a_server_continues_a_stopped_trace_from_its_token_ids_request_for_reque
     done = complete_question(be, Q, run.table, plan, stopped=run.stopped_traces, launched=None)
     asked = completions(server)[n_before:]
     assert asked and done.tokens > 0
-    whole = run_batch(be.start(Q, 6, 0, 0), 8, max_tokens=64)
+    whole = run_batch(be.start(Q, 6, 0, 0), Grid(8), max_tokens=64)
     rows = {r["trace_idx"]: r for r in done.table.to_pylist()}
     for j, rec in enumerate(whole):
         got = rows[j]

@@ -323,7 +323,7 @@ def test_a_question_whose_traces_all_end_before_the_first_checkpoint_is_decided(
         schema=schema.TRACE_SCHEMA,
     )
     q = question_from_table(table, 0, "<test>", published=False, ground_truth="5")
-    grid = live_grid(256, 512)
+    grid = live_grid(256, 512).checkpoints()
     res, arr = decide(
         q, get_method("sc"), live_settings(n, 0, 0, 256, 512, {}), grid, 0, np.zeros(n, bool)
     )

@@ -19,7 +19,7 @@ def test_a_plan_is_checked_where_it_is_built_and_frozen(backend):
     plan = plan_for(backend, "sc-mars-cal", n_traces=8, warmup=4, seed=3, spacing=1024, gamma=0.3)
     assert plan.method is live_method("sc-mars-cal") and (plan.traces, plan.warmup) == (8, 4)
     assert plan.max_tokens == backend.max_tokens and plan.spacing == 1024
-    assert plan.grid[0] == 1024 and plan.grid[-1] <= plan.max_tokens
+    assert plan.grid.spacing == 1024 and plan.checkpoints[-1] <= plan.max_tokens
     assert plan.knobs == {"gamma": 0.3} and plan.settings.gamma == 0.3
     assert (plan.settings.budget, plan.settings.warmup, plan.settings.seed) == (8, 4, 3)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -73,7 +73,7 @@ def test_the_library_stopper_takes_a_plan(backend):
 
     plan = plan_for(backend, "sc-consensus", n_traces=4, warmup=0, spacing=2048, consensus=0.5)
     a = plan.stopper()
-    b = mars.Stopper("sc-consensus", n_traces=4, grid=plan.grid, consensus=0.5)
+    b = mars.Stopper("sc-consensus", n_traces=4, grid=plan.checkpoints, consensus=0.5)
     assert (a.N, a.W, a.method.name) == (4, 0, "sc-consensus") and np.array_equal(a.grid, b.grid)
     for answers in (["1", "2", None, "3"], ["1", "1", "1", "2"]):
         da, db = a.step(answers, [True] * 4), b.step(answers, [True] * 4)

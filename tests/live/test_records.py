@@ -325,7 +325,7 @@ def test_solve_refuses_to_resume_over_a_record_of_another_question(tmp_path, sma
 
 
 def test_live_grid_is_bounded_before_anything_is_allocated(tmp_path, backend, problems):
-    assert len(live_grid(2048, 2048 * MAX_CHECKPOINTS)) == MAX_CHECKPOINTS
+    assert len(live_grid(2048, 2048 * MAX_CHECKPOINTS).checkpoints()) == MAX_CHECKPOINTS
     with pytest.raises(UsageError, match="checkpoints, more than"):
         live_grid(2048, 2048 * (MAX_CHECKPOINTS + 1))
     with pytest.raises(UsageError, match="checkpoints, more than"):

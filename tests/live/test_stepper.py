@@ -18,6 +18,7 @@ from mars.errors import MarsError, UsageError
 from mars.live import decide, live_settings
 from mars.method.arrays import checkpoint_answers, checkpoint_confidences
 from mars.method.registry import live_methods
+from mars.store.grid import Grid
 from mars.store.pool import open_pool
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "library.md"
@@ -423,7 +424,7 @@ def _staged_against_simulator(tmp_path, method: str, seed: int, calibrated: bool
         tmp_path / f"p{seed}", seed=seed, n_questions=1, n=W + N, max_len=40000
     )
     q = open_pool(pool).read_question(0)
-    grid = spacing * np.arange(1, int(q.lengths.max()) // spacing + 1)
+    grid = Grid(spacing).upto(int(q.lengths.max()))
     answers = checkpoint_answers(q, grid)
     confidences = checkpoint_confidences(q, grid, window, conf_window="before")
     running = grid[None, :] < q.lengths[:, None]

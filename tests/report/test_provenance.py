@@ -30,3 +30,22 @@ def test_real_and_unknown_sources_are_named(tmp_path):
     assert "Data: m from a transformers run of org/Model-1B." in index
     assert f"m2: unknown: {other / MODEL2}" in index and "records none" in index
     assert "Synthetic" not in index
+
+
+def test_each_pool_is_described_by_its_own_grid(tmp_path):
+    """Issue 39: the report says each pool's probe grid as its runs recorded it from the pool,
+    not a default: one sentence where every pool shares it, each pool named where they differ."""
+    results = small_tree(tmp_path)
+    other = make_tree(tmp_path / "t2")
+    render_report(
+        [results, other / MODEL2], tmp_path / "same", labels=["m/d", "m2/d2"], figures=False
+    )
+    index = (tmp_path / "same" / "report.md").read_text()
+    assert "Probe grid: a checkpoint every 2,048 tokens." in index
+    for d in (other / MODEL2).rglob("overall.json"):
+        edit_json(d, lambda ov: ov["settings"].update(spacing=500))
+    render_report(
+        [results, other / MODEL2], tmp_path / "own", labels=["m/d", "m2/d2"], figures=False
+    )
+    index = (tmp_path / "own" / "report.md").read_text()
+    assert "Probe grids: a checkpoint every 500 tokens (m2/d2); every 2,048 tokens (m/d)." in index

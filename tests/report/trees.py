@@ -216,3 +216,27 @@ def savings_against_the_vote(run, method: str) -> float:
     vote = run.per_iteration(m.baseline).set_index(["qid", "iteration"]).tokens
     saved = 1 - mine / vote.loc[mine.index]
     return 100 * saved.groupby(level="qid").mean().mean()
+
+
+def drop_paid(results: Path) -> None:
+    """Every run of ``results`` as simulated before paid savings were recorded: no
+    ``savings_paid_pct`` in its overall.json."""
+    for path in sorted(results.rglob("overall.json")):
+        edit_json(path, lambda ov: ov.pop("savings_paid_pct", None))
+
+
+#: the fixed γ of :func:`tradeoff_tree`'s curve, one setting each
+TRADEOFF_GAMMAS = (0.5, 0.75, 1.0)
+
+
+def tradeoff_tree(root: Path) -> Path:
+    """One pool as the workflow's tradeoff section leaves it: MARS at three fixed γ on the same
+    samples (a curve), the full-budget vote, calibrated MARS and the oracle stop beside them."""
+    rng = np.random.default_rng(5)
+    results = root / "results"
+    for i, gamma in enumerate(TRADEOFF_GAMMAS, 1):
+        run = results / MODEL / DATASET / f"tradeoff-{i}" / "sim"
+        points = ["sc", "sc-mars-cal", "oracle-first"] if i == 1 else []
+        for m in ["sc-mars", *points]:
+            write_method(run, m, rng, {**SETTINGS, "gamma": gamma})
+    return results

@@ -47,7 +47,7 @@ def _said(body: dict, kind: str = COMPLETIONS) -> tuple[str, str | None]:
         ({"mars": {"warmup": None}}, "mars.warmup null: must be a whole number ≥ 0", None),
         ({"mars": {"spacing": "64"}}, "mars.spacing '64': must be a whole number ≥ 1", None),
         ({"mars": {}, "max_completion_tokens": -1}, "max_tokens -1: must be a whole number", None),
-        ({"mars": {}, "seed": 2**40}, "seed 1099511627776: must be below 2^32", None),
+        ({"mars": {}, "seed": 2**40}, "seed 1099511627776: must be at most 4,294,967,295", None),
         ({"mars": {}, "temperature": "hot"}, "temperature 'hot': must be a number", None),
         ({"mars": {}, "top_p": 0}, "top_p 0.0: must lie in (0, 1]", None),
         ({"mars": {}, "stop": [1]}, "stop: a string or a list of strings", None),
@@ -118,7 +118,7 @@ def test_a_valid_body_is_read_with_the_servers_defaults_where_it_says_nothing():
     assert q.temperature is None and q.stream and q.include_usage and q.spacing_given
     assert q.settings.spacing == 512 and q.settings.gamma == 0.3
     plan = q.plan()
-    assert plan.traces == 8 and plan.warmup == 4 and plan.grid[-1] == 16384 // 512 * 512
+    assert plan.traces == 8 and plan.warmup == 4 and plan.checkpoints[-1] == 16384 // 512 * 512
     assert MARS_KEYS[0] == "method" and "audit" in MARS_KEYS
 
 

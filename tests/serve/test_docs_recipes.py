@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("starlette")
 
+from conftest import need_vllm_server, vllm_module
 from engines.server.common import _free_port, _gguf, _llama_server, need_llama_server
 
 pytestmark = pytest.mark.slow
@@ -41,6 +43,8 @@ SWAPS = [
     (r"max_tokens=8192", "max_tokens=64"),  # SmolLM2 at ~100 tokens/s on 2 cores
     (r'"spacing": 512', '"spacing": 16'),  # its checkpoints within those 64
     (r"--audit-rate 0\.05", "--audit-rate 1"),  # a handful of questions, every one audited
+    # SmolLM2 writes no \boxed{} final answer: its traces' last probes stand in
+    (r"-m sc,sc-mars2 ", "-m sc,sc-mars2 --finals last-probe "),
     (r"n=32,", "n=4,"),
     (r"max_gen_toks=4096", "max_gen_toks=64"),
     (r"--tasks gsm8k_cot_zeroshot", "--tasks arithmetic_cot_local --include_path TASKS"),
@@ -81,7 +85,7 @@ class Session:
         self.upstream_port = upstream_port
         self.proxy_port = _free_port()
         self.proxy: subprocess.Popen | None = None
-        self.llama: subprocess.Popen | None = None
+        self.upstream: subprocess.Popen | None = None
         self.log = tmp / "logs"
         self.log.mkdir()
         self.ran: list[str] = []
@@ -108,6 +112,8 @@ class Session:
         tool, args = argv[0], argv[1:]
         if tool == "llama-server":
             return self.start_llama(args)
+        if tool == "vllm":
+            return self.start_vllm(args, env_prefix)
         if tool == "curl":
             return self.curl(args)
         if tool == "mars" and args[0] == "serve":
@@ -120,12 +126,29 @@ class Session:
 
     def start_llama(self, args: list[str]) -> None:
         args = [str(_gguf()) if a == "model.gguf" else a for a in args]
-        self.llama = subprocess.Popen(
+        self.upstream = subprocess.Popen(
             [str(_llama_server()), *args, "--no-webui"],
             stdout=open(self.log / "llama.log", "ab"),
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-        wait_ready(f"http://127.0.0.1:{self.upstream_port}/health", self.llama, "llama-server")
+        wait_ready(f"http://127.0.0.1:{self.upstream_port}/health", self.upstream, "llama-server")
+
+    def start_vllm(self, args: list[str], env: dict[str, str]) -> None:
+        """``vllm serve MODEL_DIR ...`` with the ``vllm`` command of the tests' CPU build, its
+        model folder for MODEL_DIR."""
+        vs = vllm_module()
+        folder = vs.built()
+        args = [str(folder / "model") if a == "MODEL_DIR" else a for a in args]
+        vllm = vs.python_of(folder).parent / "vllm"
+        self.upstream = subprocess.Popen(
+            [str(vllm), *args],
+            stdout=open(self.log / "vllm.log", "ab"),
+            stderr=subprocess.STDOUT,
+            env={**vs.environment(self.tmp), **env},
+            start_new_session=True,
+        )
+        vs.wait_ready(f"http://127.0.0.1:{self.upstream_port}", proc=self.upstream)
 
     def start_proxy(self, args: list[str]) -> None:
         self.stop_proxy()
@@ -195,12 +218,12 @@ class Session:
 
     def close(self) -> None:
         self.stop_proxy()
-        if self.llama is not None:
-            self.llama.terminate()
-            self.llama.wait(30)
+        if self.upstream is not None and self.upstream.poll() is None:
+            os.killpg(self.upstream.pid, signal.SIGTERM)  # vLLM's server ends its engine too
+            self.upstream.wait(60)
 
 
-def wait_ready(url: str, proc: subprocess.Popen, name: str, timeout: float = 180) -> None:
+def wait_ready(url: str, proc: subprocess.Popen, name: str, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"{name} exited with {proc.returncode}"
@@ -304,7 +327,8 @@ def test_the_page_runs_against_llama_cpp(tmp_path):
         # the audit: every question of this proxy audited, counted live and offline
         for cmd in commands(audit)[:1]:
             s.run(cmd)
-        s.python(snippet)
+        # a calibrated server decides with no warmup: a client asks for its method, or none
+        s.python(snippet.replace('"method": "sc-mars-cal", "warmup": 16, ', ""))
         deadline = time.monotonic() + 300
         while True:
             s.run(commands(audit)[1])
@@ -339,3 +363,33 @@ def _audited(report: dict) -> bool:
     """Whether the audit endpoint counts a finished audit and none running."""
     done = sum(m["audits"] for m in report["methods"].values())
     return done > 0 and report["running"] == 0
+
+
+@pytest.mark.vllm_server
+def test_the_cpu_recipe_runs_against_vllm(tmp_path):
+    """docs/serve.md's vLLM recipe for a CPU, as written (the tests' CPU build and its model
+    folder for MODEL_DIR), a question through it; the GPU recipe's flags are ones this vLLM
+    takes (its model needs a GPU)."""
+    need_vllm_server()
+    gpu, cpu = [t for _, t in blocks() if "vllm serve" in t]
+    snippet = next(t for lang, t in blocks() if lang == "python")
+    s = Session(tmp_path, _free_port())
+    try:
+        for cmd in commands(cpu):
+            s.run(cmd)
+        out = s.python(snippet)
+        assert "'method': 'sc-mars-cal'" in out.strip().splitlines()[-1], out
+    finally:
+        s.close()
+    vs = vllm_module()
+    vllm = vs.python_of(vs.built()).parent / "vllm"
+    help_text = subprocess.run(
+        [str(vllm), "serve", "--help=all"], capture_output=True, text=True, timeout=300
+    ).stdout
+    flags = {
+        f
+        for cmd in commands(gpu)
+        if cmd.startswith("vllm ")
+        for f in re.findall(r" (--[\w-]+)", cmd)
+    }
+    assert flags and all(f in help_text for f in flags), flags

@@ -313,6 +313,8 @@ HOSTILE = [
         "n 60 + mars.warmup 10: more traces than this server's --max-traces 64",
     ),
     ({"prompt": "x", "n": ["a"] * 10_000, "mars": {}}, 400, "n", "n a list: must be a whole"),
+    # the live settings' bound, refused before a streamed answer starts (not an error event)
+    ({"prompt": "x", "n": 2, "seed": 2**32, "stream": True}, 400, "seed", "at most 4,294,967,295"),
 ]
 
 

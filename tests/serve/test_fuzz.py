@@ -68,7 +68,7 @@ BODY_FIELDS = {
     "temperature": st.floats(min_value=0.1, max_value=2),
     "top_p": st.floats(min_value=0.1, max_value=1),
     "stop": st.lists(st.text(max_size=3), max_size=3),
-    "seed": st.integers(min_value=0, max_value=2**63 - 1),
+    "seed": st.integers(min_value=0, max_value=2**63 - 1),  # over 2^32 - 1: a 400
     "stream": st.booleans(),
     "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
     "user": st.text(max_size=5),

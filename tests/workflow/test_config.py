@@ -335,6 +335,11 @@ def test_schema_defaults_fill_a_minimal_config(tmp_path):
     assert "--traces 128 --n-shards 1 --seed 0 --probe none" in out
     assert "mars probe results/traces/m/mine/shard0 --out results/probes/m/mine/shard0" in out
     assert "--spacing 2048 --replace" in out
+    # fit and simulate read the grid the pool records: the workflow passes them none
+    for rule in ("fit", "simulate"):
+        assert (
+            "--spacing" not in job_blocks(out, rule)[0] and "--window" in job_blocks(out, rule)[0]
+        )
 
 
 def _one_error_line(r: subprocess.CompletedProcess) -> str:

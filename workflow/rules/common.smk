@@ -285,13 +285,6 @@ def simulate_methods(wildcards):
     return methods_spec(setting_params(wildcards.setting)["methods"])
 
 
-def pool_spacing(wildcards):
-    """`--spacing` of a generated pool (its probe spacing; fit and simulate check it agrees)."""
-    if (wildcards.model, wildcards.dataset) in IMPORTED:
-        return ""  # an imported pool records its own
-    return f"--spacing {PROBE['spacing']}"
-
-
 def fit_warmups():
     """Every warmup size the settings simulate with: the fit job fits a switch model for each."""
     settings = set(SETTINGS) | set(mars_workflow.tradeoff_settings(config))
@@ -306,14 +299,13 @@ def finals_arg():
 
 
 def fit_args(wildcards):
-    """`mars fit` options of a pool: the window, the final answers, the warmup sizes, the probe
-    spacing."""
+    """`mars fit` options of a pool: the window, the final answers, the warmup sizes (the grid is
+    the one the pool records)."""
     warmups = ",".join(map(str, fit_warmups()))
     args = [
         f"--window {config['fit']['window']}",
         finals_arg(),
         f"--warmup {warmups}",
-        pool_spacing(wildcards),
     ]
     return " ".join(a for a in args if a)
 
@@ -328,13 +320,13 @@ def calibrate_args(wildcards):
 
 
 def simulate_args(wildcards):
-    """`mars simulate` options of one setting: the defaults overridden by the setting."""
+    """`mars simulate` options of one setting: the defaults overridden by the setting (the grid
+    is the one the pool records)."""
     p = setting_params(wildcards.setting)
     opts = {k: p[k] for k in SIM_KEYS if p.get(k) is not None}
     args = _flags(opts) + [
         f"--window {config['fit']['window']}",
         finals_arg(),
-        pool_spacing(wildcards),
     ]
     return " ".join(a for a in args if a)
 

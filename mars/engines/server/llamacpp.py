@@ -54,6 +54,14 @@ class LlamaCppProtocol(Protocol):
     def merge_stream(events: list) -> dict:
         return merge_llama_stream(events)
 
+    @staticmethod
+    def streamed_tokens(events: list) -> int:
+        return sum(
+            len(e["tokens"])
+            for e in events
+            if isinstance(e, dict) and isinstance(e.get("tokens"), list)
+        )
+
     def tokenize(self, text: str, add_special_tokens: bool = False) -> tuple[str, dict]:
         # special tokens written in the text (``</think>``) are parsed, as transformers does
         return "/tokenize", {

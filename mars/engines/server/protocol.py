@@ -210,6 +210,12 @@ class Protocol:
         (:attr:`streamed` servers)."""
         raise NotImplementedError
 
+    @staticmethod
+    def streamed_tokens(events: list) -> int:
+        """The tokens the events of a stream cut short carry (:attr:`streamed` servers): what
+        ``mars serve`` received of a request it stopped."""
+        return 0
+
     # -- the server's own tokenizer (:attr:`serves_tokenizer`) ---------------------------------
 
     def tokenize(self, text: str, add_special_tokens: bool = False) -> tuple[str, dict]:

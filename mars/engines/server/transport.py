@@ -197,6 +197,7 @@ class Http:
         asked: str = "",
         sse: bool = False,
         headers: dict[str, str] | None = None,
+        progress: list[bytes] | None = None,
     ) -> tuple[int, Any]:
         """(status, JSON) of ``method path``; 200 and 4xx answers come back, retryable failures
         are tried again as :attr:`retry` says, then one line (a :class:`ServerUnavailable`).
@@ -208,7 +209,9 @@ class Http:
         read no further.  ``sse``: a successful answer is a stream of server-sent events, read
         whole (a list of their JSON objects): a streamed request is one a server stops working on
         as soon as it is cancelled (llama.cpp does not notice a non-streamed request go).
-        ``headers``: this request's own, beside the client's (``mars serve``'s affinity key)."""
+        ``headers``: this request's own, beside the client's (``mars serve``'s affinity key).
+        ``progress``: the answer's bytes of the try under way are kept there as they come (what
+        a request cancelled mid-stream had received)."""
         deadline = self.timeout if timeout is None else float(timeout)
         import httpx
 
@@ -224,9 +227,18 @@ class Http:
                 after = None
                 try:
                     self.stats["requests"] += 1
+                    if progress is not None:
+                        progress.clear()
                     async with asyncio.timeout(deadline):  # the whole answer, not per byte
                         status, data, answered = await self._exchange(
-                            client, method, path, body, limit, asked or f"{method} {path}", headers
+                            client,
+                            method,
+                            path,
+                            body,
+                            limit,
+                            asked or f"{method} {path}",
+                            headers,
+                            progress,
                         )
                 except httpx.ConnectTimeout:
                     why, failed = (
@@ -286,10 +298,12 @@ class Http:
         limit: int,
         asked: str,
         headers: dict[str, str] | None = None,
+        progress: list[bytes] | None = None,
     ) -> tuple[int, bytes, Any]:
         """(status, the answer's bytes, headers), read as they stream in and refused past
-        ``limit`` bytes (after decompression: the bytes held)."""
-        chunks: list[bytes] = []
+        ``limit`` bytes (after decompression: the bytes held); ``progress``: the list they are
+        read into."""
+        chunks: list[bytes] = [] if progress is None else progress
         size = 0
         async with client.stream(method, path, json=body, headers=headers) as r:
             async for chunk in r.aiter_bytes():
@@ -311,17 +325,45 @@ class Http:
         asked: str,
         sse: bool = False,
         headers: dict[str, str] | None = None,
+        progress: list[bytes] | None = None,
     ) -> Any:
         """The JSON of a successful POST (``sse``: of each event of its stream; ``headers``: the
-        request's own); an error answer is one line."""
+        request's own; ``progress``: :meth:`request`'s); an error answer is one line."""
         status, out = await self.request(
-            "POST", path, body, limit=limit, asked=asked, sse=sse, headers=headers
+            "POST",
+            path,
+            body,
+            limit=limit,
+            asked=asked,
+            sse=sse,
+            headers=headers,
+            progress=progress,
         )
         if status != 200:
             raise ServerStatusError(
                 f"{self.shown}{path}: HTTP {status}: {self.message(out)}", status=status
             )
         return out
+
+    def get_text(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        """(status, text) of ``GET path``, tried once, outside the bound on requests in flight
+        (an engine's ``/metrics``, read while its generation requests wait); an answer past
+        :data:`INFO_ANSWER_BYTES` or any failure is an :class:`OSError`."""
+        import httpx
+
+        async def go() -> tuple[int, str]:
+            client = self._get_client()
+            try:
+                async with asyncio.timeout(timeout):
+                    status, data, _ = await self._exchange(
+                        client, "GET", path, None, INFO_ANSWER_BYTES, f"GET {path}"
+                    )
+            except (httpx.HTTPError, TimeoutError, ServerError) as exc:
+                why = self.hide(exc) or type(exc).__name__
+                raise OSError(f"{self.shown}{path}: {why}") from None
+            return status, data.decode("utf-8", "replace")
+
+        return asyncio.run_coroutine_threadsafe(go(), self._ensure_loop()).result(timeout + 5)
 
     def post_all(self, path: str, bodies: Sequence[dict], limits: Sequence[tuple[int, str]]):
         """POST every body concurrently (bounded; ``limits``: each answer's bound and what its

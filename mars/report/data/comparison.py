@@ -127,6 +127,7 @@ FRONTIER_COLUMNS = [
     "pp_conv",
     "accuracy_pct",
     "savings_pct",
+    "savings_paid_pct",
     "savings_against",
     "baseline_accuracy_pct",
     "oracle_savings_pct",
@@ -139,22 +140,33 @@ def _stops_early(method: str) -> bool:
     return m is not None and not m.is_baseline and not m.reads_future
 
 
-def _vote_savings(results: Results, pair: tuple[str, str], run: Run, method: str) -> float | None:
+def _vote_savings(
+    results: Results, pair: tuple[str, str], run: Run, method: str
+) -> tuple[float, float | None] | None:
     """The savings of a method that runs fewer traces than the budget (single-sac) against its
     pipeline's full-budget vote on the same samples — what every other point's savings are
-    against — as the simulator averages them (per question, then across questions); None when
-    the vote's run is not there."""
+    against — as the simulator averages them (per question, then across questions), the paper's
+    and paid (its main traces, its warmup and its probes; None for a run simulated before paid
+    savings were recorded); None when the vote's run is not there."""
     base = METHODS[method].baseline
     vote_run = results.find(*pair, base)
     if vote_run is None:
         return None
-    mine = run.per_iteration(method)[["qid", "iteration", "tokens"]]
+    mine = run.per_iteration(method)
     vote = vote_run.per_iteration(base)[["qid", "iteration", "tokens"]]
-    both = mine.merge(vote, on=["qid", "iteration"], suffixes=("", "_vote"))
+    both = mine.merge(vote.rename(columns={"tokens": "tokens_vote"}), on=["qid", "iteration"])
     if len(both) != len(mine) or not (both.tokens_vote > 0).all():
         return None
-    saved = 1.0 - both.tokens / both.tokens_vote
-    return float(100.0 * saved.groupby(both.qid).mean().mean())
+
+    def mean_saved(tokens: pd.Series) -> float:
+        saved = 1.0 - tokens / both.tokens_vote
+        return float(100.0 * saved.groupby(both.qid).mean().mean())
+
+    paid = None
+    if run.overall[method].get("savings_paid_pct") is not None and "warmup_tokens" in both:
+        probes = both.probe_tokens.fillna(0.0) if "probe_tokens" in both else 0.0
+        paid = mean_saved(both.tokens + both.warmup_tokens + probes)
+    return mean_saved(both.tokens), paid
 
 
 def _probe_rule(method: str) -> bool:
@@ -169,9 +181,14 @@ def frontier_points(results: Results) -> pd.DataFrame:
     for pair, run, method in _points(results, lambda run, m: _stops_early(m)):
         ov = run.overall[method]
         savings, against = ov.get("savings_pct"), "full-budget vote"
+        # what a live run pays (its warmup, its probes); None for a run simulated before
+        paid = ov.get("savings_paid_pct")
         if METHODS[method].width is not None:  # its own savings are against its few traces
             vote = _vote_savings(results, pair, run, method)
-            savings, against = (vote, against) if vote is not None else (savings, "own traces")
+            if vote is None:
+                against = "own traces"
+            else:
+                savings, paid = vote
         base = METHODS[method].baseline
         base_run = results.find(*pair, base)
         orc = ORACLE_FIRST_STOP.of(base)
@@ -182,6 +199,7 @@ def frontier_points(results: Results) -> pd.DataFrame:
                 "pp_conv": run.settings(method).get("pp_conv") if _probe_rule(method) else None,
                 "accuracy_pct": ov.get("accuracy_pct"),
                 "savings_pct": savings,
+                "savings_paid_pct": paid,
                 "savings_against": against,
                 "baseline_accuracy_pct": None
                 if base_run is None

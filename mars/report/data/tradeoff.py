@@ -3,9 +3,11 @@
 Each method that declares a sweep (:attr:`mars.method.registry.Method.sweep`: γ for MARS with a
 fixed γ, u for Parallel-Probe, the share for consensus stopping, δ for the certified rule, ...) is a
 curve through the runs of one pool that hold it, drew the same samples and differ only in swept
-knobs; the full-budget vote, calibrated MARS and the oracle stop are single points. The workflow's
-``tradeoff`` section makes such runs (:func:`mars.method.registry.sweep_settings`), cached and
-sharded like every simulation; nothing here simulates.
+knobs; the full-budget vote, calibrated MARS and the oracle stop are single points. Each point has
+its savings as the paper counts them and as a live run pays them (``savings_paid_pct``: its warmup
+and its probes charged). The workflow's ``tradeoff`` section makes such runs
+(:func:`mars.method.registry.sweep_settings`), cached and sharded like every simulation; nothing
+here simulates.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ def _row(run: Run, method: str, family: str, param: str | None, value) -> dict:
         "value": value,
         "accuracy_pct": float(ov["accuracy_pct"]),
         "savings_pct": float(ov["savings_pct"]),
+        # what a live run pays (its warmup, its probes); NaN for a run simulated before
+        "savings_paid_pct": float("nan")
+        if ov.get("savings_paid_pct") is None
+        else float(ov["savings_paid_pct"]),
         "n_questions": int(ov["n_questions"]),
         "iterations": s.get("iterations"),
         "budget": s.get("budget"),

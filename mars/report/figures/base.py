@@ -11,6 +11,7 @@ from typing import Any
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -46,6 +47,56 @@ OTHER_COLOR = "#9a9a9a"
 PP_COLOR = "#d62728"
 MARS_COLOR = "#1f77b4"
 FOOTER_COLOR = "#a0361c"
+#: savings as a live run pays them (its warmup, its probes): black marks beside the paper's
+PAID_COLOR = "#111111"
+PAID_LABEL = "paid (warmup, probes)"
+#: the thin grey line joining a point to its paid savings
+PAID_LINK_COLOR = "#9a9a9a"
+#: paid savings this close to the paper's (pp) round alike in the tables: nothing drawn
+PAID_TOLERANCE = 0.05
+
+
+def paid_differs(paper, paid) -> bool:
+    """A point's paid savings are known and differ from the paper's: worth a mark of its own."""
+    try:
+        a, b = float(paper), float(paid)
+    except (TypeError, ValueError):
+        return False
+    return bool(np.isfinite(a) and np.isfinite(b) and abs(a - b) >= PAID_TOLERANCE)
+
+
+def paid_missing(paper: pd.Series, paid: pd.Series) -> int:
+    """How many points have savings but no paid savings (runs simulated before those were
+    recorded)."""
+    return int(
+        (
+            pd.to_numeric(paper, errors="coerce").notna()
+            & pd.to_numeric(paid, errors="coerce").isna()
+        ).sum()
+    )
+
+
+def paid_missing_note(n: int) -> str:
+    """The note of a figure that draws no paid savings for ``n`` of its points."""
+    return (
+        f"paid savings not drawn for {n} point(s): their runs were simulated before "
+        "savings_paid_pct was recorded (simulate them again)"
+    )
+
+
+def paid_handle():
+    """The legend entry of the paid marks."""
+    return mpl.lines.Line2D(
+        [],
+        [],
+        color=PAID_LINK_COLOR,
+        linewidth=0.8,
+        marker="D",
+        markersize=3.5,
+        markerfacecolor=PAID_COLOR,
+        markeredgecolor=PAID_COLOR,
+        label=PAID_LABEL,
+    )
 
 
 @dataclass

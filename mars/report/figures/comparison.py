@@ -10,7 +10,8 @@ pool is a block with one set of axes per pipeline (SC, DeepConf), so that neithe
 accuracy decides the other's axis; a DeepConf method takes the mark of its SC counterpart (DCO +
 MARS is drawn as MARS). Every pool's main run is drawn with the runs that drew its samples (the
 other settings of the same pool); runs drawn with other samples (trade-off sweeps) are left to
-fig-tradeoff.
+fig-tradeoff. Beside each savings as the paper counts them, the frontier draws them as a live run
+pays them (the warmup, the probes): a small black mark joined to the method's by a grey line.
 """
 
 from __future__ import annotations
@@ -28,7 +29,21 @@ from ...method.registry import CALIBRATED_MARS, METHODS, PIPELINES
 from ..collect import Results
 from ..data.comparison import FAMILIES, frontier_points, latency_points, mark_family
 from ..names import ORACLE_FIRST
-from .base import FORMATS, MARS_COLOR, PP_COLOR, FigureOut, finish, pool_sources, style
+from .base import (
+    FORMATS,
+    MARS_COLOR,
+    PAID_COLOR,
+    PAID_LINK_COLOR,
+    PP_COLOR,
+    FigureOut,
+    finish,
+    paid_differs,
+    paid_handle,
+    paid_missing,
+    paid_missing_note,
+    pool_sources,
+    style,
+)
 
 #: a mark's colour: the method's family (:data:`mars.report.data.comparison.FAMILIES`)
 FAMILY_COLORS = dict(
@@ -140,6 +155,38 @@ def _draw(ax, part: pd.DataFrame, x: str, marks: dict[str, Mark]) -> None:
         )
 
 
+def _draw_paid(ax, part: pd.DataFrame) -> bool:
+    """Each point's savings as a live run pays them, where they differ from the paper's: a small
+    black mark at (paid savings, the same accuracy) joined to the point by a thin grey line
+    (``gid`` "paid" and "paid-link"); whether any was drawn."""
+    shown = part[[paid_differs(a, b) for a, b in zip(part.savings_pct, part.savings_paid_pct)]]
+    if shown.empty:
+        return False
+    for r in shown.itertuples():
+        ax.plot(
+            [r.savings_pct, r.savings_paid_pct],
+            [r.accuracy_pct, r.accuracy_pct],
+            color=PAID_LINK_COLOR,
+            linewidth=0.7,
+            zorder=2,
+            gid="paid-link",
+        )
+    ax.plot(
+        shown.savings_paid_pct,
+        shown.accuracy_pct,
+        linestyle="",
+        marker="D",
+        markersize=3.5,
+        markerfacecolor=PAID_COLOR,
+        markeredgecolor=PAID_COLOR,
+        color=PAID_COLOR,
+        label="_paid",
+        zorder=3.5,
+        gid="paid",
+    )
+    return True
+
+
 def _none(ax, pipeline: str) -> None:
     """The panel of a pipeline a pool has no results of (no per-token confidences: no DeepConf)."""
     ax.set_axis_off()
@@ -174,9 +221,12 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
         "sometimes returns another answer can, so it is a reference point, not a bound. Every "
         "savings is against the full-budget vote, also for a method that runs fewer traces than "
         "the budget (one trace with a convergence exit: the tables give its savings against "
-        "that trace). Each "
-        "pool's main run and the runs that drew its samples; the numbers are in "
-        "fig-frontier.csv.",
+        "that trace). Those savings are the paper's (the warmup free); a small black diamond "
+        "joined to a mark by a thin grey line is the same method's savings as a live run pays "
+        "them (the question's warmup traces, for a method that reads one, and the probes where "
+        "the pool records their cost), drawn where the two differ. Each "
+        "pool's main run and the runs that drew its samples; the numbers (paid: "
+        "savings_paid_pct) are in fig-frontier.csv.",
         data=df,
     )
     pairs = list(dict.fromkeys(zip(df.model, df.dataset)))
@@ -186,9 +236,15 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
         mpl.lines.Line2D([], [], color="#555555", linestyle=":", label="full-budget accuracy"),
         mpl.lines.Line2D([], [], color="#555555", linestyle="--", label=f"{ORACLE_FIRST} savings"),
     ]
+    paid_shown = any(paid_differs(a, b) for a, b in zip(df.savings_pct, df.savings_paid_pct))
+    if paid_shown:
+        lines.append(paid_handle())
+    missing = paid_missing(df.savings_pct, df.savings_paid_pct)
+    if missing:
+        fo.notes.append(paid_missing_note(missing))
     with style():
         width = 0.4 + 2.6 * max(len(pipes), 1)
-        fig, cells = _cells(len(pairs), 2, width, 3.0, _legend_rows(len(marks) + 2))
+        fig, cells = _cells(len(pairs), 2, width, 3.0, _legend_rows(len(marks) + len(lines)))
         if not pairs:
             ax = cells[0].subplots()
             ax.set_axis_off()
@@ -211,6 +267,7 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                 if not pd.isna(orc):
                     ax.axvline(orc, color="#555555", linestyle="--", linewidth=1, zorder=1)
                 _draw(ax, part, "savings_pct", marks)
+                _draw_paid(ax, part)
                 _fit_accuracy(ax, ys)
                 ax.set_title(f"{pipe} pipeline", fontsize=8)
                 ax.set_xlabel("token savings (%)")

@@ -18,6 +18,8 @@ from ..collect import Results
 from ..data.savings import FIG1_METHODS, GAMMA_PAIRS, ORACLE_PAIRS, ablations, savings_summary
 from .base import (
     FORMATS,
+    PAID_COLOR,
+    PAID_LABEL,
     PIPELINE_COLORS,
     FigureOut,
     finish,
@@ -72,9 +74,9 @@ def _bars(ax, df: pd.DataFrame, datasets: list[str], ylabel: str, labels: bool =
                     paid,
                     marker="D",
                     markersize=4,
-                    color="#111111",
+                    color=PAID_COLOR,
                     linestyle="none",
-                    label=None if "paid" in labelled else "paid (warmup, probes)",
+                    label=None if "paid" in labelled else PAID_LABEL,
                     zorder=4,
                 )
                 labelled.add("paid")

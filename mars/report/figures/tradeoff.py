@@ -1,5 +1,7 @@
 """The accuracy–savings trade-off: one panel per pool with a curve per swept knob and the single
-points beside them. Its curves are :mod:`mars.report.data.tradeoff`'; nothing here simulates."""
+points beside them, each also as a live run pays it (its warmup, its probes: a thin dashed curve of
+the curve's colour, a small black mark by a single point). Its curves are
+:mod:`mars.report.data.tradeoff`'; nothing here simulates."""
 
 from __future__ import annotations
 
@@ -13,7 +15,20 @@ from ...method.registry import SWEEP_POINTS
 from ...method.settings import SPECS
 from ..collect import Results
 from ..data.tradeoff import tradeoff_frames, tradeoff_points
-from .base import FORMATS, FigureOut, finish, legend_entries, style
+from .base import (
+    FORMATS,
+    PAID_COLOR,
+    PAID_LABEL,
+    PAID_LINK_COLOR,
+    FigureOut,
+    finish,
+    legend_entries,
+    paid_differs,
+    paid_handle,
+    paid_missing,
+    paid_missing_note,
+    style,
+)
 
 #: the single points' markers and colours (full-budget vote, calibrated MARS, oracle-first)
 POINT_MARKS = dict(zip(SWEEP_POINTS, (("X", "#222222"), ("*", "#1f77b4"), ("D", "#7f7f7f"))))
@@ -21,6 +36,59 @@ POINT_MARKS = dict(zip(SWEEP_POINTS, (("X", "#222222"), ("*", "#1f77b4"), ("D", 
 
 def _fmt(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _differs(df) -> list[bool]:
+    return [paid_differs(a, b) for a, b in zip(df.savings_pct, df.savings_paid_pct)]
+
+
+def _paid_curve(ax, sub, color) -> bool:
+    """A curve as a live run pays it, where that differs from the paper's: a thin dashed curve of
+    its colour through the paid points, each a small black mark (``gid`` "paid"); whether it was
+    drawn."""
+    known = sub[sub.savings_paid_pct.notna()]
+    if not any(_differs(known)):
+        return False
+    ax.plot(
+        known.savings_paid_pct,
+        known.accuracy_pct,
+        linewidth=0.9,
+        linestyle="--",
+        color=color,
+        marker="D",
+        markersize=2.5,
+        markerfacecolor=PAID_COLOR,
+        markeredgecolor=PAID_COLOR,
+        zorder=2,
+        gid="paid",
+    )
+    return True
+
+
+def _paid_point(ax, r) -> bool:
+    """A single point as a live run pays it, where that differs: a small black mark joined to the
+    point by a thin grey line (``gid`` "paid" and "paid-link"); whether it was drawn."""
+    if not paid_differs(r.savings_pct, r.savings_paid_pct):
+        return False
+    ax.plot(
+        [r.savings_pct, r.savings_paid_pct],
+        [r.accuracy_pct, r.accuracy_pct],
+        color=PAID_LINK_COLOR,
+        linewidth=0.7,
+        zorder=4,
+        gid="paid-link",
+    )
+    ax.plot(
+        [r.savings_paid_pct],
+        [r.accuracy_pct],
+        linestyle="",
+        marker="D",
+        markersize=3.5,
+        color=PAID_COLOR,
+        zorder=5,
+        gid="paid",
+    )
+    return True
 
 
 def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut | None:
@@ -38,11 +106,19 @@ def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut 
         "with a fixed γ, the certified rule's δ, Parallel-Probe's u, the consensus share), with "
         "the full-budget vote, calibrated MARS and the oracle stop as single points: ordinary "
         "simulations of one pool at settings that differ only in the swept knobs (the workflow's "
-        "tradeoff section makes them). The numbers, and the setting of each point, are in "
-        "fig-tradeoff.csv.",
+        "tradeoff section makes them). Those savings are the paper's (the warmup free); thin "
+        "dashed curves of the same colour, and small black diamonds joined to the single points "
+        "by grey lines, are the same savings as a live run pays them (the question's warmup "
+        "traces, for a method that reads one, and the probes where the pool records their "
+        "cost), drawn where the two differ. The numbers (paid: savings_paid_pct), and the "
+        "setting of each point, are in fig-tradeoff.csv.",
         data=data,
     )
     fo.label_data(results.sources([r for r in results.runs if r.pair in set(frames)]))
+    missing = paid_missing(data.savings_pct, data.savings_paid_pct)
+    if missing:
+        fo.notes.append(paid_missing_note(missing))
+    paid_shown = False
     palette = dict(
         zip(list(dict.fromkeys(data.family)) if len(data) else [], sns.color_palette("tab10"))
     )
@@ -78,6 +154,7 @@ def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut 
                     linewidth=0.5,
                     zorder=3,
                 )
+                paid_shown |= _paid_curve(ax, sub, palette[fam])
             for _, r in df[df.param.isna()].iterrows():
                 mk, col = POINT_MARKS.get(r.method, ("s", "#444444"))
                 ax.scatter(
@@ -91,6 +168,7 @@ def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut 
                     edgecolor="white",
                     linewidth=0.5,
                 )
+                paid_shown |= _paid_point(ax, r)
             r0 = df.iloc[0]
             ax.set_title(
                 f"{label[0]}/{label[1]}: {int(r0.n_questions)} questions × "
@@ -105,6 +183,8 @@ def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut 
             ax.set_ylim(max(lo - pad, -1), min(hi + pad, 101))
         if labels:
             entries = legend_entries(axes[0])
+            if paid_shown:
+                entries[PAID_LABEL] = paid_handle()
             fig.legend(
                 list(entries.values()),
                 list(entries),

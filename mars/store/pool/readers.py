@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from ...errors import first_line
 from .. import confs as confs_codec
 from .. import schema
+from ..grid import Grid
 from ..userfiles import read_manifest, regular_file
 from .checks import check_lengths, check_qids, require_columns
 from .confstream import STREAM_OPTIONS, read_confs, stream_confs
@@ -30,9 +31,9 @@ class Pool:
 
     source: str
     qids: list[int]
-    #: probe spacing the pool records (None: not recorded); of the published format, which
-    #: records none, the spacing its probes lie on (:func:`probe_spacing`)
-    recorded_spacing: int | None = None
+    #: the probe grid the pool records (None: not recorded); of the published format, which
+    #: records none, the grid its probes lie on (:func:`probe_spacing`)
+    grid: Grid | None = None
 
     def read_question(self, qid: int) -> QuestionData:  # pragma: no cover - interface
         raise NotImplementedError
@@ -111,7 +112,8 @@ class PublishedPool(Pool):
             raise PoolError(f"{self.source}: empty pool (no rows)")
         self.qids = sorted(self._row_groups)
         check_qids(self.qids, self.source)
-        self.recorded_spacing = probe_spacing(self._pf, self.source)
+        spacing = probe_spacing(self._pf, self.source)
+        self.grid = None if spacing is None else Grid(spacing)
 
     def _files(self) -> list[Path]:
         return [self.path]
@@ -195,15 +197,7 @@ class LayoutPool(Pool):
         self._questions = {r["qid"]: r for r in rows}
         #: questions whose answer is not known (null ground truth): nothing to grade against
         self.unknown_answers = [q for q in self.qids if self._questions[q]["ground_truth"] is None]
-        spacing = self.manifest.get("spacing")
-        if spacing is not None and (
-            isinstance(spacing, bool) or not isinstance(spacing, int) or spacing < 1
-        ):
-            raise PoolError(
-                f"{self.path / schema.POOL_MANIFEST}: spacing {spacing!r} "
-                "is not a positive whole number"
-            )
-        self.recorded_spacing = spacing
+        self.grid = Grid.of_manifest(self.manifest, self.path / schema.POOL_MANIFEST, PoolError)
         for f in self._files():  # before any work: reading a FIFO would wait forever
             if os.path.lexists(f):
                 regular_file(f, PoolError)

@@ -455,6 +455,7 @@ def main() -> int:
     from mars.engines.base import Problem
     from mars.engines.generate import run_batch
     from mars.engines.sglang import SGLangBackend, trace_seed
+    from mars.store.grid import Grid
 
     problem = Problem(qid=0, question="What is 2 + 3?", answer="5", dataset="toy")
     seed, n, spacing, max_tokens = 7, 3, 8, 24
@@ -465,7 +466,7 @@ def main() -> int:
     engine = ScriptedEngine(be.prompt_ids(problem.question), be.suffix_ids, firsts)
     be.engine = engine
     be.engine_info = {**SERVER_INFO, "context_len": CONTEXT_LEN}
-    records = run_batch(be.start(problem, n, seed), spacing, max_tokens=max_tokens)
+    records = run_batch(be.start(problem, n, seed), Grid(spacing), max_tokens=max_tokens)
     doc = {
         "about": "Hand-built SGLang Engine.generate exchanges (shape of SGLang 0.5.23 meta_info, "
         "read in its source), NOT recorded from a live engine; written by "
@@ -520,8 +521,9 @@ def record_probe_stage(problem, seed: int, n: int, spacing: int, max_tokens: int
     from mars.engines.base import GeneratorInfo
     from mars.engines.sglang import SGLangBackend
     from mars.generate import generate_pool
-    from mars.generate.probe import probe_pool, probe_positions, stored_traces
+    from mars.generate.probe import probe_pool, stored_traces
     from mars.store import schema
+    from mars.store.grid import Grid
 
     def backend(**kw) -> tuple[SGLangBackend, ScriptedEngine]:
         be = SGLangBackend(
@@ -547,7 +549,7 @@ def record_probe_stage(problem, seed: int, n: int, spacing: int, max_tokens: int
     for t in traces:
         t.token_ids = np.array(other.ids([T.vocab[i] for i in t.token_ids]), np.int32)
     re_be, re_engine = backend(generator_tokenizer=other)
-    positions = [probe_positions(t.length, spacing) for t in traces]
+    positions = [Grid(spacing).probe_positions(t.length) for t in traces]
     manifest = {"backend": "sglang", "model": "toy/Other-Reasoner", "seed": seed}
     reprobed = re_be.reprobe(problem, traces, positions, GeneratorInfo(manifest))
     doc = {

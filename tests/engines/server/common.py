@@ -158,6 +158,7 @@ class LlamaServer:
             "--threads", "1",
             "--threads-batch", "1",
             "--no-webui",
+            "--metrics",  # /metrics: the engine's counters mars serve reconciles with
         ]  # fmt: skip
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

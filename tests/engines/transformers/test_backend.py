@@ -54,6 +54,7 @@ from mars.generate import generate_pool  # noqa: E402
 from mars.method.answers import extract_boxed, normalize_answer  # noqa: E402
 from mars.store import schema  # noqa: E402
 from mars.store.consolidate import consolidate  # noqa: E402
+from mars.store.grid import Grid  # noqa: E402
 from mars.store.pool import open_pool, read_trace_table  # noqa: E402
 
 
@@ -221,7 +222,7 @@ def test_run_batch_live_stop_keeps_the_tokens(smol):
     be, _ = smol
     b = with_settings(be, max_tokens=16, probe_max_new_tokens=2)
     batch = b.start(Q, 2, 5)
-    records = run_batch(batch, 8, max_tokens=16, on_checkpoint=lambda p, bt, probes: True)
+    records = run_batch(batch, Grid(8), max_tokens=16, on_checkpoint=lambda p, bt, probes: True)
     assert [r.result.length for r in records] == [8, 8] and batch.ended.all()
     assert all(len(r.probes) == 1 and len(r.result.confs) == 8 for r in records)
 

@@ -10,13 +10,14 @@ from mars.method.registry import METHODS
 from mars.report import collect
 from mars.report.data.comparison import (
     FAMILIES,
+    FRONTIER_COLUMNS,
     frontier_points,
     latency_points,
     mark_family,
     sc_counterpart,
 )
 
-from ..trees import savings_against_the_vote
+from ..trees import close, drop_paid, overall, savings_against_the_vote, small_tree
 
 
 def test_families_and_counterparts():
@@ -68,3 +69,41 @@ def test_latency_points_are_every_method(pools):
     assert set(df.protocol) == {"bootstrap"}
     dco = df[df.method.map(lambda m: METHODS[m].baseline) == "dco"]
     assert set(dco.pipeline) == {"DeepConf"} and set(dco.model) == {"qwen3-8b"}
+
+
+def test_frontier_points_carry_the_paid_savings(tree):
+    """Every point's paid savings (warmup, probes) are its run's overall.json's, beside the
+    paper's."""
+    results = tree[0]
+    df = frontier_points(collect([results]))
+    assert FRONTIER_COLUMNS.index("savings_paid_pct") == FRONTIER_COLUMNS.index("savings_pct") + 1
+    assert len(df) and df.savings_paid_pct.notna().all()
+    for r in df.itertuples():
+        ov = overall(results, r.model, r.setting, r.method)
+        assert close(r.savings_paid_pct, ov["savings_paid_pct"])
+        assert close(r.savings_pct, ov["savings_pct"])
+
+
+def test_frontier_points_of_a_run_without_paid_savings(tmp_path):
+    results = small_tree(tmp_path)
+    drop_paid(results)
+    df = frontier_points(collect([results]))
+    assert len(df) and df.savings_paid_pct.isna().all() and df.savings_pct.notna().all()
+
+
+def test_paid_savings_of_one_trace_are_against_the_vote(pools):
+    """A method on fewer traces than the budget pays its traces, warmup and probes against the
+    full-budget vote, as its savings are; every other method's paid savings are overall.json's."""
+    rc = collect([pools])
+    df = frontier_points(rc)
+    main = rc.main_run("qwen3-8b", "aime_2025")
+    here = df[(df.model == "qwen3-8b") & (df.setting == main.setting)].set_index("method")
+    for method, r in here.iterrows():
+        if METHODS[method].width is None:
+            assert close(r.savings_paid_pct, main.overall[method]["savings_paid_pct"]), method
+    it = main.per_iteration("single-sac").set_index(["qid", "iteration"])
+    vote = main.per_iteration("sc").set_index(["qid", "iteration"]).tokens.loc[it.index]
+    paid = it.tokens + it.warmup_tokens + it.probe_tokens.fillna(0.0)
+    want = 100 * (1 - paid / vote).groupby(level="qid").mean().mean()
+    assert np.isclose(here.loc["single-sac", "savings_paid_pct"], want)
+    assert here.loc["single-sac", "savings_paid_pct"] <= here.loc["single-sac", "savings_pct"]

@@ -13,10 +13,11 @@ from mars.method.registry import METHODS
 from mars.report import collect
 from mars.report.data.comparison import FAMILIES, frontier_points, sc_counterpart
 from mars.report.figures import comparison
+from mars.report.figures.base import PAID_COLOR, PAID_LABEL
 from mars.report.figures.comparison import FAMILY_COLORS, assign_marks
 from mars.report.names import method_label
 
-from ..trees import savings_against_the_vote
+from ..trees import drop_paid, overall, savings_against_the_vote, small_tree
 
 
 def drawn(make, results: Path, out_dir: Path) -> tuple[list[dict], list[str], object]:
@@ -175,3 +176,69 @@ def test_the_frontier_names_what_it_shows(tree, tmp_path):
     assert "oracle bound" not in captions and "oracle-first" in captions
     back = pd.read_csv(out / "figures" / "fig-frontier.csv")
     assert back.equals(frontier_points(collect([results])).astype(back.dtypes))
+
+
+def _drawn_paid(module, make, results: Path, out_dir: Path, monkeypatch):
+    """What ``make`` draws of the paid savings: the black marks' points, the grey links, the
+    legend's texts and the figure's notes."""
+    seen: dict = {}
+    finish = module.finish
+
+    def spy(fo, fig, *args):
+        seen["fig"], seen["fo"] = fig, fo
+        return finish(fo, fig, *args)
+
+    monkeypatch.setattr(module, "finish", spy)
+    make(collect([results]), out_dir, ("png",))
+    fig, fo = seen["fig"], seen["fo"]
+    marks, links = [], []
+    for ax in fig.get_axes():
+        for line in ax.get_lines():
+            if line.get_gid() not in ("paid", "paid-link"):
+                continue
+            xy = list(zip(map(float, line.get_xdata()), map(float, line.get_ydata())))
+            if line.get_gid() == "paid":
+                marks += xy
+                assert line.get_markerfacecolor() == PAID_COLOR, line
+            else:
+                links.append(xy)
+            lo, hi = ax.get_xlim()
+            assert all(lo <= x <= hi for x, _ in xy), line  # on the axes
+    legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    return marks, links, legend, fo
+
+
+def test_the_frontier_draws_the_paid_savings_beside_the_papers(tree, tmp_path, monkeypatch):
+    """A black mark at (paid savings, accuracy) joined to each point whose paid savings differ
+    (the tree's MARS methods pay a warmup; Parallel-Probe pays as the paper counts), one legend
+    entry; the CSV holds the paid savings, overall.json's."""
+    results, out, _ = tree
+    marks, links, legend, fo = _drawn_paid(
+        comparison, comparison.fig_frontier, results, tmp_path, monkeypatch
+    )
+    df = frontier_points(collect([results]))
+    differs = df[(df.savings_paid_pct - df.savings_pct).abs() >= 0.05]
+    assert len(differs) and len(differs) < len(df)  # sc-pp's paid savings are its savings
+    want = sorted(zip(differs.savings_paid_pct, differs.accuracy_pct))
+    assert np.allclose(sorted(marks), want)
+    # each link joins a point to its paid mark, at the point's accuracy
+    ends = zip(differs.savings_pct, differs.savings_paid_pct, differs.accuracy_pct)
+    assert np.allclose(sorted(links), sorted([(a, y), (b, y)] for a, b, y in ends))
+    assert legend.count(PAID_LABEL) == 1 and not fo.notes
+    assert "live run pays" in fo.caption
+    back = pd.read_csv(out / "figures" / "fig-frontier.csv")
+    for r in back.itertuples():
+        ov = overall(results, r.model, r.setting, r.method)
+        assert np.isclose(r.savings_paid_pct, ov["savings_paid_pct"])
+
+
+def test_the_frontier_of_runs_without_paid_savings_draws_none(tmp_path, monkeypatch):
+    results = small_tree(tmp_path)
+    drop_paid(results)
+    marks, links, legend, fo = _drawn_paid(
+        comparison, comparison.fig_frontier, results, tmp_path / "out", monkeypatch
+    )
+    assert not marks and not links and PAID_LABEL not in legend
+    assert len([n for n in fo.notes if "paid savings" in n]) == 1
+    back = pd.read_csv(tmp_path / "out" / "fig-frontier.csv")
+    assert "savings_paid_pct" in back and back.savings_paid_pct.isna().all()
