@@ -33,18 +33,28 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .engine_metrics import EngineMetricsUnavailable, read_engine
 
 if TYPE_CHECKING:
     from ..engines.server import Completion
     from .metrics import Metrics
-    from .upstreams import Upstream
 
 log = logging.getLogger("mars.serve")
+
+
+class Replica(Protocol):
+    """What the drain watch reads of an upstream (:class:`mars.serve.upstreams.Upstream`, which
+    imports this module): its backend (whose engine counters are read), its URL as shown, and
+    the requests mars has in flight there."""
+
+    backend: Any
+    url: str
+    in_flight: int
+
 
 #: What an upstream request was for: a main trace's continuation, a warmup trace's, a probe, a
 #: request of the live audit (traces run on and their probes), a request passed through as it came.
@@ -256,7 +266,7 @@ class DrainWatch:
     def __init__(
         self,
         metrics: Metrics,
-        upstreams: list[Upstream],
+        upstreams: Sequence[Replica],
         timeout: float = DRAIN_TIMEOUT_S,
         poll: float = DRAIN_POLL_S,
         clock: Callable[[], float] = time.monotonic,

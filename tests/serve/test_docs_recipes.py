@@ -35,6 +35,8 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "serve.md"
+#: vLLM's OpenAI server module (the CPU wheel's `vllm` command does not start: docs/serve.md)
+VLLM_SERVER = "vllm.entrypoints.openai.api_server"
 
 #: (pattern, replacement) on every command and the Python snippet: what a 2-core machine and a
 #: temporary folder need, nothing that changes what a command does
@@ -112,8 +114,8 @@ class Session:
         tool, args = argv[0], argv[1:]
         if tool == "llama-server":
             return self.start_llama(args)
-        if tool == "vllm":
-            return self.start_vllm(args, env_prefix)
+        if tool == "python" and args[:2] == ["-m", VLLM_SERVER]:
+            return self.start_vllm(args[2:], env_prefix)
         if tool == "curl":
             return self.curl(args)
         if tool == "mars" and args[0] == "serve":
@@ -135,14 +137,13 @@ class Session:
         wait_ready(f"http://127.0.0.1:{self.upstream_port}/health", self.upstream, "llama-server")
 
     def start_vllm(self, args: list[str], env: dict[str, str]) -> None:
-        """``vllm serve MODEL_DIR ...`` with the ``vllm`` command of the tests' CPU build, its
-        model folder for MODEL_DIR."""
+        """vLLM's server module with the Python of the tests' CPU build, its model folder for
+        MODEL_DIR."""
         vs = vllm_module()
         folder = vs.built()
         args = [str(folder / "model") if a == "MODEL_DIR" else a for a in args]
-        vllm = vs.python_of(folder).parent / "vllm"
         self.upstream = subprocess.Popen(
-            [str(vllm), *args],
+            [str(vs.python_of(folder)), "-m", VLLM_SERVER, *args],
             stdout=open(self.log / "vllm.log", "ab"),
             stderr=subprocess.STDOUT,
             env={**vs.environment(self.tmp), **env},
@@ -285,7 +286,7 @@ def test_every_command_of_the_page_is_run(tmp_path):
     """The llama.cpp walk below runs every block but vLLM's (its own test); the page's blocks are
     those the walk knows, in its order, so a recipe added to the page needs a step here."""
     texts = [text for _, text in blocks()]
-    vllm = [t for t in texts if "vllm serve" in t]
+    vllm = [t for t in texts if "vllm serve" in t or VLLM_SERVER in t]
     assert len(vllm) == 2
     walked = [t for t in texts if t not in vllm]
     first = [commands(t)[0].split()[0] if not t.startswith("from ") else "python" for t in walked]
@@ -297,7 +298,7 @@ def test_the_page_runs_against_llama_cpp(tmp_path):
     need_llama_server()
     pytest.importorskip("lm_eval")
     s = Session(tmp_path, _free_port())
-    texts = [(lang, t) for lang, t in blocks() if "vllm serve" not in t]
+    texts = [(lang, t) for lang, t in blocks() if "vllm serve" not in t and VLLM_SERVER not in t]
     try:
         # the opening recipe: the upstream, MARS in front of it, the Python client
         (_, start), (_, snippet), *rest = texts
@@ -371,7 +372,7 @@ def test_the_cpu_recipe_runs_against_vllm(tmp_path):
     folder for MODEL_DIR), a question through it; the GPU recipe's flags are ones this vLLM
     takes (its model needs a GPU)."""
     need_vllm_server()
-    gpu, cpu = [t for _, t in blocks() if "vllm serve" in t]
+    gpu, cpu = [t for _, t in blocks() if "vllm serve" in t or VLLM_SERVER in t]
     snippet = next(t for lang, t in blocks() if lang == "python")
     s = Session(tmp_path, _free_port())
     try:
@@ -382,9 +383,11 @@ def test_the_cpu_recipe_runs_against_vllm(tmp_path):
     finally:
         s.close()
     vs = vllm_module()
-    vllm = vs.python_of(vs.built()).parent / "vllm"
     help_text = subprocess.run(
-        [str(vllm), "serve", "--help=all"], capture_output=True, text=True, timeout=300
+        [str(vs.python_of(vs.built())), "-m", VLLM_SERVER, "--help=all"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     ).stdout
     flags = {
         f
