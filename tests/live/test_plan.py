@@ -26,7 +26,7 @@ def test_a_plan_is_checked_where_it_is_built_and_frozen(backend):
         plan.traces = 9  # type: ignore[misc]
     for kw, words in [
         ({"n_traces": 0}, "--traces 0: must be at least 1"),
-        ({"spacing": 4096, "max_tokens": 1024}, "no checkpoint: --spacing 4096"),
+        ({"spacing": 4096, "max_tokens": 1024}, "--spacing 4096: no checkpoint within"),
         ({"gamma": "x"}, "gamma='x': must be a number"),
         ({"bogus": 1}, "unknown live setting 'bogus'"),
     ]:
