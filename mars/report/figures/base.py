@@ -99,6 +99,39 @@ def paid_handle():
     )
 
 
+def draw_paid(ax, part: pd.DataFrame, zorder: float) -> bool:
+    """Each point's savings as a live run pays them, where they differ from the paper's: a small
+    black mark at (paid savings, the same accuracy) joined to the point by a thin grey line
+    (``gid`` "paid" and "paid-link"); whether any was drawn. ``part``: ``savings_pct``,
+    ``savings_paid_pct`` and ``accuracy_pct`` per point."""
+    shown = part[[paid_differs(a, b) for a, b in zip(part.savings_pct, part.savings_paid_pct)]]
+    if shown.empty:
+        return False
+    for r in shown.itertuples():
+        ax.plot(
+            [r.savings_pct, r.savings_paid_pct],
+            [r.accuracy_pct, r.accuracy_pct],
+            color=PAID_LINK_COLOR,
+            linewidth=0.7,
+            zorder=zorder - 1.5,
+            gid="paid-link",
+        )
+    ax.plot(
+        shown.savings_paid_pct,
+        shown.accuracy_pct,
+        linestyle="",
+        marker="D",
+        markersize=3.5,
+        markerfacecolor=PAID_COLOR,
+        markeredgecolor=PAID_COLOR,
+        color=PAID_COLOR,
+        label="_paid",
+        zorder=zorder,
+        gid="paid",
+    )
+    return True
+
+
 @dataclass
 class FigureOut:
     stem: str

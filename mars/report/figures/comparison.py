@@ -32,10 +32,9 @@ from ..names import ORACLE_FIRST
 from .base import (
     FORMATS,
     MARS_COLOR,
-    PAID_COLOR,
-    PAID_LINK_COLOR,
     PP_COLOR,
     FigureOut,
+    draw_paid,
     finish,
     paid_differs,
     paid_handle,
@@ -155,38 +154,6 @@ def _draw(ax, part: pd.DataFrame, x: str, marks: dict[str, Mark]) -> None:
         )
 
 
-def _draw_paid(ax, part: pd.DataFrame) -> bool:
-    """Each point's savings as a live run pays them, where they differ from the paper's: a small
-    black mark at (paid savings, the same accuracy) joined to the point by a thin grey line
-    (``gid`` "paid" and "paid-link"); whether any was drawn."""
-    shown = part[[paid_differs(a, b) for a, b in zip(part.savings_pct, part.savings_paid_pct)]]
-    if shown.empty:
-        return False
-    for r in shown.itertuples():
-        ax.plot(
-            [r.savings_pct, r.savings_paid_pct],
-            [r.accuracy_pct, r.accuracy_pct],
-            color=PAID_LINK_COLOR,
-            linewidth=0.7,
-            zorder=2,
-            gid="paid-link",
-        )
-    ax.plot(
-        shown.savings_paid_pct,
-        shown.accuracy_pct,
-        linestyle="",
-        marker="D",
-        markersize=3.5,
-        markerfacecolor=PAID_COLOR,
-        markeredgecolor=PAID_COLOR,
-        color=PAID_COLOR,
-        label="_paid",
-        zorder=3.5,
-        gid="paid",
-    )
-    return True
-
-
 def _none(ax, pipeline: str) -> None:
     """The panel of a pipeline a pool has no results of (no per-token confidences: no DeepConf)."""
     ax.set_axis_off()
@@ -267,7 +234,7 @@ def fig_frontier(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut:
                 if not pd.isna(orc):
                     ax.axvline(orc, color="#555555", linestyle="--", linewidth=1, zorder=1)
                 _draw(ax, part, "savings_pct", marks)
-                _draw_paid(ax, part)
+                draw_paid(ax, part, zorder=3.5)
                 _fit_accuracy(ax, ys)
                 ax.set_title(f"{pipe} pipeline", fontsize=8)
                 ax.set_xlabel("token savings (%)")

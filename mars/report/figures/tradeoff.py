@@ -19,8 +19,8 @@ from .base import (
     FORMATS,
     PAID_COLOR,
     PAID_LABEL,
-    PAID_LINK_COLOR,
     FigureOut,
+    draw_paid,
     finish,
     legend_entries,
     paid_differs,
@@ -60,32 +60,6 @@ def _paid_curve(ax, sub, color) -> bool:
         markerfacecolor=PAID_COLOR,
         markeredgecolor=PAID_COLOR,
         zorder=2,
-        gid="paid",
-    )
-    return True
-
-
-def _paid_point(ax, r) -> bool:
-    """A single point as a live run pays it, where that differs: a small black mark joined to the
-    point by a thin grey line (``gid`` "paid" and "paid-link"); whether it was drawn."""
-    if not paid_differs(r.savings_pct, r.savings_paid_pct):
-        return False
-    ax.plot(
-        [r.savings_pct, r.savings_paid_pct],
-        [r.accuracy_pct, r.accuracy_pct],
-        color=PAID_LINK_COLOR,
-        linewidth=0.7,
-        zorder=4,
-        gid="paid-link",
-    )
-    ax.plot(
-        [r.savings_paid_pct],
-        [r.accuracy_pct],
-        linestyle="",
-        marker="D",
-        markersize=3.5,
-        color=PAID_COLOR,
-        zorder=5,
         gid="paid",
     )
     return True
@@ -155,7 +129,9 @@ def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut 
                     zorder=3,
                 )
                 paid_shown |= _paid_curve(ax, sub, palette[fam])
-            for _, r in df[df.param.isna()].iterrows():
+            singles = df[df.param.isna()]
+            paid_shown |= draw_paid(ax, singles, zorder=5)
+            for _, r in singles.iterrows():
                 mk, col = POINT_MARKS.get(r.method, ("s", "#444444"))
                 ax.scatter(
                     [r.savings_pct],
@@ -168,7 +144,6 @@ def fig_tradeoff(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut 
                     edgecolor="white",
                     linewidth=0.5,
                 )
-                paid_shown |= _paid_point(ax, r)
             r0 = df.iloc[0]
             ax.set_title(
                 f"{label[0]}/{label[1]}: {int(r0.n_questions)} questions × "
