@@ -67,7 +67,7 @@ class _MarsFields(BaseModel):
 
 #: The ``mars`` object: its keys, then one field per knob (:data:`LIVE_KEYS`), any JSON value
 #: (the settings declarations check them, in the command line's words).
-MarsObject: type[_MarsFields] = create_model(  # type: ignore[call-overload]
+MarsObject: type[_MarsFields] = create_model(  # type: ignore[call-overload, unused-ignore]
     "MarsObject", __base__=_MarsFields, **dict.fromkeys(LIVE_KEYS, (Any, None))
 )
 #: The ``mars`` object's keys besides the method's knobs.
