@@ -475,9 +475,10 @@ def test_generate_without_a_terminal_writes_progress_lines_and_a_closing_summary
 
 @pytest.mark.slow
 def test_ctrl_c_in_solve_says_how_to_resume_and_the_same_command_does(tmp_path):
-    """Ctrl-C: one line saying what is kept and the command that goes on; it does."""
+    """Ctrl-C: one line saying what is kept and the command that goes on; it does. (512 traces a
+    question: the whole run must outlast the test reading its first line on a loaded machine.)"""
     out = tmp_path / "live"
-    args = _mars("solve", "--problems", "aime_2025", "--traces", "64", "--out", str(out))
+    args = _mars("solve", "--problems", "aime_2025", "--traces", "512", "--out", str(out))
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     assert proc.stderr is not None
     for line in proc.stderr:
