@@ -136,9 +136,8 @@ def _calibrated(
 
         cal = Calibration.load(calibration)
         source = ctx.get_parameter_source("spacing")
-        fitted = {int(f["spacing"]) for f in cal.fitted_on if f.get("spacing") is not None}
-        if (source is None or source.name == "DEFAULT") and len(fitted) == 1:
-            spacing = fitted.pop()
+        if (source is None or source.name == "DEFAULT") and len(cal.spacings) == 1:
+            (spacing,) = cal.spacings
     if warmup is None:
         warmup = 0 if cal is not None else SPECS["warmup"].default
     if method is None:

@@ -93,6 +93,11 @@ class Calibration:
         models = sorted({str(f.get("model") or "") for f in self.fitted_on})
         return ",".join(models)
 
+    @property
+    def spacings(self) -> set[int]:
+        """The probe grids' spacings of the pools it was fitted on."""
+        return {int(f["spacing"]) for f in self.fitted_on if f.get("spacing") is not None}
+
     def check_for(
         self, manifest: dict, source: str, protocol: str | None = None, what: str = "a pool of"
     ) -> None:
@@ -113,7 +118,7 @@ class Calibration:
                 f"{', '.join(sorted(known))} (fit one on this model's traces: mars calibrate)"
             )
         spacing = manifest.get("spacing")
-        fitted = {int(f["spacing"]) for f in self.fitted_on if f.get("spacing") is not None}
+        fitted = self.spacings
         if spacing is not None and fitted and spacing not in fitted:
             raise CalibrationError(
                 f"{source}: probed every {spacing} tokens; the calibration was fitted on probes "
