@@ -42,7 +42,8 @@ def fig_promise(results: Results, out_dir: Path, formats=FORMATS) -> FigureOut |
         methods = list(dict.fromkeys(df.method))
         palette = dict(zip(methods, sns.color_palette("tab10", len(methods))))
         pools = list(dict.fromkeys(zip(df.model, df.dataset)))
-        marks = dict(zip(pools, "osD^vP*X"))
+        # a mark per pool, the marks again past the eighth pool (the default run has nine)
+        marks = {pool: "osD^vP*X"[i % 8] for i, pool in enumerate(pools)}
         top = max(float(df.rate_upper95_pct.max()), float(df.promised_pct.max())) * 1.1 + 0.5
         # points of one promised value side by side, not on top of one another
         rank = df.groupby("promised_pct").cumcount().to_numpy()

@@ -39,3 +39,17 @@ def test_no_promise_no_figure(tmp_path):
         write_method(run, m, rng, SETTINGS)
     assert promise_frame(collect([tmp_path / "results"])).empty
     assert audit.fig_promise(collect([tmp_path / "results"]), tmp_path) is None
+
+
+def test_more_pools_than_marks_reuse_the_marks(tmp_path):
+    """Nine pools (the default run's three models × three datasets) and eight marks: every pool
+    is drawn, the ninth with the first pool's mark."""
+    rng = np.random.default_rng(5)
+    pools = [(f"model{i // 3}", f"dataset{i % 3}") for i in range(9)]
+    for model, dataset in pools:
+        run = tmp_path / "results" / model / dataset / "default" / "sim"
+        for m in ("sc", "sc-mars-cert"):
+            write_method(run, m, rng, SETTINGS)
+    fo = audit.fig_promise(collect([tmp_path / "results"]), tmp_path, ("png",))
+    assert fo is not None and (tmp_path / "fig-promise.png").stat().st_size > 1000
+    assert set(zip(fo.data.model, fo.data.dataset)) == set(pools)
