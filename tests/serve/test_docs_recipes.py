@@ -176,11 +176,8 @@ class Session:
         self.last_json = r.json()
 
     def mars(self, args: list[str]) -> subprocess.CompletedProcess:
-        here = str(self.tmp) + os.sep  # a glob as the shell expands it ("DIR/*/": folders only)
-        expanded = [m for a in args for m in (sorted(glob.glob(here + a)) or [a])]
-        expanded = [
-            os.path.relpath(a, self.tmp) if a.startswith(str(self.tmp)) else a for a in expanded
-        ]
+        # a glob as the shell expands it, in the work folder ("DIR/*/": folders only)
+        expanded = [m for a in args for m in (sorted(glob.glob(a, root_dir=self.tmp)) or [a])]
         r = subprocess.run(
             [sys.executable, "-m", "mars", *expanded],
             cwd=self.tmp,
