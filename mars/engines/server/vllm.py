@@ -163,7 +163,9 @@ class VLLMProtocol(Protocol):
     def reproducible(self, report):
         return (
             "per-request seeds are honoured: a request the server runs alone repeats bit for bit "
-            "(--concurrency 1), but beside other requests its log-probabilities move (by up to "
+            "(--concurrency 1) once its prompt is in the prefix cache (on the CPU build the first "
+            "run, prefilled without the cache, can part from the repeats), but beside other "
+            "requests its log-probabilities move (by up to "
             "0.5 nats on vLLM 0.32's CPU build) and its tokens can part from the same request run "
             "alone; bit-exact repeats in batches need VLLM_BATCH_INVARIANT=1 (GPU backends only), "
             "the same hardware and version"
