@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MARS = ROOT / "mars"
 #: what each layer may import from the package (besides itself and the base utilities)
-BASE = {"mars.errors", "mars.progress", "mars.workers"}
+BASE = {"mars.errors", "mars.progress", "mars.workers", "mars.declare"}
 ALLOWED = {
     "mars.store": set(),
     "mars.method": {"mars.store"},

@@ -1,6 +1,7 @@
 """What the commands share: one-line user errors, the resumable progress bar, and options
-generated from their declarations (simulation settings: :mod:`mars.method.settings`; engine options:
-:mod:`mars.engines.options`)."""
+generated from their declarations (:class:`mars.declare.Option`: the simulation settings in
+:mod:`mars.method.settings`, the engine options in :mod:`mars.engines.options`, ``mars serve``'s in
+:mod:`mars.serve.options`)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ..declare import Option
 from ..engines.endpoint import printable
 from ..engines.factory import BACKENDS, bundled_presets
 from ..errors import MarsError
-from ..method.settings import SPECS, SettingSpec
+from ..method.settings import SPECS
 from ..store.atomic import disk_full_message
 from ..store.problems import bundled_problem_sets
 
@@ -87,13 +89,13 @@ def _is_mars(program: Path) -> bool:
     )
 
 
-def setting_help(spec: SettingSpec, more: str = "") -> str:
+def setting_help(spec: Option, more: str = "") -> str:
     """An option's help from its declaration: what it sets (and ``more``), the range it must lie
     in and its default (a default of None, "derive it", is explained in the help itself)."""
-    tags = f"[range: {spec.range_text()}]"
+    tags = f"[range: {spec.range_text()}]" if spec.range_text() else ""
     if not spec.optional:
         tags += f" [default: {spec.default}]"
-    return f"{spec.help}{more} {escape(tags)}"
+    return f"{spec.help}{more} {escape(tags.strip())}".rstrip()
 
 
 def with_options(
@@ -127,6 +129,34 @@ def with_options(
     return deco
 
 
+def typer_option(opt: Option, panel: str | None = None) -> tuple[str, Any, Any]:
+    """A declaration as a command's ``(name, annotation, typer.Option)``: its flag (``--x/--no-x``
+    for a switch), its default and its help with the range and default in it."""
+    kind = opt.type if opt.default is not None else Optional[opt.type]  # noqa: UP045
+    flag = f"{opt.flag}/--no-{opt.flag[2:]}" if opt.type is bool else opt.flag
+    option = typer.Option(
+        opt.default,
+        flag,
+        help=setting_help(opt),
+        show_default=False,
+        rich_help_panel=opt.panel or panel,
+    )
+    return opt.name, kind, option
+
+
+def with_declared(options: Sequence[Option], receiver: str, panel: str | None = None) -> Callable:
+    """Give a command one option per declaration of ``options``, each value checked against its
+    declaration (one line, exit 2); the command receives them all as ``receiver``."""
+
+    def collect(given: dict) -> dict:
+        with user_errors():
+            for o in options:
+                o.check(given[o.name])
+        return given
+
+    return with_options([typer_option(o, panel) for o in options], receiver, collect)
+
+
 def with_settings(names: Sequence[str]) -> Callable:
     """Give a command one option per simulation setting in ``names`` (help, flag and default from
     :mod:`mars.method.settings`); the command receives those the user set as ``settings_given``."""
@@ -155,15 +185,7 @@ def with_engine_options(command: str) -> Callable:
     ``engine_options``."""
     from ..engines.options import check, options_of
 
-    declared = []
-    for opt in options_of(command):
-        kind = opt.type if opt.default is not None else Optional[opt.type]  # noqa: UP045
-        help_text = opt.help + ("" if opt.default is None else f" [default: {opt.default}]")
-        flag = f"{opt.flag}/--no-{opt.flag[2:]}" if opt.type is bool else opt.flag
-        option = typer.Option(
-            opt.default, flag, help=escape(help_text), show_default=False, rich_help_panel="Engine"
-        )
-        declared.append((opt.name, kind, option))
+    declared = [typer_option(o, "Engine") for o in options_of(command)]
 
     def collect(given: dict) -> dict:
         with user_errors():

@@ -13,6 +13,8 @@ from ..errors import MarsError
 from ..method.audit import CONFIDENCE, DEFAULT_TARGET
 from ..method.registry import CALIBRATED_METHOD, DEFAULT_METHOD, live_methods
 from ..method.settings import LIVE_KEYS, SPECS
+from ..serve.options import OPTIONS as SERVE_OPTIONS
+from ..serve.options import UPSTREAM_TIMEOUT_S
 from ..store.problems import parse_question_spec
 from .common import (
     BACKEND_HELP,
@@ -23,6 +25,7 @@ from .common import (
     resumable_bar,
     stood_in_note,
     user_errors,
+    with_declared,
     with_engine_options,
     with_settings,
 )
@@ -163,6 +166,7 @@ def _print_live(rows: list) -> None:
 
 @with_settings(LIVE_KEYS)
 @with_engine_options("serve")
+@with_declared(SERVE_OPTIONS, "serve_options")
 def serve(
     ctx: typer.Context,
     upstream: list[str] = typer.Option(
@@ -172,14 +176,6 @@ def serve(
         "repeat for replicas of one model; 'synthetic' (or synthetic:PRESET) for the synthetic "
         "engine",
     ),
-    host: str = typer.Option("127.0.0.1", help="address to listen on"),
-    port: int = typer.Option(8000, help="port to listen on"),
-    model: str | None = typer.Option(
-        None, help="the upstream model to serve (default: the one the upstream serves)"
-    ),
-    served_model_name: str | None = typer.Option(
-        None, help="the name clients ask for (default: the upstream's)"
-    ),
     method: str | None = typer.Option(
         None,
         "--method",
@@ -188,7 +184,6 @@ def serve(
         f"{DEFAULT_METHOD}; {CALIBRATED_METHOD} with --calibration]",
         show_default=False,
     ),
-    traces: int = typer.Option(64, help="default traces of a request without n (N)"),
     warmup: int | None = typer.Option(
         None,
         help=f"default warmup traces [default: {SPECS['warmup'].default}; 0 with --calibration]",
@@ -199,80 +194,18 @@ def serve(
         help="a `mars calibrate` file: MARS2 reads it instead of a warmup per question (no "
         "warmup generated, none waited for); probes on its grid unless --spacing is given",
     ),
-    max_traces: int = typer.Option(
-        1024, help="traces a request may start at most: its n and its warmup"
-    ),
-    mars_for: str = typer.Option(
-        "n",
-        help="which requests are questions: n (n > 1 or a mars object) or object (only a mars "
-        "object; plain n > 1 passes through to the upstream)",
-    ),
     answer_format: list[str] = typer.Option(
         [],
         "--answer-format",
         help="NAME=REGEX: an answer format requests may name (mars.answer_format), the last "
         "match's first group (repeatable; built in: boxed, gsm8k, answer, last-number)",
     ),
-    default_answer_format: str = typer.Option(
-        "boxed", help="the answer format of a request that names none"
-    ),
-    max_active: int = typer.Option(4, help="requests solved at once (the others queue)"),
-    max_queue: int = typer.Option(64, help="requests that may wait; more are answered 429"),
     record: Path | None = typer.Option(
         None, help="append every served question to pools in this folder (mars replay reads them)"
     ),
-    api_key_env: str = typer.Option(
-        "MARS_SERVE_API_KEY",
-        help="environment variable holding the key clients must send (unset or empty: none)",
-    ),
-    upstream_key_env: str = typer.Option(
-        "MARS_API_KEY", help="environment variable holding the upstreams' API key"
-    ),
-    retries: int = typer.Option(2, help="further tries of an upstream request before failover"),
-    tokenizer: str | None = typer.Option(
-        None,
-        help="the model's tokenizer: 'server' (the upstream's /tokenize), a tokenizer folder, "
-        "tokenizer.json or GGUF file (default: what the upstream reports)",
-    ),
-    routing: str = typer.Option(
-        "trace",
-        help="where a question's requests go among the upstreams: 'trace' (each trace stays on "
-        "the replica holding its prefix, a question's traces spread over them), 'question' (a "
-        "question's traces on one replica), 'load' (each request to the least loaded)",
-    ),
-    affinity_header: str | None = typer.Option(
-        None,
-        help="send each trace's key in this HTTP header with every request of the trace (for a "
-        "router of your own in front of the replicas: llm-d, Dynamo, ...)",
-    ),
-    log_level: str = typer.Option(
-        "info", help="log level: the proxy's lines (one per question answered) and uvicorn's"
-    ),
-    audit_rate: float = typer.Option(
-        0.0,
-        help="share of MARS questions audited after their answer: their stopped traces run to "
-        "their end and the full-budget vote compared with the answer served (0: only those "
-        "whose request says mars.audit: true)",
-    ),
-    audit_seed: int = typer.Option(0, help="seed of the audit's pick of questions"),
-    audit_concurrency: int = typer.Option(
-        1, help="audits running at once (an audit never waits: one picked without room is dropped)"
-    ),
-    audit_confidence: float = typer.Option(
-        CONFIDENCE, help="confidence of the audit's one-sided Clopper-Pearson bounds"
-    ),
-    audit_target: float = typer.Option(
-        DEFAULT_TARGET,
-        help="the risk an audited method is held to when it promises none of its own (MARS2: "
-        "its risk_alpha; the certified rule: its delta)",
-    ),
-    engine_watch: bool = typer.Option(
-        True,
-        help="after a stop, read the upstream's own /metrics until its running count falls "
-        "(mars_serve_engine_drain_seconds; llama-server needs --metrics)",
-    ),
     settings_given: dict | None = None,
     engine_options: dict | None = None,
+    serve_options: dict | None = None,
 ):
     """Serve MARS behind an OpenAI-compatible API: one request with n > 1 (or a mars object) is
     one question solved live on the upstream servers; other requests pass through."""
@@ -280,6 +213,7 @@ def serve(
 
     from ..errors import need_extra
 
+    o = dict(serve_options or {})
     opts = dict(engine_options or {})
     spacing, max_tokens, seed = opts.pop("spacing"), opts.pop("max_tokens"), opts.pop("seed")
     temperature, top_p = opts.pop("temperature"), opts.pop("top_p")
@@ -287,7 +221,7 @@ def serve(
     with user_errors():
         need_extra(("starlette", "uvicorn", "httpx", "prometheus_client"), "serve", "mars serve")
         from ..serve.app import ServeOptions, create_app
-        from ..serve.audit import AuditOptions
+        from ..serve.audit import AUDIT_FIELDS, AuditOptions
         from ..serve.requests import Defaults
         from ..serve.upstreams import Upstreams
 
@@ -302,58 +236,51 @@ def serve(
             formats[name.strip()] = regex
         defaults = Defaults(
             method=method,
-            traces=traces,
+            traces=o["traces"],
             warmup=warmup,
             calibration=cal,
-            mars_for=mars_for,
+            mars_for=o["mars_for"],
             answer_formats=formats,
-            answer_format=default_answer_format,
+            answer_format=o["default_answer_format"],
             spacing=spacing,
             max_tokens=max_tokens,
             knobs=dict(settings_given or {}),
-            max_traces=max_traces,
+            max_traces=o["max_traces"],
             seed=seed,
             temperature=temperature,
             top_p=top_p,
         ).check()
-        if max_active < 1 or max_queue < 0:
-            raise MarsError("--max-active must be at least 1 and --max-queue at least 0")
         ups = Upstreams(
             upstream,
-            model=model,
-            api_key_env=upstream_key_env,
+            model=o["model"],
+            api_key_env=o["upstream_key_env"],
             concurrency=opts["concurrency"],
-            timeout=opts["timeout"] or 600.0,
-            retries=retries,
-            tokenizer=tokenizer,
-            routing=routing,
-            affinity_header=affinity_header,
+            timeout=opts["timeout"] or UPSTREAM_TIMEOUT_S,
+            retries=o["retries"],
+            tokenizer=o["tokenizer"],
+            routing=o["routing"],
+            affinity_header=o["affinity_header"],
             **sampling,
         )
         if cal is not None:  # a calibration of another model than the upstreams serve
             cal.check_for({"model": ups.model, "spacing": spacing}, "--upstream", what="serves")
         options = ServeOptions(
             defaults,
-            max_active=max_active,
-            max_queue=max_queue,
-            api_key=os.environ.get(api_key_env, "").strip() or None,
-            served_model=served_model_name,
+            max_active=o["max_active"],
+            max_queue=o["max_queue"],
+            api_key=os.environ.get(o["api_key_env"], "").strip() or None,
+            served_model=o["served_model_name"],
             record=str(record) if record else None,
             calibration_path=str(calibration) if calibration else None,
-            audit=AuditOptions(
-                rate=audit_rate,
-                seed=audit_seed,
-                concurrency=audit_concurrency,
-                confidence=audit_confidence,
-                target=audit_target,
-            ).check(),
-            engine_watch=engine_watch,
-        )
+            audit=AuditOptions(**{k: o[f"audit_{k}"] for k in AUDIT_FIELDS}),
+            engine_watch=o["engine_watch"],
+        ).check()
         asgi, _ = create_app(ups, options)
     import uvicorn
 
     err.print(
-        f"mars serve: {ups.model} from {len(upstream)} upstream(s) on http://{host}:{port}/v1 "
+        f"mars serve: {ups.model} from {len(upstream)} upstream(s) on "
+        f"http://{o['host']}:{o['port']}/v1 "
         f"({'key required' if options.api_key else 'no key'})"
     )
     if ups.synthetic is not None:
@@ -362,9 +289,9 @@ def serve(
         err.print(f"note: {SYNTHETIC_NOTE}", highlight=False, soft_wrap=True)
     from ..serve import logs
 
-    logs.configure(log_level)  # a timestamp and the request on every line
+    logs.configure(o["log_level"])  # a timestamp and the request on every line
     try:
-        uvicorn.run(asgi, host=host, port=port, log_level=log_level)
+        uvicorn.run(asgi, host=o["host"], port=o["port"], log_level=o["log_level"])
     finally:
         ups.close()
 

@@ -1,20 +1,21 @@
 """Every option of the engine stages (generate, probe, solve), declared once.
 
-Each :class:`Option` is one option: its type, default, range and help, the commands that take it,
-and where the workflow config sets it (``config``: a model's own key, a key of its ``sampling`` or
-``engine`` map, or a key of the ``probe`` section). The command-line options of ``mars generate``,
-``mars probe`` and ``mars solve``, the workflow's config schema (``$defs`` ``sampling``, ``engine``,
-``server``: :func:`schema_defs`, written into the file by ``python -m maint_tools.config_schema``)
-and the options its rules pass derive from these declarations; a test checks the checked-in
-schema. Adding an engine option is one declaration here plus its use in the engines. (The
-simulation settings are declared the same way, in :mod:`mars.method.settings`.)
+Each :class:`~mars.declare.Option` is one option: its type, default, range and help, the
+commands that take it, and where the workflow config sets it (``config``: a model's own key, a key
+of its ``sampling`` or ``engine`` map, or a key of the ``probe`` section). The command-line options
+of ``mars generate``, ``mars probe``, ``mars solve`` and ``mars serve``, the workflow's config
+schema (``$defs`` ``sampling``, ``engine``, ``server``: :func:`schema_defs`, written into the file
+by ``python -m maint_tools.config_schema``) and the options its rules pass derive from these
+declarations; a test checks the checked-in schema. Adding an engine option is one declaration
+here plus its use in the engines. (The simulation settings and ``mars serve``'s own options are
+declared with the same type, in :mod:`mars.method.settings` and :mod:`mars.serve.options`.)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from ..declare import Option, by_name
 from ..store.grid import MIN_SPACING, Grid
 from ..store.schema import CHECKPOINT_SPACING
 
@@ -26,54 +27,6 @@ GENERATE, PROBE, SOLVE, SERVE = "generate", "probe", "solve", "serve"
 MODEL, SAMPLING, ENGINE, SERVER = "model", "sampling", "engine", "server"
 #: the ``generation`` section (a model may override it with a key of its own)
 GENERATION = "generation"
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option of the engine stages."""
-
-    name: str
-    type: type
-    help: str
-    commands: tuple[str, ...]
-    config: str | None = None  # MODEL, SAMPLING, ENGINE, SERVER or None
-    default: Any = None  # None: the engine's or the model's own (the help says which)
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    pattern: str | None = None
-    key: str | None = None  # its key in the workflow config, if not its name
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def config_key(self) -> str:
-        return self.key or self.name
-
-    def range_text(self) -> str:
-        """Where the value must lie, in words (``be at least 1``, ``lie in (0, 1]``)."""
-        if self.high is None:
-            return f"be {'more than' if self.low_open else 'at least'} {self.low}"
-        if self.low is None:
-            return f"be {'less than' if self.high_open else 'at most'} {self.high}"
-        lo, hi = "(" if self.low_open else "[", ")" if self.high_open else "]"
-        return f"lie in {lo}{self.low}, {self.high}{hi}"
-
-    def schema(self) -> dict[str, Any]:
-        """The option as a JSON-schema property of the workflow config."""
-        kinds = {bool: "boolean", int: "integer", float: "number", str: "string"}
-        out: dict[str, Any] = {"type": kinds[self.type]}
-        if self.low is not None:
-            out["exclusiveMinimum" if self.low_open else "minimum"] = self.low
-        if self.high is not None:
-            out["exclusiveMaximum" if self.high_open else "maximum"] = self.high
-        if self.pattern is not None:
-            out["pattern"] = self.pattern
-        out["description"] = self.help
-        return out
 
 
 ALL = (GENERATE, PROBE, SOLVE)
@@ -220,24 +173,16 @@ OPTIONS: tuple[Option, ...] = (
         low=1,
     ),
 )
-BY_NAME = {o.name: o for o in OPTIONS}
+BY_NAME = by_name(OPTIONS)
 
 
 def check(values: dict[str, Any]) -> None:
     """Refuse a value outside its declared range, in one line naming the option."""
-    from ..errors import UsageError
-
     for name, value in values.items():
-        o = BY_NAME[name]
-        if value is None or o.type in (str, bool):
-            continue
-        if name == "spacing":  # the grid checks its own spacing
+        if name == "spacing" and value is not None:  # the grid checks its own spacing
             Grid.checked(value)
-            continue
-        below = o.low is not None and (value <= o.low if o.low_open else value < o.low)
-        above = o.high is not None and (value >= o.high if o.high_open else value > o.high)
-        if below or above or value != value:  # NaN is outside every range
-            raise UsageError(f"{o.flag} {value}: must {o.range_text()}")
+        else:
+            BY_NAME[name].check(value)
 
 
 def options_of(command: str, config: str | None = "any") -> list[Option]:

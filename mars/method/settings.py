@@ -1,6 +1,7 @@
 """Every simulation setting, declared once.
 
-Each field of :class:`Settings` is one setting: its type and default, and in its metadata the help
+Each field of :class:`Settings` is one setting: its type and default, and in its metadata the rest
+of its declaration (:class:`mars.declare.Option`, the type every option is declared with): the help
 text, the range it must lie in and what it changes:
 
 * ``sampling`` — the bootstrap samples, the warmup, the arrays or the fitted switch model depend
@@ -20,11 +21,11 @@ use.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from ..declare import Option, by_name
 from ..errors import SimulationError, UsageError
 from ..store.grid import MIN_SPACING, Grid
 from ..store.schema import CHECKPOINT_SPACING, FINALS
@@ -57,6 +58,8 @@ def _setting(
     symbol: str | None = None,
     choices: tuple[str, ...] | None = None,
 ) -> Any:
+    """A field of :class:`Settings`, its declaration (:class:`mars.declare.Option`, less its name
+    and type, which the field gives) in its metadata."""
     meta = {
         "choices": choices,
         "help": help,
@@ -271,7 +274,7 @@ class Settings:
         naming the setting by its command-line flag (``--gamma -1``), or with ``keywords`` as the
         library's keyword (``gamma=-1``)."""
         for spec in SETTINGS:
-            spec.check(getattr(self, spec.name), keywords)
+            spec.check(getattr(self, spec.name), keywords, error=SimulationError)
         draws = self.budget * self.iterations
         if draws > MAX_DRAWS:
             raise SimulationError(
@@ -290,130 +293,17 @@ class Settings:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class SettingSpec:
-    """The declaration of one setting (a field of :class:`Settings` and its metadata)."""
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    low: float | None
-    high: float | None
-    low_open: bool
-    high_open: bool
-    sampling: bool
-    fit: bool
-    live: bool
-    section: str
-    symbol: str | None
-    choices: tuple[str, ...] | None = None
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def optional(self) -> bool:
-        """None is allowed (and means "derive it", e.g. the pool's spacing)."""
-        return self.default is None
-
-    def range_text(self) -> str:
-        if self.choices is not None:
-            return "one of " + ", ".join(self.choices)
-        lo = hi = ""
-        if self.low is not None:
-            lo = f"{'>' if self.low_open else '≥'} {_num(self.low)}"
-        if self.high is not None:
-            hi = f"{'<' if self.high_open else '≤'} {_num(self.high)}"
-        return " and ".join(p for p in (lo, hi) if p)
-
-    def check(self, value: Any, keyword: bool = False) -> None:
-        """Refuse ``value`` in one line naming the setting by its flag, or as a keyword."""
-        if value is None and self.optional:
-            return
-        what = f"{self.name}={_shown(value)}" if keyword else f"{self.flag} {_shown(value)}"
-        if self.choices is not None:
-            if value not in self.choices:
-                raise SimulationError(f"{what}: must be {self.range_text()}")
-            return
-        if self.type is int:
-            if isinstance(value, bool) or not _is_int(value):
-                raise SimulationError(f"{what}: must be a whole number {self.range_text()}")
-        else:
-            if isinstance(value, bool):
-                raise SimulationError(f"{what}: must be a number {self.range_text()}")
-            try:
-                value = float(value)
-            except (TypeError, ValueError, OverflowError):
-                value = math.nan  # not a number, or none a float can hold
-            if not math.isfinite(value):
-                raise SimulationError(f"{what}: must be a finite number {self.range_text()}")
-        bad_low = self.low is not None and (
-            value <= self.low if self.low_open else value < self.low
-        )
-        bad_high = self.high is not None and (
-            value >= self.high if self.high_open else value > self.high
-        )
-        if bad_low or bad_high:
-            raise SimulationError(f"{what}: must be {self.range_text()}")
-
-
-def _num(x: float) -> str:
-    if float(x).is_integer():
-        return f"{int(x):,}"
-    return f"{x:g}"
-
-
-def _shown(value: Any) -> str:
-    """A value as a message shows it: at most 40 characters (a 5,000-digit integer cannot even be
-    turned into a string)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
-        return f"{'-' if value < 0 else ''}(a {value.bit_length() * 0.30103:.0f}-digit number)"
-    text = str(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _is_int(value: Any) -> bool:
-    try:
-        import numpy as np
-
-        if isinstance(value, np.integer):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    return isinstance(value, int)
-
-
-def _specs() -> tuple[SettingSpec, ...]:
+def _specs() -> tuple[Option, ...]:
     hints = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float}
-    out = []
-    for f in fields(Settings):
-        m = f.metadata
-        out.append(
-            SettingSpec(
-                name=f.name,
-                type=hints[str(f.type)],
-                default=f.default,
-                help=m["help"],
-                low=m["low"],
-                high=m["high"],
-                low_open=m["low_open"],
-                high_open=m["high_open"],
-                sampling=m["sampling"],
-                fit=m["fit"],
-                live=m["live"],
-                section=m["section"],
-                symbol=m["symbol"],
-                choices=m["choices"],
-            )
-        )
-    return tuple(out)
+    return tuple(
+        Option(f.name, hints[str(f.type)], default=f.default, panel="Settings", **f.metadata)
+        for f in fields(Settings)
+    )
 
 
 #: The declarations, in field order.
-SETTINGS: tuple[SettingSpec, ...] = _specs()
-SPECS: dict[str, SettingSpec] = {s.name: s for s in SETTINGS}
+SETTINGS: tuple[Option, ...] = _specs()
+SPECS: dict[str, Option] = by_name(SETTINGS)
 #: Settings that decide samples, warmup, arrays and the switch model.
 SAMPLING_KEYS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.sampling)
 #: Settings the fit stage depends on.

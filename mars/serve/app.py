@@ -52,6 +52,7 @@ from . import logs
 from .audit import AuditOptions, Auditor
 from .bodies import refusal
 from .metrics import CONTENT_TYPE, Metrics
+from .options import SERVE
 from .reconcile import PASS_THROUGH, REQUEST_ID_HEADER, DrainWatch, Ledger, Relayed
 from .record import Recorder
 from .requests import (
@@ -90,8 +91,8 @@ class ServeOptions:
     """How the server admits and solves requests (``mars serve``'s options)."""
 
     defaults: Defaults
-    max_active: int = 4
-    max_queue: int = 64
+    max_active: int = SERVE["max_active"].default
+    max_queue: int = SERVE["max_queue"].default
     api_key: str | None = None
     served_model: str | None = None  # the name /v1/models lists (default: the upstream's)
     record: str | None = None
@@ -100,7 +101,14 @@ class ServeOptions:
     #: the live audit (--audit-rate and its options: mars.serve.audit)
     audit: AuditOptions = field(default_factory=AuditOptions)
     #: after a stop, read the upstreams' running counts until they fall (mars.serve.reconcile)
-    engine_watch: bool = True
+    engine_watch: bool = SERVE["engine_watch"].default
+
+    def check(self) -> ServeOptions:
+        """The admission sizes against their declarations (one line naming the option)."""
+        for name in ("max_active", "max_queue", "engine_watch"):
+            SERVE[name].check(getattr(self, name))
+        self.audit.check()
+        return self
 
 
 def _error(status: int, message: str, code: str, param: str | None = None, **headers) -> Response:

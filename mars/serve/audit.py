@@ -49,7 +49,7 @@ from ..live.audit import (
     audit_record,
     complete_question,
 )
-from ..method.audit import CONFIDENCE, DEFAULT_TARGET, Tally, risk_target
+from ..method.audit import Tally, risk_target
 from ..store import schema
 from ..store.atomic import folder_lock, make_dirs, write_json_atomic
 from ..store.pool import PoolError
@@ -58,6 +58,7 @@ from ..store.userfiles import read_json_object
 from ..store.write import PoolDirWriter
 from . import logs
 from .metrics import Metrics
+from .options import SERVE
 from .reconcile import Ledger
 from .record import DATASET, Recorder
 from .solve import Outcome, Prepared, pool_params
@@ -71,27 +72,26 @@ ALL = "all"
 _PICK_SALT = 0xA0D17
 
 
+#: the fields of :class:`AuditOptions`, each ``mars serve --audit-<field>``
+AUDIT_FIELDS = ("rate", "seed", "concurrency", "confidence", "target")
+
+
 @dataclass(frozen=True)
 class AuditOptions:
     """``mars serve``'s audit options."""
 
-    rate: float = 0.0  # the share of MARS questions audited (0: only those a client asks for)
-    seed: int = 0  # the pick's seed: the same seed and traffic pick the same questions
-    concurrency: int = 1  # audits running at once
-    confidence: float = CONFIDENCE  # of the bounds (one-sided)
-    target: float = DEFAULT_TARGET  # the risk of a method that promises none of its own
+    rate: float = SERVE["audit_rate"].default  # the share of MARS questions audited (0: only
+    # those a client asks for)
+    seed: int = SERVE["audit_seed"].default  # the same seed and traffic pick the same questions
+    concurrency: int = SERVE["audit_concurrency"].default  # audits running at once
+    confidence: float = SERVE["audit_confidence"].default  # of the bounds (one-sided)
+    #: the risk of a method that promises none of its own
+    target: float = SERVE["audit_target"].default
 
     def check(self) -> AuditOptions:
-        if not 0 <= self.rate <= 1:
-            raise MarsError(f"--audit-rate {self.rate}: must lie in [0, 1]")
-        if self.concurrency < 1:
-            raise MarsError(f"--audit-concurrency {self.concurrency}: must be at least 1")
-        if not 0 < self.confidence < 1:
-            raise MarsError(f"--audit-confidence {self.confidence}: must lie in (0, 1)")
-        if not 0 < self.target < 1:
-            raise MarsError(f"--audit-target {self.target}: must lie in (0, 1)")
-        if self.seed < 0:
-            raise MarsError(f"--audit-seed {self.seed}: must be ≥ 0")
+        """Each value against its declaration (``--audit-<name>``, one line)."""
+        for name in AUDIT_FIELDS:
+            SERVE[f"audit_{name}"].check(getattr(self, name))
         return self
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engines.endpoint import printable
+from ..engines.options import BY_NAME as ENGINE
 from ..errors import MarsError, UsageError
 from ..live import live_settings
 from ..live.plan import LivePlan
@@ -28,17 +29,14 @@ from ..method.learned import Calibration
 from ..method.registry import DEFAULT_METHOD, Method, check_calibrated, live_method
 from ..method.settings import LIVE_KEYS, SPECS, Settings
 from ..store.grid import Grid
-from ..store.schema import CHECKPOINT_SPACING
 from .bodies import ChatBody, CompletionBody, quoted
+from .options import SERVE
 
 #: The typed body of a MARS request, either route's.
 MarsBody = CompletionBody | ChatBody
 
 #: The routes a question can come by, and the OpenAI object each answers with.
 COMPLETIONS, CHAT = "completions", "chat"
-#: which requests are MARS questions (``mars serve --mars-for``): ``n`` — n > 1 or a ``mars``
-#: object; ``object`` — only those with a ``mars`` object (plain n > 1 passes through)
-MARS_FOR = ("n", "object")
 #: The deepest nesting a request body may have (OpenAI bodies, tool schemas included, are far
 #: shallower): deeper is refused before anything walks it.
 MAX_DEPTH = 64
@@ -60,28 +58,29 @@ class Defaults:
     """How a MARS request is solved unless it says otherwise (``mars serve``'s options)."""
 
     method: str = DEFAULT_METHOD
-    traces: int = 64
+    traces: int = SERVE["traces"].default
     warmup: int = SPECS["warmup"].default
-    spacing: int = CHECKPOINT_SPACING
-    max_tokens: int | None = None  # None: the upstream's cap
+    spacing: int = ENGINE["spacing"].default
+    max_tokens: int | None = ENGINE["max_tokens"].default  # None: the upstream's cap
     knobs: dict = field(default_factory=dict)
-    max_traces: int = 1024  # traces a request may start at most: its n (traces) and its warmup
-    seed: int = 0  # the traces' seed of a request that gives none
+    #: traces a request may start at most: its n (traces) and its warmup
+    max_traces: int = SERVE["max_traces"].default
+    seed: int = ENGINE["seed"].default  # the traces' seed of a request that gives none
     temperature: float | None = None  # None: the upstream backend's
     top_p: float | None = None
     #: learned once (``--calibration``): MARS2 reads it instead of a warmup, which is then 0
     calibration: Calibration | None = None
-    mars_for: str = "n"  # which requests are questions (MARS_FOR)
+    mars_for: str = SERVE["mars_for"].default  # which requests are questions (--mars-for)
     #: the answer formats a request may name (mars.answer_format): the built-in ones and the
     #: server's (--answer-format NAME=REGEX), and the one a request naming none gets
     answer_formats: dict = field(default_factory=lambda: dict(ANSWER_FORMATS))
-    answer_format: str = "boxed"
+    answer_format: str = SERVE["default_answer_format"].default
 
     def check(self) -> Defaults:
         """The defaults are checked as a request is (one line naming the option)."""
         method = live_method(self.method)
-        if self.mars_for not in MARS_FOR:
-            raise UsageError(f"--mars-for {self.mars_for}: one of {', '.join(MARS_FOR)}")
+        for name in ("traces", "max_traces", "mars_for"):
+            SERVE[name].check(getattr(self, name))
         for name, regex in self.answer_formats.items():
             if regex is not None:
                 answer_pattern(regex, f"--answer-format {name}")
@@ -96,8 +95,6 @@ class Defaults:
                     f"--warmup {self.warmup}: --calibration replaces the warmup (give 0)"
                 )
             check_calibrated(method)
-        if self.max_traces < 1:
-            raise UsageError(f"--max-traces {self.max_traces}: must be at least 1")
         if self.traces + self.warmup > self.max_traces:
             both = f" + --warmup {self.warmup}" if self.warmup else ""
             raise UsageError(

@@ -6,7 +6,8 @@ log-probabilities, all checked once at start) and routes every generation and pr
 question through :class:`Router`:
 
 * every request of a trace — each checkpoint's continuation and each probe — goes to the replica
-  that holds the trace's prefix in its cache (``--routing``, :data:`ROUTINGS`; default
+  that holds the trace's prefix in its cache (``--routing``,
+  :data:`mars.serve.options.ROUTINGS`; default
   ``trace``): a question's traces are dealt to the replicas in turn from a place drawn from the
   question's seed and prompt (:meth:`Router.home`), so a question's traces are spread evenly
   and the placement is the same for the same replicas and seed, on every proxy; ``question``
@@ -69,6 +70,7 @@ from ..engines.server import (
 )
 from ..errors import MarsError, UsageError
 from ..method.answers import extract_with, normalize_answer
+from .options import SERVE, UPSTREAM_TIMEOUT_S
 from .reconcile import REQUEST_ID_HEADER, Ledger, stream_events
 
 log = logging.getLogger(__name__)
@@ -84,8 +86,6 @@ SYNTHETIC = "synthetic"
 #: How a question's trace requests are placed on the replicas (``--routing``): ``trace`` (each
 #: trace kept on one replica, a question's traces spread over them), ``question`` (all of a
 #: question's traces on one replica), ``load`` (each request to the least loaded).
-ROUTINGS = ("trace", "question", "load")
-DEFAULT_ROUTING = "trace"
 #: Headers the affinity key may not be sent in (the request's own).
 RESERVED_HEADERS = frozenset(
     {"authorization", "content-type", "content-length", "host", "connection", "transfer-encoding",
@@ -146,11 +146,10 @@ class Router:
         self,
         upstreams: Sequence[Upstream],
         on_error=None,
-        routing: str = DEFAULT_ROUTING,
+        routing: str = SERVE["routing"].default,
         affinity_header: str | None = None,
     ):
-        if routing not in ROUTINGS:
-            raise UsageError(f"--routing {routing!r}: one of {', '.join(ROUTINGS)}")
+        SERVE["routing"].check(routing)
         self.upstreams = list(upstreams)
         self.on_error = on_error  # called with (upstream, message) when a request fails there
         self.routing = routing
@@ -527,11 +526,11 @@ class Upstreams:
         model: str | None = None,
         api_key_env: str = "MARS_API_KEY",
         concurrency: int | None = None,
-        timeout: float = 600.0,
-        retries: int = 2,
+        timeout: float = UPSTREAM_TIMEOUT_S,
+        retries: int = SERVE["retries"].default,
         tokenizer: str | None = None,
         on_error=None,
-        routing: str = DEFAULT_ROUTING,
+        routing: str = SERVE["routing"].default,
         affinity_header: str | None = None,
         **options: Any,
     ):

@@ -92,7 +92,7 @@ def test_no_engine_default_is_written_twice():
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--top-p", "2"], "--top-p 2.0: must lie in (0, 1]"),
+        (["--top-p", "2"], "--top-p 2.0: must be > 0 and ≤ 1"),
         (["--temperature", "-1"], "--temperature -1.0"),
         (["--timeout", "0"], "--timeout 0.0"),
         (["--spacing", "0"], "--spacing 0"),

@@ -385,7 +385,7 @@ def test_cli_rejects_absurd_generation_before_work(tmp_path):
     out = tmp_path / "o"
     for args, message in (
         (["--traces", "1000000000"], "--traces 1000000000: must be between 1 and"),
-        (["--traces", "4", "--max-tokens", "0"], "--max-tokens 0: must be at least 1"),
+        (["--traces", "4", "--max-tokens", "0"], "--max-tokens 0: must be ≥ 1"),
     ):
         res = CliRunner().invoke(
             app,

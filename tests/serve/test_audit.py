@@ -459,9 +459,9 @@ def test_the_audit_options_are_checked_in_one_line():
     from mars.cli import app as cli
 
     for args, said in (
-        (["--audit-rate", "2"], "--audit-rate 2.0: must lie in [0, 1]"),
-        (["--audit-concurrency", "0"], "--audit-concurrency 0: must be at least 1"),
-        (["--audit-target", "0"], "--audit-target 0.0: must lie in (0, 1)"),
+        (["--audit-rate", "2"], "--audit-rate 2.0: must be ≥ 0 and ≤ 1"),
+        (["--audit-concurrency", "0"], "--audit-concurrency 0: must be ≥ 1"),
+        (["--audit-target", "0"], "--audit-target 0.0: must be > 0 and < 1"),
     ):
         res = CliRunner().invoke(cli, ["serve", "--upstream", "synthetic", *args])
         assert res.exit_code == 2 and res.output == f"error: {said}\n", res.output

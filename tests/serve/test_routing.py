@@ -22,9 +22,9 @@ pytest.importorskip("starlette")
 from serving import serving
 
 from mars.errors import UsageError
+from mars.serve.options import ROUTINGS
 from mars.serve.requests import Defaults
 from mars.serve.upstreams import (
-    ROUTINGS,
     Router,
     Upstream,
     Upstreams,
@@ -255,7 +255,7 @@ def test_a_single_upstream_router_gets_the_key_and_passed_through_requests_none(
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"routing": "nearest"}, "--routing 'nearest': one of trace, question, load"),
+        ({"routing": "nearest"}, "--routing nearest: must be one of trace, question, load"),
         ({"affinity_header": "X Trace"}, "not a header name of its own"),
         ({"affinity_header": "Authorization"}, "not a header name of its own"),
     ],
