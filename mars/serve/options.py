@@ -158,8 +158,3 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 SERVE: dict[str, Option] = by_name(OPTIONS)
-
-
-def default(name: str):
-    """The declared default of ``mars serve --<name>``."""
-    return SERVE[name].default
