@@ -174,7 +174,7 @@ def check_live_calibration(calibration: Calibration | None, method: Method, warm
         return
     if warmup:
         raise UsageError(f"--warmup {warmup}: a calibration replaces the warmup (give --warmup 0)")
-    check_calibrated(method)
+    check_calibrated(method, calibration)
 
 
 def pool_manifest(params: dict, **more: Any) -> dict:

@@ -43,7 +43,7 @@ from ..method.answers import OnlineGroups
 from ..method.arrays import QuestionArrays
 from ..method.features import RunningFeatures, question_features
 from ..method.learned import Calibration
-from ..method.qmodel import SwitchModel, fit_question
+from ..method.qmodel import Predictor, fit_question
 from ..method.registry import Method, check_calibrated, live_method, live_methods
 from ..method.settings import LIVE_KEYS, MAX_BUDGET, SPECS, Settings
 from ..method.walk import MethodRun, QuestionContext
@@ -289,7 +289,7 @@ class Stopper:
                 raise UsageError(f"calibration: {_shown(calibration)} is not a mars Calibration")
             if warmup is not None:
                 raise UsageError("calibration: it replaces the warmup; give one or the other")
-            check_calibrated(self.method)
+            check_calibrated(self.method, calibration)
         self.calibration = calibration
         grid = _grid(grid)
         N, m = _whole(n_traces, "n_traces", 1), len(grid)
@@ -322,7 +322,7 @@ class Stopper:
         self.k = 0  # checkpoints seen (of the current launch)
         self.done: Decision | None = None
         self.warm = np.flatnonzero(self.final_ids[:W] >= 0)
-        self.model: SwitchModel | None = None
+        self.model: Predictor | None = None
         #: a staged method's launches ((first, last + 1) of the N traces), the one running, and
         #: the checkpoints each launch before it took (the walk is replayed launch by launch)
         self.staged = self.method.launch.staged
@@ -354,6 +354,8 @@ class Stopper:
         memory is rebuilt exactly: same inputs, same steps)."""
         self.width = width
         arr = self._arrays(width)
+        if self.model is None and self.calibration is not None and self.method.q == "learned":
+            self.model = self.calibration.switch_model()  # learned once: no warmup
         if self.model is None and len(self.warm):
             self.model = fit_question(arr, self.warm, self.memo).model
             if self.model is not None:

@@ -19,8 +19,27 @@ once on pools (:func:`fit_calibration`) and read by the rule at every checkpoint
   trace holds yet (:func:`landing`).
 
 The risk is then MARS2's (:func:`mars.method.riskstop.predictive_risk`), its landing a posterior
-per sample. A calibration records what it was fitted on — the pools, their model, their probe
-grid — and is refused for a pool of another model or grid (:meth:`Calibration.check_for`).
+per sample.
+
+The paper's MARS rules read two more things of a warmup, learned once here as well:
+
+* **the switch model** q — one :class:`~mars.method.qmodel.SwitchModel` fitted on the first
+  ``warmup`` traces of every fitted question (the rows each question's own warmup would give,
+  pooled), on a trace's own dynamics only: position, flips, streak (the confidence columns are
+  zeroed, so it serves a server that sends no log-probabilities, and a pool without confidences);
+* **γ** — each fitted question's γ calibrated on those traces as the reference does on its warmup
+  (:func:`mars.method.calibration.calibrate_gamma`), and the calibration's the largest of them
+  (:data:`GAMMA_QUANTILE`): a γ each question's own warmup would have allowed. A question's γ
+  fits that question; pooled, a lower one is not safe (fitted on synthetic Qwen3-8B HMMT,
+  evaluated on BRUMO at budget 64: the 0.9 quantile, γ 0.76, cost 10.5 points of accuracy, the
+  largest, γ 1, 0.1 points; research/calibration/results/paper-mars.md).
+
+With no warmup there is no warmup majority for the probe-0 guard to confirm a leader with; in its
+place no stop comes before :data:`mars.method.stopping.GUARD_BEFORE` tokens (the guard by
+tokens' reach), where the paper's grid has its second checkpoint.
+
+A calibration records what it was fitted on — the pools, their model, their probe grid — and is
+refused for a pool of another model or grid (:meth:`Calibration.check_for`).
 """
 
 from __future__ import annotations
@@ -35,6 +54,8 @@ import numpy as np
 
 from ..errors import MarsError
 from .arrays import QuestionArrays
+from .features import FEATURE_NAMES
+from .qmodel import SwitchModel
 
 #: the file kind of a calibration (``mars calibrate --out``)
 KIND = "mars-calibration"
@@ -50,6 +71,33 @@ KAPPA_MIN, KAPPA_MAX = 0.5, 200.0
 #: pseudo-counts of the landing posterior: per answer a trace holds or ended on, and for an
 #: answer no trace holds yet
 PRIOR, OTHER = 0.5, 1.0
+
+
+#: the traces of each fitted question the switch model and γ are fitted on: a warmup's worth
+FIT_WARMUP = 16
+#: the quantile of the fitted questions' γ the calibration keeps (1: the largest; module docstring)
+GAMMA_QUANTILE = 1.0
+#: the switch-model columns a calibration leaves out (zeroed): checkpoint confidence and its trend
+CONF_COLUMNS = (1, 4)
+
+
+def dynamics(X: np.ndarray) -> np.ndarray:
+    """Switch-model features with the confidence columns zeroed (a trace's own dynamics)."""
+    X = np.array(X, dtype=np.float64, copy=True)
+    X[..., list(CONF_COLUMNS)] = 0.0
+    return X
+
+
+class DynamicsModel:
+    """A calibration's switch model: predicts from a trace's dynamics whatever features it is
+    given (the confidence columns zeroed first), as the per-question model's
+    ``predict_proba``."""
+
+    def __init__(self, model: SwitchModel):
+        self.model = model
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        return self.model.predict_proba(dynamics(X))
 
 
 class CalibrationError(MarsError):
@@ -69,6 +117,17 @@ class Calibration:
     share_edges: tuple[float, ...] = SHARE_EDGES
     #: what it was fitted on: pools (source, model, spacing, questions, digest), in order
     fitted_on: list[dict] = field(default_factory=list)
+    #: the pooled switch model's parameters (:meth:`SwitchModel.fitted_params`; None: a file of
+    #: MARS2 alone, from before the paper's rules read one)
+    switch: dict | None = None
+    #: the paper's calibrated rule's γ, learned once (None: as ``switch``)
+    gamma: float | None = None
+
+    def switch_model(self) -> DynamicsModel | None:
+        """The pooled switch model (None: the file holds none)."""
+        if self.switch is None:
+            return None
+        return DynamicsModel(SwitchModel.from_params(self.switch, len(FEATURE_NAMES)))
 
     # -- use -------------------------------------------------------------------------------
 
@@ -137,6 +196,8 @@ class Calibration:
             "kappa": np.round(self.kappa, 6).tolist(),
             "holders": self.holders.astype(int).tolist(),
             "fitted_on": self.fitted_on,
+            **({"switch": self.switch} if self.switch is not None else {}),
+            **({"gamma": self.gamma} if self.gamma is not None else {}),
         }
 
     @property
@@ -167,6 +228,13 @@ class Calibration:
             shape = (len(pe), len(se), 2)
             arrays = {k: np.asarray(d[k], dtype=np.float64) for k in ("rate", "kappa", "holders")}
             fitted_on = list(d["fitted_on"])
+            switch, gamma = d.get("switch"), d.get("gamma")
+            if switch is not None:
+                SwitchModel.from_params(switch, len(FEATURE_NAMES))
+            if gamma is not None and not (
+                isinstance(gamma, int | float) and not isinstance(gamma, bool) and 0 <= gamma <= 1
+            ):
+                raise ValueError(f"gamma {gamma!r} is not a number in [0, 1]")
         except (KeyError, TypeError, ValueError) as exc:
             raise CalibrationError(f"{path}: a field is missing or malformed ({exc})") from None
         for name, a in arrays.items():
@@ -174,7 +242,10 @@ class Calibration:
                 raise CalibrationError(f"{path}: {name} is not {shape} finite numbers")
         if ((arrays["rate"] < 0) | (arrays["rate"] > 1)).any() or (arrays["kappa"] <= 0).any():
             raise CalibrationError(f"{path}: a rate outside [0, 1] or a concentration ≤ 0")
-        return cls(arrays["rate"], arrays["kappa"], arrays["holders"], pe, se, fitted_on)
+        return cls(
+            arrays["rate"], arrays["kappa"], arrays["holders"], pe, se, fitted_on, switch,
+            None if gamma is None else float(gamma),
+        )  # fmt: skip
 
 
 def answer_shares(ids: np.ndarray, n_answers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -194,11 +265,13 @@ def fit_calibration(
     questions: Iterable[QuestionArrays], fitted_on: Sequence[dict] = ()
 ) -> Calibration:
     """The leaving rates of every cell, pooled over the questions' traces (all of them: each
-    question's answered traces give the shares), with each cell's spread across questions."""
+    question's answered traces give the shares), with each cell's spread across questions; and
+    the paper's rules' switch model and γ (:func:`fit_switch_and_gamma`)."""
     P, S = len(POSITION_EDGES), len(SHARE_EDGES)
     h_by_q: list[np.ndarray] = []
     d_by_q: list[np.ndarray] = []
-    for arr in questions:
+    arrays = list(questions)
+    for arr in arrays:
         h = np.zeros((P, S, 2))
         d = np.zeros((P, S, 2))
         ids, final = arr.ids, arr.final_ids
@@ -235,7 +308,49 @@ def fit_calibration(
         kappa = rate * (1 - rate) / between - 1.0
     kappa = np.where(n_q >= 3, kappa, KAPPA_MIN)  # too few questions to tell: the widest
     kappa = np.clip(np.nan_to_num(kappa, nan=KAPPA_MIN), KAPPA_MIN, KAPPA_MAX)
-    return Calibration(rate, kappa, h, fitted_on=list(fitted_on))
+    switch, gamma = fit_switch_and_gamma(arrays)
+    return Calibration(rate, kappa, h, fitted_on=list(fitted_on), switch=switch, gamma=gamma)
+
+
+def fit_switch_and_gamma(
+    questions: Sequence[QuestionArrays], warmup: int = FIT_WARMUP
+) -> tuple[dict | None, float | None]:
+    """The paper's rules' switch model and γ, learned once: the model fitted on the first
+    ``warmup`` traces of every question that ended on an answer (their dynamics, pooled), γ the :data:`GAMMA_QUANTILE`
+    quantile of the questions' own γ, each calibrated on those traces as on a warmup."""
+    from .calibration import calibrate_gamma
+    from .features import question_features, switch_labels
+    from .settings import SPECS
+
+    X, y, gammas = [], [], []
+    for arr in questions:
+        warm = np.flatnonzero(arr.final_ids >= 0)[:warmup]  # traces that ended on an answer
+        if not len(warm):
+            continue
+        X.append(dynamics(question_features(arr, warm)).reshape(-1, len(FEATURE_NAMES)))
+        y.append(switch_labels(arr, warm).reshape(-1))
+        ids = arr.ids[warm]
+        gammas.append(
+            float(
+                calibrate_gamma(
+                    ids,
+                    arr.final_ids[warm],
+                    np.ones(ids.shape, dtype=np.float32),
+                    ids >= 0,
+                    switch_labels(arr, warm).astype(np.float32),
+                    arr.n_answers,
+                    ucb_z=SPECS["ucb_z"].default,
+                    gamma_min=SPECS["gamma_min"].default,
+                )
+            )
+        )
+    if not X:
+        return None, None
+    Xa, ya = np.concatenate(X), np.concatenate(y)
+    if ya.min() == ya.max():  # one class: nothing to learn a switch from
+        return None, None
+    switch = SwitchModel().fit(Xa, ya).fitted_params()
+    return switch, round(float(np.quantile(gammas, GAMMA_QUANTILE)), 2)
 
 
 def landing(

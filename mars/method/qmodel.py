@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -280,7 +280,14 @@ def fit_question(arr: QuestionArrays, warm: np.ndarray, memo: dict | None = None
     return QuestionFit(warm, model, len(yw), int(yw.sum()), log_loss, brier)
 
 
-def predict_question(model: SwitchModel | None, arr: QuestionArrays) -> np.ndarray:
+class Predictor(Protocol):
+    """What predicts switch probabilities: a :class:`SwitchModel`, or a calibration's
+    (:class:`mars.method.learned.DynamicsModel`)."""
+
+    def predict_proba(self, X: Any) -> np.ndarray: ...
+
+
+def predict_question(model: Predictor | None, arr: QuestionArrays) -> np.ndarray:
     """Learned switch probabilities of every trace × checkpoint, float32 [n, m]
     (1 without model)."""
     n, m = arr.ids.shape

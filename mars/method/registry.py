@@ -22,6 +22,7 @@ from .launch import PLANNED, TOGETHER, WAVES, Launch
 from .voting import CONFIDENCE, UNIFORM, Voting
 
 if TYPE_CHECKING:
+    from .learned import Calibration
     from .stopping import QuestionView, Rule
 
 
@@ -67,10 +68,13 @@ def _never(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
 def _mars(ctx: QuestionView, method: Method, gamma: Any, certified: bool = False) -> Rule:
     from .stopping import GUARD_BEFORE, Mars
 
+    calibrated = ctx.calibration is not None and not len(ctx.warm)
     return Mars(
         gamma=gamma,
         guard_answer=ctx.warm_ref,
         guard_before=GUARD_BEFORE if ctx.s.guard == "tokens" else None,
+        # no warmup majority to confirm a leader with: no stop within the guard's reach
+        hold_before=GUARD_BEFORE if calibrated else None,
         certified=certified,
         delta=ctx.s.delta,
         label="certified" if certified else "margin",
@@ -96,12 +100,19 @@ def _risk(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
     )
 
 
-def check_calibrated(method: Method) -> None:
-    """A calibration serves MARS2 under self-consistency (one line otherwise)."""
-    if method.rule.kind == "risk" and not method.filter.keeps_all:
+def check_calibrated(method: Method, calibration: Calibration | None = None) -> None:
+    """A calibration serves the MARS rules under self-consistency; the paper's (a switch model,
+    γ) only from a calibration that holds them (one line otherwise)."""
+    if not method.filter.keeps_all:
         raise SimulationError(
             f"method {method.name}: a calibration serves self-consistency's rules (DeepConf's "
             "filter reads its own warmup traces)"
+        )
+    learned = method.q == "learned" or method.rule.gamma == "calibrated"
+    if calibration is not None and learned and calibration.switch is None:
+        raise SimulationError(
+            f"method {method.name}: the calibration holds no switch model or γ (fitted by an "
+            "older mars calibrate: fit it again)"
         )
 
 

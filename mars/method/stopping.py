@@ -364,6 +364,9 @@ class Mars(Rule):
     #: the guard also covers every checkpoint before this position in tokens (None: the first
     #: checkpoint only, as the reference; :data:`GUARD_BEFORE` for the guard by tokens)
     guard_before: int | None = None
+    #: no stop at a checkpoint before this position in tokens (None: none held): where a
+    #: calibration replaces the warmup, no warmup majority confirms an early leader
+    hold_before: int | None = None
     certified: bool = False
     delta: float = 0.05
     label: str = "margin"
@@ -409,6 +412,8 @@ class Mars(Rule):
         )
         if self.guarded(snap) and self.guard_answer >= 0 and not self.certified:
             out.passed &= snap.lead == self.guard_answer
+        if self.hold_before is not None and snap.position < self.hold_before:
+            out.passed &= False
         return out
 
     def guarded(self, snap: Snapshot) -> bool:

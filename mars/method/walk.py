@@ -197,6 +197,12 @@ class QuestionContext:
 
     def _learned_q(self) -> np.ndarray:
         arr = self.arr
+        cal = self.calibration
+        if cal is not None and not len(self.warm):  # learned once (mars.method.learned)
+            cal_key = ("q_calibrated", cal.digest)
+            if cal_key not in arr.derived:
+                arr.derived[cal_key] = predict_question(cal.switch_model(), arr)
+            return arr.derived[cal_key]
         key = ("q_learned", self.warm.tobytes())
         if key in arr.derived:  # ids only break ties: reordered arrays share the model's output
             return arr.derived[key]
@@ -258,6 +264,9 @@ class QuestionContext:
         if method.rule.gamma != "calibrated":
             return s.gamma
         arr, warm = self.arr, self.warm
+        cal = self.calibration
+        if cal is not None and not len(warm):  # learned once (mars.method.learned)
+            return 1.0 if cal.gamma is None else cal.gamma
         ids = arr.ids[warm]
         eligible = (ids >= 0) & method.filter.warm_kept(arr, warm)
         weights = method.voting.weights(arr, warm)

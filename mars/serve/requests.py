@@ -94,7 +94,7 @@ class Defaults:
                 raise UsageError(
                     f"--warmup {self.warmup}: --calibration replaces the warmup (give 0)"
                 )
-            check_calibrated(method)
+            check_calibrated(method, self.calibration)
         if self.traces + self.warmup > self.max_traces:
             both = f" + --warmup {self.warmup}" if self.warmup else ""
             raise UsageError(

@@ -74,7 +74,7 @@ def simulate_question(
         )
     if calibration is not None:
         for method in methods:
-            check_calibrated(method)
+            check_calibrated(method, calibration)
     ctx = QuestionContext.sample(arr, settings, fitted=fitted, calibration=calibration)
     for method in methods:
         res.methods[method.name] = run_method(ctx, method)
@@ -165,7 +165,7 @@ def check_calibration(
     """A calibration replaces the warmup (``--warmup 0``), serves MARS2 under self-consistency,
     and a pool of the model and grid it was fitted on (one line otherwise)."""
     for method in methods:
-        check_calibrated(method)
+        check_calibrated(method, calibration)
     if settings.warmup:
         raise SimulationError(
             f"--calibration replaces the per-question warmup: give --warmup 0 (not "
