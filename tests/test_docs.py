@@ -18,6 +18,11 @@ PAGES = [
     ROOT / "config" / "README.md",
     ROOT / "benchmarks" / "README.md",
 ]
+#: research notes that hold commands moved out of docs/ (issue 39): checked as the docs are
+MOVED = [
+    ROOT / "research" / "offgrid" / "results" / "baselines.md",
+    ROOT / "research" / "synthetic" / "results" / "model-and-calibration.md",
+]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -82,7 +87,7 @@ def test_slug_is_githubs():
     assert slug("`mars simulate`") == "mars-simulate"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", [*PAGES, *MOVED], ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_link_resolves(page):
     """Every relative link names a file of the checkout, and its #anchor a heading there."""
     broken = []
@@ -101,7 +106,7 @@ def test_every_link_resolves(page):
 def mars_commands() -> list[tuple[str, list[str]]]:
     """Every `mars ...` command line of the pages' shell blocks (continuations joined)."""
     out = []
-    for page in PAGES:
+    for page in [*PAGES, *MOVED]:
         for block in re.findall(r"```(?:sh|bash)\n(.*?)```", page.read_text(), re.S):
             for line in block.replace("\\\n", " ").splitlines():
                 line = re.sub(r"^(\w+=\S+ )+", "", line.split(" #", 1)[0].strip())

@@ -12,7 +12,8 @@ drawn from the warmup's posterior. Where one wave decides the question, that spe
 the budget at the latency of one round; where it does not, every further wave adds its longest
 trace to what the user waits for — on AIME 2024 the four questions whose warmup is dispersed run
 two to four rounds of sixteen traces, three quarters of the waves' latency, for a fifth of their
-tokens (docs/baselines.md). The wave size is then a constant where it should be a decision.
+tokens (research/offgrid/results/writeup.md). The wave size is then a constant where it should be
+a decision.
 
 What a live run knows before it launches is its warmup, run to completion. So the plan asks the
 rule itself, before launching: had a first wave of ``size`` traces ended with the warmup's final

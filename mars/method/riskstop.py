@@ -28,8 +28,8 @@ question whose early attractor is later overtaken it was sure of the attractor
 No cross-question artifact is needed: per question the rule reads the warmup traces' answers at
 every checkpoint, whether they were still running there, their final answers (and, for DeepConf,
 their lowest group confidence); α per pipeline and the priors κ, τ are fixed in code, chosen on
-synthetic development pools (docs/beyond.md). Everything is vectorised over iterations × sampled
-traces.
+synthetic development pools (research/beyond/results/writeup.md, "Parameters"). Everything is
+vectorised over iterations × sampled traces.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from .learned import Calibration, answer_shares, landing
 from .stopping import Rule, Snapshot
 from .voting import tally
 
-#: risk levels and priors, fixed (research/beyond/tune.py on the development pools, docs/beyond.md)
+#: risk levels and priors, fixed (research/beyond/tune.py on the development pools; the table of
+#: them: research/beyond/results/writeup.md, "Parameters")
 ALPHA_SC = 0.1
 ALPHA_DCO = 0.02
 PRIOR = 1.0  # pseudo-count added to every answer the warmup gave

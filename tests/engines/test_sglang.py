@@ -3,7 +3,7 @@
 
 No live SGLang runs here: the fixtures follow the shape of ``sglang.Engine.generate`` results as
 SGLang 0.5.23's source builds them (and, converted, 0.5.9's; see tests/data/sglang/toy.py and
-docs/backends.md).  The fake engine answers a request only
+research/engines/results/sglang.md).  The fake engine answers a request only
 if it matches a recorded one exactly (token ids, sampling parameters, logprob options), so these
 tests pin the request protocol (token-id prompts, continuation from prompt + trace, probe = prompt +
 trace[:p] + the exact suffix, ≤ 50 new tokens, same sampling, per-trace seeds) as well as the
