@@ -68,7 +68,7 @@ def _never(ctx: QuestionView, method: Method, gamma: Any) -> Rule:
 def _mars(ctx: QuestionView, method: Method, gamma: Any, certified: bool = False) -> Rule:
     from .stopping import GUARD_BEFORE, Mars
 
-    calibrated = ctx.calibration is not None and not len(ctx.warm)
+    calibrated = ctx.calibration is not None  # which replaces the warmup
     return Mars(
         gamma=gamma,
         guard_answer=ctx.warm_ref,
@@ -108,8 +108,8 @@ def check_calibrated(method: Method, calibration: Calibration | None = None) -> 
             f"method {method.name}: a calibration serves self-consistency's rules (DeepConf's "
             "filter reads its own warmup traces)"
         )
-    learned = method.q == "learned" or method.rule.gamma == "calibrated"
-    if calibration is not None and learned and calibration.switch is None:
+    papers = method.rule.kind in ("mars", "certified")  # they read q and γ of a warmup
+    if calibration is not None and papers and calibration.switch is None:
         raise SimulationError(
             f"method {method.name}: the calibration holds no switch model or γ (fitted by an "
             "older mars calibrate: fit it again)"

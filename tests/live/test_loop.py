@@ -418,3 +418,27 @@ def test_a_calibration_serves_on_its_own_grid_unless_spacing_is_given(tmp_path):
     res = CliRunner().invoke(app, [*common, "--spacing", "2048", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
     assert "probed every 2048 tokens" in res.output and not (tmp_path / "o").exists()
+
+
+def test_the_papers_rule_with_a_calibration_runs_live_without_a_warmup_and_replays(tmp_path):
+    """`mars solve -m sc-mars-cal --calibration`: no warmup generated or paid for, the rule reads
+    the calibration's switch model and γ, and the run replays exactly."""
+    from typer.testing import CliRunner
+    from util import write_layout_pool
+
+    from mars.cli import app
+    from mars.fit.calibrate import calibrate_pools
+
+    cal = calibrate_pools([write_layout_pool(tmp_path / "fit", seed=2, n_questions=3)])
+    assert cal.switch is not None and cal.gamma is not None
+    path = cal.save(tmp_path / "cal.json")
+    args = ["solve", "--problems", "aime_2025", "--questions", "0-2", "--traces", "16"]
+    args += ["--calibration", str(path), "-m", "sc-mars-cal", "-q", "--out", str(tmp_path / "r")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    live = open_pool(tmp_path / "r").manifest["live"]
+    assert live["warmup"] == 0 and live["n_traces"] == 16 and live["calibration"] == cal.digest
+    record = json.loads((tmp_path / "r" / "live" / "q000000.json").read_text())
+    assert record["gamma"] == cal.gamma and record["warmup_tokens"] == 0, record
+    res = CliRunner().invoke(app, ["replay", str(tmp_path / "r")])
+    assert res.exit_code == 0 and "3/3 questions replay exactly" in res.output, res.output

@@ -501,3 +501,42 @@ def test_a_launch_is_stepped_and_landed_in_turn(tmp_path):
     together = mars.Stopper("sc-mars2", n_traces=8, grid=grid, warmup=warmup)
     with pytest.raises(UsageError, match="starts its traces together"):
         together.land(["1"] * 8)
+
+
+@pytest.mark.parametrize("method", ["sc-mars-cal", "sc-mars", "sc-mars-cert"])
+@pytest.mark.parametrize("seed", [1, 4, 9])
+def test_the_papers_rules_with_a_calibration_decide_as_the_simulator(tmp_path, method, seed):
+    """The paper's MARS rules read a calibration's switch model and γ instead of a warmup: a
+    Stopper fed the traces checkpoint by checkpoint decides as the simulator's walk over them,
+    and never before the guard's reach (no warmup majority confirms an early leader)."""
+    from mars.method.arrays import build_arrays
+    from mars.method.learned import fit_calibration
+    from mars.method.stopping import GUARD_BEFORE
+
+    N, spacing = 32, 2048
+    pool = write_layout_pool(tmp_path / f"p{seed}", seed=seed, n_questions=1, n=N, max_len=40000)
+    q = open_pool(pool).read_question(0)
+    grid = Grid(spacing).upto(int(q.lengths.max()))
+    answers = checkpoint_answers(q, grid)
+    running = grid[None, :] < q.lengths[:, None]
+    other = write_layout_pool(tmp_path / f"c{seed}", seed=seed + 100, n_questions=3)
+    cal = fit_calibration([build_arrays(open_pool(other).read_question(i)) for i in range(3)])
+    assert cal.switch is not None and cal.gamma is not None
+    stopper = mars.Stopper(method, n_traces=N, grid=grid, calibration=cal)
+    for k in range(len(grid)):
+        d = stopper.step(answers[:, k], running[:, k])
+        if d.stop:
+            break
+    else:
+        d = stopper.finish(q.final_answers)
+    settings = live_settings(N, 0, 0, spacing, int(grid[-1]), {})
+    res, arr = decide(
+        q, mars.method.registry.get_method(method), settings, grid, 0, np.zeros(N, bool),
+        calibration=cal,
+    )  # fmt: skip
+    label = str(res.stopped_by[0])
+    a = int(res.answer[0])
+    assert (d.stop, d.label) == (label != "budget", label)
+    assert d.answer == (arr.representatives[a] if a >= 0 else None)
+    if d.stop:
+        assert d.position == int(res.position[0]) >= GUARD_BEFORE

@@ -171,3 +171,43 @@ def test_mars2_with_a_calibration_reads_no_warmup_and_pays_none(tmp_path):
         assert res.methods["sc-mars2-launch"].rounds in (0, s.wave_size)
     with pytest.raises(Exception, match="a calibration serves self-consistency"):
         simulate_question(arrs[3], parse_methods("dco-mars2"), s, calibration=cal)
+
+
+def test_the_papers_rules_switch_model_and_gamma_are_learned_once_and_kept(tmp_path):
+    """The fit holds a switch model on the traces' dynamics (the confidence columns read
+    nothing) and γ in [γ_min, 1]; the file keeps both, a damaged model is one line, and a file
+    without them serves MARS2 but not the paper's rules."""
+    import dataclasses
+
+    from mars.errors import SimulationError
+    from mars.method.features import question_features
+    from mars.method.learned import CONF_COLUMNS
+    from mars.method.registry import check_calibrated, get_method
+
+    arrs = _arrays(tmp_path)
+    cal = fit_calibration(arrs, [{"source": "p", "model": "m", "spacing": 2048}])
+    assert cal.switch is not None and 0.5 <= cal.gamma <= 1
+    model = cal.switch_model()
+    X = question_features(arrs[0]).reshape(-1, 5)
+    noisy = X.copy()
+    noisy[..., list(CONF_COLUMNS)] = np.random.default_rng(0).random((len(X), 2))
+    assert np.array_equal(model.predict_proba(X), model.predict_proba(noisy))
+    back = Calibration.load(cal.save(tmp_path / "cal.json"))
+    assert back.switch == cal.switch and back.gamma == cal.gamma and back.digest == cal.digest
+    good = json.loads((tmp_path / "cal.json").read_text())
+    for damage, words in [
+        ({"switch": {**good["switch"], "coef": [1.0]}}, "coef has 1 values"),
+        ({"gamma": 2}, "gamma 2 is not a number in"),
+    ]:
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({**good, **damage}))
+        with pytest.raises(CalibrationError, match=words):
+            Calibration.load(bad)
+    old = dataclasses.replace(cal, switch=None, gamma=None)
+    check_calibrated(get_method("sc-mars2"), old)
+    for name in ("sc-mars-cal", "sc-mars"):
+        check_calibrated(get_method(name), cal)
+        with pytest.raises(SimulationError, match="holds no switch model"):
+            check_calibrated(get_method(name), old)
+    with pytest.raises(SimulationError, match="DeepConf"):
+        check_calibrated(get_method("dco-mars-cal"), cal)
