@@ -316,8 +316,9 @@ def fit_switch_and_gamma(
     questions: Sequence[QuestionArrays], warmup: int = FIT_WARMUP
 ) -> tuple[dict | None, float | None]:
     """The paper's rules' switch model and γ, learned once: the model fitted on the first
-    ``warmup`` traces of every question that ended on an answer (their dynamics, pooled), γ the :data:`GAMMA_QUANTILE`
-    quantile of the questions' own γ, each calibrated on those traces as on a warmup."""
+    ``warmup`` traces of every question that ended on an answer (their dynamics, pooled), γ the
+    :data:`GAMMA_QUANTILE` quantile of the questions' own γ, each calibrated on those traces as on
+    a warmup."""
     from .calibration import calibrate_gamma
     from .features import question_features, switch_labels
     from .settings import SPECS

@@ -37,7 +37,6 @@ from .voting import leader, tally
 
 if TYPE_CHECKING:
     from .arrays import QuestionArrays
-    from .learned import Calibration
     from .settings import Settings
 
 
@@ -81,7 +80,9 @@ class QuestionView(Protocol):
     s: Settings
     warm: np.ndarray
     warm_ref: int
-    calibration: Calibration | None
+    #: a :class:`mars.method.learned.Calibration` or None (not imported: learned fits γ with
+    #: this module's margin test)
+    calibration: Any
 
 
 class WalkView(Protocol):

@@ -162,7 +162,9 @@ def test_live_method_explains_a_refusal(name, message):
 
 
 def context(**settings):
-    return SimpleNamespace(s=dataclasses.replace(Settings(), **settings), warm_ref=2, calibration=None)
+    return SimpleNamespace(
+        s=dataclasses.replace(Settings(), **settings), warm_ref=2, calibration=None
+    )
 
 
 def test_mars_rules_get_the_gamma_guard_and_delta():
