@@ -8,7 +8,8 @@ One path for all engines and both modes:
   checkpoint, offers the probes to an optional ``on_checkpoint`` hook (live mode: return True to
   stop every running trace), and collects the finished traces;
 * :func:`records_to_table` turns those records into one question's trace table
-  (:data:`mars.store.schema.TRACE_SCHEMA`);
+  (:data:`mars.store.schema.TRACE_SCHEMA`), and :func:`table_records` a kept table back into
+  records;
 * :func:`backend_info`, :func:`token_cap`, :func:`question_rows`: an engine's provenance, its
   token cap and a pool's question rows, for the stages that write pools (the generate stage,
   :mod:`mars.generate`, and the live loop, :mod:`mars.live`).
@@ -185,6 +186,42 @@ def records_to_table(qid: int, first_trace: int, records: Sequence[TraceRecord])
         schema=schema.TRACE_SCHEMA,
     )
     return with_stood_in(table, sum(getattr(r, "stood_in", 0) for r in res))
+
+
+def row_probes(row: dict) -> list[tuple[int, ProbeResult]]:
+    """A trace table row's probes as :class:`TraceRecord` holds them."""
+    return [
+        (
+            int(p["position"]),
+            ProbeResult(
+                p["answer"],
+                p.get("raw_text"),
+                p.get("conf"),
+                p.get("prompt_tokens"),
+                p.get("cached_tokens"),
+                p.get("generated_tokens"),
+            ),
+        )
+        for p in row.get("probes") or ()
+    ]
+
+
+def table_records(table: pa.Table) -> list[TraceRecord]:
+    """The records of a trace table, row by row (:func:`records_to_table`'s inverse; the count
+    of stood-in confidences stays the table's, not the traces')."""
+    out = []
+    for row in table.to_pylist():
+        confs, ids = row.get("confs"), row.get("token_ids")
+        result = TraceResult(
+            length=int(row["length"]),
+            final_answer=row["final_answer"],
+            finished=bool(row["finished"]),
+            confs=None if confs is None else np.asarray(confs, np.float16),
+            text=row.get("text"),
+            token_ids=None if ids is None else np.asarray(ids, np.int32),
+        )
+        out.append(TraceRecord(result, row_probes(row)))
+    return out
 
 
 def backend_info(backend: Backend) -> dict:

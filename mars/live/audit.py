@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from ..engines import cancel
 from ..engines.base import Backend, ProbeResult, StoredTrace, TraceBatch
-from ..engines.generate import TraceRecord, records_to_table
+from ..engines.generate import TraceRecord, records_to_table, row_probes
 from ..errors import MarsError
 from ..method.audit import CONFIDENCE, DEFAULT_TARGET, Tally, risk_target, same_answer
 from ..method.learned import Calibration
@@ -85,23 +85,6 @@ def _stored(row: dict) -> StoredTrace:
         text=row.get("text"),
         final_answer=row.get("final_answer"),
     )
-
-
-def _probes(row: dict) -> list[tuple[int, ProbeResult]]:
-    return [
-        (
-            int(p["position"]),
-            ProbeResult(
-                p["answer"],
-                p.get("raw_text"),
-                p.get("conf"),
-                p.get("prompt_tokens"),
-                p.get("cached_tokens"),
-                p.get("generated_tokens"),
-            ),
-        )
-        for p in row.get("probes") or ()
-    ]
 
 
 def _question(problem: Problem, table: pa.Table) -> QuestionData:
@@ -180,7 +163,7 @@ def complete_question(
     ]
     for t in todo:
         r = results[t]
-        old = _probes(rows[t]) if t in stopped_set else []
+        old = row_probes(rows[t]) if t in stopped_set else []
         tokens += r.length - (int(rows[t]["length"]) if t in stopped_set else 0)
         probe_tokens += sum(p.generated_tokens or 0 for _, p in new_probes[t])
         rec = TraceRecord(r, [*old, *new_probes[t]])

@@ -48,11 +48,12 @@ One run writes into ``OUT`` at a time (its lock); a second waits its turn.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -161,11 +162,19 @@ class LiveRun:
     #: main traces started (fewer than n_traces where a staged method stopped before its last
     #: launch; None in records written before launches ran live)
     launched: int | None = None
+    #: the traces as they ended (a stopped one as stopped, one never launched empty), warmup then
+    #: main, indexed by trace id: what ``table`` is built from, and what an answer's text, votes
+    #: and costs are read from (``mars serve``'s response) without reading the table back
+    traces: list[TraceRecord] = field(default_factory=list, repr=False, compare=False)
 
     def summary(self) -> dict:
-        d = asdict(self)
-        d.pop("table")
-        return d
+        """The live record (``OUT/live/qNNNNNN.json``): every field but the traces and their
+        table."""
+        return {
+            f.name: copy.deepcopy(getattr(self, f.name))
+            for f in fields(self)
+            if f.name not in ("table", "traces")
+        }
 
 
 @dataclass(frozen=True)
@@ -332,7 +341,8 @@ def solve(
     watch: Watch | None = None,
 ) -> LiveRun:
     """Answer ``problem`` live as ``plan`` says (:class:`mars.live.plan.LivePlan`, from
-    :func:`mars.live.plan_for`; see the module docstring); the records are in ``.table``.
+    :func:`mars.live.plan_for`; see the module docstring); the records are in ``.table``, built
+    from the traces in ``.traces``.
 
     ``warmup_file``: where the finished warmup traces are kept until the question ends, so that
     an interrupted question resumes after its warmup (read back if it exists, checked against the
@@ -349,7 +359,7 @@ def solve(
     grid, calibration = plan.checkpoints, plan.calibration
 
     made_by = warmup_inputs(backend, problem, warmup, seed, spacing, max_tokens)
-    warm_table, warm_wall = warmup_traces(backend, problem, made_by, warmup_file, detail)
+    warm, warm_table, warm_wall = warmup_traces(backend, problem, made_by, warmup_file, detail)
     t1 = time.perf_counter()
     ctl = _Controller(problem, plan, warm_table, watch)
     say = prefixed(detail, f"q{problem.qid} {m.name}: ")
@@ -420,6 +430,7 @@ def solve(
         replay_ok=bool(replay_ok),
         inputs={"problem": made_by["problem"], "warmup": made_by},
         table=table,
+        traces=[*warm, *records],
         launched=launched,
     )
     if compare_full:

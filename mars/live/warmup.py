@@ -26,6 +26,7 @@ from ..engines.generate import (
     backend_info,
     records_to_table,
     run_batch,
+    table_records,
     warn_without_final_answers,
 )
 from ..errors import first_line
@@ -63,16 +64,17 @@ def warmup_traces(
     made_by: dict,
     kept: str | Path | None,
     detail: Detail | None,
-) -> tuple[pa.Table, float]:
+) -> tuple[list[TraceRecord], pa.Table, float]:
     """The question's warmup traces (run to completion, or read back from ``kept`` where an
     interrupted run of the same question, engine and settings left them; written there once they
-    have run) and their wall time."""
+    have run): their records, their table and their wall time."""
     warmup, seed = made_by["warmup"], made_by["seed"]
     spacing, max_tokens = made_by["spacing"], made_by["max_tokens"]
     table = read_warmup(kept, made_by) if kept else None
     if table is not None:
         wall, stood_in = warmup_wall(table), stood_in_of(table, str(kept))
-        return with_stood_in(table.replace_schema_metadata(None), stood_in), wall
+        table = with_stood_in(table.replace_schema_metadata(None), stood_in)
+        return table_records(table), table, wall
     t0 = time.perf_counter()
     records: list[TraceRecord] = []
     if warmup:
@@ -90,7 +92,7 @@ def warmup_traces(
     wall = time.perf_counter() - t0
     if kept and warmup:
         write_warmup(kept, table, made_by, wall)
-    return table, wall
+    return records, table, wall
 
 
 def write_warmup(path: str | Path, table: pa.Table, made_by: dict, wall_s: float) -> None:

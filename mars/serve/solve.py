@@ -6,10 +6,11 @@ inside a cancel scope (:mod:`mars.engines.cancel`): a client that goes away canc
 request it has in flight upstream. What the live loop says as it goes (the warmup's progress, each
 decision on the main traces) is turned into progress events for a streaming client.
 
-What the client gets (:class:`Outcome`) is read off the question's records: the answer's text (the
-text of a trace that ended with the answer, else the probe's completion that gave it), the votes
-at the stop, the tokens every part spent — what the question paid — and the full budget's tokens,
-exact when no trace was stopped, else an estimate with its basis stated (:func:`full_budget`).
+What the client gets (:class:`Outcome`) is read off the live run's traces as they ended
+(:attr:`~mars.live.LiveRun.traces`, what its record is built from): the answer's text (the text
+of a trace that ended with the answer, else the probe's completion that gave it), the votes at the
+stop, the tokens every part spent — what the question paid — and the full budget's tokens, exact
+when no trace was stopped, else an estimate with its basis stated (:func:`full_budget`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,7 @@ import pyarrow as pa
 from ..engines import cancel
 from ..engines.base import Backend
 from ..engines.endpoint import shown
-from ..engines.generate import token_cap
+from ..engines.generate import TraceRecord, token_cap
 from ..errors import MarsError, first_line
 from ..live import Checkpoint, LivePlan, LiveRun, solve
 from ..store.problems import Problem
@@ -266,64 +267,58 @@ def _boxed(raw: str | None, answer: str) -> str:
 
 
 def _outcome(run: LiveRun, q: Question, plan: LivePlan, prompt_tokens: int, wall: float) -> Outcome:
-    assert run.table is not None
-    rows = run.table.select(
-        ["trace_idx", "final_answer", "finished", "length", "text", "probes"]
-    ).to_pylist()
-    main = [r for r in rows if r["trace_idx"] >= run.warmup]
-    warm = [r for r in rows if r["trace_idx"] < run.warmup]
+    traces = run.traces
+    main = {t: traces[t] for t in range(run.warmup, len(traces))}
+    # where the answer's text is looked for: the main traces, then the warmup's
+    looked = [traces[t] for t in [*main, *range(run.warmup)]]
+    ends = [r.result for r in looked]
     stopped = set(run.stopped_traces)
     answer = run.answer
     content = ""
     if answer is not None:
-        ended = [r for r in main + warm if r["final_answer"] == answer and r["text"]]
+        ended = [e for e in ends if e.final_answer == answer and e.text]
         if ended:
-            content = ended[0]["text"]
+            content = ended[0].text or ""
         else:
-            probes = [
-                p
-                for r in main + warm
-                for p in r["probes"] or ()
-                if p["answer"] == answer and p["raw_text"]
-            ]
-            content = _boxed(probes[-1]["raw_text"] if probes else None, answer)
+            probes = [p for r in looked for _, p in r.probes if p.answer == answer and p.raw_text]
+            content = _boxed(probes[-1].raw_text if probes else None, answer)
     finish_reason = "stop"
     if answer is None:  # never an empty answer: the longest trace's text, said so
-        texts = [r for r in main + warm if r["text"]]
+        texts = [e for e in ends if e.text]
         if texts:
-            longest = max(texts, key=lambda r: (bool(r["finished"]), int(r["length"])))
-            content = longest["text"]
-            finish_reason = "stop" if longest["finished"] else "length"
+            longest = max(texts, key=lambda e: (bool(e.finished), int(e.length)))
+            content = longest.text or ""
+            finish_reason = "stop" if longest.finished else "length"
     content = _cut(content, q.stop)
     votes = [
         {"answer": a, "votes": k}
         for a, k in Counter(held_at_stop(main, stopped, run.stop_position)).most_common(5)
     ]
-    generated = [
-        p["generated_tokens"] for r in rows for p in r["probes"] or () if p["generated_tokens"]
+    probed = [p for r in traces for _, p in r.probes]
+    generated = [int(p.generated_tokens) for p in probed if p.generated_tokens]
+    # the probes' uncached prompt tokens: None where a probe's counts are not known
+    known = [
+        (a, b)
+        for p in probed
+        if (a := p.prompt_tokens) is not None and (b := p.cached_tokens) is not None
     ]
-    costs = [(p["prompt_tokens"], p["cached_tokens"]) for r in rows for p in r["probes"] or ()]
-    uncached = (
-        sum(max(a - b, 0) for a, b in costs)
-        if all(a is not None and b is not None for a, b in costs)
-        else None
-    )
+    uncached = sum(max(int(a) - int(b), 0) for a, b in known) if len(known) == len(probed) else None
     # a trace a staged method never launched counts as one stopped before its first token
     launched = run.warmup + (run.launched if run.launched is not None else run.n_traces)
-    unlaunched = {int(r["trace_idx"]) for r in main if r["trace_idx"] >= launched}
+    unlaunched = {t for t in main if t >= launched}
     budget = full_budget(main, stopped | unlaunched, plan.max_tokens)
-    traces = None
+    returned = None
     if q.return_traces:
-        traces = [
+        returned = [
             {
-                "trace": int(r["trace_idx"]),
-                "text": _cut(r["text"] or "", q.stop),
-                "tokens": int(r["length"]),
-                "answer": r["final_answer"],
-                "finished": bool(r["finished"]),
-                "stopped_early": r["trace_idx"] in stopped,
+                "trace": t,
+                "text": _cut(r.result.text or "", q.stop),
+                "tokens": int(r.result.length),
+                "answer": r.result.final_answer,
+                "finished": bool(r.result.finished),
+                "stopped_early": t in stopped,
             }
-            for r in main
+            for t, r in main.items()
         ]
     return Outcome(
         run=run,
@@ -334,38 +329,41 @@ def _outcome(run: LiveRun, q: Question, plan: LivePlan, prompt_tokens: int, wall
         probe_prompt_uncached=uncached,
         budget=budget,
         votes=votes,
-        traces=traces,
+        traces=returned,
         record=None,
         wall_s=wall,
     )
 
 
-def held_at_stop(main: list[dict], stopped: set[int], position: int | None) -> list[str]:
+def held_at_stop(
+    main: Mapping[int, TraceRecord], stopped: set[int], position: int | None
+) -> list[str]:
     """The answers the vote counted where the method decided: a trace stopped there holds its
     probe's answer there (its last one before, if it was stopped earlier), every other trace its
-    final answer (it ended first; a trace never launched holds none)."""
+    final answer (it ended first; a trace never launched holds none). ``main``: the main traces
+    by trace id."""
     held = []
-    for r in main:
-        if r["trace_idx"] in stopped and position is not None:
-            probes = [p for p in r["probes"] or () if p["position"] <= position]
-            answer = probes[-1]["answer"] if probes else None
+    for t, r in main.items():
+        if t in stopped and position is not None:
+            probes = [p for at, p in r.probes if at <= position]
+            answer = probes[-1].answer if probes else None
         else:
-            answer = r["final_answer"]
+            answer = r.result.final_answer
         if answer is not None:
             held.append(answer)
     return held
 
 
-def full_budget(main: list[dict], stopped: set[int], cap: int) -> dict:
+def full_budget(main: Mapping[int, TraceRecord], stopped: set[int], cap: int) -> dict:
     """What the N main traces run to their end would have cost: exact when no trace was stopped;
     else an estimate — each stopped trace run to the mean length of the traces that went past
     where it was stopped and ended (the cap where none did) — and the bound, every stopped trace
-    run to the cap."""
-    ended = [r["length"] for r in main if r["trace_idx"] not in stopped]
+    run to the cap. ``main``: the main traces by trace id."""
+    ended = [int(r.result.length) for t, r in main.items() if t not in stopped]
     total = at_most = 0
-    for r in main:
-        n = int(r["length"])
-        if r["trace_idx"] not in stopped:
+    for t, r in main.items():
+        n = int(r.result.length)
+        if t not in stopped:
             total += n
             at_most += n
             continue

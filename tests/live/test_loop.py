@@ -180,6 +180,25 @@ def test_same_seed_same_run_and_resume_after_interruption(tmp_path, backend, pro
     _assert_same_run(out, ref_out, QIDS)
 
 
+def test_a_live_runs_traces_are_its_tables_rows(tmp_path, backend, problems):
+    """What ``mars serve`` answers from (``LiveRun.traces``) is what the run's table is built
+    from: the same rows, warmup then main, a stopped trace as stopped — whether the warmup ran
+    or was kept by an interrupted run and read back."""
+    from mars.engines.generate import records_to_table
+
+    p = problems[2]
+    plan = plan_for(backend, "sc-mars-cal", n_traces=24, warmup=8, seed=0)
+    kept = tmp_path / "warmup.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        solve(_StopsAfterWarmup(backend, qid=p.qid), p, plan, warmup_file=kept)
+    assert kept.is_file()
+    ran, resumed = solve(backend, p, plan), solve(backend, p, plan, warmup_file=kept)
+    for run in (ran, resumed):
+        assert len(run.traces) == 8 + 24
+        assert records_to_table(p.qid, 0, run.traces).to_pylist() == run.table.to_pylist()
+    assert resumed.table.equals(ran.table)
+
+
 def test_an_interrupted_question_resumes_after_its_warmup(tmp_path, backend, problems, mars_run):
     ref_out, _ = mars_run
     out, qids = tmp_path / "run", QIDS[:3]

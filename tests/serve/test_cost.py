@@ -18,6 +18,7 @@ pytest.importorskip("starlette")
 
 from serving import serving
 
+from mars.engines.server import LlamaCppProtocol, OpenAITextProtocol, VLLMProtocol
 from mars.serve.engine_metrics import EngineMetricsUnavailable, parse
 from mars.serve.metrics import Metrics
 from mars.serve.reconcile import REQUEST_ID_HEADER, DrainWatch, Ledger, Relayed
@@ -56,17 +57,21 @@ llamacpp:requests_deferred 0
 
 
 def test_the_engines_counters_are_read_as_each_engine_means_them():
-    v = parse("vllm", VLLM_METRICS)
+    v = parse(VLLMProtocol, VLLM_METRICS)
     assert (v.generated, v.prompt, v.cached, v.computed, v.hits) == (50, 143, 70, 73, 64)
     assert (v.running, v.waiting) == (2, 1)
     # llama.cpp counts the computed prompt tokens, "excluding cached tokens"
-    lc = parse("llama.cpp", LLAMA_METRICS)
+    lc = parse(LlamaCppProtocol, LLAMA_METRICS)
     assert (lc.generated, lc.prompt, lc.cached, lc.computed, lc.running) == (62, 16, 3, 13, 1)
-    before = parse("llama.cpp", LLAMA_METRICS.replace(" 62", " 60"))
+    before = parse(LlamaCppProtocol, LLAMA_METRICS.replace(" 62", " 60"))
     assert lc.minus(before)["generated"] == 2
-    for kind, text in (("vllm", LLAMA_METRICS), ("openai", VLLM_METRICS), ("vllm", "{")):
+    for protocol, text in (
+        (VLLMProtocol, LLAMA_METRICS),
+        (OpenAITextProtocol, VLLM_METRICS),  # a server whose counters are not known
+        (VLLMProtocol, "{"),
+    ):
         with pytest.raises(EngineMetricsUnavailable):
-            parse(kind, text)
+            parse(protocol, text)
 
 
 def test_every_upstream_request_is_named_after_its_question_and_counted_by_kind(tmp_path):
@@ -175,7 +180,7 @@ class _Http:
 
 
 def _replica(texts, in_flight=0):
-    backend = SimpleNamespace(http=_Http(texts), protocol=SimpleNamespace(kind="llama.cpp"))
+    backend = SimpleNamespace(http=_Http(texts), protocol=LlamaCppProtocol("m"))
     return SimpleNamespace(url="http://e.test", backend=backend, in_flight=in_flight)
 
 

@@ -44,6 +44,7 @@ pytest.importorskip("starlette")
 from serving import serving
 
 import serve.test_llama_server as live
+from mars.engines.server import PROTOCOLS
 from mars.serve.engine_metrics import EngineCounters, parse, samples
 from mars.serve.reconcile import KINDS, STATES
 from mars.serve.upstreams import STREAMED
@@ -59,7 +60,7 @@ BLOCK = {"vllm": 32, "llama.cpp": 1}
 
 
 def engine(up) -> EngineCounters:
-    return parse(up.kind, httpx.get(up.url + "/metrics", timeout=10).text)
+    return parse(PROTOCOLS[up.kind], httpx.get(up.url + "/metrics", timeout=10).text)
 
 
 def steps(up) -> float:

@@ -7,11 +7,18 @@ import pytest
 
 pytest.importorskip("starlette")
 
+from mars.engines.base import ProbeResult, TraceResult
+from mars.engines.generate import TraceRecord
 from mars.serve.solve import full_budget
 
 
-def _main(*lengths: int) -> list[dict]:
-    return [{"trace_idx": 4 + j, "length": n} for j, n in enumerate(lengths)]
+def _trace(length: int, final: str | None = None, probes=()) -> TraceRecord:
+    result = TraceResult(length=length, final_answer=final, finished=final is not None)
+    return TraceRecord(result, [(p, ProbeResult(a)) for p, a in probes])
+
+
+def _main(*lengths: int) -> dict[int, TraceRecord]:
+    return {4 + j: _trace(n) for j, n in enumerate(lengths)}
 
 
 def test_no_trace_stopped_is_exact():
@@ -37,20 +44,12 @@ def test_a_stopped_trace_runs_to_the_mean_length_of_those_that_went_past_it():
 def test_the_votes_held_at_the_stop():
     from mars.serve.solve import held_at_stop
 
-    def row(j, final, probes, length=4096):
-        return {
-            "trace_idx": j,
-            "final_answer": final,
-            "length": length,
-            "probes": [{"position": p, "answer": a} for p, a in probes],
-        }
-
-    main = [
-        row(4, "64", [(2048, "100")], 3000),  # ended before the stop: its final answer
-        row(5, None, [(2048, "100"), (4096, "64")]),  # stopped at 4096: its probe there
-        row(6, None, [(2048, "7")]),  # stopped earlier (pruned at 2048): its last probe
-        row(7, None, [], 0),  # never launched: no vote
-    ]
+    main = {
+        4: _trace(3000, "64", [(2048, "100")]),  # ended before the stop: its final answer
+        5: _trace(4096, None, [(2048, "100"), (4096, "64")]),  # stopped at 4096: its probe there
+        6: _trace(4096, None, [(2048, "7")]),  # stopped earlier (pruned at 2048): its last probe
+        7: _trace(0),  # never launched: no vote
+    }
     assert held_at_stop(main, {5, 6}, 4096) == ["64", "64", "7"]
     assert held_at_stop(main, set(), None) == ["64"]  # the budget: final answers only
 
@@ -127,3 +126,36 @@ def test_a_trace_never_launched_counts_in_the_full_budget():
         assert m["full_budget_basis"].startswith("estimate")
         assert m["savings"]["paper"] >= 1 - m["traces_started"] / 64 - 0.15, m
         assert main < full
+
+
+def test_the_answers_text_is_read_off_the_runs_traces():
+    """A trace that ended with the answer gives its text; where only probes gave it (every trace
+    that held it was stopped), the last such probe's completion up to its closing brace; the
+    warmup's traces are looked at after the main ones."""
+    from types import SimpleNamespace
+
+    from mars.serve.solve import _outcome
+
+    def run(traces, answer, stopped=()):
+        return SimpleNamespace(
+            traces=traces, warmup=1, n_traces=len(traces) - 1, answer=answer,
+            stopped_traces=list(stopped), stop_position=8, launched=None,
+        )  # fmt: skip
+
+    def probed(raw):
+        result = TraceResult(length=8, final_answer=None, finished=False, text="so far")
+        return TraceRecord(result, [(8, ProbeResult("5", raw, None, 9, 4, 3))])
+
+    ended = TraceRecord(TraceResult(12, "5", True, text="it is \\boxed{5}"))
+    warm = TraceRecord(TraceResult(12, "5", True, text="warm: \\boxed{5}"))
+    q, plan = SimpleNamespace(stop=(), return_traces=False), SimpleNamespace(max_tokens=64)
+    out = _outcome(run([warm, probed("5} more"), ended], "5", [1]), q, plan, 7, 0.0)
+    assert out.content == "it is \\boxed{5}" and out.finish_reason == "stop"
+    assert out.votes == [{"answer": "5", "votes": 2}]
+    assert (out.probe_generated, out.probe_prompt_uncached) == (3, 5)
+    out = _outcome(run([warm, probed("5} more")], "5", [1]), q, plan, 7, 0.0)
+    assert out.content == "warm: \\boxed{5}"  # the warmup's, after the main traces
+    out = _outcome(run([probed(None), probed("{5}} more")], "5", [1]), q, plan, 7, 0.0)
+    assert out.content == "{5}"
+    out = _outcome(run([probed(None), probed(None)], "5", [1]), q, plan, 7, 0.0)
+    assert out.content == "\\boxed{5}"

@@ -28,7 +28,15 @@ from .errors import (
 )
 from .llamacpp import LlamaCppProtocol
 from .openai_text import OpenAITextProtocol
-from .protocol import Completion, Protocol, Sampling, TraceKey, generation_seed, probe_seed
+from .protocol import (
+    Completion,
+    MetricsReading,
+    Protocol,
+    Sampling,
+    TraceKey,
+    generation_seed,
+    probe_seed,
+)
 from .retry import MAX_BACKOFF, RETRY_STATUS, RetryPolicy
 from .sglang import SGLangProtocol
 from .transport import Http, answer_limit, normalise_base_url
@@ -47,6 +55,7 @@ __all__ = [
     "Completion",
     "Http",
     "LlamaCppProtocol",
+    "MetricsReading",
     "OpenAITextProtocol",
     "Protocol",
     "RetryPolicy",

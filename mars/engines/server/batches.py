@@ -19,7 +19,6 @@ from ..tokens import (
     window_conf,
 )
 from .errors import ServerError
-from .llamacpp import LlamaCppProtocol
 from .openai_text import text_cut
 from .protocol import TraceKey, generation_seed, probe_seed
 
@@ -103,12 +102,12 @@ class ServerTraceBatch(TokenTraceBatch):
 
     def _count_missing(self, j: int, confs: Sequence[float]) -> None:
         """Count the log-probabilities trace ``j``'s last request left out (its last
-        ``len(confs)`` tokens) that the server had no reason to leave out.  llama.cpp leaves out
-        those of a token after which the text ends inside a multi-byte character (its
-        documented behaviour: text in a script the vocabulary splits into bytes has many);
-        anything else missing is the server's fault."""
+        ``len(confs)`` tokens) that the server had no reason to leave out.  Some (llama.cpp)
+        leave out those of a token after which the text ends inside a multi-byte character
+        (:attr:`~.protocol.Protocol.omits_logprobs_inside_characters`); anything else missing is
+        the server's fault."""
         ids, base = self._ids[j], len(self._ids[j]) - len(confs)
-        inside = self.backend.protocol.kind == LlamaCppProtocol.kind
+        inside = self.backend.protocol.omits_logprobs_inside_characters
         for i, v in enumerate(confs):
             if math.isnan(v) and not (inside and self._ends_inside_a_character(ids, base + i)):
                 self._missing[j] += 1

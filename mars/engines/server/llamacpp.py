@@ -15,6 +15,7 @@ from ..tokens import (
 from .errors import ServerError
 from .protocol import (
     Completion,
+    MetricsReading,
     Protocol,
     Sampling,
     dig,
@@ -40,6 +41,18 @@ class LlamaCppProtocol(Protocol):
     #: llama.cpp stops a request only when its stream closes (a non-streamed one runs to its end
     #: after its connection is gone)
     streamed = True
+    #: its documented behaviour: text in a script the vocabulary splits into bytes has many
+    omits_logprobs_inside_characters = True
+    #: llama.cpp counts the prompt tokens it computed ("excluding cached tokens"), and the cached
+    #: ones apart; it serves ``/metrics`` only when started with ``--metrics``
+    metrics_reading = MetricsReading(
+        generated="llamacpp:tokens_predicted_total",
+        running="llamacpp:requests_processing",
+        waiting="llamacpp:requests_deferred",
+        cached=("llamacpp:prompt_tokens_cached_total",),
+        computed="llamacpp:prompt_tokens_total",
+        flag="--metrics",
+    )
     #: the sampler chain of vLLM and SGLang (temperature first), nothing else
     SAMPLERS = ("temperature", "top_k", "top_p", "min_p")
 

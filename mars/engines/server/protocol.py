@@ -68,6 +68,29 @@ class Completion:
     server_tokens: int | None = None
 
 
+@dataclass(frozen=True)
+class MetricsReading:
+    """Where a server's own counters are in its Prometheus ``GET /metrics``: each a sample name
+    (its labels summed over), read by ``mars serve`` (:mod:`mars.serve.engine_metrics`) to
+    reconcile its counts with the engine's and to time a stop's drain."""
+
+    #: tokens generated, aborted requests' tokens included
+    generated: str
+    #: requests being generated now, and queued
+    running: str
+    waiting: str
+    #: prompt tokens served from the prefix cache: the first of these the server has
+    cached: tuple[str, ...]
+    #: the prefix cache's hits (tokens), where the server counts them apart from ``cached``
+    hits: str | None = None
+    #: every prompt token ...
+    prompt: str | None = None
+    #: ... or, where the server counts those instead, only the prompt tokens it computed
+    computed: str | None = None
+    #: the flag the server is started with to serve ``/metrics`` (None: it always does)
+    flag: str | None = None
+
+
 @dataclass
 class Sampling:
     temperature: float
@@ -164,7 +187,8 @@ def top_confidence(values: Sequence[Any], where: str) -> float:
 class Protocol:
     """How one kind of server is asked for a completion and how its answer reads, and everything
     else that differs by server: what it calls itself, how many requests it takes at once,
-    whether its tokenizer can be asked over HTTP, whether ``mars serve`` streams to it.  Each
+    whether its tokenizer can be asked over HTTP, whether ``mars serve`` streams to it and where
+    its counters are.  Each
     default here is what a server that says nothing more gets; a server's module overrides what
     differs (docs/backends.md, "Add a server")."""
 
@@ -187,6 +211,13 @@ class Protocol:
     #: when its stream closes, so that a cancelled question stops there at once); each stream is
     #: read back into the unstreamed answer by :meth:`merge_stream`
     streamed = False
+    #: whether the server leaves out the log-probabilities of a token after which the text ends
+    #: inside a multi-byte character (no fault of its own, so not counted against it:
+    #: :meth:`~.batches.ServerTraceBatch._count_missing`)
+    omits_logprobs_inside_characters = False
+    #: where its own counters are in its ``/metrics`` (None: not known, so ``mars serve`` does
+    #: not reconcile with them)
+    metrics_reading: MetricsReading | None = None
 
     def __init__(self, model: str):
         self.model = model

@@ -14,6 +14,7 @@ from ..tokens import (
 from .errors import ServerError
 from .protocol import (
     Completion,
+    MetricsReading,
     Protocol,
     Sampling,
     dig,
@@ -38,6 +39,15 @@ class SGLangProtocol(Protocol):
     )
     seeds = "sampling_seed per request (honoured under --enable-deterministic-inference)"
     owned_by = ("sglang",)
+    #: SGLang's documented names (``--enable-metrics``), not pinned by a test here
+    metrics_reading = MetricsReading(
+        generated="sglang:generation_tokens_total",
+        running="sglang:num_running_reqs",
+        waiting="sglang:num_queue_reqs",
+        cached=("sglang:cached_tokens_total",),
+        prompt="sglang:prompt_tokens_total",
+        flag="--enable-metrics",
+    )
 
     def info_paths(self) -> tuple[str, ...]:
         return ("/get_server_info", "/get_model_info")

@@ -15,6 +15,7 @@ from ..tokens import (
 from .errors import ServerError
 from .protocol import (
     Completion,
+    MetricsReading,
     Protocol,
     Sampling,
     dig,
@@ -39,6 +40,16 @@ class VLLMProtocol(Protocol):
     seeds = "per request (a generator per request)"
     owned_by = ("vllm",)
     serves_tokenizer = True
+    #: vLLM counts every prompt token, and the cached ones apart (as its answers'
+    #: ``cached_tokens``, vLLM 0.11 on; its prefix cache's hits before)
+    metrics_reading = MetricsReading(
+        generated="vllm:generation_tokens_total",
+        running="vllm:num_requests_running",
+        waiting="vllm:num_requests_waiting",
+        cached=("vllm:prompt_tokens_cached_total", "vllm:prefix_cache_hits_total"),
+        hits="vllm:prefix_cache_hits_total",
+        prompt="vllm:prompt_tokens_total",
+    )
 
     def info_paths(self) -> tuple[str, ...]:
         return ("/version",)

@@ -1,8 +1,9 @@
 """docs/backends.md's "Add a server" recipe, run: its code block, written as a module and given
 its entry in :data:`~mars.engines.server.PROTOCOLS`, drives a fake server of that flavour through
 the backend (the server named, its report read, its default concurrency, a pool generated and
-read exactly); without the entry the same server is refused.  Nothing in ``mars/`` names the
-flavour: the module and the entry are all a new server takes."""
+read exactly, its counters read by ``mars serve``); without the entry the same server is
+refused.  Nothing in ``mars/`` names the flavour: the module and the entry are all a new server
+takes."""
 
 from __future__ import annotations
 
@@ -32,6 +33,19 @@ from mars.store.pool import read_trace_table  # noqa: E402
 DOC = REPO / "docs" / "backends.md"
 #: what the fake server reports at the recipe's report path
 LIMITS = {"max_running": 3, "max_context": 2048, "version": "acme-1.2"}
+#: its counters, in the series the recipe names
+METRICS = """\
+# TYPE acme_generated_tokens_total counter
+acme_generated_tokens_total{model="m"} 50.0
+# TYPE acme_prompt_tokens_total counter
+acme_prompt_tokens_total{model="m"} 143.0
+# TYPE acme_prompt_tokens_cached_total counter
+acme_prompt_tokens_cached_total{model="m"} 70.0
+# TYPE acme_requests_running gauge
+acme_requests_running{model="m"} 2.0
+# TYPE acme_requests_queued gauge
+acme_requests_queued{model="m"} 1.0
+"""
 
 
 def recipe() -> str:
@@ -76,9 +90,15 @@ class FakeAcme(fake.FakeServer):
     def info(self) -> dict:
         return {"/acme/limits": dict(LIMITS)}
 
+    async def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=METRICS)
+        return await super().handler(request)
+
 
 def test_the_recipe_is_a_module_of_its_own_flavour(flavour):
     assert flavour.kind == "acme" and flavour.owned_by == ("acme",)
+    assert "metrics_reading" in vars(flavour)  # its own counters, not vLLM's
     assert flavour.kind not in PROTOCOLS  # not registered until its entry is added
     package = Path(inspect.getfile(Protocol)).parents[2]  # mars/
     naming = [p for p in package.rglob("*.py") if "acme" in p.read_text().lower()]
@@ -111,6 +131,17 @@ def test_with_its_entry_the_backend_drives_it(registered, tmp_path):
         want = [token_confidence([lp for lp, _ in t[:CONF_TOP_K]]) for t in tops]
         assert first["max_tokens"] == 8
         assert row["confs"][: len(tops)] == [float(np.float16(w)) for w in want]
+    be.close()
+
+
+def test_mars_serve_reads_its_counters_where_it_says(registered):
+    pytest.importorskip("prometheus_client")
+    from mars.serve.engine_metrics import read_engine
+
+    be = backend(FakeAcme())
+    c = read_engine(be)
+    assert (c.generated, c.prompt, c.cached, c.computed, c.hits) == (50, 143, 70, 73, 70)
+    assert (c.running, c.waiting) == (2, 1)
     be.close()
 
 
