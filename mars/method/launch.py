@@ -36,7 +36,8 @@ import numpy as np
 
 from ..errors import SimulationError
 from .deepconf import KEEP_ALL
-from .voting import UNIFORM
+from .stopping import Snapshot
+from .voting import UNIFORM, leader, tally
 
 if TYPE_CHECKING:
     from .deepconf import Filter
@@ -109,6 +110,9 @@ class Launch:
 
     name: ClassVar[str] = "together"
     staged: ClassVar[bool] = False
+    #: a later launch may start while the one before still runs (:class:`Early`): the walk keeps
+    #: one clock for all of them (:meth:`mars.method.walk.MethodRun.step`)
+    overlaps: ClassVar[bool] = False
     live: ClassVar[bool] = True
     #: the launch is planned from the question's warmup traces (which a live run pays for)
     reads_warmup: ClassVar[bool] = False
@@ -165,6 +169,82 @@ class Planned(Waves):
         return plan(warm_final, walk.arr.n_answers, self.wave(walk), B, alpha)
 
 
+def _ended_on(snap: Snapshot, wave: int, held: bool = True) -> Snapshot:
+    """The optimistic end of a first wave of ``wave`` traces: each of its running traces ends on
+    the answer it holds, one holding none on the leader; the traces not launched stay answers
+    still to be drawn."""
+    ids = snap.ids.copy()
+    run = snap.running.copy()
+    pend = np.zeros_like(run) if snap.pending is None else snap.pending.copy()
+    first = np.zeros(ids.shape, dtype=bool)
+    first[:, :wave] = True
+    silent = first & run & ((ids < 0) | (not held))
+    ids = np.where(silent & (snap.lead >= 0)[:, None], snap.lead[:, None], ids)
+    run &= ~first
+    pend &= ~first
+    eligible = (ids >= 0) & ~pend
+    votes = tally(ids, snap.weights, eligible, snap.n_answers)
+    lead, has = leader(votes, ids, eligible) if snap.first_seen else leader(votes)
+    return Snapshot(
+        k=snap.k,
+        position=snap.position,
+        rows=snap.rows,
+        ids=ids,
+        eligible=eligible,
+        weights=snap.weights,
+        votes=votes,
+        lead=lead,
+        has_votes=has,
+        running=run | pend,
+        n_answers=snap.n_answers,
+        pending=pend,
+        first_seen=snap.first_seen,
+    )
+
+
+@dataclass(frozen=True)
+class Early(Waves):
+    """A first wave of ``wave_size`` traces, and every other trace launched the moment the wave
+    cannot decide the question by its end (``sc-mars2-early``): at each checkpoint of the first
+    wave the rule asks itself whether it would stop had the wave's running traces all ended on
+    the answers they hold now (a trace holding none on the leader), every trace not launched
+    still an answer to be drawn; where even that optimistic end would not stop, waiting for the
+    wave buys nothing, and the rest start there, at that checkpoint, while the wave goes on. A
+    wave that ends without a stop and without that launches the rest then. Until the first
+    trace answers the wave is not judged. The launches overlap, so what a user waits for is the
+    later of the wave's end and the rest's, not their sum.
+
+    ``margin`` (≤ 1, for studies): launch already where the optimistic risk exceeds ``margin``
+    times the rule's level."""
+
+    name: ClassVar[str] = "early"
+    overlaps: ClassVar[bool] = True
+    margin: float = 1.0
+    held: bool = False
+
+    def launches(self, walk: WalkView) -> list[tuple[int, int]]:
+        B, w = walk.samples.shape[1], self.wave(walk)
+        return [(0, w)] if w >= B else [(0, w), (w, B)]
+
+    def check(self, method: str, rule: Rule, voting: Voting, filter: Filter) -> None:
+        super().check(method, rule, voting, filter)
+        if not hasattr(rule, "risk") or not hasattr(rule, "alpha"):
+            raise SimulationError(f"method {method}: an early launch needs a rule with a risk")
+
+    def launch_now(self, rule: Rule, snap: Snapshot, wave: int) -> np.ndarray:
+        """bool [len(snap.rows)]: the rows whose first wave, ended optimistically
+        (:func:`_ended_on`), would not stop: launch the rest now. A row with no answer yet
+        waits."""
+        opt = _ended_on(snap, wave, self.held)
+        if self.margin == 1.0:
+            stops = rule.check(opt)
+        else:
+            alpha = rule.alpha  # type: ignore[attr-defined]
+            stops = opt.has_votes & (rule.risk(opt) <= self.margin * alpha)  # type: ignore[attr-defined]
+        return snap.has_votes & ~stops
+
+
 TOGETHER: Launch = Together()
 WAVES: Launch = Waves()
 PLANNED: Launch = Planned()
+EARLY: Launch = Early()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SimulationError, UsageError
 from .deepconf import DEEPCONF_ONLINE, KEEP_ALL, Filter
-from .launch import PLANNED, TOGETHER, WAVES, Launch
+from .launch import EARLY, PLANNED, TOGETHER, WAVES, Launch
 from .voting import CONFIDENCE, UNIFORM, Voting
 
 if TYPE_CHECKING:
@@ -509,6 +509,13 @@ _METHODS = [
         RISK,
         q="learned",
         launch=PLANNED,
+    ),
+    Method(
+        "sc-mars2-early",
+        "MARS2, the rest launched early ({wave_size})",
+        RISK,
+        q="learned",
+        launch=EARLY,
     ),
     Method(
         "dco-mars2",
