@@ -566,9 +566,8 @@ def _run_early(
                         probes = dict(zip(live.tolist(), results))
                 told.append((batch, first, target, probes))
             if say is not None:
-                say(
-                    f"checkpoint {t + 1}: {sum(int((~np.asarray(b.ended)).sum()) for b, *_ in runs)} running"
-                )
+                going = sum(int((~np.asarray(b.ended)).sum()) for b, *_ in runs)
+                say(f"checkpoint {t + 1} of the clock: {going} running")
             if ctl.tick(told):
                 for batch, *_ in runs:
                     live = np.flatnonzero(~np.asarray(batch.ended))

@@ -540,7 +540,7 @@ class Stopper:
         else:
             self.walk.step(k, self._told(k))
         walk = self.walk
-        p = walk.clock(k)
+        p = walk.position(k, 0)
         if not walk.active[0]:
             a = int(walk.answer[0])
             self.done = Decision(

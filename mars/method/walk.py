@@ -478,6 +478,15 @@ class MethodRun:
         step = int(grid[-1] - grid[-2]) if m > 1 else int(grid[0])
         return int(grid[-1]) + (t - m + 1) * step
 
+    def position(self, t: int, row: int) -> int:
+        """Where in its traces iteration ``row`` is when the clock reads ``t``: the position of
+        the checkpoint the traces launched last are at (as a staged launch's stop is placed in
+        its launch)."""
+        grid, m = self.arr.grid, len(self.arr.grid)
+        s = int(self.second_at[row])
+        k = t - s - 1 if 0 <= s < t else t
+        return int(grid[min(k, m - 1)])
+
     def local(self, t: int, rows: np.ndarray) -> np.ndarray:
         """int [len(rows), B]: the checkpoint of its own grid each sampled trace is at when the
         clock reads ``t`` (-1: not launched). The first launch starts with the clock; the rest,
@@ -695,7 +704,10 @@ class MethodRun:
         position = grid[np.minimum(stop_k, m - 1)].astype(np.int64)
         if early is not None:
             position = np.array(
-                [grid[-1] if a else self.clock(int(k)) for a, k in zip(self.active, stop_k)],
+                [
+                    grid[-1] if a else self.position(int(k), i)
+                    for i, (a, k) in enumerate(zip(self.active, stop_k))
+                ],
                 dtype=np.int64,
             )
             probe_tokens = self._early_probe_tokens(loc)
