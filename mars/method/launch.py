@@ -1,10 +1,13 @@
-"""When a sample's traces start: a launch policy, a part of a method; and how many traces
-width-adaptive MARS2 launches first, planned from the warmup (``sc-mars2-launch``).
+"""When a sample's traces start: a launch policy, a part of a method; how many traces
+width-adaptive MARS2 launches first, planned from the warmup (``sc-mars2-launch``); and when the
+rest start beside a first wave that cannot decide (``sc-mars2-early``).
 
 A launch policy (:class:`Launch`) says which traces of a sample start together: all of them
-(:data:`TOGETHER`, the paper's walk), waves of ``wave_size`` (:data:`WAVES`), or a first wave
-planned from the warmup and then the rest (:data:`PLANNED`). The walk
-(:class:`mars.method.walk.MethodRun`) runs the same step over each launch in turn.
+(:data:`TOGETHER`, the paper's walk), waves of ``wave_size`` (:data:`WAVES`), a first wave
+planned from the warmup and then the rest (:data:`PLANNED`), or a first wave and the rest
+launched at the checkpoint of it where it can no longer decide, beside it (:data:`EARLY`). The
+walk (:class:`mars.method.walk.MethodRun`) runs the same step over each launch in turn, or, for
+launches that overlap, over all of them on one clock.
 
 MARS2 in waves (``sc-mars2-waves``) launches ``wave_size`` traces and the next wave only once a
 wave has ended without a stop; to the risk, every trace not yet launched is an answer still to be
@@ -123,6 +126,12 @@ class Launch:
     def check(self, method: str, rule: Rule, voting: Voting, filter: Filter) -> None:
         """Refuse a method this policy cannot run (one line)."""
 
+    def launch_now(self, rule: Rule, snap: Snapshot, wave: int) -> np.ndarray:
+        """Overlapping launches (:attr:`overlaps`): bool [len(snap.rows)], the rows whose next
+        launch starts at this checkpoint of the first ``wave`` traces (else once they have all
+        ended)."""
+        return np.zeros(len(snap.rows), dtype=bool)
+
 
 @dataclass(frozen=True)
 class Together(Launch):
@@ -169,10 +178,10 @@ class Planned(Waves):
         return plan(warm_final, walk.arr.n_answers, self.wave(walk), B, alpha)
 
 
-def _ended_on(snap: Snapshot, wave: int, held: bool = True) -> Snapshot:
+def _ended_on(snap: Snapshot, wave: int, held: bool = False) -> Snapshot:
     """The optimistic end of a first wave of ``wave`` traces: each of its running traces ends on
-    the answer it holds, one holding none on the leader; the traces not launched stay answers
-    still to be drawn."""
+    the leader (``held``: on the answer it holds, one holding none on the leader); the traces
+    not launched stay answers still to be drawn."""
     ids = snap.ids.copy()
     run = snap.running.copy()
     pend = np.zeros_like(run) if snap.pending is None else snap.pending.copy()
@@ -205,17 +214,20 @@ def _ended_on(snap: Snapshot, wave: int, held: bool = True) -> Snapshot:
 @dataclass(frozen=True)
 class Early(Waves):
     """A first wave of ``wave_size`` traces, and every other trace launched the moment the wave
-    cannot decide the question by its end (``sc-mars2-early``): at each checkpoint of the first
-    wave the rule asks itself whether it would stop had the wave's running traces all ended on
-    the answers they hold now (a trace holding none on the leader), every trace not launched
-    still an answer to be drawn; where even that optimistic end would not stop, waiting for the
-    wave buys nothing, and the rest start there, at that checkpoint, while the wave goes on. A
-    wave that ends without a stop and without that launches the rest then. Until the first
-    trace answers the wave is not judged. The launches overlap, so what a user waits for is the
-    later of the wave's end and the rest's, not their sum.
+    can no longer decide the question by its end (``sc-mars2-early``): at each checkpoint of the
+    first wave the rule asks itself whether it would stop had every running trace of the wave
+    ended on the current leader, every trace not launched still an answer to be drawn
+    (:func:`_ended_on`); where even that most optimistic end would not stop — the wave's ended
+    traces already disagree too much — waiting for the wave buys nothing, and the rest start
+    there, at that checkpoint, while the wave goes on. A wave that ends without a stop and
+    without that launches the rest then. Until a trace of the wave answers it is not judged.
+    The launches overlap, so what a user waits for is the later of the wave's end and the
+    rest's, not their sum; nothing is fitted (the rule and its level are the method's).
 
-    ``margin`` (≤ 1, for studies): launch already where the optimistic risk exceeds ``margin``
-    times the rule's level."""
+    For studies (research/calibration/early.py): ``held`` judges the wave with its running
+    traces on the answers they hold now (those holding none on the leader); ``margin`` launches
+    already where the optimistic risk exceeds ``margin`` times the rule's level (the level
+    alone, without the rule's other conditions)."""
 
     name: ClassVar[str] = "early"
     overlaps: ClassVar[bool] = True

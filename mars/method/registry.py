@@ -541,7 +541,7 @@ SELF_CONSISTENCY, DEEPCONF = PIPELINES
 #: what live runs and the library decide with unless told otherwise
 DEFAULT_METHOD = "sc-mars-cal"
 #: the default method where a calibration learned once replaces the warmup (docs/simulate.md)
-CALIBRATED_METHOD = "sc-mars2-launch"
+CALIBRATED_METHOD = "sc-mars2-early"
 
 
 @dataclass(frozen=True)

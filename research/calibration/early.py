@@ -1,4 +1,4 @@
-"""When to launch the rest of a sample (issue 40, item 4): paid tokens against what a user waits for.
+"""When to launch the rest of a sample (issue 40, item 4): paid tokens against the user's wait.
 
 MARS2 with a calibration (no warmup) at n = 64, against plain self-consistency (every trace to its
 end), for the launch policies of `mars.method.launch` and a few alternatives:
@@ -82,9 +82,11 @@ def sp500_pool(dataset: str) -> Path:
     out = CACHE / f"qwen3-8b.{dataset}.s1.sp500"
     if not (out / "pool.json").exists():
         subprocess.run(
-            [sys.executable, "-m", "mars.cli", "generate", "--backend", "synthetic"]
-            + ["--preset", "qwen3-8b", "--problems", dataset, "--traces", "128", "--seed", "1"]
-            + ["--spacing", "500", "--out", str(out), "-q"],
+            [
+                *(sys.executable, "-m", "mars.cli", "generate", "--backend", "synthetic"),
+                *("--preset", "qwen3-8b", "--problems", dataset, "--traces", "128", "--seed", "1"),
+                *("--spacing", "500", "--out", str(out), "-q"),
+            ],
             check=True,
         )
     return out
