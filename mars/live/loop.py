@@ -48,10 +48,12 @@ One run writes into ``OUT`` at a time (its lock); a second waits its turn.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -527,8 +529,9 @@ def _run_early(
     the rest start at the checkpoint after which the stopper launched them, while the first goes
     on; every checkpoint of the one clock, each launched batch advances to its own checkpoint
     (past its grid: to its end), its running traces are probed there, and the stopper decides
-    over all of them. Returns the N traces' records (a trace never launched: no tokens, no
-    answer) and how many traces were launched."""
+    over all of them (where the engine takes two batches at once, they advance side by side,
+    :attr:`mars.engines.base.Backend.concurrent_batches`). Returns the N traces' records (a
+    trace never launched: no tokens, no answer) and how many traces were launched."""
     stopper = ctl.stopper
     grid = [int(p) for p in ctl.grid]
     m = len(grid)
@@ -546,8 +549,9 @@ def _run_early(
                     say(f"launching traces {launched + 1}–{hi} of {ctl.n}")
                 batch = backend.start(problem, hi - launched, seed, first_trace=warmup + launched)
                 runs.append((batch, launched, t, [TraceRecord(None) for _ in range(batch.n)]))  # type: ignore[arg-type]
-            told = []
-            for batch, first, start, recs in runs:
+
+            def checkpoint(run: tuple, t: int = t) -> tuple[TraceBatch, int, int, dict]:
+                batch, first, start, recs = run
                 local = t - start  # launched after checkpoint start - 1: its own checkpoint
                 target = grid[local] if local < m else cap
                 cancel.check()
@@ -561,10 +565,23 @@ def _run_early(
                     live = np.flatnonzero(~ended & (np.asarray(batch.lengths) == target))
                     if live.size:
                         results = batch.probe(live)
+                        if len(results) != live.size:
+                            raise RuntimeError(
+                                f"backend returned {len(results)} probes for {live.size} traces"
+                            )
                         for j, r in zip(live.tolist(), results):
                             recs[j].probes.append((target, r))
                         probes = dict(zip(live.tolist(), results))
-                told.append((batch, first, target, probes))
+                return batch, first, target, probes
+
+            if len(runs) > 1 and backend.concurrent_batches:  # side by side at the server
+                with ThreadPoolExecutor(len(runs)) as pool:
+                    jobs = [
+                        pool.submit(contextvars.copy_context().run, checkpoint, r) for r in runs
+                    ]
+                    told = [job.result() for job in jobs]
+            else:
+                told = [checkpoint(r) for r in runs]
             if say is not None:
                 going = sum(int((~np.asarray(b.ended)).sum()) for b, *_ in runs)
                 say(f"checkpoint {t + 1} of the clock: {going} running")
