@@ -112,6 +112,11 @@ def _launch(method: Any) -> str:
             "; its launch planned from the warmup: one first wave (doubled while the rule's risk "
             "at its end would stay above α), then the rest at once"
         )
+    if name == "early":
+        return (
+            "; traces launched in a first wave of `--wave-size`, the rest at the first checkpoint "
+            "where even the wave's most optimistic end would not stop (the launches overlap)"
+        )
     if method.width == 1:
         return "; on the first trace of each sample only"
     if method.width is not None:
@@ -132,7 +137,7 @@ def methods_table() -> str:
     for m in METHODS.values():
         rule = m.rule
         knobs = [k for k in rule.knobs if k != "gamma"]
-        if _launch(m).startswith(("; traces launched", "; its launch")):
+        if _launch(m).startswith(("; traces launched", "; its launch")):  # waves, planned, early
             knobs.append("wave_size")
         gamma = gammas.get(rule.gamma, "`--gamma`" if "gamma" in rule.knobs else "–")
         name = f"`{m.name}`" if m.reference else f"**`{m.name}`**"

@@ -124,6 +124,9 @@ class Backend(ABC):
 
     name: str = "backend"
     model: str = ""
+    #: two batches of it may advance at once, from two threads (a server: each request its own;
+    #: an in-process engine: no): overlapping launches then run side by side
+    concurrent_batches: bool = False
 
     @staticmethod
     def check_start(n_traces: int, seed: int, first_trace: int) -> None:

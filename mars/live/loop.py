@@ -48,17 +48,20 @@ One run writes into ``OUT`` at a time (its lock); a second waits its turn.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from ..engines import cancel
 from ..engines.base import Backend, TraceBatch, TraceResult
 from ..engines.generate import (
     TraceRecord,
@@ -278,6 +281,47 @@ class _Controller:
             self.watch(Checkpoint(p, answers, running, d.stop, d.answer, d.label))
         return d.stop
 
+    def tick(self, batches: Sequence[tuple[TraceBatch, int, int, dict]]) -> bool:
+        """One checkpoint of the clock of overlapping launches: each launched batch (batch,
+        its first trace among the N, its own checkpoint position, its probes there) tells the
+        stopper what its traces hold (:meth:`mars.live.stepper.Stopper.step`). True if the rule
+        stopped; then every running trace is marked stopped."""
+        t0 = time.perf_counter()
+        answers: list[str | None] = []
+        running: list[bool] = []
+        confs: list[float] | None = (
+            [] if self.confs is not None and self.n_warm and self.stopper.conf is not None else None
+        )
+        for batch, first, p, probes in batches:
+            ended = np.asarray(batch.ended)
+            for i in range(batch.n):
+                j = first + i
+                if ended[i]:
+                    if j not in self.ended:
+                        self.ended[j] = batch.result(i)
+                    answers.append(self.ended[j].final_answer)
+                    token_confs = self.ended[j].confs
+                else:
+                    answers.append(probes[i].answer if i in probes else None)
+                    token_confs = batch.confs_so_far(i)
+                running.append(not ended[i])
+                if confs is not None:
+                    assert self.confs is not None
+                    if token_confs is None:
+                        confs = None
+                    else:
+                        confs.append(self.confs.at(j, p, token_confs, not ended[i]))
+        run = np.array(running, dtype=bool)
+        d = self.stopper.step(answers, run, confs)
+        self.checkpoints += 1
+        if d.stop:
+            self.fired = (d.label, d.position, d.answer)
+            self.stopped[: len(run)] = run
+        self.decide_s += time.perf_counter() - t0
+        if self.watch is not None:
+            self.watch(Checkpoint(d.position, answers, run, d.stop, d.answer, d.label))
+        return d.stop
+
     def land(self, records: Sequence[TraceRecord]) -> bool:
         """A staged method's launch has ended (its traces' records): the rule decides once more,
         and the next launch, if any, becomes :attr:`window`. True if it stopped."""
@@ -365,7 +409,9 @@ def solve(
     say = prefixed(detail, f"q{problem.qid} {m.name}: ")
     if say is not None:
         say(f"starting {n_traces} traces")
-    if m.launch.staged:
+    if m.launch.overlaps:
+        records, launched = _run_early(backend, problem, ctl, seed, warmup, on, say)
+    elif m.launch.staged:
         records, launched = _run_launches(backend, problem, ctl, seed, warmup, on, say)
     else:
         batch = backend.start(problem, n_traces, seed, first_trace=warmup)
@@ -467,6 +513,106 @@ def _run_launches(
         launched = hi
         if ctl.fired is not None or ctl.land(part):
             break
+    ran = [r for r in records if r is not None]
+    unlaunched = TraceResult(
+        length=0,
+        final_answer=None,
+        finished=False,
+        confs=np.zeros(0, np.float16) if any(r.result.confs is not None for r in ran) else None,
+        text="" if any(r.result.text is not None for r in ran) else None,
+        token_ids=np.zeros(0, np.int32)
+        if any(r.result.token_ids is not None for r in ran)
+        else None,
+    )
+    return [r if r is not None else TraceRecord(unlaunched) for r in records], launched
+
+
+def _run_early(
+    backend: Backend,
+    problem: Problem,
+    ctl: _Controller,
+    seed: int,
+    warmup: int,
+    on: Grid,
+    say: Detail | None,
+) -> tuple[list[TraceRecord], int]:
+    """Launches that overlap (:class:`mars.method.launch.Early`): the first launch starts, and
+    the rest start at the checkpoint after which the stopper launched them, while the first goes
+    on; every checkpoint of the one clock, each launched batch advances to its own checkpoint
+    (past its grid: to its end), its running traces are probed there, and the stopper decides
+    over all of them (where the engine takes two batches at once, they advance side by side,
+    :attr:`mars.engines.base.Backend.concurrent_batches`). Returns the N traces' records (a
+    trace never launched: no tokens, no answer) and how many traces were launched."""
+    stopper = ctl.stopper
+    grid = [int(p) for p in ctl.grid]
+    m = len(grid)
+    assert on.max_tokens is not None
+    cap = int(on.max_tokens)
+    #: batch, its first trace among the N, the checkpoint of the clock it started at, records
+    runs: list[tuple[TraceBatch, int, int, list[TraceRecord]]] = []
+    t = 0
+    try:
+        while (cur := stopper.current) is not None:
+            hi = cur[1]
+            launched = runs[-1][1] + runs[-1][0].n if runs else 0
+            if hi > launched:
+                if say is not None:
+                    say(f"launching traces {launched + 1}–{hi} of {ctl.n}")
+                batch = backend.start(problem, hi - launched, seed, first_trace=warmup + launched)
+                runs.append((batch, launched, t, [TraceRecord(None) for _ in range(batch.n)]))  # type: ignore[arg-type]
+
+            def checkpoint(run: tuple, t: int = t) -> tuple[TraceBatch, int, int, dict]:
+                batch, first, start, recs = run
+                local = t - start  # launched after checkpoint start - 1: its own checkpoint
+                target = grid[local] if local < m else cap
+                cancel.check()
+                batch.advance(target)
+                ended = np.asarray(batch.ended)
+                if local >= m and not ended.all():  # past its grid: cut at the cap
+                    batch.stop(np.flatnonzero(~ended))
+                    ended = np.asarray(batch.ended)
+                probes: dict = {}
+                if local < m:
+                    live = np.flatnonzero(~ended & (np.asarray(batch.lengths) == target))
+                    if live.size:
+                        results = batch.probe(live)
+                        if len(results) != live.size:
+                            raise RuntimeError(
+                                f"backend returned {len(results)} probes for {live.size} traces"
+                            )
+                        for j, r in zip(live.tolist(), results):
+                            recs[j].probes.append((target, r))
+                        probes = dict(zip(live.tolist(), results))
+                return batch, first, target, probes
+
+            if len(runs) > 1 and backend.concurrent_batches:  # side by side at the server
+                with ThreadPoolExecutor(len(runs)) as pool:
+                    jobs = [
+                        pool.submit(contextvars.copy_context().run, checkpoint, r) for r in runs
+                    ]
+                    told = [job.result() for job in jobs]
+            else:
+                told = [checkpoint(r) for r in runs]
+            if say is not None:
+                going = sum(int((~np.asarray(b.ended)).sum()) for b, *_ in runs)
+                say(f"checkpoint {t + 1} of the clock: {going} running")
+            if ctl.tick(told):
+                for batch, *_ in runs:
+                    live = np.flatnonzero(~np.asarray(batch.ended))
+                    if live.size:
+                        batch.stop(live)
+                break
+            t += 1
+        for batch, _, _, recs in runs:
+            for j in range(batch.n):
+                recs[j].result = batch.result(j)
+    finally:
+        for batch, *_ in runs:
+            batch.close()
+    records: list[TraceRecord | None] = [None] * ctl.n
+    for batch, first, _, recs in runs:
+        records[first : first + batch.n] = recs
+    launched = runs[-1][1] + runs[-1][0].n if runs else 0
     ran = [r for r in records if r is not None]
     unlaunched = TraceResult(
         length=0,

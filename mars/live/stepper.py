@@ -326,6 +326,10 @@ class Stopper:
         #: a staged method's launches ((first, last + 1) of the N traces), the one running, and
         #: the checkpoints each launch before it took (the walk is replayed launch by launch)
         self.staged = self.method.launch.staged
+        #: launches that overlap (:class:`mars.method.launch.Early`): one clock, ``k`` its
+        #: checkpoints seen; the checkpoint after which the rest launched (-1: not yet)
+        self.early = self.method.launch.overlaps
+        self.launched_at = -1
         self.plan: list[tuple[int, int]] = [(0, N)]
         self.launch_i = 0
         self.steps: list[int] = []
@@ -373,6 +377,11 @@ class Stopper:
         )
         walk = MethodRun(ctx, self.method)
         walk.start()
+        if self.early:
+            for t in range(self.k):
+                walk.step(t, self._told(t))
+            self.walk = walk
+            return
         if self.staged:
             for i, done_steps in enumerate(self.steps):
                 self._open(walk, i)
@@ -395,12 +404,32 @@ class Stopper:
         """The traces (first, last + 1 of the N) of the launch running now: every one for a
         method that starts its traces together; a staged method's current launch, None once
         every launch has run (:meth:`land`) or the method has decided."""
+        if self.early:  # the traces launched so far, a prefix of the N
+            if self.done is not None or self.walk.closed[0]:
+                return None
+            return (0, self.N if self.launched_at >= 0 else self.plan[0][1])
         if self.done is not None or self.launch_i >= len(self.plan):
             return None
         return self.plan[self.launch_i]
 
+    def _local(self, k: int) -> np.ndarray:
+        """Overlapping launches: the checkpoint of its own grid each of the N traces is at when
+        the clock reads ``k`` (-1: not launched; :meth:`mars.method.walk.MethodRun.local`)."""
+        w = self.plan[0][1]
+        loc = np.full(self.N, k, dtype=np.int64)
+        s = self.launched_at
+        loc[w:] = k - s - 1 if 0 <= s < k else -1
+        return loc
+
     def _told(self, k: int) -> np.ndarray:
         """Which of the N traces ran at checkpoint ``k``, as the walk's one row [1, N]."""
+        if self.early:
+            loc = self._local(k)
+            inside = (loc >= 0) & (loc < len(self.grid))
+            told = np.zeros(self.N, dtype=bool)
+            js = np.flatnonzero(inside)
+            told[js] = self.running[js, loc[js]]
+            return told[None]
         return self.running[None, :, k]
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
@@ -423,7 +452,7 @@ class Stopper:
             raise UsageError("every launch has run: call finish()")
         lo, hi = cur
         k, N = self.k, hi - lo
-        if k >= len(self.grid):
+        if k >= len(self.grid) and not self.early:
             raise UsageError(f"all {len(self.grid)} checkpoints of the grid have been seen")
         where = f"checkpoint {k}"
         answers = _answers(answers, N, f"{where}: answers")
@@ -435,7 +464,15 @@ class Stopper:
         confs = (
             None if confidences is None else _numbers(confidences, (N,), f"{where}: confidences")
         )
-        if k:
+        if self.early and k:  # each trace against its own checkpoint before
+            was = self._told(k - 1)[0, :hi] | (self._local(k)[:hi] == 0)
+            again = np.flatnonzero(run & ~was)
+            if again.size:
+                raise UsageError(
+                    f"{where}: running: trace {int(again[0])} had ended at checkpoint {k - 1} "
+                    "and cannot run again"
+                )
+        elif k:
             again = np.flatnonzero(run & ~self.running[lo:hi, k - 1])
             if again.size:
                 raise UsageError(
@@ -450,6 +487,8 @@ class Stopper:
     ) -> Decision:
         """Checkpoint ``self.k`` with the N traces' answer ids, running flags and confidences
         (checked): one step of the walk."""
+        if self.early:
+            return self._advance_early(np.asarray(ids), run, confs)
         k, W = self.k, self.W
         lo, hi = self.plan[self.launch_i]
         self.ids[W + lo : W + hi, k] = ids
@@ -480,6 +519,44 @@ class Stopper:
             return self.done
         return Decision(False, None, "", p, np.flatnonzero((pruned & self.running[:, k])[lo:hi]))
 
+    def _advance_early(
+        self, ids: np.ndarray, run: np.ndarray, confs: np.ndarray | None
+    ) -> Decision:
+        """Checkpoint ``self.k`` of the clock of overlapping launches, for the traces launched
+        so far (a prefix of the N): each trace's answer goes to its own checkpoint, a trace past
+        its grid or ended gives its final answer; one step of the walk, which may launch the
+        rest (:attr:`current` then covers them)."""
+        k, W, m = self.k, self.W, len(self.grid)
+        hi = len(ids)
+        loc = self._local(k)[:hi]
+        inside = np.flatnonzero((loc >= 0) & (loc < m))
+        self.ids[W + inside, loc[inside]] = ids[inside]
+        self.running[inside, loc[inside]] = run[inside]
+        if self.conf is not None and confs is not None:
+            self.conf[W + inside, loc[inside]] = confs[inside]
+        ended = np.flatnonzero(~run)
+        self.final_ids[W + ended] = ids[ended]
+        self.k = k + 1
+        if len(self.groups) > self.width:  # rebuilt and replayed over checkpoints 0..k
+            self._widen()
+        else:
+            self.walk.step(k, self._told(k))
+        walk = self.walk
+        p = walk.position(k, 0)
+        if not walk.active[0]:
+            a = int(walk.answer[0])
+            self.done = Decision(
+                True,
+                self.groups.members[a][0] if a >= 0 else None,
+                str(walk.label[0]),
+                p,
+                np.flatnonzero(run),
+            )
+            return self.done
+        if self.launched_at < 0 and walk.second_at[0] >= 0:
+            self.launched_at = int(walk.second_at[0])
+        return Decision(False, None, "", p, np.zeros(0, dtype=np.int64))
+
     def land(
         self,
         finals: Sequence[str | None],
@@ -492,6 +569,10 @@ class Stopper:
         :meth:`finish`)."""
         if not self.staged:
             raise UsageError(f"method {self.method.name} starts its traces together: no launch")
+        if self.early:
+            raise UsageError(
+                f"method {self.method.name}: its launches overlap; step() every launched trace"
+            )
         cur = self.current
         if cur is None:
             raise UsageError("no launch is running")
@@ -542,6 +623,10 @@ class Stopper:
         it is that stop's decision."""
         if self.done is not None:
             return self.done
+        if self.early:
+            if self.current is not None:
+                raise UsageError("a launch is still running: step() it to its end first")
+            return self._decided(self.walk.finish())
         if self.staged:
             if self.current is not None:
                 raise UsageError("a launch is still running: land() it first")

@@ -1,10 +1,13 @@
-"""When a sample's traces start: a launch policy, a part of a method; and how many traces
-width-adaptive MARS2 launches first, planned from the warmup (``sc-mars2-launch``).
+"""When a sample's traces start: a launch policy, a part of a method; how many traces
+width-adaptive MARS2 launches first, planned from the warmup (``sc-mars2-launch``); and when the
+rest start beside a first wave that cannot decide (``sc-mars2-early``).
 
 A launch policy (:class:`Launch`) says which traces of a sample start together: all of them
-(:data:`TOGETHER`, the paper's walk), waves of ``wave_size`` (:data:`WAVES`), or a first wave
-planned from the warmup and then the rest (:data:`PLANNED`). The walk
-(:class:`mars.method.walk.MethodRun`) runs the same step over each launch in turn.
+(:data:`TOGETHER`, the paper's walk), waves of ``wave_size`` (:data:`WAVES`), a first wave
+planned from the warmup and then the rest (:data:`PLANNED`), or a first wave and the rest
+launched at the checkpoint of it where it can no longer decide, beside it (:data:`EARLY`). The
+walk (:class:`mars.method.walk.MethodRun`) runs the same step over each launch in turn, or, for
+launches that overlap, over all of them on one clock.
 
 MARS2 in waves (``sc-mars2-waves``) launches ``wave_size`` traces and the next wave only once a
 wave has ended without a stop; to the risk, every trace not yet launched is an answer still to be
@@ -37,7 +40,8 @@ import numpy as np
 
 from ..errors import SimulationError
 from .deepconf import KEEP_ALL
-from .voting import UNIFORM
+from .stopping import Snapshot
+from .voting import UNIFORM, leader, tally
 
 if TYPE_CHECKING:
     from .deepconf import Filter
@@ -110,6 +114,9 @@ class Launch:
 
     name: ClassVar[str] = "together"
     staged: ClassVar[bool] = False
+    #: a later launch may start while the one before still runs (:class:`Early`): the walk keeps
+    #: one clock for all of them (:meth:`mars.method.walk.MethodRun.step`)
+    overlaps: ClassVar[bool] = False
     live: ClassVar[bool] = True
     #: the launch is planned from the question's warmup traces (which a live run pays for)
     reads_warmup: ClassVar[bool] = False
@@ -119,6 +126,12 @@ class Launch:
 
     def check(self, method: str, rule: Rule, voting: Voting, filter: Filter) -> None:
         """Refuse a method this policy cannot run (one line)."""
+
+    def launch_now(self, rule: Rule, snap: Snapshot, wave: int) -> np.ndarray:
+        """Overlapping launches (:attr:`overlaps`): bool [len(snap.rows)], the rows whose next
+        launch starts at this checkpoint of the first ``wave`` traces (else once they have all
+        ended)."""
+        return np.zeros(len(snap.rows), dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -166,6 +179,85 @@ class Planned(Waves):
         return plan(warm_final, walk.arr.n_answers, self.wave(walk), B, alpha)
 
 
+def _ended_on(snap: Snapshot, wave: int, held: bool = False) -> Snapshot:
+    """The optimistic end of a first wave of ``wave`` traces: each of its running traces ends on
+    the leader (``held``: on the answer it holds, one holding none on the leader); the traces
+    not launched stay answers still to be drawn."""
+    ids = snap.ids.copy()
+    run = snap.running.copy()
+    pend = np.zeros_like(run) if snap.pending is None else snap.pending.copy()
+    first = np.zeros(ids.shape, dtype=bool)
+    first[:, :wave] = True
+    silent = first & run & ((ids < 0) | (not held))
+    ids = np.where(silent & (snap.lead >= 0)[:, None], snap.lead[:, None], ids)
+    run &= ~first
+    pend &= ~first
+    eligible = (ids >= 0) & ~pend
+    votes = tally(ids, snap.weights, eligible, snap.n_answers)
+    lead, has = leader(votes, ids, eligible) if snap.first_seen else leader(votes)
+    return Snapshot(
+        k=snap.k,
+        position=snap.position,
+        rows=snap.rows,
+        ids=ids,
+        eligible=eligible,
+        weights=snap.weights,
+        votes=votes,
+        lead=lead,
+        has_votes=has,
+        running=run | pend,
+        n_answers=snap.n_answers,
+        pending=pend,
+        first_seen=snap.first_seen,
+    )
+
+
+@dataclass(frozen=True)
+class Early(Waves):
+    """A first wave of ``wave_size`` traces, and every other trace launched the moment the wave
+    can no longer decide the question by its end (``sc-mars2-early``): at each checkpoint of the
+    first wave the rule asks itself whether it would stop had every running trace of the wave
+    ended on the current leader, every trace not launched still an answer to be drawn
+    (:func:`_ended_on`); where even that most optimistic end would not stop — the wave's ended
+    traces already disagree too much — waiting for the wave buys nothing, and the rest start
+    there, at that checkpoint, while the wave goes on. A wave that ends without a stop and
+    without that launches the rest then. Until a trace of the wave answers it is not judged.
+    The launches overlap, so what a user waits for is the later of the wave's end and the
+    rest's, not their sum; nothing is fitted (the rule and its level are the method's).
+
+    For studies (research/calibration/early.py): ``held`` judges the wave with its running
+    traces on the answers they hold now (those holding none on the leader); ``margin`` launches
+    already where the optimistic risk exceeds ``margin`` times the rule's level (the level
+    alone, without the rule's other conditions)."""
+
+    name: ClassVar[str] = "early"
+    overlaps: ClassVar[bool] = True
+    margin: float = 1.0
+    held: bool = False
+
+    def launches(self, walk: WalkView) -> list[tuple[int, int]]:
+        B, w = walk.samples.shape[1], self.wave(walk)
+        return [(0, w)] if w >= B else [(0, w), (w, B)]
+
+    def check(self, method: str, rule: Rule, voting: Voting, filter: Filter) -> None:
+        super().check(method, rule, voting, filter)
+        if not hasattr(rule, "risk") or not hasattr(rule, "alpha"):
+            raise SimulationError(f"method {method}: an early launch needs a rule with a risk")
+
+    def launch_now(self, rule: Rule, snap: Snapshot, wave: int) -> np.ndarray:
+        """bool [len(snap.rows)]: the rows whose first wave, ended optimistically
+        (:func:`_ended_on`), would not stop: launch the rest now. A row with no answer yet
+        waits."""
+        opt = _ended_on(snap, wave, self.held)
+        if self.margin == 1.0:
+            stops = rule.check(opt)
+        else:
+            alpha = rule.alpha  # type: ignore[attr-defined]
+            stops = opt.has_votes & (rule.risk(opt) <= self.margin * alpha)  # type: ignore[attr-defined]
+        return snap.has_votes & ~stops
+
+
 TOGETHER: Launch = Together()
 WAVES: Launch = Waves()
 PLANNED: Launch = Planned()
+EARLY: Launch = Early()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SimulationError, UsageError
 from .deepconf import DEEPCONF_ONLINE, KEEP_ALL, Filter
-from .launch import PLANNED, TOGETHER, WAVES, Launch
+from .launch import EARLY, PLANNED, TOGETHER, WAVES, Launch
 from .voting import CONFIDENCE, UNIFORM, Voting
 
 if TYPE_CHECKING:
@@ -522,6 +522,13 @@ _METHODS = [
         launch=PLANNED,
     ),
     Method(
+        "sc-mars2-early",
+        "MARS2, the rest launched early ({wave_size})",
+        RISK,
+        q="learned",
+        launch=EARLY,
+    ),
+    Method(
         "dco-mars2",
         "DCO + MARS2 (predictive risk)",
         RISK,
@@ -545,7 +552,7 @@ SELF_CONSISTENCY, DEEPCONF = PIPELINES
 #: what live runs and the library decide with unless told otherwise
 DEFAULT_METHOD = "sc-mars-cal"
 #: the default method where a calibration learned once replaces the warmup (docs/simulate.md)
-CALIBRATED_METHOD = "sc-mars2-launch"
+CALIBRATED_METHOD = "sc-mars2-early"
 
 
 @dataclass(frozen=True)

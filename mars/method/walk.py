@@ -321,6 +321,7 @@ class MethodRun:
         if self.rule.needs_q:
             self.q_matrix = ctx.q_oracle if method.q == "oracle" else ctx.q_learned
         self.window = (0, S.shape[1])  # the traces launched last (every one before run())
+        self.overlaps = method.launch.overlaps
         if self.rule.reads_future:
             self.rule.foresee(self)
 
@@ -425,6 +426,13 @@ class MethodRun:
         self.seq = np.zeros(I, dtype=np.int64)
         self.window = (0, B)
         self.ends: np.ndarray | None = None
+        self.overlaps = self.method.launch.overlaps
+        if self.overlaps:  # one clock t for every launch (:meth:`_early_step`)
+            #: the traces of the first launch; the checkpoint of it after which the rest
+            #: launched (-1: not yet); rows whose launched traces have all ended, looked at
+            self.first_hi = self.launches()[0][1]
+            self.second_at = np.full(I, -1, dtype=np.int64)
+            self.closed = np.zeros(I, dtype=bool)
 
     def launch(self, lo: int, hi: int, ends: np.ndarray | None = None) -> None:
         """Launch the traces at sample positions [lo, hi): the next steps decide over them. A
@@ -440,6 +448,8 @@ class MethodRun:
     def deciding(self, k: int) -> np.ndarray:
         """The iterations the rule decides at checkpoint ``k``: those still active (within a
         staged launch, those whose launch still runs there)."""
+        if self.overlaps:
+            return np.flatnonzero(self.active & ~self.closed)
         if self.ends is None:
             return np.flatnonzero(self.active)
         return np.flatnonzero(self.active & (k <= self.ends))
@@ -448,6 +458,8 @@ class MethodRun:
         """Checkpoint ``k`` for the iterations deciding there: the rule decides, those it stops
         keep their answer, stop index and label. Returns the iterations stopped here.
         ``running``: as in :meth:`snapshot`."""
+        if self.overlaps:
+            return self._early_step(k, running)
         rows = self.deciding(k)
         if len(rows) == 0:
             return rows
@@ -463,6 +475,149 @@ class MethodRun:
             if self.staged:
                 self._charge(hit, k)
         return hit
+
+    # -- launches that overlap (mars.method.launch.Early) ---------------------------------------
+
+    def clock(self, t: int) -> int:
+        """The position, in tokens since the first launch started, of checkpoint ``t`` of the one
+        clock of overlapping launches (past the grid: on at the grid's last spacing)."""
+        grid, m = self.arr.grid, len(self.arr.grid)
+        if t < m:
+            return int(grid[t])
+        step = int(grid[-1] - grid[-2]) if m > 1 else int(grid[0])
+        return int(grid[-1]) + (t - m + 1) * step
+
+    def position(self, t: int, row: int) -> int:
+        """Where in its traces iteration ``row`` is when the clock reads ``t``: the position of
+        the checkpoint the traces launched last are at (as a staged launch's stop is placed in
+        its launch)."""
+        grid, m = self.arr.grid, len(self.arr.grid)
+        s = int(self.second_at[row])
+        k = t - s - 1 if 0 <= s < t else t
+        return int(grid[min(k, m - 1)])
+
+    def local(self, t: int, rows: np.ndarray) -> np.ndarray:
+        """int [len(rows), B]: the checkpoint of its own grid each sampled trace is at when the
+        clock reads ``t`` (-1: not launched). The first launch starts with the clock; the rest,
+        launched after checkpoint s, reach their checkpoint 0 at s + 1 (on a grid of equal
+        spacings, the same position in tokens)."""
+        B, w = self.samples.shape[1], self.first_hi
+        loc = np.full((len(rows), B), t, dtype=np.int64)
+        s = self.second_at[rows]
+        loc[:, w:] = np.where((s >= 0) & (s < t), t - s - 1, -1)[:, None]
+        return loc
+
+    def _early_snapshot(
+        self, t: int, rows: np.ndarray, running_now: np.ndarray | None
+    ) -> tuple[Snapshot, np.ndarray]:
+        """Checkpoint ``t`` of the clock: each launched trace holds its answer at its own
+        checkpoint (its final one past its grid), the traces not launched are pending (uniform
+        votes, no filter, no q). Returns the snapshot and which traces run."""
+        arr, m = self.arr, len(self.arr.grid)
+        S = self.samples[rows]
+        loc = self.local(t, rows)
+        on = loc >= 0
+        inside = on & (loc < m)
+        k = np.clip(loc, 0, m - 1)
+        ids = np.where(inside, arr.ids[S, k], np.where(on, arr.final_ids[S], -1)).astype(np.int64)
+        if running_now is None:
+            running = inside & (self.run_k[rows] > loc)
+        else:
+            running = np.asarray(running_now, dtype=bool) & on
+        pending = ~on
+        eligible = (ids >= 0) & ~pending
+        pending = pending | (running & (ids < 0))
+        weights = np.ones(ids.shape)
+        votes = tally(ids, weights, eligible, arr.n_answers)
+        lead, has = leader(votes, ids, eligible) if self.first_seen else leader(votes)
+        snap = Snapshot(
+            k=t,
+            position=self.clock(t),
+            rows=rows,
+            ids=ids,
+            eligible=eligible,
+            weights=weights,
+            votes=votes,
+            lead=lead,
+            has_votes=has,
+            running=running | pending,
+            n_answers=arr.n_answers,
+            pending=pending,
+            first_seen=self.first_seen,
+        )
+        return snap, running
+
+    def _early_step(self, t: int, running: np.ndarray | None) -> np.ndarray:
+        """Checkpoint ``t`` of the clock of overlapping launches: the rule decides over every
+        launched trace; of the rows going on, those whose launched traces have all ended (none
+        left to launch) close, and the first launch's policy says where the rest launch now
+        (:meth:`mars.method.launch.Early.launch_now`; at the latest once the first launch has
+        ended)."""
+        rows = self.deciding(t)
+        if len(rows) == 0:
+            return rows
+        snap, run = self._early_snapshot(t, rows, running)
+        stop = self.rule.check(snap)
+        hit = rows[stop]
+        if len(hit):
+            self.answer[hit] = self.rule.answer(snap)[stop]
+            self.stop_k[hit] = t
+            why = self.rule.stop_label(rows)
+            self.label[hit] = why[stop] if isinstance(why, np.ndarray) else why
+            self.active[hit] = False
+        B, w = self.samples.shape[1], self.first_hi
+        waiting = (self.second_at[rows] < 0) & (w < B)  # the rest not launched yet
+        idle = ~run.any(axis=1)
+        self.closed[rows[~stop & ~waiting & idle]] = True
+        due = ~stop & waiting
+        if due.any():
+            now = ~run[:, :w].any(axis=1) | self.method.launch.launch_now(self.rule, snap, w)
+            self.second_at[rows[due & now]] = t
+        return hit
+
+    def _early_spent(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What overlapping launches charge: each trace its tokens up to its own checkpoint at
+        the stop (the whole trace where the row ran to its end; nothing where never launched),
+        what the user waits for (the later of the launches' ends, on the clock) and each
+        trace's own checkpoint there ([I, B]; -1: never launched)."""
+        arr, m, rule = self.arr, len(self.arr.grid), self.rule
+        I, B = self.samples.shape
+        end = 2 * m + 2  # past every grid: ran to its end
+        loc = np.empty((I, B), dtype=np.int64)
+        for i in range(I):
+            t = end if self.active[i] else int(self.stop_k[i])
+            loc[i] = self.local(t, np.array([i]))[0]
+        on = loc >= 0
+        k = np.clip(loc, 0, m - 1)
+        if arr.step_cost is not None and rule.probes:  # read step by step (protocol)
+            part = arr.step_cost[self.samples, k]
+        else:
+            part = np.where(loc >= m, self.cap, np.minimum(self.cap, arr.grid[k]))
+        spent = np.where(on, part, 0).astype(np.int64)
+        w = self.first_hi
+        seq = spent[:, :w].max(axis=1) if w else np.zeros(I, np.int64)
+        if w < B:
+            start = np.array([self.clock(int(s)) if s >= 0 else 0 for s in self.second_at])
+            rest = spent[:, w:].max(axis=1)
+            seq = np.maximum(seq, np.where(rest > 0, start + rest, 0))
+        return spent, seq.astype(np.int64), loc
+
+    def _early_probe_tokens(self, loc: np.ndarray) -> np.ndarray:
+        """Probe cost per iteration of overlapping launches: every launched trace probed up to
+        its own checkpoint at the stop (NaN where the pool does not record the cost)."""
+        arr, m = self.arr, len(self.arr.grid)
+        out = np.zeros(len(self.samples), dtype=np.float64)
+        if not self.rule.probes:
+            return out
+        if arr.probe_tokens is None:
+            out[:] = np.nan
+            return out
+        spent, unknown_at = self.ctx.probe_sums()
+        some = loc >= 0
+        at = np.clip(loc, 0, m - 1)
+        out = np.where(some, spent[self.samples, at], 0).sum(axis=1).astype(np.float64)
+        out[(some & unknown_at[self.samples, at]).any(axis=1)] = np.nan
+        return out
 
     def stopped_traces(self, k: int) -> np.ndarray:
         """bool [I, B]: the sampled traces the rule stopped at checkpoint ``k`` while their
@@ -499,6 +654,17 @@ class MethodRun:
         if self.rule.draws:
             return self._draw()
         m = len(self.arr.grid)
+        if self.method.launch.overlaps:
+            self.start()
+            t = 0
+            while len(self.deciding(t)):
+                if t > 2 * m + 1:  # every launch has ended by then
+                    raise SimulationError(f"method {self.method.name}: launches never ended")
+                self.step(t)
+                t += 1
+            result = self.finish()
+            result.rounds = self.first_hi
+            return result
         launches = self.launches()
         self.start()
         for lo, hi in launches:
@@ -526,7 +692,10 @@ class MethodRun:
             answer[rest] = self.full_budget_vote(rest, exclude=rule.excluded(rest))
 
         until = rule.charged_until()
-        if self.staged:
+        early = None
+        if self.overlaps:
+            spent, seq, loc = early = self._early_spent()
+        elif self.staged:
             spent = self.spent
         elif arr.step_cost is not None and rule.probes:  # read step by step (protocol)
             through = np.broadcast_to(np.minimum(stop_k, m - 1)[:, None], self.samples.shape)
@@ -541,17 +710,31 @@ class MethodRun:
         correct = np.where(
             answer >= 0, arr.correct[np.maximum(answer, 0)] if arr.n_answers else False, False
         )
+        position = grid[np.minimum(stop_k, m - 1)].astype(np.int64)
+        if early is not None:
+            position = np.array(
+                [
+                    grid[-1] if a else self.position(int(k), i)
+                    for i, (a, k) in enumerate(zip(self.active, stop_k))
+                ],
+                dtype=np.int64,
+            )
+            probe_tokens = self._early_probe_tokens(loc)
+            seq_tokens = seq
+        else:
+            probe_tokens = self._probe_tokens(stop_k, until)
+            seq_tokens = self.seq if self.staged else longest
         return MethodResult(
             answer=answer,
             correct=correct.astype(bool),
             tokens=spent.sum(axis=1).astype(np.int64),
             baseline=self.cap.sum(axis=1).astype(np.int64),
-            position=grid[np.minimum(stop_k, m - 1)].astype(np.int64),
+            position=position,
             stopped_by=label,
-            probe_tokens=self._probe_tokens(stop_k, until),
+            probe_tokens=probe_tokens,
             gamma=float(self.gamma),
             pruned_at=until,
-            seq_tokens=(self.seq if self.staged else longest).astype(np.int64),
+            seq_tokens=seq_tokens.astype(np.int64),
             longest_tokens=longest.astype(np.int64),
             warmup_tokens=self.ctx.warm_tokens if self.method.pays_warmup else 0,
         )

@@ -461,3 +461,78 @@ def test_the_papers_rule_with_a_calibration_runs_live_without_a_warmup_and_repla
     assert record["gamma"] == cal.gamma and record["warmup_tokens"] == 0, record
     res = CliRunner().invoke(app, ["replay", str(tmp_path / "r")])
     assert res.exit_code == 0 and "3/3 questions replay exactly" in res.output, res.output
+
+
+@pytest.mark.parametrize("calibrated", [False, True], ids=["warmup", "calibration"])
+def test_an_early_launch_live_replays_exactly(tmp_path, backend, problems, calibrated):
+    """sc-mars2-early live: a first wave of wave_size traces, the rest launched at a checkpoint
+    of it while it still runs; the records re-decide exactly (with its warmup, and with a
+    calibration instead), and a trace never launched is recorded with no tokens."""
+    from util import write_layout_pool
+
+    from mars.fit.calibrate import calibrate_pools
+
+    cal = None
+    if calibrated:
+        cal = calibrate_pools([write_layout_pool(tmp_path / "fit", seed=2, n_questions=4)])
+    warmup = 0 if calibrated else 8
+    out = tmp_path / "run"
+    rows = solve_pool(
+        backend,
+        problems,
+        out,
+        plan_for(
+            backend,
+            "sc-mars2-early",
+            n_traces=32,
+            warmup=warmup,
+            seed=1,
+            calibration=cal,
+            wave_size=8,
+        ),
+        questions=QIDS[:4],
+    )
+    assert all(r["match"] for r in replay_run(out))
+    pool = open_pool(out)
+    for live in rows:
+        q = pool.read_question(live["qid"])
+        main = q.lengths[warmup:]
+        assert int(main.sum()) == live["tokens"]
+        unlaunched = main[8:] == 0
+        assert unlaunched.all() or not unlaunched.any()
+        if unlaunched.all():
+            assert live["stopped_by"] != "budget" and live["launched"] == 8
+
+
+def test_an_early_launch_starts_the_rest_before_the_first_wave_ends(backend, problems):
+    """Where the first wave's ended traces already rule out a stop at its end, the rest launch
+    at that checkpoint, while the wave still runs: the stopper's clock shows the second launch
+    before the wave's last trace ended, and the walk over the records does the same."""
+    from mars.live.stepper import Stopper
+    from mars.method.registry import get_method
+    from mars.method.walk import MethodRun, QuestionContext
+
+    grid = [100 * (k + 1) for k in range(8)]
+    st = Stopper("sc-mars2-early", n_traces=8, grid=grid, wave_size=4)
+    assert st.current == (0, 4)
+    # two traces end at once on different answers, two run on: the wave's best end is 3 to 1
+    # at most, too few to stop with 4 more to draw
+    d = st.step(["1", "2", None, None], [False, False, True, True])
+    assert not d.stop and st.current == (0, 8) and st.launched_at == 0  # two traces still run
+    # the rest answer from the next checkpoint on, beside the wave's last two traces
+    d = st.step(["1", "2", "1", None] + [None] * 4, [False, False, True, True] + [True] * 4)
+    assert not d.stop
+    while st.current is not None:
+        d = st.step(["1", "2", "1", "1"] + ["1"] * 4, [False] * 8)
+        if d.stop:
+            break
+    assert d.stop and d.answer == "1"
+    # the same walk on arrays built from what the stopper saw
+    ctx = QuestionContext(
+        st._arrays(st.width), st.settings, np.arange(8)[None], np.zeros(0, np.int64)
+    )
+    run = MethodRun(ctx, get_method("sc-mars2-early"))
+    run.start()
+    for t in range(st.k):
+        run.step(t, st._told(t))
+    assert int(run.second_at[0]) == st.launched_at

@@ -54,7 +54,9 @@ def test_the_votes_held_at_the_stop():
     assert held_at_stop(main, set(), None) == ["64"]  # the budget: final answers only
 
 
-@pytest.mark.parametrize("method", ["sc-mars-cal", "sc-mars2", "sc-pp", "sc-mars2-launch"])
+@pytest.mark.parametrize(
+    "method", ["sc-mars-cal", "sc-mars2", "sc-pp", "sc-mars2-launch", "sc-mars2-early"]
+)
 def test_the_votes_reported_are_the_ones_the_answer_came_from(method):
     """The answer is the leader (or tied leader) of the votes the response reports, whatever
     stopped the question; stopped_by is 'budget' where nothing was saved."""

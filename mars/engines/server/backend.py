@@ -81,6 +81,10 @@ class ServerBackend(ServerConnect, TokenProbing, Backend):
         transport: an ``httpx`` async transport to use instead of the network (tests).
     """
 
+    #: requests go through one event loop, each with its own seed: two batches advance at once
+    #: (the diagnostic ``stats`` counters are not locked)
+    concurrent_batches = True
+
     name = "server"
 
     def __init__(

@@ -245,6 +245,21 @@ def test_a_live_solve_through_a_server_stops_and_replays(tmp_path):
     assert len(completions(server)) == n
 
 
+def test_an_early_launch_through_a_server_advances_its_launches_side_by_side(tmp_path):
+    """sc-mars2-early through a server: once the rest are launched, both launches advance at
+    each checkpoint, at once (two batches of requests in flight together), and the records
+    replay exactly."""
+    from mars.live import plan_for, replay_run, solve_pool
+
+    server = fake.FakeServer("vllm", delay=0.02)
+    be = backend(server, max_tokens=64)
+    assert be.concurrent_batches
+    plan = plan_for(be, "sc-mars2-early", n_traces=8, warmup=4, seed=1, spacing=8, wave_size=2)
+    rows = solve_pool(be, [Q], tmp_path / "live", plan, progress=False)
+    assert rows[0]["launched"] == 8  # the rest were launched
+    assert rows[0]["replay_ok"] and replay_run(tmp_path / "live")[0]["match"]
+
+
 @pytest.mark.parametrize(("kind", "concurrency", "most"), [("llama.cpp", None, 4), ("vllm", 3, 3)])
 def test_requests_run_concurrently_and_bounded(kind, concurrency, most):
     """A batch's requests go out together, never more than ``concurrency`` at once (default:
