@@ -513,6 +513,12 @@ def _run_launches(
         launched = hi
         if ctl.fired is not None or ctl.land(part):
             break
+    return _with_unlaunched(records), launched
+
+
+def _with_unlaunched(records: list[TraceRecord | None]) -> list[TraceRecord]:
+    """Every trace's record, one never launched standing as an empty trace (no tokens, no
+    answer) with the same fields as those that ran."""
     ran = [r for r in records if r is not None]
     unlaunched = TraceResult(
         length=0,
@@ -524,7 +530,7 @@ def _run_launches(
         if any(r.result.token_ids is not None for r in ran)
         else None,
     )
-    return [r if r is not None else TraceRecord(unlaunched) for r in records], launched
+    return [r if r is not None else TraceRecord(unlaunched) for r in records]
 
 
 def _run_early(
@@ -613,18 +619,7 @@ def _run_early(
     for batch, first, _, recs in runs:
         records[first : first + batch.n] = recs
     launched = runs[-1][1] + runs[-1][0].n if runs else 0
-    ran = [r for r in records if r is not None]
-    unlaunched = TraceResult(
-        length=0,
-        final_answer=None,
-        finished=False,
-        confs=np.zeros(0, np.float16) if any(r.result.confs is not None for r in ran) else None,
-        text="" if any(r.result.text is not None for r in ran) else None,
-        token_ids=np.zeros(0, np.int32)
-        if any(r.result.token_ids is not None for r in ran)
-        else None,
-    )
-    return [r if r is not None else TraceRecord(unlaunched) for r in records], launched
+    return _with_unlaunched(records), launched
 
 
 def _run_full(

@@ -464,6 +464,14 @@ class MethodRun:
         if len(rows) == 0:
             return rows
         snap = self.snapshot(k, rows, running)
+        hit, _ = self._decide(snap, rows, k)
+        if len(hit) and self.staged:
+            self._charge(hit, k)
+        return hit
+
+    def _decide(self, snap: Snapshot, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rule at checkpoint ``k`` for ``rows``: the rows it stops (and its decision per row),
+        their answer, checkpoint and label recorded and their walk ended."""
         stop = self.rule.check(snap)
         hit = rows[stop]
         if len(hit):
@@ -472,9 +480,7 @@ class MethodRun:
             why = self.rule.stop_label(rows)
             self.label[hit] = why[stop] if isinstance(why, np.ndarray) else why
             self.active[hit] = False
-            if self.staged:
-                self._charge(hit, k)
-        return hit
+        return hit, stop
 
     # -- launches that overlap (mars.method.launch.Early) ---------------------------------------
 
@@ -557,14 +563,7 @@ class MethodRun:
         if len(rows) == 0:
             return rows
         snap, run = self._early_snapshot(t, rows, running)
-        stop = self.rule.check(snap)
-        hit = rows[stop]
-        if len(hit):
-            self.answer[hit] = self.rule.answer(snap)[stop]
-            self.stop_k[hit] = t
-            why = self.rule.stop_label(rows)
-            self.label[hit] = why[stop] if isinstance(why, np.ndarray) else why
-            self.active[hit] = False
+        hit, stop = self._decide(snap, rows, t)
         B, w = self.samples.shape[1], self.first_hi
         waiting = (self.second_at[rows] < 0) & (w < B)  # the rest not launched yet
         idle = ~run.any(axis=1)

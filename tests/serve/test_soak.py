@@ -6,6 +6,7 @@ sent."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -57,6 +58,7 @@ def _leave(port: int, body: dict, after: float) -> int | None:
 
 
 def test_a_mixed_load_with_clients_that_leave_leaks_nothing():
+    gc.collect()  # what earlier tests of this process left is closed before the counts start
     fake = fakes()
     servers = {f"http://r{i}.test": fake.FakeServer("vllm", delay=0.05) for i in range(2)}
     ups = fake_upstreams(servers)
@@ -133,7 +135,8 @@ def test_a_mixed_load_with_clients_that_leave_leaks_nothing():
     refused_as_it_left = metrics[429] - seen[429]
     assert metrics[200] == seen[200] and refused_as_it_left >= 0, (metrics, seen)
     assert 0 < metrics[499] and metrics[499] + refused_as_it_left <= left["whole"], (metrics, left)
-    # after the first rounds (imports, threads, connection pools), nothing grows
+    # after the first rounds (imports, threads, connection pools), nothing grows: no count rises
+    # above the lowest before it (a count that falls is something of the process closed)
     fds, rss = zip(*marks[2:])
-    assert max(fds) - min(fds) <= 16, fds
+    assert max(f - min(fds[: i + 1]) for i, f in enumerate(fds)) <= 16, fds
     assert max(rss) - min(rss) < 64, rss
