@@ -27,12 +27,11 @@ The paper's MARS rules read two more things of a warmup, learned once here as we
   ``warmup`` traces of every fitted question (the rows each question's own warmup would give,
   pooled), on a trace's own dynamics only: position, flips, streak (the confidence columns are
   zeroed, so it serves a server that sends no log-probabilities, and a pool without confidences);
-* **γ** — each fitted question's γ calibrated on those traces as the reference does on its warmup
-  (:func:`mars.method.calibration.calibrate_gamma`), and the calibration's the largest of them
-  (:data:`GAMMA_QUANTILE`): a γ each question's own warmup would have allowed. A question's γ
-  fits that question; pooled, a lower one is not safe (fitted on synthetic Qwen3-8B HMMT,
-  evaluated on BRUMO at budget 64: the 0.9 quantile, γ 0.76, cost 10.5 points of accuracy, the
-  largest, γ 1, 0.1 points; research/calibration/results/paper-mars.md).
+* **γ** — 1, the margin test's own bound. A question's calibrated γ (reference-protocol §7) fits
+  that question's warmup; pooled over questions, none below 1 kept the accuracy: fitted on
+  synthetic Qwen3-8B HMMT and evaluated on BRUMO at budget 64, the 0.9 quantile of the questions'
+  own γ (0.76) cost 10.5 points, and even their largest, 0.77 for one pool of README's default
+  run, cost 6.3 points (research/calibration/results/paper-mars.md).
 
 With no warmup there is no warmup majority for the probe-0 guard to confirm a leader with; in its
 place no stop comes before :data:`mars.method.stopping.GUARD_BEFORE` tokens (the guard by
@@ -75,8 +74,9 @@ PRIOR, OTHER = 0.5, 1.0
 
 #: the traces of each fitted question the switch model and γ are fitted on: a warmup's worth
 FIT_WARMUP = 16
-#: the quantile of the fitted questions' γ the calibration keeps (1: the largest; module docstring)
-GAMMA_QUANTILE = 1.0
+#: the γ of the paper's calibrated rule reading a calibration: the margin test's own bound (module
+#: docstring: no pooled γ below it kept the accuracy)
+POOLED_GAMMA = 1.0
 #: the switch-model columns a calibration leaves out (zeroed): checkpoint confidence and its trend
 CONF_COLUMNS = (1, 4)
 
@@ -316,42 +316,23 @@ def fit_switch_and_gamma(
     questions: Sequence[QuestionArrays], warmup: int = FIT_WARMUP
 ) -> tuple[dict | None, float | None]:
     """The paper's rules' switch model and γ, learned once: the model fitted on the first
-    ``warmup`` traces of every question that ended on an answer (their dynamics, pooled), γ the
-    :data:`GAMMA_QUANTILE` quantile of the questions' own γ, each calibrated on those traces as on
-    a warmup."""
-    from .calibration import calibrate_gamma
+    ``warmup`` traces of every question that ended on an answer (their dynamics, pooled), and
+    :data:`POOLED_GAMMA`."""
     from .features import question_features, switch_labels
-    from .settings import SPECS
 
-    X, y, gammas = [], [], []
+    X, y = [], []
     for arr in questions:
         warm = np.flatnonzero(arr.final_ids >= 0)[:warmup]  # traces that ended on an answer
         if not len(warm):
             continue
         X.append(dynamics(question_features(arr, warm)).reshape(-1, len(FEATURE_NAMES)))
         y.append(switch_labels(arr, warm).reshape(-1))
-        ids = arr.ids[warm]
-        gammas.append(
-            float(
-                calibrate_gamma(
-                    ids,
-                    arr.final_ids[warm],
-                    np.ones(ids.shape, dtype=np.float32),
-                    ids >= 0,
-                    switch_labels(arr, warm).astype(np.float32),
-                    arr.n_answers,
-                    ucb_z=SPECS["ucb_z"].default,
-                    gamma_min=SPECS["gamma_min"].default,
-                )
-            )
-        )
     if not X:
         return None, None
     Xa, ya = np.concatenate(X), np.concatenate(y)
     if ya.min() == ya.max():  # one class: nothing to learn a switch from
         return None, None
-    switch = SwitchModel().fit(Xa, ya).fitted_params()
-    return switch, round(float(np.quantile(gammas, GAMMA_QUANTILE)), 2)
+    return SwitchModel().fit(Xa, ya).fitted_params(), POOLED_GAMMA
 
 
 def landing(
