@@ -61,7 +61,7 @@ def test_default_config_dag(tmp_path):
     assert any("--method sc-pp,sc-pp-faithful" in b and "--pp-conv 14" in b for b in sim)
     # the calibrated setting: each pool's calibration, learned on the model's two other datasets
     assert any(
-        "--method sc,sc-mars2,sc-mars2-launch " in b
+        "--method sc,sc-mars-cal,sc-mars2,sc-mars2-launch,sc-mars2-early " in b
         and "--warmup 0 " in b
         and "--calibration results/calibrate/qwen3-32b/aime_2025.json " in b
         for b in sim
