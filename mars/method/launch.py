@@ -33,7 +33,7 @@ ended), ``wave`` the ``wave_size`` setting (16, the warmup's size).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -195,20 +195,15 @@ def _ended_on(snap: Snapshot, wave: int, held: bool = False) -> Snapshot:
     eligible = (ids >= 0) & ~pend
     votes = tally(ids, snap.weights, eligible, snap.n_answers)
     lead, has = leader(votes, ids, eligible) if snap.first_seen else leader(votes)
-    return Snapshot(
-        k=snap.k,
-        position=snap.position,
-        rows=snap.rows,
+    return replace(
+        snap,
         ids=ids,
         eligible=eligible,
-        weights=snap.weights,
         votes=votes,
         lead=lead,
         has_votes=has,
         running=run | pend,
-        n_answers=snap.n_answers,
         pending=pend,
-        first_seen=snap.first_seen,
     )
 
 

@@ -605,11 +605,8 @@ class MethodRun:
         """Probe cost per iteration of overlapping launches: every launched trace probed up to
         its own checkpoint at the stop (NaN where the pool does not record the cost)."""
         arr, m = self.arr, len(self.arr.grid)
-        out = np.zeros(len(self.samples), dtype=np.float64)
-        if not self.rule.probes:
-            return out
-        if arr.probe_tokens is None:
-            out[:] = np.nan
+        out = self._probe_cost_base()
+        if not self.rule.probes or arr.probe_tokens is None:
             return out
         spent, unknown_at = self.ctx.probe_sums()
         some = loc >= 0
@@ -770,16 +767,19 @@ class MethodRun:
             rounds=w,
         )
 
+    def _probe_cost_base(self) -> np.ndarray:
+        """Probe cost per iteration before any is counted: 0 for a rule that probes nothing, NaN
+        where the pool does not record the cost."""
+        unknown = self.rule.probes and self.arr.probe_tokens is None
+        return np.full(len(self.samples), np.nan if unknown else 0.0, dtype=np.float64)
+
     def _probe_tokens(self, stop_k: np.ndarray, until: np.ndarray | None) -> np.ndarray:
         """Probe cost per iteration: every running sampled trace is probed up to the decision (a
         trace the rule stopped charging, e.g. pruned, up to there); NaN where the pool does not
         record the cost."""
         arr, m = self.arr, len(self.arr.grid)
-        out = np.zeros(len(self.samples), dtype=np.float64)
-        if not self.rule.probes:
-            return out
-        if arr.probe_tokens is None:
-            out[:] = np.nan
+        out = self._probe_cost_base()
+        if not self.rule.probes or arr.probe_tokens is None:
             return out
         # from per-trace running sums, shared by the methods: each sampled trace's up to the
         # stop, or up to where the rule stopped charging it (its checkpoint there included)

@@ -147,6 +147,7 @@ KILLS = [
 ]
 
 
+@pytest.mark.slow  # ten processes started and killed: about 18 s
 @pytest.mark.parametrize("kill_at, what, when, kept", KILLS)
 def test_a_process_killed_mid_write_leaves_the_pool_readable(
     question, tmp_path, kill_at, what, when, kept
